@@ -1,0 +1,106 @@
+"""durable_nb: durable notebooks and workflows.
+
+Every finished node commits a checkpoint; a crash loses at most the node in flight; gates
+wait for a person's decision without a live process; any checkpoint can be forked.
+"""
+
+from __future__ import annotations
+
+from .engine.calls import (
+    aapprove,
+    acancel,
+    afork,
+    aget_run,
+    approve,
+    aprune,
+    areject,
+    cancel,
+    fork,
+    get_run,
+    prune,
+    reject,
+)
+from .engine.gates import Resume, gate, interrupt
+from .engine.idempotent import idempotent
+from .engine.run import Run
+from .engine.workflow import Workflow
+from .errors import (
+    AlreadyResumed,
+    CheckpointNotFound,
+    ConfigurationError,
+    DurableError,
+    InvalidDecision,
+    InvalidInput,
+    InvalidState,
+    NoActiveNode,
+    NodeFailed,
+    NodeTimeout,
+    NotCancellable,
+    NotResumable,
+    RunCancelled,
+    RunNotFound,
+    RunOwnedElsewhere,
+    SchemaMismatch,
+    SerializationError,
+    StoreError,
+    StoreUnavailable,
+    TamperedValueError,
+    WorkflowMismatch,
+)
+from .model import Decision, PruneReport, RunStatus
+from .store import Store, connect
+from .views import ahistory, aruns, history, runs
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AlreadyResumed",
+    "CheckpointNotFound",
+    "ConfigurationError",
+    "Decision",
+    "DurableError",
+    "InvalidDecision",
+    "InvalidInput",
+    "InvalidState",
+    "NoActiveNode",
+    "NodeFailed",
+    "NodeTimeout",
+    "NotCancellable",
+    "NotResumable",
+    "PruneReport",
+    "Resume",
+    "Run",
+    "RunCancelled",
+    "RunNotFound",
+    "RunOwnedElsewhere",
+    "RunStatus",
+    "SchemaMismatch",
+    "SerializationError",
+    "Store",
+    "StoreError",
+    "StoreUnavailable",
+    "TamperedValueError",
+    "Workflow",
+    "WorkflowMismatch",
+    "__version__",
+    "aapprove",
+    "acancel",
+    "afork",
+    "aget_run",
+    "ahistory",
+    "approve",
+    "aprune",
+    "areject",
+    "aruns",
+    "cancel",
+    "connect",
+    "fork",
+    "gate",
+    "get_run",
+    "history",
+    "idempotent",
+    "interrupt",
+    "prune",
+    "reject",
+    "runs",
+]

@@ -1,0 +1,65 @@
+"""Identifiers: time-sortable UUIDv7 ids and this process's owner token."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import threading
+import time
+
+__all__ = ["new_id", "owner_token", "parse_owner", "process_token"]
+
+_lock = threading.Lock()
+_last_ms = 0
+_counter = 0
+
+
+def new_id() -> str:
+    """Return a UUIDv7 string: ids sort by creation time, also within one millisecond."""
+    global _last_ms, _counter
+    with _lock:
+        ms = time.time_ns() // 1_000_000
+        if ms <= _last_ms:
+            # Same (or earlier, after a clock step) millisecond: keep order with a counter.
+            ms = _last_ms
+            _counter += 1
+        else:
+            _counter = secrets.randbits(11)
+        if _counter >= 1 << 12:
+            ms += 1
+            _counter = 0
+        _last_ms = ms
+        counter = _counter
+    rand_b = secrets.randbits(62)
+    value = (ms & ((1 << 48) - 1)) << 80
+    value |= 0x7 << 76
+    value |= counter << 64
+    value |= 0b10 << 62
+    value |= rand_b
+    text = f"{value:032x}"
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+
+
+_process_token = secrets.token_hex(6)
+_token_pid = os.getpid()
+
+
+def process_token() -> str:
+    """Return a token unique to this process, renewed after fork()."""
+    global _process_token, _token_pid
+    if os.getpid() != _token_pid:
+        _process_token = secrets.token_hex(6)
+        _token_pid = os.getpid()
+    return _process_token
+
+
+def owner_token() -> str:
+    """Return ``host:pid:token``, naming this process as a run's owner."""
+    return f"{socket.gethostname()}:{os.getpid()}:{process_token()}"
+
+
+def parse_owner(owner: str) -> tuple[str, int, str]:
+    """Split an owner token into host, pid and process token."""
+    host, pid, token = owner.rsplit(":", 2)
+    return host, int(pid), token

@@ -1,0 +1,1 @@
+"""The engine: run lifecycle and execution over a store. No IPython here."""

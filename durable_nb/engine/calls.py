@@ -1,0 +1,150 @@
+"""Module-level calls on stored runs, usable without the workflow's code (W3)."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta
+from typing import Any
+
+from .._loop import run_sync
+from ..model import PruneReport
+from ..store import resolve_store
+from ..store.secret import load_secret
+from .ops import cancel_run, create_fork, load_run, make_decision, record_decision
+from .run import Run
+from .values import ValueCodec
+
+__all__ = [
+    "aapprove",
+    "acancel",
+    "afork",
+    "aget_run",
+    "approve",
+    "aprune",
+    "areject",
+    "cancel",
+    "fork",
+    "get_run",
+    "prune",
+    "reject",
+]
+
+
+async def aget_run(run_id: str, *, store: Any = None) -> Run:
+    """Async twin of ``get_run``."""
+    return await load_run(resolve_store(store), run_id)
+
+
+def get_run(run_id: str, *, store: Any = None) -> Run:
+    """Return a stored run: status, error, pending gate, and its state on access."""
+    return run_sync(aget_run(run_id, store=store))
+
+
+async def aapprove(
+    run_id: str,
+    *,
+    node: str | None = None,
+    value: Any = None,
+    comment: str | None = None,
+    by: str | None = None,
+    store: Any = None,
+    approved: bool = True,
+) -> Run:
+    """Async twin of ``approve``."""
+    resolved = resolve_store(store)
+    decision = make_decision(approved, value, comment, by)
+    result = await record_decision(resolved, run_id, decision, node)
+    return await load_run(resolved, run_id, result.run)
+
+
+def approve(
+    run_id: str,
+    *,
+    node: str | None = None,
+    value: Any = None,
+    comment: str | None = None,
+    by: str | None = None,
+    store: Any = None,
+) -> Run:
+    """Approve the gate a run waits at; the run continues when a process with its code resumes it.
+
+    Exactly one of many concurrent deciders wins; the others get AlreadyResumed.
+    """
+    return run_sync(aapprove(run_id, node=node, value=value, comment=comment, by=by, store=store))
+
+
+async def areject(
+    run_id: str,
+    *,
+    node: str | None = None,
+    value: Any = None,
+    comment: str | None = None,
+    by: str | None = None,
+    store: Any = None,
+) -> Run:
+    """Async twin of ``reject``."""
+    return await aapprove(run_id, node=node, value=value, comment=comment, by=by, store=store, approved=False)
+
+
+def reject(
+    run_id: str,
+    *,
+    node: str | None = None,
+    value: Any = None,
+    comment: str | None = None,
+    by: str | None = None,
+    store: Any = None,
+) -> Run:
+    """Reject the gate a run waits at; ``gate()`` then returns a decision with approved=False."""
+    return run_sync(areject(run_id, node=node, value=value, comment=comment, by=by, store=store))
+
+
+async def acancel(run_id: str, *, store: Any = None) -> Run:
+    """Async twin of ``cancel``."""
+    resolved = resolve_store(store)
+    return await load_run(resolved, run_id, await cancel_run(resolved, run_id))
+
+
+def cancel(run_id: str, *, store: Any = None) -> Run:
+    """Cancel a pending, running or paused run; it keeps its checkpoints and stays resumable."""
+    return run_sync(acancel(run_id, store=store))
+
+
+async def afork(run_id: str, checkpoint_id: str | None = None, state: Any = None, *, store: Any = None) -> Run:
+    """Async twin of ``fork``."""
+    resolved = resolve_store(store)
+    fork = await create_fork(resolved, ValueCodec(resolved, load_secret()), run_id, checkpoint_id, state)
+    return await load_run(resolved, fork.run.run_id, fork.run)
+
+
+def fork(run_id: str, checkpoint_id: str | None = None, state: Any = None, *, store: Any = None) -> Run:
+    """Create (without running) a new run branched from a checkpoint, with state overrides.
+
+    The fork is ``pending``; the workflow's ``resume(fork.id)`` runs it.
+    """
+    return run_sync(afork(run_id, checkpoint_id, state, store=store))
+
+
+def _cutoff(older_than: float | timedelta | datetime) -> float:
+    if isinstance(older_than, datetime):
+        return older_than.timestamp()
+    if isinstance(older_than, timedelta):
+        return time.time() - older_than.total_seconds()
+    if isinstance(older_than, (int, float)) and not isinstance(older_than, bool) and older_than >= 0:
+        return time.time() - float(older_than)
+    from ..errors import InvalidInput
+
+    raise InvalidInput(f"older_than must be a timedelta, a datetime or a number of seconds >= 0, not {older_than!r}.")
+
+
+async def aprune(older_than: float | timedelta | datetime, *, store: Any = None) -> PruneReport:
+    """Async twin of ``prune``."""
+    return await resolve_store(store).prune(_cutoff(older_than))
+
+
+def prune(older_than: float | timedelta | datetime, *, store: Any = None) -> PruneReport:
+    """Delete finished runs' history older than ``older_than`` and collect unreferenced values.
+
+    Never touches paused runs or gate checkpoints; keeps what resume and forks still need.
+    """
+    return run_sync(aprune(older_than, store=store))

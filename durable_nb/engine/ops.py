@@ -1,0 +1,268 @@
+"""Operations on stored runs that need no workflow code: decide, cancel, fork, load."""
+
+from __future__ import annotations
+
+import getpass
+from dataclasses import dataclass
+from typing import Any
+
+from .._ids import new_id
+from ..errors import AlreadyResumed, InvalidDecision, NotCancellable, NotResumable
+from ..model import (
+    CheckpointDraft,
+    CheckpointRecord,
+    CheckpointStatus,
+    Commit,
+    CommitResult,
+    Decision,
+    NewEvent,
+    NewRun,
+    RunRecord,
+    RunStatus,
+    RunUpdate,
+    step_name,
+)
+from ..store import codec
+from ..store.protocol import Conflict, Store
+from ..store.rules import ANY_NODE, choose_claim
+from ..store.secret import load_secret
+from .run import Run
+from .values import ValueCodec, check_state
+
+__all__ = [
+    "CANCELLED_MESSAGE",
+    "cancel_run",
+    "create_fork",
+    "decisions_of",
+    "load_run",
+    "make_decision",
+    "record_decision",
+]
+
+CANCELLED_MESSAGE = "Cancelled by user"
+
+
+def _default_by() -> str | None:
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no user name is not worth failing an approval for
+        return None
+
+
+def make_decision(approved: Any, value: Any = None, comment: Any = None, by: Any = None) -> Decision:
+    """Validate the fields of a decision and build it; raise InvalidDecision."""
+    if not isinstance(approved, bool):
+        raise InvalidDecision(f"approved must be True or False, not {approved!r}.")
+    if comment is not None and not isinstance(comment, str):
+        raise InvalidDecision(f"comment must be text or None, not {type(comment).__name__}.")
+    if by is not None and not isinstance(by, str):
+        raise InvalidDecision(f"by must be a name (text) or None, not {type(by).__name__}.")
+    if not codec.is_plain(value):
+        raise InvalidDecision(
+            f"A decision's value must be JSON data (None, bool, number, text, lists, dicts with "
+            f"text keys) so that any process can read it; got {type(value).__name__}."
+        )
+    return Decision(approved=approved, value=value, comment=comment, by=by if by is not None else _default_by())
+
+
+def decisions_of(checkpoint: CheckpointRecord | None) -> dict[str, list[Decision]]:
+    """Return the decisions a checkpoint carries for nodes that have not finished yet."""
+    if checkpoint is None:
+        return {}
+    return {node: [Decision.from_json(d) for d in items] for node, items in checkpoint.resumes.items()}
+
+
+async def load_run(store: Store, run_id: str, record: RunRecord | None = None) -> Run:
+    """Return a Run whose state loads from its latest checkpoint on first access."""
+    record = record or await store.get_run(run_id)
+    pending = await store.pending_interrupts(run_id) if record.status is RunStatus.PAUSED else []
+
+    async def load_state() -> dict[str, Any]:
+        head = await store.head_checkpoint(run_id)
+        manifest = head.manifest if head is not None else record.input_manifest
+        return await ValueCodec(store, load_secret()).load(manifest)
+
+    return Run(record, pending=pending, load_state=load_state)
+
+
+def _not_paused(run: RunRecord) -> Exception:
+    if run.status is RunStatus.COMPLETED:
+        return AlreadyResumed(f"Run {run.run_id} already completed; there is no gate left to decide.")
+    return AlreadyResumed(
+        f"Run {run.run_id} is {run.status.value}, not paused at a gate: its gate was already "
+        "decided, or it never paused. Check it with durable_nb.get_run(run_id)."
+    )
+
+
+async def record_decision(
+    store: Store,
+    run_id: str,
+    decision: Decision,
+    node: str | None = None,
+    *,
+    continue_as: str | None = None,
+    lease_until: float | None = None,
+) -> CommitResult:
+    """Claim the run's pending gate and write ``approved:<node>`` in one transaction (C4).
+
+    With ``continue_as`` (an owner token), the same transaction hands the run to that owner
+    to continue; otherwise the run waits as ``pending`` for a process that has its code.
+    """
+    run = await store.get_run(run_id)
+    if run.status is not RunStatus.PAUSED:
+        raise _not_paused(run)
+    target = choose_claim(run_id, node or ANY_NODE, await store.pending_interrupts(run_id))
+    head = await store.resume_point(run_id)
+    if head is None:
+        raise _not_paused(run)
+    resumes = {k: list(v) for k, v in head.resumes.items()}
+    resumes.setdefault(target.node_id, []).append(decision.to_json())
+    draft = CheckpointDraft(
+        checkpoint_id=new_id(),
+        step=step_name("approved", target.node_id),
+        node_id=target.node_id,
+        status=CheckpointStatus.APPROVED,
+        manifest=head.manifest,
+        completed=head.completed,
+        queue=head.queue,
+        parent_checkpoint_id=head.checkpoint_id,
+        decision=decision.to_json(),
+        resumes=resumes,
+        counters=head.counters,
+        agent_path=target.agent_path,
+    )
+    events = [NewEvent("gate_decided", target.node_id, {"approved": decision.approved, "by": decision.by})]
+    if continue_as is not None:
+        events.append(NewEvent("node_started", target.node_id))
+    update = RunUpdate(owner=continue_as, lease_until=lease_until, error=None, error_type=None)
+    try:
+        return await store.commit(
+            Commit(
+                run_id=run_id,
+                checkpoints=[draft],
+                events=events,
+                run=update,
+                claim=target.node_id,
+                status_after_claim=RunStatus.RUNNING if continue_as else RunStatus.PENDING,
+                expect_status=frozenset({RunStatus.PAUSED}),
+            )
+        )
+    except Conflict as conflict:
+        raise _not_paused(conflict.run) from None
+
+
+async def cancel_run(store: Store, run_id: str) -> RunRecord:
+    """Cancel a run (C11): settle a paused or pending one, stop a running one at its next commit."""
+    while True:
+        run = await store.get_run(run_id)
+        if run.status in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED):
+            raise NotCancellable(
+                f"Run {run_id} already {run.status.value}; only pending, running or paused runs can be cancelled."
+            )
+        pending = await store.pending_interrupts(run_id) if run.status is RunStatus.PAUSED else []
+        commit = Commit(
+            run_id=run_id,
+            events=[NewEvent("run_cancelled", None, {"was": run.status.value})],
+            run=RunUpdate(
+                status=RunStatus.CANCELLED,
+                error=CANCELLED_MESSAGE,
+                error_type="Cancelled",
+                owner=None,
+                lease_until=None,
+            ),
+            claim=pending[0].node_id if len(pending) == 1 else None,
+            expect_status=frozenset({run.status}),
+            expect_owner=run.owner,
+        )
+        try:
+            result = await store.commit(commit)
+        except (Conflict, AlreadyResumed):
+            continue  # the run moved on meanwhile: look again
+        # A wave can pause at several gates; settle the rest too.
+        for extra in pending[1:]:
+            try:
+                await store.commit(Commit(run_id=run_id, claim=extra.node_id))
+            except AlreadyResumed:
+                pass
+        return result.run
+
+
+@dataclass(slots=True)
+class Fork:
+    """A created fork: its run and its first checkpoint."""
+
+    run: RunRecord
+    checkpoint: CheckpointRecord
+
+
+async def create_fork(
+    store: Store,
+    values: ValueCodec,
+    run_id: str,
+    checkpoint_id: str | None = None,
+    overrides: Any = None,
+    *,
+    owner: str | None = None,
+    lease_until: float | None = None,
+    first_events: list[NewEvent] | None = None,
+) -> Fork:
+    """Create a run branched from a checkpoint of ``run_id`` (C14); the original is untouched."""
+    source_run = await store.get_run(run_id)
+    if checkpoint_id is None:
+        source = await store.resume_point(run_id)
+        if source is None:
+            raise NotResumable(
+                f"Run {run_id} has no checkpoint to fork from yet; let it commit a node first, or start a new run."
+            )
+    else:
+        source = await store.get_checkpoint(run_id, checkpoint_id)
+    changes = check_state(overrides, "Fork state overrides")
+    delta, blobs = values.encode(changes)
+    manifest = {**source.manifest, **delta}
+    new_run_id = new_id()
+    draft = CheckpointDraft(
+        checkpoint_id=new_id(),
+        step=step_name("fork", source.node_id or "run_end"),
+        node_id=source.node_id,
+        status=CheckpointStatus.FORK,
+        manifest=manifest,
+        completed=source.completed,
+        queue=source.queue,
+        parent_checkpoint_id=source.checkpoint_id,
+        resumes=source.resumes,
+        counters=source.counters,
+        agent_path=source.agent_path,
+        extra={"overrides": sorted(changes), "forked_from": {"run_id": run_id, "step": source.step, "seq": source.seq}},
+    )
+    record, _ = await store.create_run(
+        NewRun(
+            run_id=new_run_id,
+            name=source_run.name,
+            kind=source_run.kind,
+            status=RunStatus.RUNNING if owner else RunStatus.PENDING,
+            input_manifest=source_run.input_manifest,
+            blobs=blobs,
+            parent_run_id=run_id,
+            parent_checkpoint_id=source.checkpoint_id,
+            owner=owner,
+            lease_until=lease_until,
+            meta=dict(source_run.meta),
+            checkpoints=[draft],
+            events=[
+                NewEvent(
+                    "fork_created",
+                    source.node_id,
+                    {
+                        "parent_run_id": run_id,
+                        "parent_checkpoint_id": source.checkpoint_id,
+                        "overrides": sorted(changes),
+                    },
+                )
+            ]
+            + (first_events or []),
+        )
+    )
+    values.mark_stored(blobs)
+    checkpoint = await store.head_checkpoint(new_run_id)
+    assert checkpoint is not None
+    return Fork(record, checkpoint)

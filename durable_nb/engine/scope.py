@@ -1,0 +1,42 @@
+"""The node scope: which run and node the current code runs in (a context variable)."""
+
+from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass, field
+
+from ..model import Decision
+from ..store.protocol import Store
+
+__all__ = ["NodeScope", "current_scope", "enter_scope"]
+
+
+@dataclass(slots=True)
+class NodeScope:
+    """What gate(), interrupt() and @idempotent need to know about the running node."""
+
+    run_id: str
+    node_id: str
+    store: Store
+    secret: bytes
+    decisions: list[Decision] = field(default_factory=list)
+    agent_path: str | None = None
+    gate_calls: int = 0
+
+
+_current: contextvars.ContextVar[NodeScope | None] = contextvars.ContextVar("durable_nb_scope", default=None)
+
+
+def current_scope() -> NodeScope | None:
+    """Return the scope of the node running in this context, if any."""
+    return _current.get()
+
+
+def enter_scope(scope: NodeScope | None) -> contextvars.Token[NodeScope | None]:
+    """Make ``scope`` current; pass the token to ``leave_scope``."""
+    return _current.set(scope)
+
+
+def leave_scope(token: contextvars.Token[NodeScope | None]) -> None:
+    """Restore the scope that was current before ``enter_scope``."""
+    _current.reset(token)

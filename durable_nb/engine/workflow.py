@@ -1,0 +1,398 @@
+"""Workflow: node functions over a state dict, run durably (DESIGN.md §6)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
+
+from .._ids import new_id
+from .._loop import run_sync
+from ..errors import (
+    AlreadyResumed,
+    ConfigurationError,
+    InvalidInput,
+    NotResumable,
+    RunOwnedElsewhere,
+    WorkflowMismatch,
+)
+from ..model import (
+    CheckpointRecord,
+    Commit,
+    NewEvent,
+    NewRun,
+    RunKind,
+    RunRecord,
+    RunStatus,
+    RunUpdate,
+)
+from ..store import resolve_store
+from ..store.protocol import Conflict, Store
+from ..store.secret import load_secret
+from .gates import Resume
+from .graph import Graph, NodeSpec
+from .ops import cancel_run, create_fork, decisions_of, load_run, make_decision, record_decision
+from .ownership import active, lease_deadline, owner_alive, this_owner
+from .run import Run
+from .runner import Runner
+from .values import ValueCodec, check_state
+
+__all__ = ["Workflow"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+Sleep = Callable[[float], Awaitable[Any]]
+_RESUMABLE = (RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.PENDING, RunStatus.RUNNING)
+
+
+class Workflow:
+    """A named graph of node functions; each finished node is committed as a checkpoint."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        store: Store | str | os.PathLike[str] | None = None,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigurationError(f"A workflow needs a non-empty name, not {name!r}.")
+        self.name = name
+        self._store_arg = store
+        self._store: Store | None = None
+        self._graph = Graph(name)
+        self._sleep = sleep
+
+    def __repr__(self) -> str:
+        return f"Workflow({self.name!r}, nodes={list(self._graph.nodes)})"
+
+    @property
+    def store(self) -> Store:
+        """The store runs are kept in (``durable_nb.connect()`` unless one was given)."""
+        if self._store is None:
+            self._store = resolve_store(self._store_arg)
+        return self._store
+
+    @property
+    def nodes(self) -> list[str]:
+        """Node ids in definition order."""
+        return list(self._graph.nodes)
+
+    # -- definition -------------------------------------------------------------------
+
+    def node(
+        self,
+        fn: F | None = None,
+        *,
+        after: str | Callable[..., Any] | Iterable[str | Callable[..., Any]] | None = None,
+        retry_count: int = 1,
+        timeout_seconds: float | None = None,
+        label: str | None = None,
+        name: str | None = None,
+    ) -> Any:
+        """Register a node function ``fn(state) -> dict of updates`` (sync or async).
+
+        ``after`` names the nodes (or node functions) it waits for; ``retry_count`` extra
+        attempts follow a failure (C9); each attempt may run ``timeout_seconds`` (C8).
+        """
+
+        def register(function: F) -> F:
+            if not callable(function):
+                raise ConfigurationError(f"@{self.name}.node() decorates functions, not {function!r}.")
+            if not isinstance(retry_count, int) or isinstance(retry_count, bool) or retry_count < 0:
+                raise ConfigurationError(f"retry_count must be a whole number >= 0, not {retry_count!r}.")
+            if timeout_seconds is not None and (
+                not isinstance(timeout_seconds, (int, float))
+                or isinstance(timeout_seconds, bool)
+                or timeout_seconds <= 0
+            ):
+                raise ConfigurationError(f"timeout_seconds must be a positive number, not {timeout_seconds!r}.")
+            node_id = name or function.__name__
+            self._graph.add(
+                NodeSpec(
+                    node_id=node_id,
+                    fn=function,
+                    after=_dependency_ids(after),
+                    retry_count=retry_count,
+                    timeout_seconds=None if timeout_seconds is None else float(timeout_seconds),
+                    label=label or node_id,
+                )
+            )
+            return function
+
+        return register(fn) if fn is not None else register
+
+    # -- starting and continuing ----------------------------------------------------------
+
+    def run(self, input: Any = None, *, idempotency_key: str | None = None) -> Run:
+        """Start a run with ``input`` as its state and drive it until it pauses, fails or ends."""
+        return run_sync(self.arun(input, idempotency_key=idempotency_key))
+
+    async def arun(self, input: Any = None, *, idempotency_key: str | None = None) -> Run:
+        """Async twin of ``run``."""
+        self._graph.check()
+        state = check_state(input, "The run input")
+        if idempotency_key is not None and (not isinstance(idempotency_key, str) or not idempotency_key):
+            raise InvalidInput(f"idempotency_key must be non-empty text, not {idempotency_key!r}.")
+        values = self._values()
+        manifest, blobs = values.encode(state)
+        owner = this_owner()
+        wave = self._graph.ready([])
+        run_id = new_id()
+        with active(run_id):
+            record, created = await self.store.create_run(
+                NewRun(
+                    run_id=run_id,
+                    name=self.name,
+                    kind=RunKind.WORKFLOW,
+                    status=RunStatus.RUNNING,
+                    input_manifest=manifest,
+                    blobs=blobs,
+                    idempotency_key=idempotency_key,
+                    owner=owner,
+                    lease_until=lease_deadline(),
+                    events=[NewEvent("run_started")] + [NewEvent("node_started", n) for n in wave],
+                )
+            )
+            if not created:
+                return await load_run(self.store, record.run_id, record)
+            values.mark_stored(blobs)
+            runner = self._runner(values, record, owner, state, manifest, None)
+            return await self._finish(runner)
+
+    def resume(self, run_id: str, value: Resume | None = None) -> Run:
+        """Continue a failed, cancelled, crashed or new (forked) run from its last checkpoint (C5).
+
+        Pass ``Resume(value)`` to answer the interrupt a paused run waits at.
+        """
+        return run_sync(self.aresume(run_id, value))
+
+    async def aresume(self, run_id: str, value: Resume | None = None) -> Run:
+        """Async twin of ``resume``."""
+        self._graph.check()
+        run = await self._own_run(run_id)
+        if run.status is RunStatus.PAUSED:
+            if isinstance(value, Resume):
+                return await self._decide(run_id, make_decision(True, value.value, None, None), None)
+            raise NotResumable(
+                f"Run {run_id} is paused at a gate; resume does not decide it. Approve or reject "
+                f"it: flow.approve({run_id!r}) / flow.reject(...), or durable_nb.approve(...)."
+            )
+        if value is not None:
+            raise InvalidInput(f"Run {run_id} is {run.status.value}, not waiting for a Resume value.")
+        if run.status is RunStatus.COMPLETED:
+            raise AlreadyResumed(
+                f"Run {run_id} already completed (it has a run_end checkpoint). To run its "
+                f"nodes again with other values, fork it: flow.fork({run_id!r}, state=...)."
+            )
+        if run.status is RunStatus.RUNNING and owner_alive(run_id, run.owner, run.lease_until):
+            raise RunOwnedElsewhere(
+                f"Run {run_id} is running in a live process ({run.owner}); it is never taken "
+                "over. Wait for it, or cancel it with durable_nb.cancel(run_id)."
+            )
+        owner = this_owner()
+        checkpoint = await self.store.resume_point(run_id)
+        completed = checkpoint.completed if checkpoint else []
+        self._check_fits(run, completed)
+        wave = self._graph.ready(completed)
+        with active(run_id):
+            try:
+                taken = await self.store.commit(
+                    Commit(
+                        run_id=run_id,
+                        events=[NewEvent("node_started", n) for n in wave],
+                        run=RunUpdate(
+                            status=RunStatus.RUNNING,
+                            owner=owner,
+                            lease_until=lease_deadline(),
+                            error=None,
+                            error_type=None,
+                        ),
+                        expect_status=frozenset({run.status}),
+                        expect_owner=run.owner,
+                    )
+                )
+            except Conflict as conflict:
+                raise AlreadyResumed(
+                    f"Run {run_id} changed while resuming it (now {conflict.run.status.value}): "
+                    "another process resumed or decided it first."
+                ) from None
+            return await self._continue(taken.run, owner, checkpoint)
+
+    def approve(
+        self,
+        run_id: str,
+        approved: bool = True,
+        *,
+        value: Any = None,
+        comment: str | None = None,
+        by: str | None = None,
+        node: str | None = None,
+    ) -> Run:
+        """Record a decision on the run's gate (atomically, once) and continue the run (C4)."""
+        return run_sync(self.aapprove(run_id, approved, value=value, comment=comment, by=by, node=node))
+
+    async def aapprove(
+        self,
+        run_id: str,
+        approved: bool = True,
+        *,
+        value: Any = None,
+        comment: str | None = None,
+        by: str | None = None,
+        node: str | None = None,
+    ) -> Run:
+        """Async twin of ``approve``."""
+        self._graph.check()
+        await self._own_run(run_id)
+        return await self._decide(run_id, make_decision(approved, value, comment, by), node)
+
+    def reject(
+        self,
+        run_id: str,
+        *,
+        value: Any = None,
+        comment: str | None = None,
+        by: str | None = None,
+        node: str | None = None,
+    ) -> Run:
+        """Record a rejection on the run's gate and continue the run; ``gate()`` returns approved=False."""
+        return run_sync(self.aapprove(run_id, False, value=value, comment=comment, by=by, node=node))
+
+    async def areject(
+        self,
+        run_id: str,
+        *,
+        value: Any = None,
+        comment: str | None = None,
+        by: str | None = None,
+        node: str | None = None,
+    ) -> Run:
+        """Async twin of ``reject``."""
+        return await self.aapprove(run_id, False, value=value, comment=comment, by=by, node=node)
+
+    def fork(self, run_id: str, checkpoint_id: str | None = None, state: dict[str, Any] | None = None) -> Run:
+        """Branch a new run from a checkpoint (default: the latest) with ``state`` overrides, and run it (C14)."""
+        return run_sync(self.afork(run_id, checkpoint_id, state))
+
+    async def afork(self, run_id: str, checkpoint_id: str | None = None, state: dict[str, Any] | None = None) -> Run:
+        """Async twin of ``fork``."""
+        self._graph.check()
+        source = await self._own_run(run_id)
+        values = self._values()
+        owner = this_owner()
+        fork = await create_fork(
+            self.store, values, run_id, checkpoint_id, state, owner=owner, lease_until=lease_deadline()
+        )
+        self._check_fits(source, fork.checkpoint.completed)
+        started = [NewEvent("node_started", n) for n in self._graph.ready(fork.checkpoint.completed)]
+        with active(fork.run.run_id):
+            runner = await self._runner_from(values, fork.run, owner, fork.checkpoint)
+            runner._carry.extend(started)
+            return await self._finish(runner)
+
+    def cancel(self, run_id: str) -> Run:
+        """Cancel a run (C11); it keeps its checkpoints and stays resumable."""
+        return run_sync(self.acancel(run_id))
+
+    async def acancel(self, run_id: str) -> Run:
+        """Async twin of ``cancel``."""
+        record = await cancel_run(self.store, run_id)
+        return await load_run(self.store, run_id, record)
+
+    def get(self, run_id: str) -> Run:
+        """Return a run of this workflow."""
+        return run_sync(self.aget(run_id))
+
+    async def aget(self, run_id: str) -> Run:
+        """Async twin of ``get``."""
+        return await load_run(self.store, run_id, await self._own_run(run_id))
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _values(self) -> ValueCodec:
+        return ValueCodec(self.store, load_secret())
+
+    async def _own_run(self, run_id: str) -> RunRecord:
+        run = await self.store.get_run(run_id)
+        if run.name != self.name:
+            raise WorkflowMismatch(
+                f"Run {run_id} belongs to workflow {run.name!r}, not {self.name!r}; use that "
+                "workflow's object, or durable_nb.approve/cancel/fork that need no code."
+            )
+        return run
+
+    def _check_fits(self, run: RunRecord, completed: list[str]) -> None:
+        unknown = self._graph.unknown(completed)
+        if unknown:
+            raise WorkflowMismatch(
+                f"Run {run.run_id} completed nodes {unknown} that workflow {self.name!r} does not "
+                "define; resume it with the workflow version that started it."
+            )
+
+    async def _decide(self, run_id: str, decision: Any, node: str | None) -> Run:
+        owner = this_owner()
+        with active(run_id):
+            result = await record_decision(
+                self.store, run_id, decision, node, continue_as=owner, lease_until=lease_deadline()
+            )
+            if result.run.status is not RunStatus.RUNNING:
+                return await load_run(self.store, run_id, result.run)
+            return await self._continue(result.run, owner, result.checkpoints[-1])
+
+    async def _continue(self, run: RunRecord, owner: str, checkpoint: CheckpointRecord | None) -> Run:
+        values = self._values()
+        runner = await self._runner_from(values, run, owner, checkpoint)
+        return await self._finish(runner)
+
+    async def _runner_from(
+        self, values: ValueCodec, run: RunRecord, owner: str, checkpoint: CheckpointRecord | None
+    ) -> Runner:
+        manifest = dict(checkpoint.manifest if checkpoint is not None else run.input_manifest)
+        state = await values.load(manifest)
+        return self._runner(values, run, owner, state, manifest, checkpoint)
+
+    def _runner(
+        self,
+        values: ValueCodec,
+        run: RunRecord,
+        owner: str,
+        state: dict[str, Any],
+        manifest: dict[str, str],
+        checkpoint: CheckpointRecord | None,
+    ) -> Runner:
+        return Runner(
+            graph=self._graph,
+            store=self.store,
+            values=values,
+            run=run,
+            owner=owner,
+            state=state,
+            manifest=manifest,
+            completed=list(checkpoint.completed) if checkpoint else [],
+            resumes=decisions_of(checkpoint),
+            head_checkpoint_id=checkpoint.checkpoint_id if checkpoint else None,
+            sleep=self._sleep,
+        )
+
+    async def _finish(self, runner: Runner) -> Run:
+        record = await runner.drive()
+        if record.status is RunStatus.CANCELLED:
+            return await load_run(self.store, record.run_id, record)
+        pending = await self.store.pending_interrupts(record.run_id) if record.status is RunStatus.PAUSED else []
+        return Run(record, pending=pending, state=runner.state)
+
+
+def _dependency_ids(after: Any) -> tuple[str, ...]:
+    if after is None:
+        return ()
+    items = [after] if isinstance(after, str) or callable(after) else list(after)
+    ids = []
+    for item in items:
+        if isinstance(item, str):
+            ids.append(item)
+        elif callable(item) and hasattr(item, "__name__"):
+            ids.append(item.__name__)
+        else:
+            raise ConfigurationError(f"after= takes node names or node functions, not {item!r}.")
+    return tuple(ids)

@@ -1,0 +1,183 @@
+"""Every error durable_nb raises, one class per failure mode.
+
+    DurableError
+     ├── ConfigurationError       a workflow definition that cannot run
+     ├── InvalidInput             bad argument from the caller (also a ValueError)
+     │    ├── InvalidState        state or node updates that are not a dict of str keys
+     │    └── InvalidDecision     an approval/rejection that cannot be recorded
+     ├── RunNotFound              no run with that id (also a LookupError)
+     ├── CheckpointNotFound       no checkpoint with that id in that run
+     ├── AlreadyResumed           someone else already decided / resumed / completed it
+     ├── NotResumable             the run is in a state resume cannot continue from
+     ├── NotCancellable           the run already finished
+     ├── RunOwnedElsewhere        a live process owns the run
+     ├── RunCancelled             the run was cancelled while this process worked on it
+     ├── WorkflowMismatch         resuming a run with a workflow that does not fit it
+     ├── NoActiveNode             gate()/interrupt() called outside a durable node
+     ├── NodeFailed               a node failed after its retries
+     │    └── NodeTimeout         an attempt overran timeout_seconds
+     └── StoreError               the store cannot do what was asked
+          ├── StoreUnavailable    bad URL, missing driver, unreachable database
+          ├── SchemaMismatch      the store was written by a newer durable_nb
+          ├── SerializationError  a value cannot be serialized
+          └── TamperedValueError  a stored value failed its signature check
+
+Errors are stored in checkpoints and cross process boundaries, so each one pickles
+with its arguments intact.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "AlreadyResumed",
+    "CheckpointNotFound",
+    "ConfigurationError",
+    "DurableError",
+    "InvalidDecision",
+    "InvalidInput",
+    "InvalidState",
+    "NoActiveNode",
+    "NodeFailed",
+    "NodeTimeout",
+    "NotCancellable",
+    "NotResumable",
+    "RunCancelled",
+    "RunNotFound",
+    "RunOwnedElsewhere",
+    "SchemaMismatch",
+    "SerializationError",
+    "StoreError",
+    "StoreUnavailable",
+    "TamperedValueError",
+    "WorkflowMismatch",
+]
+
+
+class DurableError(Exception):
+    """Base class of every durable_nb error."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Subclasses with keyword fields keep them in __dict__; restore both.
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+def _rebuild(cls: type[DurableError], args: tuple[Any, ...], state: dict[str, Any]) -> DurableError:
+    error = Exception.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
+
+
+class ConfigurationError(DurableError):
+    """A workflow definition that cannot run (unknown dependency, cycle, duplicate node)."""
+
+
+class InvalidInput(DurableError, ValueError):
+    """An argument from the caller that durable_nb cannot accept."""
+
+
+class InvalidState(InvalidInput, TypeError):
+    """Run input or node updates that are not a dict with string keys."""
+
+
+class InvalidDecision(InvalidInput):
+    """An approval or rejection whose fields cannot be recorded."""
+
+
+class RunNotFound(DurableError, LookupError):
+    """No run with the given id exists in the store."""
+
+    def __init__(self, run_id: str, store: str = "") -> None:
+        where = f" in {store}" if store else ""
+        super().__init__(
+            f"No run with id {run_id!r}{where}. List runs with durable_nb.runs() "
+            "or `durable-nb runs`, and check the store URL."
+        )
+        self.run_id = run_id
+
+
+class CheckpointNotFound(DurableError, LookupError):
+    """No checkpoint with the given id exists in the run."""
+
+    def __init__(self, checkpoint_id: str, run_id: str) -> None:
+        super().__init__(
+            f"Run {run_id!r} has no checkpoint {checkpoint_id!r}. List its checkpoints with durable_nb.history(run_id)."
+        )
+        self.checkpoint_id = checkpoint_id
+        self.run_id = run_id
+
+
+class AlreadyResumed(DurableError):
+    """The run was already resumed, decided or completed by someone else."""
+
+
+class NotResumable(DurableError):
+    """The run's status does not allow resume (e.g. it is paused at a gate)."""
+
+
+class NotCancellable(DurableError):
+    """The run has already finished and cannot be cancelled."""
+
+
+class RunOwnedElsewhere(DurableError):
+    """A live process owns the run; it is never taken over."""
+
+
+class RunCancelled(DurableError):
+    """The run was cancelled while this process was working on it."""
+
+
+class WorkflowMismatch(DurableError):
+    """The run does not belong to this workflow, or names nodes it does not have."""
+
+
+class NoActiveNode(DurableError, RuntimeError):
+    """gate(), interrupt() or a run-scoped call made outside a durable node."""
+
+
+class NodeFailed(DurableError):
+    """A node failed after all its attempts."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        node_id: str = "",
+        error_type: str = "",
+        traceback: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.node_id = node_id
+        self.error_type = error_type
+        self.traceback = traceback
+
+
+class NodeTimeout(NodeFailed):
+    """An attempt of a node ran longer than its timeout_seconds."""
+
+
+class StoreError(DurableError):
+    """The store cannot do what was asked."""
+
+
+class StoreUnavailable(StoreError):
+    """The store URL is malformed, its driver is missing or the database is unreachable."""
+
+
+class SchemaMismatch(StoreError):
+    """The store's schema was written by a newer durable_nb than this one."""
+
+
+class SerializationError(StoreError):
+    """A value cannot be serialized; nothing of the commit was written."""
+
+    def __init__(self, message: str, *, name: str = "", type_name: str = "") -> None:
+        super().__init__(message)
+        self.name = name
+        self.type_name = type_name
+
+
+class TamperedValueError(StoreError):
+    """A stored value's signature does not verify; it was not loaded."""

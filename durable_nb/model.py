@@ -1,0 +1,331 @@
+"""The data model shared by the store and the engine: plain records, no behaviour."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+__all__ = [
+    "Blob",
+    "CheckpointDraft",
+    "CheckpointRecord",
+    "CheckpointStatus",
+    "Commit",
+    "CommitResult",
+    "Decision",
+    "EventRecord",
+    "NewEvent",
+    "NewRun",
+    "PendingInterrupt",
+    "PruneReport",
+    "RunKind",
+    "RunRecord",
+    "RunStatus",
+    "RunUpdate",
+    "UNCHANGED",
+    "step_name",
+]
+
+
+class RunStatus(enum.StrEnum):
+    """Lifecycle of a run (C19)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    PAUSED = "paused"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    COMPLETED = "completed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class RunKind(enum.StrEnum):
+    """What drives a run: a notebook kernel or a Workflow."""
+
+    NOTEBOOK = "notebook"
+    WORKFLOW = "workflow"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class CheckpointStatus(enum.StrEnum):
+    """What a checkpoint records about its node."""
+
+    OK = "ok"
+    INTERRUPTED = "interrupted"
+    FAILED = "failed"
+    APPROVED = "approved"
+    FORK = "fork"
+    COMPLETED = "completed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+RUN_END = "run_end"
+
+
+def step_name(kind: str, node_id: str | None = None) -> str:
+    """Build a step name such as ``after:classify`` or ``run_end``."""
+    if kind == RUN_END:
+        return RUN_END
+    return f"{kind}:{node_id}"
+
+
+class _Unchanged:
+    """Marker for a run field a commit leaves as it is."""
+
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+UNCHANGED: Any = _Unchanged()
+
+
+@dataclass(frozen=True, slots=True)
+class Blob:
+    """A serialized value stored once under its content address."""
+
+    hash: str
+    codec: str
+    data: bytes
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A recorded answer to a gate: who decided what, when, and why."""
+
+    approved: bool
+    value: Any = None
+    comment: str | None = None
+    by: str | None = None
+    at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the JSON form stored in checkpoints."""
+        return {
+            "approved": self.approved,
+            "value": self.value,
+            "comment": self.comment,
+            "by": self.by,
+            "at": self.at.isoformat(),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Decision:
+        """Rebuild a decision from its stored JSON form."""
+        return cls(
+            approved=bool(data["approved"]),
+            value=data.get("value"),
+            comment=data.get("comment"),
+            by=data.get("by"),
+            at=datetime.fromisoformat(data["at"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """One row of the runs table."""
+
+    run_id: str
+    name: str
+    kind: RunKind
+    status: RunStatus
+    created_at: float
+    updated_at: float
+    input_manifest: dict[str, str]
+    error: str | None = None
+    error_type: str | None = None
+    idempotency_key: str | None = None
+    parent_run_id: str | None = None
+    parent_checkpoint_id: str | None = None
+    owner: str | None = None
+    lease_until: float | None = None
+    head_seq: int = 0
+    event_seq: int = 0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointDraft:
+    """A checkpoint about to be written; the store assigns its seq and time."""
+
+    checkpoint_id: str
+    step: str
+    node_id: str | None
+    status: CheckpointStatus
+    manifest: dict[str, str]
+    completed: list[str]
+    queue: list[str]
+    parent_checkpoint_id: str | None = None
+    node_input: Any = None
+    node_output: dict[str, str] | None = None
+    error: str | None = None
+    error_type: str | None = None
+    traceback: str | None = None
+    interrupt: dict[str, Any] | None = None
+    decision: dict[str, Any] | None = None
+    resumes: dict[str, list[Any]] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=dict)
+    agent_path: str | None = None
+    duration: float | None = None
+    attempts: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRecord:
+    """One immutable row of the checkpoints table."""
+
+    run_id: str
+    seq: int
+    created_at: float
+    checkpoint_id: str
+    step: str
+    node_id: str | None
+    status: CheckpointStatus
+    manifest: dict[str, str]
+    completed: list[str]
+    queue: list[str]
+    parent_checkpoint_id: str | None = None
+    node_input: Any = None
+    node_output: dict[str, str] | None = None
+    error: str | None = None
+    error_type: str | None = None
+    traceback: str | None = None
+    interrupt: dict[str, Any] | None = None
+    decision: dict[str, Any] | None = None
+    resumes: dict[str, list[Any]] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=dict)
+    agent_path: str | None = None
+    duration: float | None = None
+    attempts: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event about to be appended to a run's log."""
+
+    type: str
+    node_id: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """One row of a run's event log, numbered per run without gaps."""
+
+    run_id: str
+    seq: int
+    type: str
+    node_id: str | None
+    at: float
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingInterrupt:
+    """A gate waiting for a decision; claimed (deleted) exactly once."""
+
+    run_id: str
+    node_id: str
+    checkpoint_id: str
+    reason: str
+    context: Any
+    created_at: float
+    agent_path: str | None = None
+    expires_at: float | None = None
+    on_timeout: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the caller-facing form of C2."""
+        return {
+            "reason": self.reason,
+            "context": self.context,
+            "node_id": self.node_id,
+            "agent_path": self.agent_path,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class NewRun:
+    """A run about to be created, with the blobs of its input."""
+
+    run_id: str
+    name: str
+    kind: RunKind
+    status: RunStatus
+    input_manifest: dict[str, str]
+    blobs: list[Blob] = field(default_factory=list)
+    idempotency_key: str | None = None
+    parent_run_id: str | None = None
+    parent_checkpoint_id: str | None = None
+    owner: str | None = None
+    lease_until: float | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    checkpoints: list[CheckpointDraft] = field(default_factory=list)
+    events: list[NewEvent] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class RunUpdate:
+    """Changes to a run row that ride in a commit; UNCHANGED fields stay."""
+
+    status: Any = UNCHANGED
+    error: Any = UNCHANGED
+    error_type: Any = UNCHANGED
+    owner: Any = UNCHANGED
+    lease_until: Any = UNCHANGED
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """Everything one transaction writes for a run.
+
+    The checks run first inside the transaction: when one fails, nothing is written.
+    ``claim`` deletes a pending interrupt (a node id, or ``"*"`` for the only one);
+    finding none raises AlreadyResumed. When no other interrupt stays pending, the run takes
+    ``status_after_claim`` (and the owner in ``run``); otherwise it stays paused, unowned.
+    """
+
+    run_id: str
+    checkpoints: list[CheckpointDraft] = field(default_factory=list)
+    blobs: list[Blob] = field(default_factory=list)
+    events: list[NewEvent] = field(default_factory=list)
+    run: RunUpdate | None = None
+    open_interrupts: list[PendingInterrupt] = field(default_factory=list)
+    claim: str | None = None
+    status_after_claim: RunStatus | None = None
+    expect_status: frozenset[RunStatus] | None = None
+    expect_owner: str | None = None
+    idempotent: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    """What a commit wrote: its checkpoints with their seqs, and any claimed interrupt."""
+
+    run: RunRecord
+    checkpoints: list[CheckpointRecord]
+    claimed: PendingInterrupt | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PruneReport:
+    """What prune() deleted."""
+
+    checkpoints: int = 0
+    events: int = 0
+    idempotency: int = 0
+    blobs: int = 0
+    bytes_freed: int = 0

@@ -1,0 +1,57 @@
+"""Persistence: the store protocol, its backends, and ``connect()`` to pick one by URL."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from ..errors import StoreUnavailable
+from .protocol import Conflict, Store
+from .url import DEFAULT_URL, ENV_VAR, parse_url, resolve_url
+
+__all__ = ["DEFAULT_URL", "ENV_VAR", "Conflict", "Store", "connect", "resolve_store"]
+
+_stores: dict[tuple[int, str, str], Store] = {}
+_lock = threading.Lock()
+
+
+def connect(url: str | os.PathLike[str] | None = None, *, durability: str = "full") -> Store:
+    """Return the store at ``url`` (default: $DURABLE_NB_STORE, else sqlite:///.durable_nb/runs.db).
+
+    Stores are shared per process and URL; the connection opens on first use.
+    ``durability="process"`` trades power-loss safety for speed (SQLite synchronous=NORMAL).
+    """
+    text = resolve_url(url)
+    parsed = parse_url(text)
+    key_path = os.path.abspath(parsed.path) if parsed.path and not parsed.is_memory else text
+    # The pid is part of the key: a forked child must not reuse its parent's connection thread.
+    key = (os.getpid(), key_path, durability)
+    with _lock:
+        store = _stores.get(key)
+        if store is not None and not getattr(store, "_closed", False) and not parsed.is_memory:
+            return store
+        store = _open_backend(parsed.scheme, text, parsed.path, durability)
+        if not parsed.is_memory:
+            _stores[key] = store
+        return store
+
+
+def _open_backend(scheme: str, url: str, path: str | None, durability: str) -> Store:
+    if scheme == "sqlite":
+        from .sqlite import SQLiteStore
+
+        assert path is not None
+        return SQLiteStore(url, path, durability)
+    raise StoreUnavailable(
+        f"The {scheme} backend is not available in this version of durable_nb; use a sqlite:/// URL."
+    )
+
+
+def resolve_store(store: Any) -> Store:
+    """Accept a store, a URL or None (the default store) and return a store."""
+    if store is None or isinstance(store, (str, os.PathLike)):
+        return connect(store)
+    if isinstance(store, Store):
+        return store
+    raise TypeError(f"store must be a durable_nb store, a URL or None, not {type(store).__name__}")

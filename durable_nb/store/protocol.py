@@ -1,0 +1,98 @@
+"""The store protocol every backend implements, and its conformance rules.
+
+All methods are coroutines; the sync API drives them through ``durable_nb._loop``.
+A backend must make ``commit`` one transaction: its checks run first, and when any
+fails nothing is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol, runtime_checkable
+
+from ..errors import StoreError
+from ..model import (
+    Blob,
+    CheckpointRecord,
+    Commit,
+    CommitResult,
+    EventRecord,
+    NewRun,
+    PendingInterrupt,
+    PruneReport,
+    RunRecord,
+)
+
+__all__ = ["Conflict", "Store"]
+
+
+class Conflict(StoreError):
+    """A commit's expectation about the run (status, owner) no longer holds."""
+
+    def __init__(self, run: RunRecord, message: str) -> None:
+        super().__init__(message)
+        self.run = run
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Persistence of runs, checkpoints, interrupts, idempotent results, blobs and events."""
+
+    url: str
+    durability: str
+
+    async def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
+        """Create a run (with its first checkpoints and events) or return the one with its key."""
+        ...
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        """Return a run; raise RunNotFound."""
+        ...
+
+    async def list_runs(self, name: str | None = None) -> list[RunRecord]:
+        """Return runs, newest first, optionally of one name."""
+        ...
+
+    async def commit(self, commit: Commit) -> CommitResult:
+        """Write a commit atomically; raise Conflict or AlreadyResumed without writing."""
+        ...
+
+    async def resume_point(self, run_id: str) -> CheckpointRecord | None:
+        """Return the latest checkpoint that is not a ``run_end`` tombstone."""
+        ...
+
+    async def head_checkpoint(self, run_id: str) -> CheckpointRecord | None:
+        """Return the run's latest checkpoint, tombstones included."""
+        ...
+
+    async def get_checkpoint(self, run_id: str, checkpoint_id: str) -> CheckpointRecord:
+        """Return one checkpoint of a run; raise CheckpointNotFound."""
+        ...
+
+    async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
+        """Return a run's checkpoints in seq order."""
+        ...
+
+    async def pending_interrupts(self, run_id: str) -> list[PendingInterrupt]:
+        """Return the gates of a run that wait for a decision."""
+        ...
+
+    async def get_blobs(self, hashes: Iterable[str]) -> dict[str, Blob]:
+        """Return the blobs stored under the given addresses (missing ones are left out)."""
+        ...
+
+    async def get_idempotent(self, run_id: str, key: str) -> str | None:
+        """Return the blob address of a stored @idempotent result, if any."""
+        ...
+
+    async def list_events(self, run_id: str, after_seq: int = 0) -> list[EventRecord]:
+        """Return a run's events with seq above ``after_seq``, in order."""
+        ...
+
+    async def prune(self, older_than: float) -> PruneReport:
+        """Delete finished history last touched before the epoch time ``older_than``."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections; the store cannot be used afterwards."""
+        ...

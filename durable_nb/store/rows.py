@@ -1,0 +1,172 @@
+"""Conversions between records and the column values every SQL backend stores."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ..model import (
+    CheckpointDraft,
+    CheckpointRecord,
+    CheckpointStatus,
+    EventRecord,
+    PendingInterrupt,
+    RunKind,
+    RunRecord,
+    RunStatus,
+)
+
+__all__ = [
+    "CHECKPOINT_COLUMNS",
+    "EVENT_COLUMNS",
+    "INTERRUPT_COLUMNS",
+    "RUN_COLUMNS",
+    "checkpoint_from_row",
+    "checkpoint_values",
+    "dumps",
+    "event_from_row",
+    "interrupt_from_row",
+    "interrupt_values",
+    "run_from_row",
+]
+
+RUN_COLUMNS = (
+    "run_id, name, kind, status, created_at, updated_at, input_manifest, error, error_type, "
+    "idempotency_key, parent_run_id, parent_checkpoint_id, owner, lease_until, head_seq, "
+    "event_seq, meta"
+)
+CHECKPOINT_COLUMNS = (
+    "run_id, seq, created_at, checkpoint_id, step, node_id, status, manifest, completed, queue, "
+    "parent_checkpoint_id, node_input, node_output, error, error_type, traceback, interrupt, "
+    "decision, resumes, counters, agent_path, duration, attempts, extra"
+)
+INTERRUPT_COLUMNS = "run_id, node_id, checkpoint_id, reason, context, created_at, agent_path, expires_at, on_timeout"
+EVENT_COLUMNS = "run_id, seq, type, node_id, at, data"
+
+
+def dumps(value: Any) -> str:
+    """Encode a JSON column compactly."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _loads(text: str | None, default: Any = None) -> Any:
+    return default if text is None else json.loads(text)
+
+
+def run_from_row(row: Sequence[Any]) -> RunRecord:
+    """Build a RunRecord from a row in RUN_COLUMNS order."""
+    return RunRecord(
+        run_id=row[0],
+        name=row[1],
+        kind=RunKind(row[2]),
+        status=RunStatus(row[3]),
+        created_at=row[4],
+        updated_at=row[5],
+        input_manifest=json.loads(row[6]),
+        error=row[7],
+        error_type=row[8],
+        idempotency_key=row[9],
+        parent_run_id=row[10],
+        parent_checkpoint_id=row[11],
+        owner=row[12],
+        lease_until=row[13],
+        head_seq=row[14],
+        event_seq=row[15],
+        meta=json.loads(row[16]),
+    )
+
+
+def checkpoint_values(run_id: str, seq: int, created_at: float, draft: CheckpointDraft) -> tuple[Any, ...]:
+    """Return a draft's column values in CHECKPOINT_COLUMNS order."""
+    return (
+        run_id,
+        seq,
+        created_at,
+        draft.checkpoint_id,
+        draft.step,
+        draft.node_id,
+        draft.status.value,
+        dumps(draft.manifest),
+        dumps(draft.completed),
+        dumps(draft.queue),
+        draft.parent_checkpoint_id,
+        None if draft.node_input is None else dumps(draft.node_input),
+        None if draft.node_output is None else dumps(draft.node_output),
+        draft.error,
+        draft.error_type,
+        draft.traceback,
+        None if draft.interrupt is None else dumps(draft.interrupt),
+        None if draft.decision is None else dumps(draft.decision),
+        dumps(draft.resumes),
+        dumps(draft.counters),
+        draft.agent_path,
+        draft.duration,
+        draft.attempts,
+        dumps(draft.extra),
+    )
+
+
+def checkpoint_from_row(row: Sequence[Any]) -> CheckpointRecord:
+    """Build a CheckpointRecord from a row in CHECKPOINT_COLUMNS order."""
+    return CheckpointRecord(
+        run_id=row[0],
+        seq=row[1],
+        created_at=row[2],
+        checkpoint_id=row[3],
+        step=row[4],
+        node_id=row[5],
+        status=CheckpointStatus(row[6]),
+        manifest=json.loads(row[7]),
+        completed=json.loads(row[8]),
+        queue=json.loads(row[9]),
+        parent_checkpoint_id=row[10],
+        node_input=_loads(row[11]),
+        node_output=_loads(row[12]),
+        error=row[13],
+        error_type=row[14],
+        traceback=row[15],
+        interrupt=_loads(row[16]),
+        decision=_loads(row[17]),
+        resumes=_loads(row[18], {}),
+        counters=_loads(row[19], {}),
+        agent_path=row[20],
+        duration=row[21],
+        attempts=row[22],
+        extra=_loads(row[23], {}),
+    )
+
+
+def interrupt_values(pending: PendingInterrupt) -> tuple[Any, ...]:
+    """Return a pending interrupt's column values in INTERRUPT_COLUMNS order."""
+    return (
+        pending.run_id,
+        pending.node_id,
+        pending.checkpoint_id,
+        pending.reason,
+        dumps(pending.context),
+        pending.created_at,
+        pending.agent_path,
+        pending.expires_at,
+        pending.on_timeout,
+    )
+
+
+def interrupt_from_row(row: Sequence[Any]) -> PendingInterrupt:
+    """Build a PendingInterrupt from a row in INTERRUPT_COLUMNS order."""
+    return PendingInterrupt(
+        run_id=row[0],
+        node_id=row[1],
+        checkpoint_id=row[2],
+        reason=row[3],
+        context=json.loads(row[4]),
+        created_at=row[5],
+        agent_path=row[6],
+        expires_at=row[7],
+        on_timeout=row[8],
+    )
+
+
+def event_from_row(row: Sequence[Any]) -> EventRecord:
+    """Build an EventRecord from a row in EVENT_COLUMNS order."""
+    return EventRecord(run_id=row[0], seq=row[1], type=row[2], node_id=row[3], at=row[4], data=json.loads(row[5]))

@@ -1,0 +1,63 @@
+"""Rules every backend applies inside a commit's transaction, written once."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..errors import AlreadyResumed, InvalidDecision
+from ..model import UNCHANGED, Commit, PendingInterrupt, RunRecord, RunStatus
+from .protocol import Conflict
+
+__all__ = ["ANY_NODE", "check_expectations", "choose_claim", "updated_run"]
+
+ANY_NODE = "*"
+
+
+def check_expectations(run: RunRecord, commit: Commit) -> None:
+    """Raise Conflict when the run is no longer in the status or hands the commit expects."""
+    if commit.expect_status is not None and run.status not in commit.expect_status:
+        wanted = ", ".join(sorted(s.value for s in commit.expect_status))
+        raise Conflict(run, f"Run {run.run_id} is {run.status.value}, expected {wanted}.")
+    if commit.expect_owner is not UNCHANGED and run.owner != commit.expect_owner:
+        raise Conflict(run, f"Run {run.run_id} is owned by {run.owner!r}, not {commit.expect_owner!r}.")
+
+
+def choose_claim(run_id: str, node_id: str, pending: list[PendingInterrupt]) -> PendingInterrupt:
+    """Pick the pending interrupt a claim names; raise AlreadyResumed when there is none."""
+    if node_id == ANY_NODE:
+        if len(pending) > 1:
+            names = ", ".join(sorted(p.node_id for p in pending))
+            raise InvalidDecision(f"Run {run_id} waits at {len(pending)} gates ({names}); say which one with node=…")
+        if pending:
+            return pending[0]
+    else:
+        for item in pending:
+            if item.node_id == node_id:
+                return item
+    raise AlreadyResumed(
+        f"Run {run_id} has no open gate{'' if node_id == ANY_NODE else f' at node {node_id!r}'}: "
+        "it was already decided (by another process or person) or was never paused there. "
+        "Check its status with durable_nb.get_run(run_id)."
+    )
+
+
+def updated_run(
+    run: RunRecord, commit: Commit, now: float, checkpoints: int, events: int, still_pending: int = 0
+) -> RunRecord:
+    """Return the run row as the commit leaves it (``still_pending``: gates left after a claim)."""
+    changes: dict[str, object] = {
+        "updated_at": now,
+        "head_seq": run.head_seq + checkpoints,
+        "event_seq": run.event_seq + events,
+    }
+    if commit.run is not None:
+        for name in ("status", "error", "error_type", "owner", "lease_until"):
+            value = getattr(commit.run, name)
+            if value is not UNCHANGED:
+                changes[name] = value
+    if commit.claim is not None and commit.status_after_claim is not None:
+        if still_pending:
+            changes.update(status=RunStatus.PAUSED, owner=None, lease_until=None)
+        else:
+            changes["status"] = commit.status_after_claim
+    return replace(run, **changes)  # type: ignore[arg-type]

@@ -1,0 +1,484 @@
+"""The embedded SQLite store, on aiosqlite.
+
+Each store operation is one function run on aiosqlite's connection thread, so a
+transaction is a single queue item: it cannot interleave with another coroutine's, even
+when several event loops or threads share the store, and a commit costs one thread hop.
+Writers open IMMEDIATE transactions so that two processes never both read a run row
+and then both write it; ``busy_timeout`` makes the loser wait instead of failing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import os
+import sqlite3
+import threading
+import time
+import warnings
+import weakref
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiosqlite
+
+from ..errors import RunNotFound, StoreUnavailable
+from ..model import (
+    Blob,
+    CheckpointRecord,
+    Commit,
+    CommitResult,
+    EventRecord,
+    NewRun,
+    PendingInterrupt,
+    PruneReport,
+    RunRecord,
+    RunStatus,
+)
+from . import rows
+from .rules import check_expectations, choose_claim, updated_run
+from .sqlite_schema import ensure_schema
+
+__all__ = ["SQLiteStore"]
+
+T = TypeVar("T")
+BUSY_TIMEOUT_MS = 60_000
+_DURABILITY = {"full": "FULL", "process": "NORMAL"}
+_open_stores: weakref.WeakSet[SQLiteStore] = weakref.WeakSet()
+
+
+class SQLiteStore:
+    """A store in one SQLite file (WAL, ``synchronous=FULL`` unless durability="process")."""
+
+    def __init__(self, url: str, path: str, durability: str = "full") -> None:
+        if durability not in _DURABILITY:
+            raise ValueError(f"durability must be 'full' or 'process', not {durability!r}")
+        self.url = url
+        self.path = path
+        self.durability = durability
+        self._conn: aiosqlite.Connection | None = None
+        self._opening: concurrent.futures.Future[aiosqlite.Connection] | None = None
+        self._open_lock = threading.Lock()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.url!r}, durability={self.durability!r})"
+
+    # -- connection ---------------------------------------------------------------
+
+    def _connect_sqlite(self) -> sqlite3.Connection:
+        if self.path != ":memory:":
+            path = Path(self.path)
+            if not path.parent.exists():
+                path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if not path.exists():
+                # Create the file ourselves so it is private (0600) from its first byte.
+                os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+        try:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            if self.path != ":memory:":
+                conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={_DURABILITY[self.durability]}")
+            ensure_schema(conn, self.path)
+        except sqlite3.DatabaseError as exc:
+            raise StoreUnavailable(
+                f"Cannot open the SQLite store {self.path}: {exc}. Check that the path is a "
+                "durable_nb store (or a new file) and that it is readable and writable."
+            ) from exc
+        return conn
+
+    async def _connection(self) -> aiosqlite.Connection:
+        conn = self._conn
+        if conn is not None:
+            return conn
+        if self._closed:
+            raise StoreUnavailable(f"{self!r} is closed; open a new one with durable_nb.connect().")
+        with self._open_lock:
+            future = self._opening
+            opener = future is None
+            if future is None:
+                future = self._opening = concurrent.futures.Future()
+        if not opener:
+            return await asyncio.wrap_future(future)
+        try:
+            conn = aiosqlite.Connection(self._connect_sqlite, iter_chunk_size=64)
+            # A store nobody closed must not keep the interpreter from exiting.
+            conn._thread.daemon = True
+            await conn
+        except BaseException as exc:
+            with self._open_lock:
+                self._opening = None
+            future.set_exception(exc)
+            raise
+        self._conn = conn
+        _open_stores.add(self)
+        future.set_result(conn)
+        return conn
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        conn = await self._connection()
+        # One queue item per operation: see the module docstring.
+        return await conn._execute(fn, conn._conn, *args)
+
+    async def close(self) -> None:
+        """Close the connection; later calls raise StoreUnavailable."""
+        self._closed = True
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()
+
+    def close_at_exit(self) -> None:
+        """Close from a thread with no event loop, waiting briefly for queued work."""
+        conn, self._conn = self._conn, None
+        self._closed = True
+        if conn is None:
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            conn.stop()
+        conn._thread.join(timeout=5)
+
+    # -- runs -----------------------------------------------------------------------
+
+    async def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
+        """Create a run with its first checkpoints and events, or return the keyed original."""
+        return await self._run(_create_run, new, time.time())
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        """Return a run; raise RunNotFound."""
+        run = await self._run(_get_run, run_id)
+        if run is None:
+            raise RunNotFound(run_id, self.url)
+        return run
+
+    async def list_runs(self, name: str | None = None) -> list[RunRecord]:
+        """Return runs, newest first, optionally of one name."""
+        return await self._run(_list_runs, name)
+
+    async def commit(self, commit: Commit) -> CommitResult:
+        """Write a commit in one IMMEDIATE transaction."""
+        return await self._run(_commit, commit, time.time(), self.url)
+
+    # -- checkpoints ------------------------------------------------------------------
+
+    async def resume_point(self, run_id: str) -> CheckpointRecord | None:
+        """Return the latest checkpoint that is not a run_end tombstone."""
+        return await self._run(_one_checkpoint, run_id, "AND step != 'run_end'")
+
+    async def head_checkpoint(self, run_id: str) -> CheckpointRecord | None:
+        """Return the run's latest checkpoint."""
+        return await self._run(_one_checkpoint, run_id, "")
+
+    async def get_checkpoint(self, run_id: str, checkpoint_id: str) -> CheckpointRecord:
+        """Return one checkpoint of a run; raise CheckpointNotFound."""
+        from ..errors import CheckpointNotFound
+
+        found = await self._run(_checkpoint_by_id, run_id, checkpoint_id)
+        if found is None:
+            raise CheckpointNotFound(checkpoint_id, run_id)
+        return found
+
+    async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
+        """Return a run's checkpoints in seq order."""
+        return await self._run(_list_checkpoints, run_id)
+
+    async def pending_interrupts(self, run_id: str) -> list[PendingInterrupt]:
+        """Return the gates of a run that wait for a decision."""
+        return await self._run(_pending, run_id)
+
+    # -- values -------------------------------------------------------------------------
+
+    async def get_blobs(self, hashes: Iterable[str]) -> dict[str, Blob]:
+        """Return the blobs stored under the given addresses."""
+        wanted = list(dict.fromkeys(hashes))
+        if not wanted:
+            return {}
+        return await self._run(_get_blobs, wanted)
+
+    async def get_idempotent(self, run_id: str, key: str) -> str | None:
+        """Return the address of a stored @idempotent result."""
+        return await self._run(_get_idempotent, run_id, key)
+
+    async def list_events(self, run_id: str, after_seq: int = 0) -> list[EventRecord]:
+        """Return a run's events after ``after_seq`` in order."""
+        return await self._run(_list_events, run_id, after_seq)
+
+    async def prune(self, older_than: float) -> PruneReport:
+        """Delete finished history older than the epoch time ``older_than``; collect blobs."""
+        return await self._run(_prune, older_than)
+
+
+# -- functions run on the connection thread ----------------------------------------------
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE … COMMIT, rolled back on any exception."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.conn.execute("BEGIN IMMEDIATE")
+        return self.conn
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is None:
+            self.conn.execute("COMMIT")
+        elif self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
+
+
+def _get_run(conn: sqlite3.Connection, run_id: str) -> RunRecord | None:
+    row = conn.execute(f"SELECT {rows.RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+    return None if row is None else rows.run_from_row(row)
+
+
+def _list_runs(conn: sqlite3.Connection, name: str | None) -> list[RunRecord]:
+    if name is None:
+        cursor = conn.execute(f"SELECT {rows.RUN_COLUMNS} FROM runs ORDER BY run_id DESC")
+    else:
+        cursor = conn.execute(f"SELECT {rows.RUN_COLUMNS} FROM runs WHERE name = ? ORDER BY run_id DESC", (name,))
+    return [rows.run_from_row(row) for row in cursor]
+
+
+_INSERT_BLOB = "INSERT OR IGNORE INTO blobs (hash, codec, size, created_at, data) VALUES (?, ?, ?, ?, ?)"
+_INSERT_CHECKPOINT = f"INSERT INTO checkpoints ({rows.CHECKPOINT_COLUMNS}) VALUES ({', '.join('?' * 24)})"
+_INSERT_EVENT = f"INSERT INTO events ({rows.EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
+_INSERT_INTERRUPT = f"INSERT INTO pending_interrupts ({rows.INTERRUPT_COLUMNS}) VALUES ({', '.join('?' * 9)})"
+
+
+def _write_children(
+    conn: sqlite3.Connection, run: RunRecord, commit: Commit | NewRun, blobs: list[Blob], now: float
+) -> list[CheckpointRecord]:
+    if blobs:
+        conn.executemany(_INSERT_BLOB, [(b.hash, b.codec, b.size, now, b.data) for b in blobs])
+    written = []
+    for offset, draft in enumerate(commit.checkpoints, start=1):
+        values = rows.checkpoint_values(run.run_id, run.head_seq + offset, now, draft)
+        conn.execute(_INSERT_CHECKPOINT, values)
+        written.append(rows.checkpoint_from_row(values))
+    if commit.events:
+        conn.executemany(
+            _INSERT_EVENT,
+            [
+                (run.run_id, run.event_seq + offset, e.type, e.node_id, now, rows.dumps(e.data))
+                for offset, e in enumerate(commit.events, start=1)
+            ],
+        )
+    return written
+
+
+def _create_run(conn: sqlite3.Connection, new: NewRun, now: float) -> tuple[RunRecord, bool]:
+    with _Transaction(conn):
+        if new.idempotency_key is not None:
+            row = conn.execute(
+                f"SELECT {rows.RUN_COLUMNS} FROM runs WHERE name = ? AND idempotency_key = ?",
+                (new.name, new.idempotency_key),
+            ).fetchone()
+            if row is not None:
+                return rows.run_from_row(row), False
+        run = RunRecord(
+            run_id=new.run_id,
+            name=new.name,
+            kind=new.kind,
+            status=new.status,
+            created_at=now,
+            updated_at=now,
+            input_manifest=new.input_manifest,
+            idempotency_key=new.idempotency_key,
+            parent_run_id=new.parent_run_id,
+            parent_checkpoint_id=new.parent_checkpoint_id,
+            owner=new.owner,
+            lease_until=new.lease_until,
+            meta=new.meta,
+        )
+        _write_children(conn, run, new, new.blobs, now)
+        run = replace(run, head_seq=len(new.checkpoints), event_seq=len(new.events))
+        conn.execute(
+            f"INSERT INTO runs ({rows.RUN_COLUMNS}) VALUES ({', '.join('?' * 17)})",
+            _run_values(run),
+        )
+        return run, True
+
+
+def _run_values(run: RunRecord) -> tuple[Any, ...]:
+    return (
+        run.run_id,
+        run.name,
+        run.kind.value,
+        run.status.value,
+        run.created_at,
+        run.updated_at,
+        rows.dumps(run.input_manifest),
+        run.error,
+        run.error_type,
+        run.idempotency_key,
+        run.parent_run_id,
+        run.parent_checkpoint_id,
+        run.owner,
+        run.lease_until,
+        run.head_seq,
+        run.event_seq,
+        rows.dumps(run.meta),
+    )
+
+
+def _commit(conn: sqlite3.Connection, commit: Commit, now: float, url: str) -> CommitResult:
+    with _Transaction(conn):
+        run = _get_run(conn, commit.run_id)
+        if run is None:
+            raise RunNotFound(commit.run_id, url)
+        check_expectations(run, commit)
+        claimed = None
+        still_pending = 0
+        if commit.claim is not None:
+            pending = _pending(conn, run.run_id)
+            claimed = choose_claim(run.run_id, commit.claim, pending)
+            still_pending = len(pending) - 1
+            conn.execute(
+                "DELETE FROM pending_interrupts WHERE run_id = ? AND node_id = ?",
+                (run.run_id, claimed.node_id),
+            )
+        checkpoints = _write_children(conn, run, commit, commit.blobs, now)
+        if commit.open_interrupts:
+            conn.executemany(_INSERT_INTERRUPT, [rows.interrupt_values(p) for p in commit.open_interrupts])
+        if commit.idempotent:
+            conn.executemany(
+                "INSERT OR IGNORE INTO idempotency (run_id, key, hash, created_at) VALUES (?, ?, ?, ?)",
+                [(run.run_id, key, value_hash, now) for key, value_hash in commit.idempotent],
+            )
+        after = updated_run(run, commit, now, len(commit.checkpoints), len(commit.events), still_pending)
+        conn.execute(
+            "UPDATE runs SET status = ?, error = ?, error_type = ?, owner = ?, lease_until = ?, "
+            "head_seq = ?, event_seq = ?, updated_at = ? WHERE run_id = ?",
+            (
+                after.status.value,
+                after.error,
+                after.error_type,
+                after.owner,
+                after.lease_until,
+                after.head_seq,
+                after.event_seq,
+                after.updated_at,
+                after.run_id,
+            ),
+        )
+        return CommitResult(after, checkpoints, claimed)
+
+
+def _one_checkpoint(conn: sqlite3.Connection, run_id: str, condition: str) -> CheckpointRecord | None:
+    row = conn.execute(
+        f"SELECT {rows.CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? {condition} ORDER BY seq DESC LIMIT 1",
+        (run_id,),
+    ).fetchone()
+    return None if row is None else rows.checkpoint_from_row(row)
+
+
+def _checkpoint_by_id(conn: sqlite3.Connection, run_id: str, checkpoint_id: str) -> CheckpointRecord | None:
+    row = conn.execute(
+        f"SELECT {rows.CHECKPOINT_COLUMNS} FROM checkpoints WHERE checkpoint_id = ? AND run_id = ?",
+        (checkpoint_id, run_id),
+    ).fetchone()
+    return None if row is None else rows.checkpoint_from_row(row)
+
+
+def _list_checkpoints(conn: sqlite3.Connection, run_id: str) -> list[CheckpointRecord]:
+    cursor = conn.execute(f"SELECT {rows.CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? ORDER BY seq", (run_id,))
+    return [rows.checkpoint_from_row(row) for row in cursor]
+
+
+def _pending(conn: sqlite3.Connection, run_id: str) -> list[PendingInterrupt]:
+    cursor = conn.execute(
+        f"SELECT {rows.INTERRUPT_COLUMNS} FROM pending_interrupts WHERE run_id = ? ORDER BY created_at",
+        (run_id,),
+    )
+    return [rows.interrupt_from_row(row) for row in cursor]
+
+
+def _get_blobs(conn: sqlite3.Connection, hashes: list[str]) -> dict[str, Blob]:
+    found: dict[str, Blob] = {}
+    # Stay under SQLite's limit on bound parameters.
+    for start in range(0, len(hashes), 500):
+        chunk = hashes[start : start + 500]
+        cursor = conn.execute(
+            f"SELECT hash, codec, data FROM blobs WHERE hash IN ({', '.join('?' * len(chunk))})", chunk
+        )
+        for value_hash, codec, data in cursor:
+            found[value_hash] = Blob(value_hash, codec, bytes(data))
+    return found
+
+
+def _get_idempotent(conn: sqlite3.Connection, run_id: str, key: str) -> str | None:
+    row = conn.execute("SELECT hash FROM idempotency WHERE run_id = ? AND key = ?", (run_id, key)).fetchone()
+    return None if row is None else row[0]
+
+
+def _list_events(conn: sqlite3.Connection, run_id: str, after_seq: int) -> list[EventRecord]:
+    cursor = conn.execute(
+        f"SELECT {rows.EVENT_COLUMNS} FROM events WHERE run_id = ? AND seq > ? ORDER BY seq",
+        (run_id, after_seq),
+    )
+    return [rows.event_from_row(row) for row in cursor]
+
+
+_PRUNABLE = (RunStatus.COMPLETED.value, RunStatus.FAILED.value)
+
+# Blobs still reachable from anything kept: manifests, node outputs, run inputs,
+# @idempotent results, and blobs a front end lists under extra.blobs.
+_LIVE_BLOBS = """
+    SELECT j.value FROM checkpoints AS c, json_each(c.manifest) AS j
+    UNION SELECT j.value FROM checkpoints AS c, json_each(c.node_output) AS j
+        WHERE c.node_output IS NOT NULL
+    UNION SELECT j.value FROM checkpoints AS c, json_each(c.extra, '$.blobs') AS j
+    UNION SELECT j.value FROM runs AS r, json_each(r.input_manifest) AS j
+    UNION SELECT hash FROM idempotency
+"""
+
+
+def _prune(conn: sqlite3.Connection, older_than: float) -> PruneReport:
+    with _Transaction(conn):
+        conn.execute("CREATE TEMP TABLE IF NOT EXISTS prunable (run_id TEXT PRIMARY KEY)")
+        conn.execute("DELETE FROM prunable")
+        conn.execute(
+            "INSERT INTO prunable SELECT run_id FROM runs WHERE status IN (?, ?) AND updated_at < ?",
+            (*_PRUNABLE, older_than),
+        )
+        # Keep what resume and fork still need: each run's resume point and tombstone,
+        # gate checkpoints, and checkpoints other runs were forked from.
+        checkpoints = conn.execute(
+            """
+            DELETE FROM checkpoints
+            WHERE run_id IN (SELECT run_id FROM prunable)
+              AND created_at < ?
+              AND status != 'interrupted'
+              AND checkpoint_id NOT IN (
+                  SELECT parent_checkpoint_id FROM runs WHERE parent_checkpoint_id IS NOT NULL)
+              AND seq < (SELECT MAX(k.seq) FROM checkpoints AS k
+                         WHERE k.run_id = checkpoints.run_id AND k.step != 'run_end')
+            """,
+            (older_than,),
+        ).rowcount
+        events = conn.execute(
+            "DELETE FROM events WHERE run_id IN (SELECT run_id FROM prunable) AND at < ?",
+            (older_than,),
+        ).rowcount
+        idempotency = conn.execute(
+            "DELETE FROM idempotency WHERE run_id IN (SELECT run_id FROM prunable) AND created_at < ?",
+            (older_than,),
+        ).rowcount
+        freed = conn.execute(
+            f"SELECT COUNT(*), COALESCE(SUM(size), 0) FROM blobs WHERE hash NOT IN ({_LIVE_BLOBS})"
+        ).fetchone()
+        conn.execute(f"DELETE FROM blobs WHERE hash NOT IN ({_LIVE_BLOBS})")
+        conn.execute("DELETE FROM prunable")
+    return PruneReport(checkpoints, events, idempotency, int(freed[0]), int(freed[1]))
+
+
+@atexit.register
+def _close_open_stores() -> None:
+    for store in list(_open_stores):
+        store.close_at_exit()

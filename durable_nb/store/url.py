@@ -1,0 +1,59 @@
+"""Store URLs: which backend, and where its data lives."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import StoreUnavailable
+
+__all__ = ["DEFAULT_URL", "ENV_VAR", "StoreURL", "parse_url", "resolve_url"]
+
+ENV_VAR = "DURABLE_NB_STORE"
+DEFAULT_URL = "sqlite:///.durable_nb/runs.db"
+
+
+@dataclass(frozen=True, slots=True)
+class StoreURL:
+    """A parsed store URL."""
+
+    scheme: str
+    raw: str
+    path: str | None = None
+
+    @property
+    def is_memory(self) -> bool:
+        return self.scheme == "sqlite" and self.path == ":memory:"
+
+
+def resolve_url(url: str | os.PathLike[str] | None) -> str:
+    """Return the URL to use: the given one, else $DURABLE_NB_STORE, else the default."""
+    if url is None:
+        url = os.environ.get(ENV_VAR) or DEFAULT_URL
+    return os.fspath(url)
+
+
+def parse_url(url: str) -> StoreURL:
+    """Parse ``sqlite:///relative.db``, ``sqlite:////absolute.db`` or ``postgresql://…``."""
+    if url.startswith("sqlite://"):
+        rest = url[len("sqlite://") :]
+        if rest in ("", "/", "/:memory:", ":memory:"):
+            return StoreURL("sqlite", url, ":memory:")
+        if not rest.startswith("/"):
+            raise StoreUnavailable(
+                f"Cannot read store URL {url!r}: a SQLite URL is sqlite:///relative/path.db "
+                "or sqlite:////absolute/path.db (three slashes, then the path)."
+            )
+        path = rest[1:]
+        # A fourth slash makes the path absolute, as in SQLAlchemy URLs.
+        return StoreURL("sqlite", url, str(Path(path).expanduser()))
+    if url.startswith(("postgresql://", "postgres://", "postgresql+")):
+        return StoreURL("postgresql", url)
+    if "://" not in url and url.endswith((".db", ".sqlite", ".sqlite3")):
+        return StoreURL("sqlite", url, str(Path(url).expanduser()))
+    raise StoreUnavailable(
+        f"Unknown store URL {url!r}. Use sqlite:///path/to/runs.db for the embedded store "
+        "or postgresql://user@host/db for PostgreSQL (set it with durable_nb.connect(url) "
+        f"or the {ENV_VAR} environment variable)."
+    )
