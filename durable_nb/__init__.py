@@ -4,8 +4,6 @@ Every finished node commits a checkpoint; a crash loses at most the node in flig
 wait for a person's decision without a live process; any checkpoint can be forked.
 """
 
-from __future__ import annotations
-
 from .engine.calls import (
     aapprove,
     acancel,

@@ -307,7 +307,7 @@ class Commit:
     claim: str | None = None
     status_after_claim: RunStatus | None = None
     expect_status: frozenset[RunStatus] | None = None
-    expect_owner: str | None = None
+    expect_owner: Any = UNCHANGED
     idempotent: list[tuple[str, str]] = field(default_factory=list)
 
 

@@ -1,0 +1,77 @@
+"""The public surface (§2, §8): __all__, layering, light import, documented names."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import env_with_repo
+
+import durable_nb as dnb
+
+PACKAGE = Path(dnb.__file__).parent
+FRONT_END_ONLY = {"IPython", "ipywidgets", "pandas", "ipykernel"}
+
+
+def test_all_matches_exports() -> None:
+    """§2: __all__ lists exactly the public names the package exports."""
+    public = {name for name in vars(dnb) if not name.startswith("_") and not inspect.ismodule(getattr(dnb, name))}
+    assert set(dnb.__all__) - {"__version__"} == public
+    assert len(dnb.__all__) == len(set(dnb.__all__))
+
+
+def test_every_error_is_a_durable_error_with_a_docstring() -> None:
+    """§8: one base class, one documented subclass per failure mode, all importable from durable_nb."""
+    errors = [
+        getattr(dnb, n)
+        for n in dnb.__all__
+        if isinstance(getattr(dnb, n), type) and issubclass(getattr(dnb, n), Exception)
+    ]
+    assert len(errors) >= 15
+    for error in errors:
+        assert issubclass(error, dnb.DurableError)
+        assert error.__doc__ and error.__doc__.strip()
+
+
+def test_public_callables_have_docstrings() -> None:
+    """Style: every public function has a one-line docstring."""
+    for name in dnb.__all__:
+        value = getattr(dnb, name)
+        if inspect.isfunction(value) or inspect.isclass(value):
+            assert value.__doc__, name
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_engine_and_store_import_no_front_end_library() -> None:
+    """§2: the engine, the store and the model never import IPython, ipywidgets or pandas."""
+    core = [PACKAGE / "errors.py", PACKAGE / "model.py", PACKAGE / "_ids.py", PACKAGE / "_loop.py"]
+    core += list((PACKAGE / "engine").rglob("*.py")) + list((PACKAGE / "store").rglob("*.py"))
+    for path in core:
+        assert not (_imports(path) & FRONT_END_ONLY), path
+
+
+def test_import_is_light() -> None:
+    """§2: `import durable_nb` loads no IPython, ipywidgets or pandas, and works in a plain script."""
+    code = "import sys, durable_nb; print(sorted(m for m in ('IPython', 'ipywidgets', 'pandas') if m in sys.modules))"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env_with_repo(), check=True
+    )
+    assert result.stdout.strip() == "[]"
+
+
+def test_typed_marker_ships() -> None:
+    """Style: the package ships py.typed."""
+    assert (PACKAGE / "py.typed").exists()

@@ -1,0 +1,131 @@
+"""SQLite specifics (§3): location, permissions, durability pragmas, schema versions, the key file."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+
+import durable_nb as dnb
+from durable_nb._loop import run_sync
+from durable_nb.store.secret import key_file_path, load_secret
+from durable_nb.store.sqlite import SQLiteStore
+from durable_nb.store.sqlite_schema import SCHEMA_VERSION
+
+
+def pragma(store: dnb.Store, name: str) -> object:
+    assert isinstance(store, SQLiteStore)
+    return run_sync(store._run(lambda conn: conn.execute(f"PRAGMA {name}").fetchone()[0]))
+
+
+def touch(store: dnb.Store) -> None:
+    run_sync(store.list_runs())
+
+
+def test_default_store_location_and_mode(tmp_path: Path) -> None:
+    """§3: with no URL the store is .durable_nb/runs.db under the working directory, mode 0600."""
+    store = dnb.connect()
+    touch(store)
+    path = tmp_path / ".durable_nb" / "runs.db"
+    assert path.exists()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+
+
+def test_env_variable_selects_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """§3: DURABLE_NB_STORE names the store when no URL is given."""
+    monkeypatch.setenv("DURABLE_NB_STORE", f"sqlite:///{tmp_path}/from-env.db")
+    touch(dnb.connect())
+    assert (tmp_path / "from-env.db").exists()
+    assert not (tmp_path / ".durable_nb").exists()
+
+
+def test_relative_and_absolute_urls(tmp_path: Path) -> None:
+    """§3: sqlite:///relative.db is under the working directory; four slashes make it absolute."""
+    touch(dnb.connect("sqlite:///rel/runs.db"))
+    assert (tmp_path / "rel" / "runs.db").exists()
+    touch(dnb.connect(f"sqlite:///{tmp_path}/abs.db"))
+    assert (tmp_path / "abs.db").exists()
+    assert dnb.connect("sqlite:///rel/runs.db") is dnb.connect("sqlite:///rel/runs.db")
+
+
+def test_full_durability_by_default(store_url: str) -> None:
+    """§3: WAL with synchronous=FULL by default, and a busy timeout for waiting writers."""
+    store = dnb.connect(store_url)
+    assert pragma(store, "journal_mode") == "wal"
+    assert pragma(store, "synchronous") == 2  # FULL
+    assert int(pragma(store, "busy_timeout")) >= 1000
+
+
+def test_process_durability_relaxes_to_normal(store_url: str) -> None:
+    """§3: durability="process" uses synchronous=NORMAL."""
+    store = dnb.connect(store_url, durability="process")
+    assert pragma(store, "synchronous") == 1  # NORMAL
+    with pytest.raises(ValueError, match="durability"):
+        dnb.connect(store_url, durability="sometimes")
+
+
+def test_schema_version_recorded(store_url: str) -> None:
+    """§3: the schema is versioned in schema_version."""
+    touch(dnb.connect(store_url))
+    with sqlite3.connect(store_url[len("sqlite:///") :]) as conn:
+        versions = [row[0] for row in conn.execute("SELECT version FROM schema_version")]
+    assert versions == list(range(1, SCHEMA_VERSION + 1))
+
+
+def test_two_stores_on_one_file_see_each_other(store_url: str) -> None:
+    """§3: separate connections to one file share runs (as separate processes do)."""
+    flow = dnb.Workflow("shared", store=store_url)
+
+    @flow.node()
+    def only(state):
+        return {"v": dnb.gate("ok").approved}
+
+    run = flow.run({})
+    path = store_url[len("sqlite:///") :]
+    other = SQLiteStore(store_url, path)
+    assert run_sync(other.get_run(run.id)).status.value == "paused"
+    run_sync(other.close())
+
+
+def test_secret_key_file_is_private(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """§3: without DURABLE_NB_SECRET a per-user key file is created once with mode 0600."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    key = load_secret()
+    path = key_file_path()
+    assert path == tmp_path / "cfg" / "durable_nb" / "secret.key"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert len(key) >= 32
+    assert load_secret() == key
+    monkeypatch.setenv("DURABLE_NB_SECRET", "from-the-environment")
+    assert load_secret() == b"from-the-environment"
+
+
+def test_values_signed_with_another_key_do_not_load(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """§3: a store read with a different secret refuses its pickled values (TamperedValueError)."""
+    monkeypatch.setenv("DURABLE_NB_SECRET", "key-one")
+    flow = dnb.Workflow("keys", store=store_url)
+
+    @flow.node()
+    def make(state):
+        return {"pair": (1, 2)}
+
+    run = flow.run({})
+    monkeypatch.setenv("DURABLE_NB_SECRET", "key-two")
+    with pytest.raises(dnb.TamperedValueError, match="secret key"):
+        dnb.get_run(run.id, store=store_url).state  # noqa: B018 - loading is the point
+    monkeypatch.setenv("DURABLE_NB_SECRET", "key-one")
+    assert dnb.get_run(run.id, store=store_url).state == {"pair": (1, 2)}
+
+
+def test_closed_store_refuses_work(store_url: str) -> None:
+    """§8: a closed store says so."""
+    store = SQLiteStore(store_url, store_url[len("sqlite:///") :])
+    touch(store)
+    run_sync(store.close())
+    with pytest.raises(dnb.StoreUnavailable, match="closed"):
+        touch(store)
+    assert os.path.exists(store.path)

@@ -1,0 +1,446 @@
+"""The store conformance suite (§3): every backend passes these unchanged, through the protocol only."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import pytest
+
+import durable_nb as dnb
+from durable_nb._ids import new_id
+from durable_nb.model import (
+    Blob,
+    CheckpointDraft,
+    CheckpointStatus,
+    Commit,
+    NewEvent,
+    NewRun,
+    PendingInterrupt,
+    RunKind,
+    RunStatus,
+    RunUpdate,
+)
+from durable_nb.store import Conflict
+from durable_nb.store.codec import encode
+
+T = TypeVar("T")
+KEY = b"conformance-key"
+
+
+def sync(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def new_run(
+    name: str = "conf", key: str | None = None, status: RunStatus = RunStatus.RUNNING, owner: str | None = "me"
+) -> NewRun:
+    blob = encode({"x": 1}, KEY, "x")
+    return NewRun(
+        run_id=new_id(),
+        name=name,
+        kind=RunKind.WORKFLOW,
+        status=status,
+        input_manifest={"x": blob.hash},
+        blobs=[blob],
+        idempotency_key=key,
+        owner=owner,
+        events=[NewEvent("run_started")],
+    )
+
+
+def draft(
+    step: str = "after:a", node: str | None = "a", status: CheckpointStatus = CheckpointStatus.OK, **fields: Any
+) -> CheckpointDraft:
+    return CheckpointDraft(
+        checkpoint_id=new_id(),
+        step=step,
+        node_id=node,
+        status=status,
+        manifest=fields.pop("manifest", {}),
+        completed=[],
+        queue=[],
+        **fields,
+    )
+
+
+def test_create_and_get(store: dnb.Store) -> None:
+    """§3: a created run reads back with its fields; an unknown id raises RunNotFound."""
+
+    async def main() -> None:
+        record, created = await store.create_run(new_run())
+        assert created
+        fetched = await store.get_run(record.run_id)
+        assert fetched == record
+        assert fetched.status is RunStatus.RUNNING
+        assert fetched.event_seq == 1 and fetched.head_seq == 0
+        with pytest.raises(dnb.RunNotFound):
+            await store.get_run("missing")
+
+    sync(main())
+
+
+def test_idempotency_key_is_unique_per_name(store: dnb.Store) -> None:
+    """C12: the same key returns the original run; another workflow name may reuse the key."""
+
+    async def main() -> None:
+        first, _ = await store.create_run(new_run(key="k1"))
+        again, created = await store.create_run(new_run(key="k1"))
+        assert not created and again.run_id == first.run_id
+        other, created = await store.create_run(new_run(name="other", key="k1"))
+        assert created and other.run_id != first.run_id
+        assert len(await store.list_runs("conf")) == 1
+
+    sync(main())
+
+
+def test_concurrent_creates_with_one_key_make_one_run(store: dnb.Store) -> None:
+    """C12: racing creates with one key yield one run."""
+
+    async def main() -> None:
+        results = await asyncio.gather(*(store.create_run(new_run(key="race")) for _ in range(10)))
+        assert len({r.run_id for r, _ in results}) == 1
+        assert sum(created for _, created in results) == 1
+
+    sync(main())
+
+
+def test_commit_numbers_checkpoints_and_events_without_gaps(store: dnb.Store) -> None:
+    """C15: seqs are per run, consecutive, also under concurrent commits."""
+
+    async def main() -> None:
+        record, _ = await store.create_run(new_run())
+        commits = [
+            store.commit(
+                Commit(
+                    run_id=record.run_id,
+                    checkpoints=[draft(f"after:n{i}", f"n{i}")],
+                    events=[NewEvent("node_finished", f"n{i}")],
+                )
+            )
+            for i in range(20)
+        ]
+        await asyncio.gather(*commits)
+        checkpoints = await store.list_checkpoints(record.run_id)
+        assert [c.seq for c in checkpoints] == list(range(1, 21))
+        events = await store.list_events(record.run_id)
+        assert [e.seq for e in events] == list(range(1, 22))
+        assert [e.seq for e in await store.list_events(record.run_id, after_seq=19)] == [20, 21]
+        assert (await store.get_run(record.run_id)).head_seq == 20
+
+    sync(main())
+
+
+def test_failed_expectation_writes_nothing(store: dnb.Store) -> None:
+    """§3 atomicity: when a commit's expectation fails, none of it is written."""
+
+    async def main() -> None:
+        record, _ = await store.create_run(new_run())
+        blob = encode((1, 2, 3), KEY, "t")
+        wrong_status = Commit(
+            run_id=record.run_id,
+            checkpoints=[draft()],
+            blobs=[blob],
+            events=[NewEvent("node_finished", "a")],
+            run=RunUpdate(status=RunStatus.COMPLETED),
+            expect_status=frozenset({RunStatus.PAUSED}),
+        )
+        with pytest.raises(Conflict) as raised:
+            await store.commit(wrong_status)
+        assert raised.value.run.status is RunStatus.RUNNING
+        wrong_owner = Commit(run_id=record.run_id, checkpoints=[draft()], expect_owner="someone-else")
+        with pytest.raises(Conflict):
+            await store.commit(wrong_owner)
+        after = await store.get_run(record.run_id)
+        assert after.status is RunStatus.RUNNING and after.head_seq == 0 and after.event_seq == 1
+        assert await store.list_checkpoints(record.run_id) == []
+        assert await store.get_blobs([blob.hash]) == {}
+
+    sync(main())
+
+
+def test_failing_statement_rolls_back_the_whole_commit(store: dnb.Store) -> None:
+    """§3 atomicity: a commit that fails half-way (a duplicate checkpoint id) leaves no trace."""
+
+    async def main() -> None:
+        record, _ = await store.create_run(new_run())
+        first = draft()
+        await store.commit(Commit(run_id=record.run_id, checkpoints=[first]))
+        blob = encode((9, 9), KEY, "t")
+        duplicate = Commit(
+            run_id=record.run_id,
+            blobs=[blob],
+            checkpoints=[draft("after:b", "b"), first],
+            events=[NewEvent("node_finished", "b")],
+            run=RunUpdate(status=RunStatus.FAILED),
+        )
+        with pytest.raises(Exception):  # noqa: B017 - each backend raises its driver's integrity error
+            await store.commit(duplicate)
+        assert [c.step for c in await store.list_checkpoints(record.run_id)] == ["after:a"]
+        assert (await store.get_run(record.run_id)).status is RunStatus.RUNNING
+        assert await store.get_blobs([blob.hash]) == {}
+        assert len(await store.list_events(record.run_id)) == 1
+
+    sync(main())
+
+
+def _interrupt(run_id: str, node: str, checkpoint_id: str) -> PendingInterrupt:
+    return PendingInterrupt(
+        run_id=run_id,
+        node_id=node,
+        checkpoint_id=checkpoint_id,
+        reason="ok?",
+        context={"n": node},
+        created_at=time.time(),
+    )
+
+
+def test_claim_happens_once(store: dnb.Store) -> None:
+    """§3, C4: of many concurrent claims of one pending interrupt exactly one wins."""
+
+    async def main() -> None:
+        record, _ = await store.create_run(new_run())
+        gate = draft("gate:a", "a", CheckpointStatus.INTERRUPTED)
+        await store.commit(
+            Commit(
+                run_id=record.run_id,
+                checkpoints=[gate],
+                open_interrupts=[_interrupt(record.run_id, "a", gate.checkpoint_id)],
+                run=RunUpdate(status=RunStatus.PAUSED),
+            )
+        )
+        pending = await store.pending_interrupts(record.run_id)
+        assert [p.context for p in pending] == [{"n": "a"}]
+        claims = [
+            store.commit(
+                Commit(
+                    run_id=record.run_id,
+                    checkpoints=[draft("approved:a", "a", CheckpointStatus.APPROVED)],
+                    claim="a",
+                    status_after_claim=RunStatus.PENDING,
+                )
+            )
+            for _ in range(8)
+        ]
+        results = await asyncio.gather(*claims, return_exceptions=True)
+        winners = [r for r in results if not isinstance(r, BaseException)]
+        losers = [r for r in results if isinstance(r, BaseException)]
+        assert len(winners) == 1
+        assert all(isinstance(r, dnb.AlreadyResumed) for r in losers)
+        assert winners[0].claimed.node_id == "a"
+        assert winners[0].run.status is RunStatus.PENDING
+        assert await store.pending_interrupts(record.run_id) == []
+        steps = [c.step for c in await store.list_checkpoints(record.run_id)]
+        assert steps.count("approved:a") == 1
+
+    sync(main())
+
+
+def test_claim_with_several_pending(store: dnb.Store) -> None:
+    """C4: with two gates open, an unnamed claim is refused; the run stays paused until both are claimed."""
+
+    async def main() -> None:
+        record, _ = await store.create_run(new_run())
+        a, b = draft("gate:a", "a", CheckpointStatus.INTERRUPTED), draft("gate:b", "b", CheckpointStatus.INTERRUPTED)
+        await store.commit(
+            Commit(
+                run_id=record.run_id,
+                checkpoints=[a, b],
+                open_interrupts=[
+                    _interrupt(record.run_id, "a", a.checkpoint_id),
+                    _interrupt(record.run_id, "b", b.checkpoint_id),
+                ],
+                run=RunUpdate(status=RunStatus.PAUSED),
+            )
+        )
+        with pytest.raises(dnb.InvalidDecision):
+            await store.commit(Commit(run_id=record.run_id, claim="*", status_after_claim=RunStatus.PENDING))
+        first = await store.commit(Commit(run_id=record.run_id, claim="a", status_after_claim=RunStatus.PENDING))
+        assert first.run.status is RunStatus.PAUSED
+        second = await store.commit(Commit(run_id=record.run_id, claim="*", status_after_claim=RunStatus.PENDING))
+        assert second.claimed.node_id == "b" and second.run.status is RunStatus.PENDING
+        with pytest.raises(dnb.AlreadyResumed):
+            await store.commit(Commit(run_id=record.run_id, claim="*"))
+
+    sync(main())
+
+
+def test_blobs_are_content_addressed(store: dnb.Store) -> None:
+    """§3: one value is stored once; missing addresses are left out of get_blobs."""
+
+    async def main() -> None:
+        record, _ = await store.create_run(new_run())
+        blob = encode(list(range(1000)), KEY, "v")
+        for _ in range(3):
+            await store.commit(Commit(run_id=record.run_id, blobs=[blob]))
+        found = await store.get_blobs([blob.hash, "j-missing", blob.hash])
+        assert list(found) == [blob.hash]
+        assert found[blob.hash].data == blob.data
+        big = Blob("p-" + "0" * 64, "pickle", b"\x00" * 3_000_000)
+        await store.commit(Commit(run_id=record.run_id, blobs=[big]))
+        assert (await store.get_blobs([big.hash]))[big.hash].data == big.data
+
+    sync(main())
+
+
+def test_resume_point_skips_tombstone(store: dnb.Store) -> None:
+    """C5: the resume point is the latest checkpoint that is not run_end."""
+
+    async def main() -> None:
+        record, _ = await store.create_run(new_run())
+        assert await store.resume_point(record.run_id) is None
+        node = draft()
+        await store.commit(
+            Commit(run_id=record.run_id, checkpoints=[node, draft("run_end", None, CheckpointStatus.COMPLETED)])
+        )
+        assert (await store.resume_point(record.run_id)).checkpoint_id == node.checkpoint_id
+        assert (await store.head_checkpoint(record.run_id)).step == "run_end"
+        assert (await store.get_checkpoint(record.run_id, node.checkpoint_id)).seq == 1
+        with pytest.raises(dnb.CheckpointNotFound):
+            await store.get_checkpoint(record.run_id, "nope")
+
+    sync(main())
+
+
+def test_checkpoint_fields_round_trip(store: dnb.Store) -> None:
+    """§1: every checkpoint field reads back as written."""
+
+    async def main() -> None:
+        record, _ = await store.create_run(new_run())
+        full = CheckpointDraft(
+            checkpoint_id=new_id(),
+            step="failed:a",
+            node_id="a",
+            status=CheckpointStatus.FAILED,
+            manifest={"x": "j-1", "y": "p-2"},
+            completed=["s"],
+            queue=["a", "b"],
+            parent_checkpoint_id="parent",
+            node_input={"in": [1, "2"]},
+            node_output={"y": "p-2"},
+            error="Node 'a' failed: E",
+            error_type="ValueError",
+            traceback="Traceback …",
+            interrupt={"reason": "r", "context": {"k": "ü"}},
+            decision={"approved": True},
+            resumes={"a": [{"approved": False}]},
+            counters={"__loop_a": 3},
+            agent_path="turn:3/tool:search",
+            duration=1.25,
+            attempts=2,
+            extra={"outputs": []},
+        )
+        result = await store.commit(Commit(run_id=record.run_id, checkpoints=[full]))
+        stored = (await store.list_checkpoints(record.run_id))[0]
+        assert stored == result.checkpoints[0]
+        for name in CheckpointDraft.__slots__:  # type: ignore[attr-defined]
+            assert getattr(stored, name) == getattr(full, name), name
+
+    sync(main())
+
+
+def test_list_runs_newest_first(store: dnb.Store) -> None:
+    """§7: runs are listed newest first, optionally by name."""
+
+    async def main() -> None:
+        ids = [(await store.create_run(new_run(name=n)))[0].run_id for n in ("a", "b", "a")]
+        assert [r.run_id for r in await store.list_runs()] == ids[::-1]
+        assert [r.run_id for r in await store.list_runs("a")] == [ids[2], ids[0]]
+
+    sync(main())
+
+
+def test_idempotent_results(store: dnb.Store) -> None:
+    """C13: an @idempotent result is stored per run and key."""
+
+    async def main() -> None:
+        record, _ = await store.create_run(new_run())
+        blob = encode("result", KEY, "r")
+        assert await store.get_idempotent(record.run_id, "k") is None
+        await store.commit(Commit(run_id=record.run_id, blobs=[blob], idempotent=[("k", blob.hash)]))
+        assert await store.get_idempotent(record.run_id, "k") == blob.hash
+        other, _ = await store.create_run(new_run())
+        assert await store.get_idempotent(other.run_id, "k") is None
+
+    sync(main())
+
+
+def test_prune_keeps_what_paused_runs_resume_and_forks_need(store: dnb.Store) -> None:
+    """§3: prune deletes old finished history and unreferenced blobs, never paused runs or gate checkpoints."""
+
+    async def main() -> None:
+        old_value = encode(("old", 1), KEY, "v")
+        kept_value = encode(("kept", 2), KEY, "v")
+        done, _ = await store.create_run(new_run())
+        steps = [
+            draft(f"after:n{i}", f"n{i}", manifest={"v": old_value.hash if i < 2 else kept_value.hash})
+            for i in range(4)
+        ]
+        gate = draft("gate:g", "g", CheckpointStatus.INTERRUPTED, manifest={"v": old_value.hash})
+        await store.commit(
+            Commit(
+                run_id=done.run_id,
+                blobs=[old_value, kept_value],
+                checkpoints=[
+                    steps[0],
+                    gate,
+                    *steps[1:],
+                    draft("run_end", None, CheckpointStatus.COMPLETED, manifest={"v": kept_value.hash}),
+                ],
+                events=[NewEvent("node_finished")],
+                idempotent=[("k", kept_value.hash)],
+                run=RunUpdate(status=RunStatus.COMPLETED),
+            )
+        )
+        paused, _ = await store.create_run(new_run())
+        await store.commit(Commit(run_id=paused.run_id, checkpoints=[draft()], run=RunUpdate(status=RunStatus.PAUSED)))
+        orphan = encode(("orphan", 3), KEY, "v")
+        await store.commit(Commit(run_id=paused.run_id, blobs=[orphan]))
+
+        report = await store.prune(time.time() + 10)
+        remaining = [c.step for c in await store.list_checkpoints(done.run_id)]
+        # The gate checkpoint, the resume point and the tombstone stay.
+        assert remaining == ["gate:g", "after:n3", "run_end"]
+        assert report.checkpoints == 3
+        assert report.events == 2
+        assert report.idempotency == 1
+        assert [c.step for c in await store.list_checkpoints(paused.run_id)] == ["after:a"]
+        assert await store.list_events(paused.run_id) != []
+        found = await store.get_blobs([old_value.hash, kept_value.hash, orphan.hash])
+        assert set(found) == {old_value.hash, kept_value.hash}  # old value still referenced by the gate
+        assert report.blobs >= 1
+
+        nothing = await store.prune(time.time() - 3600)
+        assert (nothing.checkpoints, nothing.events) == (0, 0)
+
+    sync(main())
+
+
+def test_prune_keeps_fork_points(store: dnb.Store) -> None:
+    """§3, C14: a checkpoint another run was forked from survives prune."""
+
+    async def main() -> None:
+        done, _ = await store.create_run(new_run())
+        fork_point = draft("after:a", "a")
+        await store.commit(
+            Commit(
+                run_id=done.run_id,
+                checkpoints=[fork_point, draft("after:b", "b"), draft("run_end", None, CheckpointStatus.COMPLETED)],
+                run=RunUpdate(status=RunStatus.COMPLETED),
+            )
+        )
+        child = new_run()
+        child = NewRun(
+            **{
+                **{k: getattr(child, k) for k in NewRun.__slots__},
+                "parent_run_id": done.run_id,
+                "parent_checkpoint_id": fork_point.checkpoint_id,
+            }
+        )  # type: ignore[attr-defined]
+        await store.create_run(child)
+        await store.prune(time.time() + 10)
+        assert [c.step for c in await store.list_checkpoints(done.run_id)] == ["after:a", "after:b", "run_end"]
+
+    sync(main())
