@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._ids import new_id
-from ..errors import ConfigurationError, InvalidState, NodeFailed, NodeTimeout, RunCancelled, SerializationError
+from ..errors import ConfigurationError, InvalidState, NodeFailed, NodeTimeout, RunCancelled
 from ..model import (
     RUN_END,
     CheckpointDraft,
@@ -268,7 +268,7 @@ class Runner:
             return outcome
         try:
             delta, blobs = self.values.encode(updates)
-        except SerializationError as error:
+        except Exception as error:  # noqa: BLE001 - any encoding failure fails the node, never the engine
             outcome.error = error
             outcome.updates = None
             return outcome

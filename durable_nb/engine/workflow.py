@@ -194,6 +194,10 @@ class Workflow:
         checkpoint = await self.store.resume_point(run_id)
         completed = checkpoint.completed if checkpoint else []
         self._check_fits(run, completed)
+        # Load before taking the run: a value that fails to load must leave the run as it was.
+        values = self._values()
+        manifest = dict(checkpoint.manifest if checkpoint is not None else run.input_manifest)
+        state = await values.load(manifest)
         wave = self._graph.ready(completed)
         with active(run_id):
             try:
@@ -217,7 +221,7 @@ class Workflow:
                     f"Run {run_id} changed while resuming it (now {conflict.run.status.value}): "
                     "another process resumed or decided it first."
                 ) from None
-            return await self._continue(taken.run, owner, checkpoint)
+            return await self._finish(self._runner(values, taken.run, owner, state, manifest, checkpoint))
 
     def approve(
         self,
@@ -279,15 +283,27 @@ class Workflow:
         """Async twin of ``fork``."""
         self._graph.check()
         source = await self._own_run(run_id)
+        overrides = check_state(state, "Fork state overrides")
+        point = (
+            await self.store.get_checkpoint(run_id, checkpoint_id)
+            if checkpoint_id
+            else await self.store.resume_point(run_id)
+        )
         values = self._values()
+        loaded: dict[str, Any] = {}
+        if point is not None:
+            self._check_fits(source, point.completed)
+            # Load before creating: a value that fails to load leaves no half-made fork behind.
+            kept = {k: v for k, v in point.manifest.items() if k not in overrides}
+            loaded = await values.load(kept)
         owner = this_owner()
         fork = await create_fork(
-            self.store, values, run_id, checkpoint_id, state, owner=owner, lease_until=lease_deadline()
+            self.store, values, run_id, checkpoint_id, overrides, owner=owner, lease_until=lease_deadline()
         )
-        self._check_fits(source, fork.checkpoint.completed)
         started = [NewEvent("node_started", n) for n in self._graph.ready(fork.checkpoint.completed)]
         with active(fork.run.run_id):
-            runner = await self._runner_from(values, fork.run, owner, fork.checkpoint)
+            state_now = {**loaded, **overrides}
+            runner = self._runner(values, fork.run, owner, state_now, dict(fork.checkpoint.manifest), fork.checkpoint)
             runner._carry.extend(started)
             return await self._finish(runner)
 
@@ -332,25 +348,21 @@ class Workflow:
 
     async def _decide(self, run_id: str, decision: Any, node: str | None) -> Run:
         owner = this_owner()
+        # Load before deciding: a value that fails to load must leave the gate open.
+        point = await self.store.resume_point(run_id)
+        values = self._values()
+        manifest = dict(point.manifest) if point is not None else {}
+        state = await values.load(manifest)
         with active(run_id):
             result = await record_decision(
                 self.store, run_id, decision, node, continue_as=owner, lease_until=lease_deadline()
             )
             if result.run.status is not RunStatus.RUNNING:
                 return await load_run(self.store, run_id, result.run)
-            return await self._continue(result.run, owner, result.checkpoints[-1])
-
-    async def _continue(self, run: RunRecord, owner: str, checkpoint: CheckpointRecord | None) -> Run:
-        values = self._values()
-        runner = await self._runner_from(values, run, owner, checkpoint)
-        return await self._finish(runner)
-
-    async def _runner_from(
-        self, values: ValueCodec, run: RunRecord, owner: str, checkpoint: CheckpointRecord | None
-    ) -> Runner:
-        manifest = dict(checkpoint.manifest if checkpoint is not None else run.input_manifest)
-        state = await values.load(manifest)
-        return self._runner(values, run, owner, state, manifest, checkpoint)
+            checkpoint = result.checkpoints[-1]
+            return await self._finish(
+                self._runner(values, result.run, owner, state, dict(checkpoint.manifest), checkpoint)
+            )
 
     def _runner(
         self,

@@ -54,8 +54,13 @@ def encode_json(value: Any) -> bytes:
 def encode(value: Any, key: bytes, name: str = "value") -> Blob:
     """Serialize one value into a blob; raise SerializationError naming ``name``."""
     if is_plain(value):
-        data = encode_json(value)
-        return Blob(_JSON_PREFIX + hashlib.sha256(data).hexdigest(), JSON, data)
+        try:
+            data = encode_json(value)
+        except ValueError:
+            # Lone surrogates and ints beyond the JSON length limit: pickle holds them exactly.
+            pass
+        else:
+            return Blob(_JSON_PREFIX + hashlib.sha256(data).hexdigest(), JSON, data)
     try:
         data = cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:
@@ -71,12 +76,17 @@ def encode(value: Any, key: bytes, name: str = "value") -> Blob:
     return Blob(_PICKLE_PREFIX + digest, PICKLE, data)
 
 
+def _matches(expected: str, address: str) -> bool:
+    # Compare as bytes: compare_digest refuses str holding non-ASCII characters.
+    return hmac.compare_digest(expected.encode(), address.encode("utf-8", "surrogatepass"))
+
+
 def decode(blob: Blob, key: bytes) -> Any:
     """Load a blob's value after checking its address; raise TamperedValueError if it fails."""
     data = blob.data
     if blob.hash.startswith(_PICKLE_PREFIX):
         expected = hmac.new(key, data, hashlib.sha256).hexdigest()
-        if not hmac.compare_digest(expected, blob.hash[len(_PICKLE_PREFIX) :]):
+        if not _matches(expected, blob.hash[len(_PICKLE_PREFIX) :]):
             raise TamperedValueError(
                 f"Stored value {blob.hash[:14]}… failed its signature check, so it was not "
                 "loaded: either the store was modified outside durable_nb, or it was "
@@ -85,10 +95,16 @@ def decode(blob: Blob, key: bytes) -> Any:
             )
         return pickle.loads(data)
     if blob.hash.startswith(_JSON_PREFIX):
-        if not hmac.compare_digest(hashlib.sha256(data).hexdigest(), blob.hash[len(_JSON_PREFIX) :]):
+        if not _matches(hashlib.sha256(data).hexdigest(), blob.hash[len(_JSON_PREFIX) :]):
             raise TamperedValueError(
                 f"Stored value {blob.hash[:14]}… does not match its content hash, so it was "
                 "not loaded: the store was modified outside durable_nb."
             )
-        return json.loads(data)
+        try:
+            return json.loads(data)
+        except ValueError as exc:
+            raise TamperedValueError(
+                f"Stored value {blob.hash[:14]}… is not the JSON its address promises ({exc}); "
+                "the store was modified outside durable_nb. Fork from an earlier checkpoint."
+            ) from None
     raise TamperedValueError(f"Stored value {blob.hash[:14]}… has an unknown address form.")

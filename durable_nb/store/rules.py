@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..errors import AlreadyResumed, InvalidDecision
+from ..errors import AlreadyResumed, InvalidDecision, InvalidInput
 from ..model import UNCHANGED, Commit, PendingInterrupt, RunRecord, RunStatus
 from .protocol import Conflict
 
-__all__ = ["ANY_NODE", "check_expectations", "choose_claim", "updated_run"]
+__all__ = ["ANY_NODE", "check_expectations", "check_run_id", "choose_claim", "updated_run"]
 
 ANY_NODE = "*"
+
+
+def check_run_id(run_id: object) -> None:
+    """Raise InvalidInput unless ``run_id`` is a non-empty string."""
+    if not isinstance(run_id, str) or not run_id:
+        raise InvalidInput(f"A run id is text such as '0192…-…' (see durable_nb.runs()), not {run_id!r}.")
 
 
 def check_expectations(run: RunRecord, commit: Commit) -> None:

@@ -39,8 +39,8 @@ from ..model import (
     RunStatus,
 )
 from . import rows
-from .rules import check_expectations, choose_claim, updated_run
-from .sqlite_schema import ensure_schema
+from .rules import check_expectations, check_run_id, choose_claim, updated_run
+from .sqlite_schema import check_schema, ensure_schema
 
 __all__ = ["SQLiteStore"]
 
@@ -70,25 +70,34 @@ class SQLiteStore:
     # -- connection ---------------------------------------------------------------
 
     def _connect_sqlite(self) -> sqlite3.Connection:
-        if self.path != ":memory:":
-            path = Path(self.path)
-            if not path.parent.exists():
-                path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            if not path.exists():
-                # Create the file ourselves so it is private (0600) from its first byte.
-                os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+        conn: sqlite3.Connection | None = None
         try:
+            if self.path != ":memory:":
+                path = Path(self.path)
+                if not path.parent.exists():
+                    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                if not path.exists():
+                    # Create the file ourselves so it is private (0600) from its first byte.
+                    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            # Refuse foreign or newer stores before any pragma can change the file.
+            check_schema(conn, self.path)
             if self.path != ":memory:":
                 conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={_DURABILITY[self.durability]}")
             ensure_schema(conn, self.path)
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, OSError) as exc:
+            if conn is not None:
+                conn.close()
             raise StoreUnavailable(
                 f"Cannot open the SQLite store {self.path}: {exc}. Check that the path is a "
-                "durable_nb store (or a new file) and that it is readable and writable."
+                "durable_nb store (or a new file) in a folder you can write to."
             ) from exc
+        except BaseException:
+            if conn is not None:
+                conn.close()
+            raise
         return conn
 
     async def _connection(self) -> aiosqlite.Connection:
@@ -150,6 +159,7 @@ class SQLiteStore:
 
     async def get_run(self, run_id: str) -> RunRecord:
         """Return a run; raise RunNotFound."""
+        check_run_id(run_id)
         run = await self._run(_get_run, run_id)
         if run is None:
             raise RunNotFound(run_id, self.url)

@@ -7,7 +7,7 @@ import time
 
 from ..errors import SchemaMismatch, StoreUnavailable
 
-__all__ = ["SCHEMA_VERSION", "ensure_schema"]
+__all__ = ["SCHEMA_VERSION", "check_schema", "ensure_schema"]
 
 _V1 = """
 CREATE TABLE runs (
@@ -122,6 +122,14 @@ def _current_version(conn: sqlite3.Connection, where: str) -> int:
         return 0
     row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
     return int(row[0] or 0)
+
+
+def check_schema(conn: sqlite3.Connection, where: str) -> int:
+    """Return the store's schema version; refuse foreign databases and newer schemas."""
+    version = _current_version(conn, where)
+    if version > SCHEMA_VERSION:
+        raise _newer(where, version)
+    return version
 
 
 def ensure_schema(conn: sqlite3.Connection, where: str) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +12,8 @@ from ..errors import StoreUnavailable
 __all__ = ["DEFAULT_URL", "ENV_VAR", "StoreURL", "parse_url", "resolve_url"]
 
 ENV_VAR = "DURABLE_NB_STORE"
+# Anything that starts like a URL scheme is a URL, never a file name (so "sqlite:/x.db" is refused).
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 DEFAULT_URL = "sqlite:///.durable_nb/runs.db"
 
 
@@ -50,7 +53,7 @@ def parse_url(url: str) -> StoreURL:
         return StoreURL("sqlite", url, str(Path(path).expanduser()))
     if url.startswith(("postgresql://", "postgres://", "postgresql+")):
         return StoreURL("postgresql", url)
-    if "://" not in url and url.endswith((".db", ".sqlite", ".sqlite3")):
+    if not _SCHEME.match(url) and url.endswith((".db", ".sqlite", ".sqlite3")):
         return StoreURL("sqlite", url, str(Path(url).expanduser()))
     raise StoreUnavailable(
         f"Unknown store URL {url!r}. Use sqlite:///path/to/runs.db for the embedded store "
