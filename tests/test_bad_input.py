@@ -339,7 +339,7 @@ def test_malicious_pickle_relabelled_as_json_never_runs(
     _set_blob(store_url, value_hash, evil, codec="json")
     _rename_blob(store_url, value_hash, "j-" + hashlib.sha256(evil).hexdigest())
 
-    with pytest.raises(Exception):  # noqa: B017 - the type is pinned by the xfail test below
+    with pytest.raises(dnb.TamperedValueError):
         _ = dnb.get_run(run_id, store=store_url).state
     assert not marker.exists()
     assert dnb.get_run(run_id, store=store_url).status == "completed"
