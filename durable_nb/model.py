@@ -296,6 +296,8 @@ class Commit:
     ``claim`` deletes a pending interrupt (a node id, or ``"*"`` for the only one);
     finding none raises AlreadyResumed. When no other interrupt stays pending, the run takes
     ``status_after_claim`` (and the owner in ``run``); otherwise it stays paused, unowned.
+    ``expect_owner`` (UNCHANGED: no check) and ``expect_head_seq`` guard against a run that
+    moved on since the caller read it.
     """
 
     run_id: str
@@ -308,6 +310,7 @@ class Commit:
     status_after_claim: RunStatus | None = None
     expect_status: frozenset[RunStatus] | None = None
     expect_owner: Any = UNCHANGED
+    expect_head_seq: int | None = None
     idempotent: list[tuple[str, str]] = field(default_factory=list)
 
 

@@ -187,3 +187,32 @@ def test_wave_with_two_gates_needs_node_named(store_url: str) -> None:
     run = flow.reject(run.id, node="finance")
     assert run.status == "completed"
     assert run.state == {"legal": True, "finance": False}
+
+
+def test_concurrent_decisions_on_two_gates_both_count(store_url: str) -> None:
+    """C4: two gates of one run decided at the same moment: neither decision is lost."""
+    import asyncio
+
+    flow = dnb.Workflow("two-at-once", store=store_url)
+
+    @flow.node(retry_count=0)
+    def p(state):
+        return {"p": dnb.gate("p_gate").comment}
+
+    @flow.node(retry_count=0)
+    def q(state):
+        return {"q": dnb.gate("q_gate").comment}
+
+    run = flow.run({})
+
+    async def both() -> list[dnb.Run]:
+        return await asyncio.gather(
+            dnb.aapprove(run.id, node="p", comment="A", store=store_url),
+            dnb.aapprove(run.id, node="q", comment="B", store=store_url),
+        )
+
+    statuses = sorted(r.status for r in asyncio.run(both()))
+    assert statuses == ["paused", "pending"]
+    done = flow.resume(run.id)
+    assert done.status == "completed"
+    assert done.state == {"p": "A", "q": "B"}

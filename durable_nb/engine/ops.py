@@ -17,6 +17,7 @@ from ..model import (
     Decision,
     NewEvent,
     NewRun,
+    PendingInterrupt,
     RunRecord,
     RunStatus,
     RunUpdate,
@@ -108,13 +109,30 @@ async def record_decision(
     With ``continue_as`` (an owner token), the same transaction hands the run to that owner
     to continue; otherwise the run waits as ``pending`` for a process that has its code.
     """
-    run = await store.get_run(run_id)
-    if run.status is not RunStatus.PAUSED:
-        raise _not_paused(run)
-    target = choose_claim(run_id, node or ANY_NODE, await store.pending_interrupts(run_id))
-    head = await store.resume_point(run_id)
-    if head is None:
-        raise _not_paused(run)
+    while True:
+        run = await store.get_run(run_id)
+        if run.status is not RunStatus.PAUSED:
+            raise _not_paused(run)
+        target = choose_claim(run_id, node or ANY_NODE, await store.pending_interrupts(run_id))
+        head = await store.resume_point(run_id)
+        if head is None:
+            raise _not_paused(run)
+        try:
+            return await store.commit(_decision_commit(run_id, head, target, decision, continue_as, lease_until))
+        except Conflict as conflict:
+            if conflict.run.status is not RunStatus.PAUSED:
+                raise _not_paused(conflict.run) from None
+            # Another gate of the same run was decided meanwhile: build on its checkpoint.
+
+
+def _decision_commit(
+    run_id: str,
+    head: CheckpointRecord,
+    target: PendingInterrupt,
+    decision: Decision,
+    continue_as: str | None,
+    lease_until: float | None,
+) -> Commit:
     resumes = {k: list(v) for k, v in head.resumes.items()}
     resumes.setdefault(target.node_id, []).append(decision.to_json())
     draft = CheckpointDraft(
@@ -134,21 +152,16 @@ async def record_decision(
     events = [NewEvent("gate_decided", target.node_id, {"approved": decision.approved, "by": decision.by})]
     if continue_as is not None:
         events.append(NewEvent("node_started", target.node_id))
-    update = RunUpdate(owner=continue_as, lease_until=lease_until, error=None, error_type=None)
-    try:
-        return await store.commit(
-            Commit(
-                run_id=run_id,
-                checkpoints=[draft],
-                events=events,
-                run=update,
-                claim=target.node_id,
-                status_after_claim=RunStatus.RUNNING if continue_as else RunStatus.PENDING,
-                expect_status=frozenset({RunStatus.PAUSED}),
-            )
-        )
-    except Conflict as conflict:
-        raise _not_paused(conflict.run) from None
+    return Commit(
+        run_id=run_id,
+        checkpoints=[draft],
+        events=events,
+        run=RunUpdate(owner=continue_as, lease_until=lease_until, error=None, error_type=None),
+        claim=target.node_id,
+        status_after_claim=RunStatus.RUNNING if continue_as else RunStatus.PENDING,
+        expect_status=frozenset({RunStatus.PAUSED}),
+        expect_head_seq=head.seq,
+    )
 
 
 async def cancel_run(store: Store, run_id: str) -> RunRecord:

@@ -26,6 +26,8 @@ def check_expectations(run: RunRecord, commit: Commit) -> None:
         raise Conflict(run, f"Run {run.run_id} is {run.status.value}, expected {wanted}.")
     if commit.expect_owner is not UNCHANGED and run.owner != commit.expect_owner:
         raise Conflict(run, f"Run {run.run_id} is owned by {run.owner!r}, not {commit.expect_owner!r}.")
+    if commit.expect_head_seq is not None and run.head_seq != commit.expect_head_seq:
+        raise Conflict(run, f"Run {run.run_id} has checkpoint {run.head_seq}, expected {commit.expect_head_seq}.")
 
 
 def choose_claim(run_id: str, node_id: str, pending: list[PendingInterrupt]) -> PendingInterrupt:
