@@ -12,14 +12,17 @@ from .engine.calls import (
     approve,
     aprune,
     areject,
+    astatus,
     cancel,
     fork,
     get_run,
     prune,
     reject,
+    status,
 )
 from .engine.gates import Resume, gate, interrupt
 from .engine.idempotent import idempotent
+from .engine.recovery import RecoveryReport, arecover, recover
 from .engine.run import Run
 from .engine.workflow import Workflow
 from .errors import (
@@ -66,6 +69,7 @@ __all__ = [
     "NotCancellable",
     "NotResumable",
     "PruneReport",
+    "RecoveryReport",
     "Resume",
     "Run",
     "RunCancelled",
@@ -88,8 +92,10 @@ __all__ = [
     "ahistory",
     "approve",
     "aprune",
+    "arecover",
     "areject",
     "aruns",
+    "astatus",
     "cancel",
     "connect",
     "fork",
@@ -99,6 +105,8 @@ __all__ = [
     "idempotent",
     "interrupt",
     "prune",
+    "recover",
     "reject",
     "runs",
+    "status",
 ]

@@ -48,7 +48,19 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         running = asyncio.get_running_loop()
     except RuntimeError:
         running = None
-    if running is None:
-        return _thread_loop().run_until_complete(coro)
-    _make_reentrant(running)
-    return running.run_until_complete(coro)
+    loop = running if running is not None else _thread_loop()
+    if running is not None:
+        _make_reentrant(running)
+    task = loop.create_task(coro)
+    try:
+        return loop.run_until_complete(task)
+    except BaseException:
+        # Ctrl-C (or a kernel interrupt) lands outside the task: cancel it and let it finish
+        # its cleanup, so an interrupted run is recorded as cancelled instead of left running.
+        if not task.done():
+            task.cancel()
+            try:
+                loop.run_until_complete(task)
+            except BaseException:  # noqa: BLE001 - the original interruption is what we re-raise
+                pass
+        raise

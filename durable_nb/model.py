@@ -166,6 +166,11 @@ class CheckpointDraft:
     manifest: dict[str, str]
     completed: list[str]
     queue: list[str]
+    skipped: list[str] = field(default_factory=list)
+    routes: dict[str, Any] = field(default_factory=dict)
+    iteration: int | None = None
+    item_index: int | None = None
+    branch_key: str | None = None
     parent_checkpoint_id: str | None = None
     node_input: Any = None
     node_output: dict[str, str] | None = None
@@ -196,6 +201,11 @@ class CheckpointRecord:
     manifest: dict[str, str]
     completed: list[str]
     queue: list[str]
+    skipped: list[str] = field(default_factory=list)
+    routes: dict[str, Any] = field(default_factory=dict)
+    iteration: int | None = None
+    item_index: int | None = None
+    branch_key: str | None = None
     parent_checkpoint_id: str | None = None
     node_input: Any = None
     node_output: dict[str, str] | None = None
@@ -296,6 +306,7 @@ class Commit:
     ``claim`` deletes a pending interrupt (a node id, or ``"*"`` for the only one);
     finding none raises AlreadyResumed. When no other interrupt stays pending, the run takes
     ``status_after_claim`` (and the owner in ``run``); otherwise it stays paused, unowned.
+    ``release_interrupts`` deletes every pending interrupt of the run (cancel, failed gate).
     ``expect_owner`` (UNCHANGED: no check) and ``expect_head_seq`` guard against a run that
     moved on since the caller read it.
     """
@@ -307,6 +318,7 @@ class Commit:
     run: RunUpdate | None = None
     open_interrupts: list[PendingInterrupt] = field(default_factory=list)
     claim: str | None = None
+    release_interrupts: bool = False
     status_after_claim: RunStatus | None = None
     expect_status: frozenset[RunStatus] | None = None
     expect_owner: Any = UNCHANGED

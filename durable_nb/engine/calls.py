@@ -7,11 +7,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .._loop import run_sync
-from ..model import PruneReport
+from ..model import PruneReport, RunStatus
 from ..store import resolve_store
 from ..store.secret import load_secret
-from .ops import cancel_run, create_fork, load_run, make_decision, record_decision
+from .ops import cancel_run, create_fork, expire_gates, load_run, make_decision, record_decision
 from .run import Run
+from .status import describe
 from .values import ValueCodec
 
 __all__ = [
@@ -27,6 +28,8 @@ __all__ = [
     "get_run",
     "prune",
     "reject",
+    "astatus",
+    "status",
 ]
 
 
@@ -38,6 +41,20 @@ async def aget_run(run_id: str, *, store: Any = None) -> Run:
 def get_run(run_id: str, *, store: Any = None) -> Run:
     """Return a stored run: status, error, pending gate, and its state on access."""
     return run_sync(aget_run(run_id, store=store))
+
+
+async def astatus(run_id: str, *, store: Any = None) -> dict[str, Any]:
+    """Async twin of ``status``."""
+    resolved = resolve_store(store)
+    run = await resolved.get_run(run_id)
+    if run.status is RunStatus.PAUSED and await expire_gates(resolved, run_id):
+        run = await resolved.get_run(run_id)
+    return describe(run, await resolved.list_checkpoints(run_id))
+
+
+def status(run_id: str, *, store: Any = None) -> dict[str, Any]:
+    """Return ``{run_id, status, node_counts, executions}`` (C16), without the workflow's code."""
+    return run_sync(astatus(run_id, store=store))
 
 
 async def aapprove(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,7 @@ from ..store.rules import ANY_NODE, choose_claim
 from ..store.secret import load_secret
 from .run import Run
 from .values import ValueCodec, check_state
+from .watch import notify_cancelled
 
 __all__ = [
     "CANCELLED_MESSAGE",
@@ -76,6 +78,8 @@ def decisions_of(checkpoint: CheckpointRecord | None) -> dict[str, list[Decision
 async def load_run(store: Store, run_id: str, record: RunRecord | None = None) -> Run:
     """Return a Run whose state loads from its latest checkpoint on first access."""
     record = record or await store.get_run(run_id)
+    if record.status is RunStatus.PAUSED and await expire_gates(store, run_id):
+        record = await store.get_run(run_id)
     pending = await store.pending_interrupts(run_id) if record.status is RunStatus.PAUSED else []
 
     async def load_state() -> dict[str, Any]:
@@ -84,6 +88,86 @@ async def load_run(store: Store, run_id: str, record: RunRecord | None = None) -
         return await ValueCodec(store, load_secret()).load(manifest)
 
     return Run(record, pending=pending, load_state=load_state)
+
+
+TIMEOUT_BY = "durable_nb (gate timeout)"
+
+
+async def expire_gates(store: Store, run_id: str | None = None) -> list[PendingInterrupt]:
+    """Apply the on_timeout policy of every expired gate (of one run, or all); return them (C18).
+
+    Nothing waits for a gate to expire: whoever next looks at the run applies its deadline.
+    """
+    expired = await store.expired_interrupts(time.time(), run_id)
+    for pending in expired:
+        await apply_expiry(store, pending)
+    return expired
+
+
+async def apply_expiry(store: Store, pending: PendingInterrupt) -> None:
+    """Reject an expired gate, or fail its run, as its ``on_timeout`` says; losing a race is fine."""
+    waited = (pending.expires_at or pending.created_at) - pending.created_at
+    note = f"Gate {pending.reason!r} of node {pending.node_id!r} timed out after {waited:g} s"
+    try:
+        if pending.on_timeout == "fail":
+            await _fail_on_timeout(store, pending, note)
+        else:
+            decision = Decision(approved=False, value=None, comment=note, by=TIMEOUT_BY)
+            await record_decision(store, pending.run_id, decision, pending.node_id, allow_expired=True)
+    except (AlreadyResumed, Conflict):
+        pass
+
+
+async def _fail_on_timeout(store: Store, pending: PendingInterrupt, note: str) -> None:
+    head = await store.resume_point(pending.run_id)
+    if head is None:
+        return
+    message = f"Node '{pending.node_id}' failed: {note}"
+    common = {
+        "manifest": head.manifest,
+        "completed": head.completed,
+        "skipped": head.skipped,
+        "routes": head.routes,
+        "resumes": head.resumes,
+        "counters": head.counters,
+        "error": message,
+        "error_type": "GateTimeout",
+    }
+    failed = CheckpointDraft(
+        checkpoint_id=new_id(),
+        step=step_name("failed", pending.node_id),
+        node_id=pending.node_id,
+        status=CheckpointStatus.FAILED,
+        queue=[pending.node_id] + [n for n in head.queue if n != pending.node_id],
+        parent_checkpoint_id=head.checkpoint_id,
+        **common,
+    )
+    end = CheckpointDraft(
+        checkpoint_id=new_id(),
+        step="run_end",
+        node_id=None,
+        status=CheckpointStatus.FAILED,
+        queue=[],
+        parent_checkpoint_id=failed.checkpoint_id,
+        **common,
+    )
+    await store.commit(
+        Commit(
+            run_id=pending.run_id,
+            checkpoints=[failed, end],
+            events=[
+                NewEvent("gate_decided", pending.node_id, {"timed_out": True, "on_timeout": "fail"}),
+                NewEvent("run_failed", pending.node_id, {"error": message}),
+            ],
+            run=RunUpdate(
+                status=RunStatus.FAILED, error=message, error_type="GateTimeout", owner=None, lease_until=None
+            ),
+            claim=pending.node_id,
+            release_interrupts=True,
+            expect_status=frozenset({RunStatus.PAUSED}),
+            expect_head_seq=head.seq,
+        )
+    )
 
 
 def _not_paused(run: RunRecord) -> Exception:
@@ -103,6 +187,7 @@ async def record_decision(
     *,
     continue_as: str | None = None,
     lease_until: float | None = None,
+    allow_expired: bool = False,
 ) -> CommitResult:
     """Claim the run's pending gate and write ``approved:<node>`` in one transaction (C4).
 
@@ -114,6 +199,12 @@ async def record_decision(
         if run.status is not RunStatus.PAUSED:
             raise _not_paused(run)
         target = choose_claim(run_id, node or ANY_NODE, await store.pending_interrupts(run_id))
+        if not allow_expired and target.expires_at is not None and target.expires_at <= time.time():
+            await apply_expiry(store, target)
+            raise AlreadyResumed(
+                f"The gate {target.reason!r} of run {run_id} expired before this decision "
+                f"(its on_timeout is {target.on_timeout!r}); the decision was not recorded."
+            )
         head = await store.resume_point(run_id)
         if head is None:
             raise _not_paused(run)
@@ -143,6 +234,8 @@ def _decision_commit(
         manifest=head.manifest,
         completed=head.completed,
         queue=head.queue,
+        skipped=head.skipped,
+        routes=head.routes,
         parent_checkpoint_id=head.checkpoint_id,
         decision=decision.to_json(),
         resumes=resumes,
@@ -165,14 +258,13 @@ def _decision_commit(
 
 
 async def cancel_run(store: Store, run_id: str) -> RunRecord:
-    """Cancel a run (C11): settle a paused or pending one, stop a running one at its next commit."""
+    """Cancel a run (C11): settle a paused or pending one, abandon the node of a running one."""
     while True:
         run = await store.get_run(run_id)
         if run.status in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED):
             raise NotCancellable(
                 f"Run {run_id} already {run.status.value}; only pending, running or paused runs can be cancelled."
             )
-        pending = await store.pending_interrupts(run_id) if run.status is RunStatus.PAUSED else []
         commit = Commit(
             run_id=run_id,
             events=[NewEvent("run_cancelled", None, {"was": run.status.value})],
@@ -183,20 +275,16 @@ async def cancel_run(store: Store, run_id: str) -> RunRecord:
                 owner=None,
                 lease_until=None,
             ),
-            claim=pending[0].node_id if len(pending) == 1 else None,
+            release_interrupts=True,
             expect_status=frozenset({run.status}),
             expect_owner=run.owner,
         )
         try:
             result = await store.commit(commit)
-        except (Conflict, AlreadyResumed):
+        except Conflict:
             continue  # the run moved on meanwhile: look again
-        # A wave can pause at several gates; settle the rest too.
-        for extra in pending[1:]:
-            try:
-                await store.commit(Commit(run_id=run_id, claim=extra.node_id))
-            except AlreadyResumed:
-                pass
+        # A runner of this process stops at once; one elsewhere notices at its next poll.
+        notify_cancelled(run_id)
         return result.run
 
 
@@ -241,6 +329,8 @@ async def create_fork(
         manifest=manifest,
         completed=source.completed,
         queue=source.queue,
+        skipped=source.skipped,
+        routes=source.routes,
         parent_checkpoint_id=source.checkpoint_id,
         resumes=source.resumes,
         counters=source.counters,

@@ -11,7 +11,8 @@ from .._ids import owner_token, parse_owner
 
 __all__ = ["LEASE_SECONDS", "active", "lease_deadline", "owner_alive", "this_owner"]
 
-LEASE_SECONDS = 60.0
+# How long a run's owner may go silent before another machine may take the run over.
+LEASE_SECONDS = float(os.environ.get("DURABLE_NB_LEASE_SECONDS", "60"))
 
 _active: set[str] = set()
 _active_lock = threading.Lock()

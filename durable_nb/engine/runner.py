@@ -1,22 +1,21 @@
-"""Drive a workflow run: waves of nodes, one commit per finished node.
+"""Drive a workflow run: waves of nodes, one commit per finished node (C1, W1, W2).
 
 The runner owns the run (status ``running``, its owner token) while it works. Every commit
 it makes expects exactly that, so a run cancelled or taken over meanwhile stops here
-without writing: a late result is discarded (C6).
+without writing: a late result is discarded (C6). A node's start marker rides with the
+commit before it, so the hot path costs one commit per node.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import time
 import traceback
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from .._ids import new_id
-from ..errors import ConfigurationError, InvalidState, NodeFailed, NodeTimeout, RunCancelled
+from ..errors import ConfigurationError, InvalidState, NodeFailed, RunCancelled
 from ..model import (
     RUN_END,
     CheckpointDraft,
@@ -31,31 +30,17 @@ from ..model import (
     step_name,
 )
 from ..store.protocol import Conflict, Store
-from .gates import Suspend
+from .attempts import Attempter, Outcome
 from .graph import Graph, NodeSpec
+from .ops import CANCELLED_MESSAGE
 from .ownership import lease_deadline
-from .scope import NodeScope, enter_scope
-from .values import ValueCodec, check_state
+from .values import ValueCodec
+from .watch import Watch
 
-__all__ = ["Runner", "backoff_seconds"]
+__all__ = ["Runner", "failure_text"]
 
 Sleep = Callable[[float], Awaitable[Any]]
 _RUNNING = frozenset({RunStatus.RUNNING})
-
-
-def backoff_seconds(retry: int) -> float:
-    """Return the sleep before retry ``retry`` (1-based): 1, 2, 4, 8, 16, 30, 30, … (C9)."""
-    return float(min(2 ** (retry - 1), 30))
-
-
-@dataclass(slots=True)
-class _Outcome:
-    node_id: str
-    updates: dict[str, Any] | None = None
-    error: BaseException | None = None
-    suspend: Suspend | None = None
-    duration: float = 0.0
-    attempts: int = 1
 
 
 def failure_text(label: str, error: BaseException) -> str:
@@ -79,6 +64,8 @@ class Runner:
         state: dict[str, Any],
         manifest: dict[str, str],
         completed: list[str],
+        skipped: list[str],
+        routes: dict[str, Any],
         resumes: dict[str, list[Decision]],
         head_checkpoint_id: str | None,
         sleep: Sleep,
@@ -91,12 +78,39 @@ class Runner:
         self.state = state
         self.manifest = manifest
         self.completed = completed
+        self.skipped = skipped
+        self.routes = routes
         self.resumes = resumes
         self.head = head_checkpoint_id
-        self.sleep = sleep
-        self._carry: list[NewEvent] = []
+        self.carry: list[NewEvent] = []
+        self.attempter = Attempter(run.run_id, store, values.secret, sleep, self.carry)
+        self._tasks: set[asyncio.Future[Any]] = set()
+        self._abandoned = False
+        self._ended = False
+        self._stopped = False
+        self._announced = False
+        self._lock: asyncio.Lock | None = None
 
-    # -- committing ---------------------------------------------------------------
+    # -- state of the run ---------------------------------------------------------------
+
+    def ready(self) -> list[str]:
+        """Return the next wave."""
+        return self.graph.ready(self.completed, self.skipped)
+
+    def abandon(self) -> None:
+        """Stop at once: the run was cancelled or taken over; in-flight work is discarded."""
+        self._abandoned = True
+        for task in list(self._tasks):
+            task.cancel()
+
+    def _branch_key(self, node_id: str) -> str | None:
+        for dep in self.graph.nodes[node_id].after:
+            route = self.routes.get(dep)
+            if route is not None and node_id in route["nodes"]:
+                return str(route["key"])
+        return None
+
+    # -- committing ---------------------------------------------------------------------
 
     def _draft(
         self, kind: str, node_id: str | None, status: CheckpointStatus, queue: list[str], **fields: Any
@@ -109,6 +123,9 @@ class Runner:
             manifest=dict(self.manifest),
             completed=list(self.completed),
             queue=queue,
+            skipped=list(self.skipped),
+            routes=dict(self.routes),
+            branch_key=self._branch_key(node_id) if node_id in self.graph.nodes else None,
             parent_checkpoint_id=self.head,
             resumes={k: [d.to_json() for d in v] for k, v in self.resumes.items()},
             **fields,
@@ -116,189 +133,308 @@ class Runner:
         self.head = draft.checkpoint_id
         return draft
 
-    async def _commit(self, commit: Commit) -> None:
-        try:
-            result = await self.store.commit(commit)
-        except Conflict as conflict:
-            self.run = conflict.run
-            raise RunCancelled(
-                f"Run {self.run.run_id} was {conflict.run.status.value} by another caller while "
-                "this process worked on it; its last result was discarded."
-            ) from conflict
-        self.values.mark_stored(commit.blobs)
-        self.run = result.run
-
-    def _commit_for(self, events: list[NewEvent], **fields: Any) -> Commit:
-        carried, self._carry = self._carry, []
-        return Commit(
+    async def _commit(self, events: list[NewEvent], **fields: Any) -> None:
+        if self._abandoned:
+            raise RunCancelled(f"Run {self.run.run_id} was cancelled; its last result was discarded.")
+        carried = list(self.carry)
+        self.carry.clear()
+        commit = Commit(
             run_id=self.run.run_id,
             events=carried + events,
             expect_status=_RUNNING,
             expect_owner=self.owner,
             **fields,
         )
-
-    # -- running nodes ------------------------------------------------------------
-
-    async def _call(self, spec: NodeSpec, scope: NodeScope) -> Any:
-        context = contextvars.copy_context()
-        context.run(enter_scope, scope)
-        state = dict(self.state)
-        if spec.is_async:
-            call: Awaitable[Any] = asyncio.get_running_loop().create_task(spec.fn(state), context=context)
-        else:
-            call = asyncio.get_running_loop().run_in_executor(None, context.run, spec.fn, state)
-        if spec.timeout_seconds is None:
-            return await call
         try:
-            return await asyncio.wait_for(call, spec.timeout_seconds)
-        except TimeoutError:
-            raise NodeTimeout(
-                f"Node '{spec.label}' failed: timed out after {spec.timeout_seconds:g} s",
-                node_id=spec.node_id,
-                error_type="NodeTimeout",
-            ) from None
+            result = await self.store.commit(commit)
+        except Conflict as conflict:
+            self.run = conflict.run
+            self._abandoned = True
+            raise RunCancelled(
+                f"Run {self.run.run_id} became {conflict.run.status.value} while this process worked "
+                "on it; its last result was discarded."
+            ) from conflict
+        self.values.mark_stored(commit.blobs)
+        self.run = result.run
 
-    async def _attempts(self, spec: NodeSpec) -> _Outcome:
-        started = time.perf_counter()
-        attempts = spec.retry_count + 1
-        for attempt in range(1, attempts + 1):
-            scope = NodeScope(
-                run_id=self.run.run_id,
-                node_id=spec.node_id,
-                store=self.store,
-                secret=self.values.secret,
-                decisions=list(self.resumes.get(spec.node_id, [])),
-            )
-            try:
-                result = await self._call(spec, scope)
-            except Suspend as suspend:
-                return _Outcome(spec.node_id, suspend=suspend, duration=time.perf_counter() - started, attempts=attempt)
-            except Exception as error:  # noqa: BLE001 - a node's failure is data, recorded in its checkpoint
-                if attempt < attempts:
-                    self._carry.append(
-                        NewEvent(
-                            "node_retrying",
-                            spec.node_id,
-                            {"attempt": attempt, "error": f"{type(error).__name__}: {error}"},
-                        )
-                    )
-                    await self.sleep(backoff_seconds(attempt))
-                    continue
-                return _Outcome(spec.node_id, error=error, duration=time.perf_counter() - started, attempts=attempt)
-            try:
-                updates = check_state(result, f"The result of node '{spec.label}'")
-            except InvalidState as error:
-                return _Outcome(spec.node_id, error=error, duration=time.perf_counter() - started, attempts=attempt)
-            return _Outcome(spec.node_id, updates=updates, duration=time.perf_counter() - started, attempts=attempt)
-        raise AssertionError("unreachable")
+    def _finished(self, status: RunStatus, error: str | None = None, error_type: str | None = None) -> RunUpdate:
+        return RunUpdate(status=status, error=error, error_type=error_type, owner=None, lease_until=None)
 
-    # -- the run loop -----------------------------------------------------------------
+    async def _commit_node(
+        self, node_id: str, blobs: list[Any], events: list[NewEvent], wave_busy: bool, **fields: Any
+    ) -> None:
+        """Commit ``after:<node>``; when the wave is done, the next wave's start (or the end) rides along."""
+        upcoming = self.ready()
+        checkpoints = [self._draft("after", node_id, CheckpointStatus.OK, upcoming, **fields)]
+        run_update: RunUpdate | None = None
+        if not wave_busy:
+            self._announced = True
+            if upcoming:
+                events = events + [NewEvent("node_started", n) for n in upcoming]
+                run_update = RunUpdate(lease_until=lease_deadline())
+            else:
+                checkpoints.append(self._draft(RUN_END, None, CheckpointStatus.COMPLETED, []))
+                events = [*events, NewEvent("run_completed")]
+                run_update = self._finished(RunStatus.COMPLETED)
+                self._ended = True
+        await self._commit(events, checkpoints=checkpoints, blobs=blobs, run=run_update)
+
+    # -- the run loop -------------------------------------------------------------------
 
     async def drive(self) -> RunRecord:
         """Run waves until the run pauses, fails or completes; return the run as it ends."""
+        self._lock = asyncio.Lock()
         try:
-            wave = self.graph.ready(self.completed)
-            if not wave:
-                await self._commit(
-                    self._commit_for(
-                        [NewEvent("run_completed")],
-                        checkpoints=[self._end(CheckpointStatus.COMPLETED)],
-                        run=self._finished(RunStatus.COMPLETED),
-                    )
-                )
-                return self.run
-            while wave:
-                wave = await self._wave(wave)
+            with Watch(self.store, self.run.run_id, self.owner, self.abandon):
+                while not (self._ended or self._stopped):
+                    wave = self.ready()
+                    if not wave:
+                        await self._end()
+                        break
+                    await self._wave(wave)
         except RunCancelled:
             pass
+        except asyncio.CancelledError:
+            # Interrupted (Ctrl-C, a cancelled task): record the cancel so the run stays resumable.
+            await asyncio.shield(self._record_interrupt())
+            raise
         return self.run
 
-    def _end(self, status: CheckpointStatus, **fields: Any) -> CheckpointDraft:
-        return self._draft(RUN_END, None, status, [], **fields)
+    async def _end(self) -> None:
+        end = self._draft(RUN_END, None, CheckpointStatus.COMPLETED, [])
+        await self._commit([NewEvent("run_completed")], checkpoints=[end], run=self._finished(RunStatus.COMPLETED))
+        self._ended = True
 
-    @staticmethod
-    def _finished(status: RunStatus, error: str | None = None, error_type: str | None = None) -> RunUpdate:
-        return RunUpdate(status=status, error=error, error_type=error_type, owner=None, lease_until=None)
+    async def _record_interrupt(self) -> None:
+        try:
+            await self.store.commit(
+                Commit(
+                    run_id=self.run.run_id,
+                    events=[NewEvent("run_cancelled", None, {"was": "running"})],
+                    run=self._finished(RunStatus.CANCELLED, CANCELLED_MESSAGE, "Cancelled"),
+                    expect_status=_RUNNING,
+                    expect_owner=self.owner,
+                )
+            )
+        except Conflict:
+            pass
 
-    async def _wave(self, wave: list[str]) -> list[str]:
-        tasks = {asyncio.ensure_future(self._attempts(self.graph.nodes[n])): n for n in wave}
+    def _start(self, spec: NodeSpec) -> asyncio.Future[Outcome]:
+        if spec.kind == "map":
+            task: asyncio.Future[Outcome] = asyncio.ensure_future(self._run_map(spec))
+        elif spec.kind == "switch":
+            task = asyncio.ensure_future(self._route(spec))
+        else:
+            task = asyncio.ensure_future(
+                self.attempter.run(spec, (dict(self.state),), self.resumes.get(spec.node_id, []))
+            )
+        self._tasks.add(task)
+        return task
+
+    async def _wave(self, wave: list[str]) -> None:
+        self._announced = False
+        tasks = {self._start(self.graph.nodes[n]): n for n in wave}
         in_flight = set(wave)
         written_by: dict[str, str] = {}
-        failures: list[_Outcome] = []
-        suspends: list[_Outcome] = []
+        troubled: list[Outcome] = []
         try:
             pending = set(tasks)
             while pending:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if self._abandoned:
+                    raise RunCancelled(f"Run {self.run.run_id} was cancelled mid-node; nothing of it was kept.")
                 for task in sorted(done, key=lambda t: wave.index(tasks[t])):
                     outcome = task.result()
                     in_flight.discard(outcome.node_id)
                     if outcome.updates is not None:
-                        outcome = await self._commit_success(outcome, written_by, in_flight, failures or suspends)
-                    if outcome.error is not None:
-                        failures.append(outcome)
-                    elif outcome.suspend is not None:
-                        suspends.append(outcome)
+                        outcome = await self._finish_node(outcome, written_by, bool(in_flight or troubled))
+                    if outcome.error is not None or outcome.suspend is not None:
+                        troubled.append(outcome)
         finally:
             for task in tasks:
                 task.cancel()
+                self._tasks.discard(task)
+        failures = [o for o in troubled if o.error is not None]
         if failures:
             await self._commit_failure(failures)
-            return []
-        if suspends:
-            await self._commit_pause(suspends)
-            return []
-        return self.graph.ready(self.completed)
+        elif troubled:
+            await self._commit_pause(troubled)
+        elif not self._announced:
+            # Only routing ran (no commit to ride): the next wave's start rides with its first commit.
+            self.carry.extend(NewEvent("node_started", n) for n in self.ready())
 
-    async def _commit_success(
-        self, outcome: _Outcome, written_by: dict[str, str], in_flight: set[str], troubled: list[_Outcome]
-    ) -> _Outcome:
+    # -- node kinds -------------------------------------------------------------------------
+
+    async def _finish_node(self, outcome: Outcome, written_by: dict[str, str], wave_busy: bool) -> Outcome:
+        """Commit a node's updates, unless they clash with another node of the wave (W1)."""
         node_id = outcome.node_id
-        updates = outcome.updates or {}
-        label = self.graph.nodes[node_id].label
+        spec = self.graph.nodes[node_id]
+        updates = dict(outcome.updates or {})
         clash = sorted(k for k in updates if k in written_by)
         if clash:
-            other = written_by[clash[0]]
-            outcome.error = ConfigurationError(
-                f"Node '{label}' failed: nodes {other!r} and {node_id!r} run in one wave and both "
-                f"write {clash}; make one run after the other or write different keys."
+            outcome.updates, outcome.error = (
+                None,
+                ConfigurationError(
+                    f"Node '{spec.label}' failed: nodes {written_by[clash[0]]!r} and {node_id!r} run in one wave "
+                    f"and both write {clash}; make one run after the other or write different keys."
+                ),
             )
-            outcome.updates = None
             return outcome
+        iteration = None
+        finished = True
+        if spec.kind == "loop":
+            iteration = int(self.state.get(spec.loop_key, 0)) + 1
+            updates[spec.loop_key] = iteration
+            try:
+                again = iteration < spec.max_iterations and bool(spec.condition({**self.state, **updates}))  # type: ignore[misc]
+            except Exception as error:  # noqa: BLE001 - a failing condition fails the loop node
+                outcome.updates, outcome.error = None, error
+                return outcome
+            finished = not again
         try:
             delta, blobs = self.values.encode(updates)
         except Exception as error:  # noqa: BLE001 - any encoding failure fails the node, never the engine
-            outcome.error = error
-            outcome.updates = None
+            outcome.updates, outcome.error = None, error
             return outcome
         written_by.update(dict.fromkeys(updates, node_id))
-        self.state.update(updates)
-        self.manifest.update(delta)
-        self.completed.append(node_id)
-        self.resumes.pop(node_id, None)
-        events = [NewEvent("node_finished", node_id, {"duration": outcome.duration, "attempts": outcome.attempts})]
-        after = {"duration": outcome.duration, "attempts": outcome.attempts, "node_output": delta}
-        if in_flight or troubled:
-            queue = [n for n in self.graph.ready(self.completed)]
-            checkpoints = [self._draft("after", node_id, CheckpointStatus.OK, queue, **after)]
-            await self._commit(self._commit_for(events, checkpoints=checkpoints, blobs=blobs))
-            return outcome
-        upcoming = self.graph.ready(self.completed)
-        checkpoints = [self._draft("after", node_id, CheckpointStatus.OK, upcoming, **after)]
-        run_update = None
-        if upcoming:
-            # The next wave's start markers ride with this commit: one commit per node.
-            events += [NewEvent("node_started", n) for n in upcoming]
-            run_update = RunUpdate(lease_until=lease_deadline())
-        else:
-            checkpoints.append(self._end(CheckpointStatus.COMPLETED))
-            events.append(NewEvent("run_completed"))
-            run_update = self._finished(RunStatus.COMPLETED)
-        await self._commit(self._commit_for(events, checkpoints=checkpoints, blobs=blobs, run=run_update))
+        async with self._guard():
+            self.state.update(updates)
+            self.manifest.update(delta)
+            self.resumes.pop(node_id, None)
+            if finished:
+                self.completed.append(node_id)
+            events = [NewEvent("node_finished", node_id, {"duration": outcome.duration, "attempts": outcome.attempts})]
+            await self._commit_node(
+                node_id,
+                blobs,
+                events,
+                wave_busy,
+                node_output=delta,
+                duration=outcome.duration,
+                attempts=outcome.attempts,
+                iteration=iteration,
+            )
         return outcome
 
-    async def _commit_failure(self, failures: list[_Outcome]) -> None:
+    def _guard(self) -> asyncio.Lock:
+        assert self._lock is not None
+        return self._lock
+
+    async def _route(self, spec: NodeSpec) -> Outcome:
+        """Run a switch (C17): choose branches, skip the others; no checkpoint of its own."""
+        started = time.perf_counter()
+        try:
+            result = spec.fn(dict(self.state))
+            if asyncio.iscoroutine(result):
+                result = await result
+            key, chosen = self._branches(spec, result)
+        except Exception as error:  # noqa: BLE001 - a failing router fails like any node
+            return Outcome(spec.node_id, error=error, duration=time.perf_counter() - started)
+        async with self._guard():
+            self.routes[spec.node_id] = {"key": key, "nodes": chosen}
+            self.completed.append(spec.node_id)
+            self.skipped.extend(n for n in self.graph.dependents(spec.node_id) if n not in chosen)
+            self.graph.propagate_skips(self.completed, self.skipped)
+            self.carry.append(NewEvent("node_finished", spec.node_id, {"route": key, "chosen": chosen}))
+        return Outcome(spec.node_id, duration=time.perf_counter() - started)
+
+    def _branches(self, spec: NodeSpec, result: Any) -> tuple[str | None, list[str]]:
+        branches: dict[str, Any] | None = spec.extra.get("branches")
+        dependents = self.graph.dependents(spec.node_id)
+        if branches is not None:
+            if result is not None and result not in branches:
+                raise InvalidState(
+                    f"Switch '{spec.label}' chose {result!r}, which is not one of its branches {sorted(branches)}."
+                )
+            target = branches.get(result) if result is not None else None
+            nodes = [] if target is None else [target] if isinstance(target, str) else list(target)
+            key = None if result is None else str(result)
+        else:
+            nodes = [] if result is None else [result] if isinstance(result, str) else list(result)
+            key = None if result is None else ",".join(nodes)
+        wrong = [n for n in nodes if n not in dependents]
+        if wrong:
+            raise InvalidState(
+                f"Switch '{spec.label}' chose {wrong}, but only nodes that run after it can be chosen: {dependents}."
+            )
+        return key, nodes
+
+    async def _run_map(self, spec: NodeSpec) -> Outcome:
+        """Run a map node: once per item, each item committed on its own (W2)."""
+        started = time.perf_counter()
+        try:
+            items = list(self.state[spec.items] if isinstance(spec.items, str) else spec.items(dict(self.state)))  # type: ignore[misc]
+        except Exception as error:  # noqa: BLE001 - unreadable items fail the map node
+            return Outcome(spec.node_id, error=error, duration=time.perf_counter() - started)
+        todo = [i for i in range(len(items)) if spec.item_key(i) not in self.manifest]
+        if not todo:
+            return await self._complete_map(spec, len(items), started)
+        gate = asyncio.Semaphore(spec.max_concurrency)
+        remaining = set(todo)
+        failures: list[Outcome] = []
+
+        async def one(index: int) -> None:
+            async with gate:
+                outcome = await self.attempter.run(
+                    spec, (dict(self.state), items[index]), [], expect_dict=False, item_index=index
+                )
+            if outcome.suspend is not None:
+                outcome.suspend, outcome.error = (
+                    None,
+                    ConfigurationError(
+                        f"Node '{spec.label}' failed: gate() inside a map item is not supported; "
+                        "put the gate in a node before or after the map."
+                    ),
+                )
+            if outcome.error is not None:
+                outcome.value = index
+                failures.append(outcome)
+                return
+            try:
+                delta, blobs = self.values.encode({spec.item_key(index): outcome.value})
+            except Exception as error:  # noqa: BLE001 - an unserializable item result fails the node
+                failures.append(Outcome(spec.node_id, error=error, attempts=outcome.attempts, value=index))
+                return
+            async with self._guard():
+                remaining.discard(index)
+                self.state[spec.item_key(index)] = outcome.value
+                self.manifest.update(delta)
+                if not remaining and not failures:
+                    return  # the last item's commit is the node's: see _complete_map
+                event = NewEvent("node_finished", spec.node_id, {"item_index": index, "duration": outcome.duration})
+                await self._commit_node(
+                    spec.node_id,
+                    blobs,
+                    [event],
+                    True,
+                    node_output=delta,
+                    duration=outcome.duration,
+                    attempts=outcome.attempts,
+                    item_index=index,
+                )
+
+        workers = [asyncio.ensure_future(one(i)) for i in todo]
+        try:
+            await asyncio.gather(*workers)
+        finally:
+            for worker in workers:
+                worker.cancel()
+        if failures:
+            first = min(failures, key=lambda o: o.value)
+            first.duration = time.perf_counter() - started
+            return first
+        return await self._complete_map(spec, len(items), started)
+
+    async def _complete_map(self, spec: NodeSpec, count: int, started: float) -> Outcome:
+        results = [self.state.pop(spec.item_key(i)) for i in range(count)]
+        for i in range(count):
+            self.manifest.pop(spec.item_key(i), None)
+        into = spec.into or spec.node_id
+        return Outcome(spec.node_id, updates={into: results}, duration=time.perf_counter() - started)
+
+    # -- failures and pauses ------------------------------------------------------------------
+
+    async def _commit_failure(self, failures: list[Outcome]) -> None:
         first = failures[0]
         spec = self.graph.nodes[first.node_id]
         error = first.error
@@ -307,7 +443,8 @@ class Runner:
         error_type = getattr(error, "error_type", "") or type(error).__name__
         trace = getattr(error, "traceback", "") or "".join(traceback.format_exception(error))
         failed_ids = [f.node_id for f in failures]
-        queue = failed_ids + [n for n in self.graph.ready(self.completed) if n not in failed_ids]
+        queue = failed_ids + [n for n in self.ready() if n not in failed_ids]
+        item_index = first.value if spec.kind == "map" and isinstance(first.value, int) else None
         checkpoints = [
             self._draft(
                 "failed",
@@ -319,27 +456,24 @@ class Runner:
                 traceback=trace,
                 duration=first.duration,
                 attempts=first.attempts,
+                item_index=item_index,
             ),
-            self._end(CheckpointStatus.FAILED, error=message, error_type=error_type),
+            self._draft(RUN_END, None, CheckpointStatus.FAILED, [], error=message, error_type=error_type),
         ]
         events = [
-            NewEvent(
-                "node_failed",
-                f.node_id,
-                {"error": failure_text(self.graph.nodes[f.node_id].label, f.error or Exception())},
-            )
+            NewEvent("node_failed", f.node_id, {"error": failure_text(self.graph.nodes[f.node_id].label, f.error)})
             for f in failures
+            if f.error is not None
         ]
         events.append(NewEvent("run_failed", first.node_id, {"error": message}))
-        await self._commit(
-            self._commit_for(events, checkpoints=checkpoints, run=self._finished(RunStatus.FAILED, message, error_type))
-        )
+        self._stopped = True
+        await self._commit(events, checkpoints=checkpoints, run=self._finished(RunStatus.FAILED, message, error_type))
 
-    async def _commit_pause(self, suspends: list[_Outcome]) -> None:
+    async def _commit_pause(self, suspends: list[Outcome]) -> None:
         checkpoints: list[CheckpointDraft] = []
         interrupts: list[PendingInterrupt] = []
         events: list[NewEvent] = []
-        queue = self.graph.ready(self.completed)
+        queue = self.ready()
         now = time.time()
         for outcome in suspends:
             suspend = outcome.suspend
@@ -376,11 +510,10 @@ class Runner:
             )
             events.append(NewEvent("gate_opened", outcome.node_id, {"reason": suspend.reason}))
         events.append(NewEvent("run_paused", suspends[0].node_id))
+        self._stopped = True
         await self._commit(
-            self._commit_for(
-                events,
-                checkpoints=checkpoints,
-                open_interrupts=interrupts,
-                run=RunUpdate(status=RunStatus.PAUSED, owner=None, lease_until=None),
-            )
+            events,
+            checkpoints=checkpoints,
+            open_interrupts=interrupts,
+            run=RunUpdate(status=RunStatus.PAUSED, owner=None, lease_until=None),
         )

@@ -32,10 +32,11 @@ from ..store.protocol import Conflict, Store
 from ..store.secret import load_secret
 from .gates import Resume
 from .graph import Graph, NodeSpec
-from .ops import cancel_run, create_fork, decisions_of, load_run, make_decision, record_decision
+from .ops import cancel_run, create_fork, decisions_of, expire_gates, load_run, make_decision, record_decision
 from .ownership import active, lease_deadline, owner_alive, this_owner
 from .run import Run
 from .runner import Runner
+from .status import describe
 from .values import ValueCodec, check_state
 
 __all__ = ["Workflow"]
@@ -89,33 +90,135 @@ class Workflow:
         timeout_seconds: float | None = None,
         label: str | None = None,
         name: str | None = None,
+        writes: Iterable[str] = (),
     ) -> Any:
         """Register a node function ``fn(state) -> dict of updates`` (sync or async).
 
         ``after`` names the nodes (or node functions) it waits for; ``retry_count`` extra
         attempts follow a failure (C9); each attempt may run ``timeout_seconds`` (C8).
+        ``writes`` optionally declares the keys it returns, so that two nodes of one wave
+        writing one key are refused before anything runs (W1).
         """
+        return self._register("node", fn, after, retry_count, timeout_seconds, label, name, writes=tuple(writes))
+
+    def loop(
+        self,
+        fn: F | None = None,
+        *,
+        condition: Callable[[dict[str, Any]], Any],
+        max_iterations: int = 5,
+        after: str | Callable[..., Any] | Iterable[str | Callable[..., Any]] | None = None,
+        retry_count: int = 1,
+        timeout_seconds: float | None = None,
+        label: str | None = None,
+        name: str | None = None,
+    ) -> Any:
+        """Register a loop node: its body runs, then runs again while ``condition(state)`` holds (C10).
+
+        Each iteration is committed on its own; the counter is kept in state as
+        ``__loop_<node>``, and ``max_iterations`` (default 5) ends the loop whatever the condition.
+        """
+        if not callable(condition):
+            raise ConfigurationError("A loop needs condition=callable(state) -> bool.")
+        if not isinstance(max_iterations, int) or isinstance(max_iterations, bool) or max_iterations < 1:
+            raise ConfigurationError(f"max_iterations must be a whole number >= 1, not {max_iterations!r}.")
+        return self._register(
+            "loop",
+            fn,
+            after,
+            retry_count,
+            timeout_seconds,
+            label,
+            name,
+            condition=condition,
+            max_iterations=max_iterations,
+        )
+
+    def switch(
+        self,
+        fn: F | None = None,
+        *,
+        after: str | Callable[..., Any] | Iterable[str | Callable[..., Any]] | None = None,
+        branches: dict[str, str | Iterable[str]] | None = None,
+        label: str | None = None,
+        name: str | None = None,
+    ) -> Any:
+        """Register a routing node: ``fn(state)`` picks which of the nodes after it run (C17).
+
+        It returns a node name, a list of them or None; with ``branches`` it returns a key of
+        that mapping instead. Untaken branches are ``skipped``; a switch writes no checkpoint.
+        """
+        extra = {"branches": None if branches is None else dict(branches)}
+        return self._register("switch", fn, after, 0, None, label, name, extra=extra)
+
+    def map(
+        self,
+        fn: F | None = None,
+        *,
+        items: str | Callable[[dict[str, Any]], Iterable[Any]],
+        into: str | None = None,
+        after: str | Callable[..., Any] | Iterable[str | Callable[..., Any]] | None = None,
+        max_concurrency: int = 8,
+        retry_count: int = 1,
+        timeout_seconds: float | None = None,
+        label: str | None = None,
+        name: str | None = None,
+    ) -> Any:
+        """Register a map node: ``fn(state, item)`` runs once per item, each result committed on its own.
+
+        ``items`` is a state key or ``callable(state)``; the results, in item order, become the
+        state value ``into`` (default: the node's name). After a crash only unfinished items run.
+        """
+        if not (isinstance(items, str) or callable(items)):
+            raise ConfigurationError("A map needs items= a state key or callable(state) -> items.")
+        if not isinstance(max_concurrency, int) or isinstance(max_concurrency, bool) or max_concurrency < 1:
+            raise ConfigurationError(f"max_concurrency must be a whole number >= 1, not {max_concurrency!r}.")
+        return self._register(
+            "map",
+            fn,
+            after,
+            retry_count,
+            timeout_seconds,
+            label,
+            name,
+            items=items,
+            into=into,
+            max_concurrency=max_concurrency,
+        )
+
+    def _register(
+        self,
+        kind: str,
+        fn: Any,
+        after: Any,
+        retry_count: Any,
+        timeout_seconds: Any,
+        label: str | None,
+        name: str | None,
+        **options: Any,
+    ) -> Any:
+        if not isinstance(retry_count, int) or isinstance(retry_count, bool) or retry_count < 0:
+            raise ConfigurationError(f"retry_count must be a whole number >= 0, not {retry_count!r}.")
+        if timeout_seconds is not None and (
+            not isinstance(timeout_seconds, (int, float)) or isinstance(timeout_seconds, bool) or timeout_seconds <= 0
+        ):
+            raise ConfigurationError(f"timeout_seconds must be a positive number, not {timeout_seconds!r}.")
+        dependencies = _dependency_ids(after)
 
         def register(function: F) -> F:
             if not callable(function):
-                raise ConfigurationError(f"@{self.name}.node() decorates functions, not {function!r}.")
-            if not isinstance(retry_count, int) or isinstance(retry_count, bool) or retry_count < 0:
-                raise ConfigurationError(f"retry_count must be a whole number >= 0, not {retry_count!r}.")
-            if timeout_seconds is not None and (
-                not isinstance(timeout_seconds, (int, float))
-                or isinstance(timeout_seconds, bool)
-                or timeout_seconds <= 0
-            ):
-                raise ConfigurationError(f"timeout_seconds must be a positive number, not {timeout_seconds!r}.")
+                raise ConfigurationError(f"Workflow {self.name!r} registers functions as nodes, not {function!r}.")
             node_id = name or function.__name__
             self._graph.add(
                 NodeSpec(
                     node_id=node_id,
                     fn=function,
-                    after=_dependency_ids(after),
+                    after=dependencies,
                     retry_count=retry_count,
                     timeout_seconds=None if timeout_seconds is None else float(timeout_seconds),
                     label=label or node_id,
+                    kind=kind,
+                    **options,
                 )
             )
             return function
@@ -171,6 +274,8 @@ class Workflow:
         """Async twin of ``resume``."""
         self._graph.check()
         run = await self._own_run(run_id)
+        if run.status is RunStatus.PAUSED and await expire_gates(self.store, run_id):
+            run = await self._own_run(run_id)
         if run.status is RunStatus.PAUSED:
             if isinstance(value, Resume):
                 return await self._decide(run_id, make_decision(True, value.value, None, None), None)
@@ -193,12 +298,13 @@ class Workflow:
         owner = this_owner()
         checkpoint = await self.store.resume_point(run_id)
         completed = checkpoint.completed if checkpoint else []
+        skipped = checkpoint.skipped if checkpoint else []
         self._check_fits(run, completed)
         # Load before taking the run: a value that fails to load must leave the run as it was.
         values = self._values()
         manifest = dict(checkpoint.manifest if checkpoint is not None else run.input_manifest)
         state = await values.load(manifest)
-        wave = self._graph.ready(completed)
+        wave = self._graph.ready(completed, skipped)
         with active(run_id):
             try:
                 taken = await self.store.commit(
@@ -300,11 +406,13 @@ class Workflow:
         fork = await create_fork(
             self.store, values, run_id, checkpoint_id, overrides, owner=owner, lease_until=lease_deadline()
         )
-        started = [NewEvent("node_started", n) for n in self._graph.ready(fork.checkpoint.completed)]
+        started = [
+            NewEvent("node_started", n) for n in self._graph.ready(fork.checkpoint.completed, fork.checkpoint.skipped)
+        ]
         with active(fork.run.run_id):
             state_now = {**loaded, **overrides}
             runner = self._runner(values, fork.run, owner, state_now, dict(fork.checkpoint.manifest), fork.checkpoint)
-            runner._carry.extend(started)
+            runner.carry.extend(started)
             return await self._finish(runner)
 
     def cancel(self, run_id: str) -> Run:
@@ -316,6 +424,17 @@ class Workflow:
         record = await cancel_run(self.store, run_id)
         return await load_run(self.store, run_id, record)
 
+    def status(self, run_id: str) -> dict[str, Any]:
+        """Return the run's status in the shape of C16, with nodes not reached yet as pending."""
+        return run_sync(self.astatus(run_id))
+
+    async def astatus(self, run_id: str) -> dict[str, Any]:
+        """Async twin of ``status``."""
+        run = await self._own_run(run_id)
+        if run.status is RunStatus.PAUSED and await expire_gates(self.store, run_id):
+            run = await self._own_run(run_id)
+        return describe(run, await self.store.list_checkpoints(run_id), self._graph.nodes)
+
     def get(self, run_id: str) -> Run:
         """Return a run of this workflow."""
         return run_sync(self.aget(run_id))
@@ -323,6 +442,13 @@ class Workflow:
     async def aget(self, run_id: str) -> Run:
         """Async twin of ``get``."""
         return await load_run(self.store, run_id, await self._own_run(run_id))
+
+    @classmethod
+    def _bound_to(cls, flow: Workflow, store: Store) -> Workflow:
+        """Return a copy of ``flow`` working on ``store``."""
+        copy = cls(flow.name, store=store, sleep=flow._sleep)
+        copy._graph = flow._graph
+        return copy
 
     # -- internals ------------------------------------------------------------------------
 
@@ -382,6 +508,8 @@ class Workflow:
             state=state,
             manifest=manifest,
             completed=list(checkpoint.completed) if checkpoint else [],
+            skipped=list(checkpoint.skipped) if checkpoint else [],
+            routes=dict(checkpoint.routes) if checkpoint else {},
             resumes=decisions_of(checkpoint),
             head_checkpoint_id=checkpoint.checkpoint_id if checkpoint else None,
             sleep=self._sleep,

@@ -21,6 +21,7 @@ from ..model import (
     PendingInterrupt,
     PruneReport,
     RunRecord,
+    RunStatus,
 )
 
 __all__ = ["Conflict", "Store"]
@@ -49,8 +50,8 @@ class Store(Protocol):
         """Return a run; raise RunNotFound."""
         ...
 
-    async def list_runs(self, name: str | None = None) -> list[RunRecord]:
-        """Return runs, newest first, optionally of one name."""
+    async def list_runs(self, name: str | None = None, statuses: Iterable[RunStatus] | None = None) -> list[RunRecord]:
+        """Return runs, newest first, optionally of one name and of some statuses."""
         ...
 
     async def commit(self, commit: Commit) -> CommitResult:
@@ -75,6 +76,10 @@ class Store(Protocol):
 
     async def pending_interrupts(self, run_id: str) -> list[PendingInterrupt]:
         """Return the gates of a run that wait for a decision."""
+        ...
+
+    async def expired_interrupts(self, now: float, run_id: str | None = None) -> list[PendingInterrupt]:
+        """Return pending interrupts whose timeout has passed, of one run or of all."""
         ...
 
     async def get_blobs(self, hashes: Iterable[str]) -> dict[str, Blob]:

@@ -38,8 +38,9 @@ RUN_COLUMNS = (
 )
 CHECKPOINT_COLUMNS = (
     "run_id, seq, created_at, checkpoint_id, step, node_id, status, manifest, completed, queue, "
-    "parent_checkpoint_id, node_input, node_output, error, error_type, traceback, interrupt, "
-    "decision, resumes, counters, agent_path, duration, attempts, extra"
+    "skipped, routes, iteration, item_index, branch_key, parent_checkpoint_id, node_input, "
+    "node_output, error, error_type, traceback, interrupt, decision, resumes, counters, "
+    "agent_path, duration, attempts, extra"
 )
 INTERRUPT_COLUMNS = "run_id, node_id, checkpoint_id, reason, context, created_at, agent_path, expires_at, on_timeout"
 EVENT_COLUMNS = "run_id, seq, type, node_id, at, data"
@@ -90,6 +91,11 @@ def checkpoint_values(run_id: str, seq: int, created_at: float, draft: Checkpoin
         dumps(draft.manifest),
         dumps(draft.completed),
         dumps(draft.queue),
+        dumps(draft.skipped),
+        dumps(draft.routes),
+        draft.iteration,
+        draft.item_index,
+        draft.branch_key,
         draft.parent_checkpoint_id,
         None if draft.node_input is None else dumps(draft.node_input),
         None if draft.node_output is None else dumps(draft.node_output),
@@ -120,20 +126,25 @@ def checkpoint_from_row(row: Sequence[Any]) -> CheckpointRecord:
         manifest=json.loads(row[7]),
         completed=json.loads(row[8]),
         queue=json.loads(row[9]),
-        parent_checkpoint_id=row[10],
-        node_input=_loads(row[11]),
-        node_output=_loads(row[12]),
-        error=row[13],
-        error_type=row[14],
-        traceback=row[15],
-        interrupt=_loads(row[16]),
-        decision=_loads(row[17]),
-        resumes=_loads(row[18], {}),
-        counters=_loads(row[19], {}),
-        agent_path=row[20],
-        duration=row[21],
-        attempts=row[22],
-        extra=_loads(row[23], {}),
+        skipped=json.loads(row[10]),
+        routes=json.loads(row[11]),
+        iteration=row[12],
+        item_index=row[13],
+        branch_key=row[14],
+        parent_checkpoint_id=row[15],
+        node_input=_loads(row[16]),
+        node_output=_loads(row[17]),
+        error=row[18],
+        error_type=row[19],
+        traceback=row[20],
+        interrupt=_loads(row[21]),
+        decision=_loads(row[22]),
+        resumes=_loads(row[23], {}),
+        counters=_loads(row[24], {}),
+        agent_path=row[25],
+        duration=row[26],
+        attempts=row[27],
+        extra=_loads(row[28], {}),
     )
 
 

@@ -165,9 +165,9 @@ class SQLiteStore:
             raise RunNotFound(run_id, self.url)
         return run
 
-    async def list_runs(self, name: str | None = None) -> list[RunRecord]:
-        """Return runs, newest first, optionally of one name."""
-        return await self._run(_list_runs, name)
+    async def list_runs(self, name: str | None = None, statuses: Iterable[RunStatus] | None = None) -> list[RunRecord]:
+        """Return runs, newest first, optionally of one name and of some statuses."""
+        return await self._run(_list_runs, name, None if statuses is None else [s.value for s in statuses])
 
     async def commit(self, commit: Commit) -> CommitResult:
         """Write a commit in one IMMEDIATE transaction."""
@@ -199,6 +199,10 @@ class SQLiteStore:
     async def pending_interrupts(self, run_id: str) -> list[PendingInterrupt]:
         """Return the gates of a run that wait for a decision."""
         return await self._run(_pending, run_id)
+
+    async def expired_interrupts(self, now: float, run_id: str | None = None) -> list[PendingInterrupt]:
+        """Return pending interrupts whose timeout has passed."""
+        return await self._run(_expired, now, run_id)
 
     # -- values -------------------------------------------------------------------------
 
@@ -247,16 +251,21 @@ def _get_run(conn: sqlite3.Connection, run_id: str) -> RunRecord | None:
     return None if row is None else rows.run_from_row(row)
 
 
-def _list_runs(conn: sqlite3.Connection, name: str | None) -> list[RunRecord]:
-    if name is None:
-        cursor = conn.execute(f"SELECT {rows.RUN_COLUMNS} FROM runs ORDER BY run_id DESC")
-    else:
-        cursor = conn.execute(f"SELECT {rows.RUN_COLUMNS} FROM runs WHERE name = ? ORDER BY run_id DESC", (name,))
+def _list_runs(conn: sqlite3.Connection, name: str | None, statuses: list[str] | None) -> list[RunRecord]:
+    conditions, params = [], []
+    if name is not None:
+        conditions.append("name = ?")
+        params.append(name)
+    if statuses is not None:
+        conditions.append(f"status IN ({', '.join('?' * len(statuses))})")
+        params.extend(statuses)
+    where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
+    cursor = conn.execute(f"SELECT {rows.RUN_COLUMNS} FROM runs {where} ORDER BY run_id DESC", params)
     return [rows.run_from_row(row) for row in cursor]
 
 
 _INSERT_BLOB = "INSERT OR IGNORE INTO blobs (hash, codec, size, created_at, data) VALUES (?, ?, ?, ?, ?)"
-_INSERT_CHECKPOINT = f"INSERT INTO checkpoints ({rows.CHECKPOINT_COLUMNS}) VALUES ({', '.join('?' * 24)})"
+_INSERT_CHECKPOINT = f"INSERT INTO checkpoints ({rows.CHECKPOINT_COLUMNS}) VALUES ({', '.join('?' * 29)})"
 _INSERT_EVENT = f"INSERT INTO events ({rows.EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
 _INSERT_INTERRUPT = f"INSERT INTO pending_interrupts ({rows.INTERRUPT_COLUMNS}) VALUES ({', '.join('?' * 9)})"
 
@@ -353,6 +362,8 @@ def _commit(conn: sqlite3.Connection, commit: Commit, now: float, url: str) -> C
                 "DELETE FROM pending_interrupts WHERE run_id = ? AND node_id = ?",
                 (run.run_id, claimed.node_id),
             )
+        if commit.release_interrupts:
+            conn.execute("DELETE FROM pending_interrupts WHERE run_id = ?", (run.run_id,))
         checkpoints = _write_children(conn, run, commit, commit.blobs, now)
         if commit.open_interrupts:
             conn.executemany(_INSERT_INTERRUPT, [rows.interrupt_values(p) for p in commit.open_interrupts])
@@ -407,6 +418,15 @@ def _pending(conn: sqlite3.Connection, run_id: str) -> list[PendingInterrupt]:
         (run_id,),
     )
     return [rows.interrupt_from_row(row) for row in cursor]
+
+
+def _expired(conn: sqlite3.Connection, now: float, run_id: str | None) -> list[PendingInterrupt]:
+    sql = f"SELECT {rows.INTERRUPT_COLUMNS} FROM pending_interrupts WHERE expires_at IS NOT NULL AND expires_at <= ?"
+    params: list[Any] = [now]
+    if run_id is not None:
+        sql += " AND run_id = ?"
+        params.append(run_id)
+    return [rows.interrupt_from_row(row) for row in conn.execute(sql + " ORDER BY expires_at", params)]
 
 
 def _get_blobs(conn: sqlite3.Connection, hashes: list[str]) -> dict[str, Blob]:

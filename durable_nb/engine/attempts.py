@@ -1,0 +1,118 @@
+"""Calling a node function: its scope, a hard timeout per attempt, retries with backoff (C8, C9)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InvalidState, NodeTimeout
+from ..model import Decision, NewEvent
+from .gates import Suspend
+from .graph import NodeSpec
+from .scope import NodeScope, enter_scope
+from .values import check_state
+
+__all__ = ["Attempter", "Outcome", "backoff_seconds"]
+
+Sleep = Callable[[float], Awaitable[Any]]
+
+# Sync node functions run here. A timed-out one cannot be stopped, only abandoned, so the
+# pool is wide enough that abandoned threads do not starve the nodes still to run.
+_NODE_THREADS = ThreadPoolExecutor(max_workers=64, thread_name_prefix="durable-node")
+
+
+def backoff_seconds(retry: int) -> float:
+    """Return the sleep before retry ``retry`` (1-based): 1, 2, 4, 8, 16, 30, 30, … (C9)."""
+    return float(min(2 ** (retry - 1), 30))
+
+
+@dataclass(slots=True)
+class Outcome:
+    """How one node (or one map item) ended: updates, an error or a pause."""
+
+    node_id: str
+    updates: dict[str, Any] | None = None
+    error: BaseException | None = None
+    suspend: Suspend | None = None
+    duration: float = 0.0
+    attempts: int = 1
+    value: Any = None
+
+
+class Attempter:
+    """Runs node functions for one run, reporting retries as events to ride the next commit."""
+
+    def __init__(self, run_id: str, store: Any, secret: bytes, sleep: Sleep, events: list[NewEvent]) -> None:
+        self.run_id = run_id
+        self.store = store
+        self.secret = secret
+        self.sleep = sleep
+        self.events = events
+
+    async def _call(self, spec: NodeSpec, args: tuple[Any, ...], scope: NodeScope) -> Any:
+        context = contextvars.copy_context()
+        context.run(enter_scope, scope)
+        loop = asyncio.get_running_loop()
+        call: Awaitable[Any]
+        if spec.is_async:
+            call = loop.create_task(spec.fn(*args), context=context)
+        else:
+            call = loop.run_in_executor(_NODE_THREADS, context.run, spec.fn, *args)
+        if spec.timeout_seconds is None:
+            return await call
+        try:
+            return await asyncio.wait_for(call, spec.timeout_seconds)
+        except TimeoutError:
+            raise NodeTimeout(
+                f"Node '{spec.label}' failed: timed out after {spec.timeout_seconds:g} s",
+                node_id=spec.node_id,
+                error_type="NodeTimeout",
+            ) from None
+
+    async def run(
+        self,
+        spec: NodeSpec,
+        args: tuple[Any, ...],
+        decisions: list[Decision],
+        *,
+        expect_dict: bool = True,
+        item_index: int | None = None,
+    ) -> Outcome:
+        """Run attempts of one node until one succeeds, pauses, or the retries are spent."""
+        started = time.perf_counter()
+        attempts = spec.retry_count + 1
+        for attempt in range(1, attempts + 1):
+            scope = NodeScope(
+                run_id=self.run_id,
+                node_id=spec.node_id,
+                store=self.store,
+                secret=self.secret,
+                decisions=list(decisions),
+            )
+            try:
+                result = await self._call(spec, args, scope)
+            except Suspend as suspend:
+                return Outcome(spec.node_id, suspend=suspend, duration=time.perf_counter() - started, attempts=attempt)
+            except Exception as error:  # noqa: BLE001 - a node's failure is data, recorded in its checkpoint
+                if attempt < attempts:
+                    detail = {"attempt": attempt, "error": f"{type(error).__name__}: {error}"}
+                    if item_index is not None:
+                        detail["item_index"] = item_index
+                    self.events.append(NewEvent("node_retrying", spec.node_id, detail))
+                    await self.sleep(backoff_seconds(attempt))
+                    continue
+                return Outcome(spec.node_id, error=error, duration=time.perf_counter() - started, attempts=attempt)
+            elapsed = time.perf_counter() - started
+            if not expect_dict:
+                return Outcome(spec.node_id, value=result, duration=elapsed, attempts=attempt)
+            try:
+                updates = check_state(result, f"The result of node '{spec.label}'")
+            except InvalidState as error:
+                return Outcome(spec.node_id, error=error, duration=elapsed, attempts=attempt)
+            return Outcome(spec.node_id, updates=updates, duration=elapsed, attempts=attempt)
+        raise AssertionError("unreachable")

@@ -1,0 +1,103 @@
+"""Recovery after crashes (C7): find runs whose owner is gone, resume or fail them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._loop import run_sync
+from ..errors import AlreadyResumed, ConfigurationError, RunOwnedElsewhere
+from ..model import Commit, NewEvent, RunStatus, RunUpdate
+from ..store import resolve_store
+from ..store.protocol import Conflict, Store
+from .ops import expire_gates
+from .ownership import owner_alive
+from .run import Run
+from .workflow import Workflow
+
+__all__ = ["INTERRUPTED_MESSAGE", "RecoveryReport", "arecover", "recover"]
+
+INTERRUPTED_MESSAGE = "Interrupted by restart — resume from last checkpoint"
+
+
+@dataclass(slots=True)
+class RecoveryReport:
+    """What one recover() call did."""
+
+    resumed: list[Run] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    left_alone: list[str] = field(default_factory=list)
+    expired_gates: list[str] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        return (
+            f"RecoveryReport(resumed={[r.id for r in self.resumed]}, failed={self.failed}, "
+            f"left_alone={self.left_alone}, expired_gates={self.expired_gates})"
+        )
+
+
+def _store_of(workflows: list[Workflow], store: Any) -> Store:
+    if store is not None or not workflows:
+        return resolve_store(store)
+    chosen = workflows[0].store
+    for workflow in workflows[1:]:
+        if workflow.store is not chosen:
+            raise ConfigurationError(
+                "recover() got workflows on different stores; call it once per store with store=..."
+            )
+    return chosen
+
+
+async def arecover(workflows: Iterable[Workflow] = (), *, store: Any = None) -> RecoveryReport:
+    """Async twin of ``recover``."""
+    flows = list(workflows)
+    resolved = _store_of(flows, store)
+    by_name = {flow.name: flow for flow in flows}
+    report = RecoveryReport()
+    report.expired_gates = [f"{p.run_id}:{p.node_id}" for p in await expire_gates(resolved)]
+    for run in await resolved.list_runs(statuses=[RunStatus.RUNNING, RunStatus.PENDING]):
+        if owner_alive(run.run_id, run.owner, run.lease_until):
+            report.left_alone.append(run.run_id)
+            continue
+        flow = by_name.get(run.name)
+        if flow is not None:
+            if flow.store is not resolved:
+                flow = Workflow._bound_to(flow, resolved)
+            try:
+                report.resumed.append(await flow.aresume(run.run_id))
+            except (AlreadyResumed, RunOwnedElsewhere):
+                report.left_alone.append(run.run_id)  # another recoverer or owner got there first
+            continue
+        if run.status is RunStatus.PENDING and run.owner is None:
+            report.left_alone.append(run.run_id)  # waits for a process that has its code
+            continue
+        try:
+            await resolved.commit(
+                Commit(
+                    run_id=run.run_id,
+                    events=[NewEvent("run_failed", None, {"error": INTERRUPTED_MESSAGE})],
+                    run=RunUpdate(
+                        status=RunStatus.FAILED,
+                        error=INTERRUPTED_MESSAGE,
+                        error_type="Interrupted",
+                        owner=None,
+                        lease_until=None,
+                    ),
+                    expect_status=frozenset({run.status}),
+                    expect_owner=run.owner,
+                )
+            )
+            report.failed.append(run.run_id)
+        except Conflict:
+            report.left_alone.append(run.run_id)
+    return report
+
+
+def recover(workflows: Iterable[Workflow] = (), *, store: Any = None) -> RecoveryReport:
+    """Resume runs stranded by dead processes whose workflow is given; mark the others failed.
+
+    Paused runs are left alone (their gates' deadlines are applied); a run whose owner is
+    alive is never touched.
+    """
+    return run_sync(arecover(workflows, store=store))

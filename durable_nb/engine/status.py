@@ -1,0 +1,60 @@
+"""A run's status in the shape of C16: counts per node status and every execution's address."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from ..model import CheckpointRecord, RunRecord, RunStatus
+
+__all__ = ["NODE_STATUSES", "describe"]
+
+NODE_STATUSES = ("pending", "running", "ok", "failed", "skipped", "suspended", "cancelled")
+_OPEN = {"failed": "failed", "gate": "suspended", "approved": "pending"}
+_QUEUED = {RunStatus.RUNNING: "running", RunStatus.CANCELLED: "cancelled"}
+
+Address = tuple[str, str | None, int | None, int | None]
+
+
+def _address(node_id: str, branch_key: str | None, iteration: int | None, item_index: int | None) -> dict[str, Any]:
+    return {"node_id": node_id, "branch_key": branch_key, "iteration": iteration, "item_index": item_index}
+
+
+def describe(run: RunRecord, checkpoints: list[CheckpointRecord], nodes: Iterable[str] = ()) -> dict[str, Any]:
+    """Build ``{run_id, status, node_counts, executions}`` from a run's checkpoints (one query)."""
+    executions: dict[Address, str] = {}
+    resume_point: CheckpointRecord | None = None
+    for checkpoint in checkpoints:
+        if checkpoint.step == "run_end" or checkpoint.node_id is None:
+            continue
+        resume_point = checkpoint
+        kind = checkpoint.step.split(":", 1)[0]
+        node = checkpoint.node_id
+        if kind == "after":
+            # A finished execution settles the open (failed, gated, decided) one of that node.
+            executions.pop((node, checkpoint.branch_key, None, checkpoint.item_index), None)
+            executions.pop((node, checkpoint.branch_key, None, None), None)
+            key = (node, checkpoint.branch_key, checkpoint.iteration, checkpoint.item_index)
+            executions[key] = "ok"
+        elif kind in _OPEN:
+            executions[(node, checkpoint.branch_key, None, checkpoint.item_index)] = _OPEN[kind]
+    if resume_point is not None:
+        completed = set(resume_point.completed)
+        open_nodes = {key[0] for key, status in executions.items() if status != "ok"}
+        for node in resume_point.queue:
+            if node not in completed and node not in open_nodes:
+                executions[(node, None, None, None)] = _QUEUED.get(run.status, "pending")
+        for node in resume_point.skipped:
+            executions[(node, None, None, None)] = "skipped"
+    seen = {key[0] for key in executions}
+    for node in nodes:
+        if node not in seen:
+            executions[(node, None, None, None)] = "pending"
+    counts = Counter(executions.values())
+    return {
+        "run_id": run.run_id,
+        "status": run.status.value,
+        "node_counts": {name: counts.get(name, 0) for name in NODE_STATUSES},
+        "executions": [{"address": _address(*key), "status": status} for key, status in executions.items()],
+    }
