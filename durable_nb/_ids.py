@@ -8,7 +8,7 @@ import socket
 import threading
 import time
 
-__all__ = ["new_id", "owner_token", "parse_owner", "process_token"]
+__all__ = ["host_name", "new_id", "owner_token", "parse_owner", "process_token"]
 
 _lock = threading.Lock()
 _last_ms = 0
@@ -54,9 +54,18 @@ def process_token() -> str:
     return _process_token
 
 
+def host_name() -> str:
+    """Return this machine's name for ownership: $DURABLE_NB_HOST, else the hostname.
+
+    Set DURABLE_NB_HOST where hostnames repeat across machines or containers (a pid is only
+    meaningful on the machine that issued it).
+    """
+    return os.environ.get("DURABLE_NB_HOST") or socket.gethostname()
+
+
 def owner_token() -> str:
     """Return ``host:pid:token``, naming this process as a run's owner."""
-    return f"{socket.gethostname()}:{os.getpid()}:{process_token()}"
+    return f"{host_name()}:{os.getpid()}:{process_token()}"
 
 
 def parse_owner(owner: str) -> tuple[str, int, str]:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 
-from .._ids import owner_token, parse_owner
+from .._ids import host_name, owner_token, parse_owner
 
 __all__ = ["LEASE_SECONDS", "active", "lease_deadline", "owner_alive", "this_owner"]
 
@@ -81,7 +80,7 @@ def owner_alive(run_id: str, owner: str | None, lease_until: float | None) -> bo
     if owner == this_owner():
         with _active_lock:
             return run_id in _active
-    if host == socket.gethostname():
+    if host == host_name():
         if not _pid_alive(pid):
             return False
         started = token.split(".", 1)[0]

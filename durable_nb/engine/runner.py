@@ -313,6 +313,7 @@ class Runner:
                 duration=outcome.duration,
                 attempts=outcome.attempts,
                 iteration=iteration,
+                item_index=outcome.value if spec.kind == "map" else None,
             )
         return outcome
 
@@ -370,6 +371,7 @@ class Runner:
         if not todo:
             return await self._complete_map(spec, len(items), started)
         gate = asyncio.Semaphore(spec.max_concurrency)
+        last: list[int | None] = [None]
         remaining = set(todo)
         failures: list[Outcome] = []
 
@@ -400,6 +402,7 @@ class Runner:
                 self.state[spec.item_key(index)] = outcome.value
                 self.manifest.update(delta)
                 if not remaining and not failures:
+                    last[0] = index
                     return  # the last item's commit is the node's: see _complete_map
                 event = NewEvent("node_finished", spec.node_id, {"item_index": index, "duration": outcome.duration})
                 await self._commit_node(
@@ -423,14 +426,14 @@ class Runner:
             first = min(failures, key=lambda o: o.value)
             first.duration = time.perf_counter() - started
             return first
-        return await self._complete_map(spec, len(items), started)
+        return await self._complete_map(spec, len(items), started, last[0])
 
-    async def _complete_map(self, spec: NodeSpec, count: int, started: float) -> Outcome:
+    async def _complete_map(self, spec: NodeSpec, count: int, started: float, last: int | None = None) -> Outcome:
         results = [self.state.pop(spec.item_key(i)) for i in range(count)]
         for i in range(count):
             self.manifest.pop(spec.item_key(i), None)
         into = spec.into or spec.node_id
-        return Outcome(spec.node_id, updates={into: results}, duration=time.perf_counter() - started)
+        return Outcome(spec.node_id, updates={into: results}, duration=time.perf_counter() - started, value=last)
 
     # -- failures and pauses ------------------------------------------------------------------
 

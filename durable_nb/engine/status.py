@@ -47,6 +47,10 @@ def describe(run: RunRecord, checkpoints: list[CheckpointRecord], nodes: Iterabl
                 executions[(node, None, None, None)] = _QUEUED.get(run.status, "pending")
         for node in resume_point.skipped:
             executions[(node, None, None, None)] = "skipped"
+        finished = {key[0] for key in executions}
+        for node in resume_point.completed:
+            if node not in finished:
+                executions[(node, None, None, None)] = "ok"  # a switch: routed, never checkpointed
     seen = {key[0] for key in executions}
     for node in nodes:
         if node not in seen:
