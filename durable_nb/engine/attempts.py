@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import queue
+import threading
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,9 +23,53 @@ __all__ = ["Attempter", "Outcome", "backoff_seconds"]
 
 Sleep = Callable[[float], Awaitable[Any]]
 
-# Sync node functions run here. A timed-out one cannot be stopped, only abandoned, so the
-# pool is wide enough that abandoned threads do not starve the nodes still to run.
-_NODE_THREADS = ThreadPoolExecutor(max_workers=64, thread_name_prefix="durable-node")
+
+class _NodeThreads:
+    """Daemon threads for sync node functions, started on demand and retired when idle.
+
+    A timed-out or cancelled sync node cannot be stopped, only abandoned: it must neither
+    starve the nodes still to run (so a busy pool grows) nor keep the process from exiting
+    (so the threads are daemons, unlike ThreadPoolExecutor's).
+    """
+
+    IDLE_SECONDS = 60.0
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]] = queue.SimpleQueue()
+        self._idle = 0
+        self._lock = threading.Lock()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        with self._lock:
+            spawn = self._idle == 0
+            if not spawn:
+                self._idle -= 1
+        self._jobs.put((future, fn, args))
+        if spawn:
+            threading.Thread(target=self._work, name="durable-node", daemon=True).start()
+        return future
+
+    def _work(self) -> None:
+        while True:
+            try:
+                future, fn, args = self._jobs.get(timeout=self.IDLE_SECONDS)
+            except queue.Empty:
+                with self._lock:
+                    if self._idle > 0:
+                        self._idle -= 1
+                        return
+                continue
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args))
+                except BaseException as error:  # noqa: BLE001 - handed to the awaiting runner
+                    future.set_exception(error)
+            with self._lock:
+                self._idle += 1
+
+
+_NODE_THREADS = _NodeThreads()
 
 
 def backoff_seconds(retry: int) -> float:
@@ -62,7 +108,7 @@ class Attempter:
         if spec.is_async:
             call = loop.create_task(spec.fn(*args), context=context)
         else:
-            call = loop.run_in_executor(_NODE_THREADS, context.run, spec.fn, *args)
+            call = asyncio.wrap_future(_NODE_THREADS.submit(context.run, spec.fn, *args), loop=loop)
         if spec.timeout_seconds is None:
             return await call
         try:

@@ -193,7 +193,8 @@ class Runner:
                         break
                     await self._wave(wave)
         except RunCancelled:
-            pass
+            # Someone else settled the run (a cancel, a takeover): report it as it now stands.
+            self.run = await self.store.get_run(self.run.run_id)
         except asyncio.CancelledError:
             # Interrupted (Ctrl-C, a cancelled task): record the cancel so the run stays resumable.
             await asyncio.shield(self._record_interrupt())

@@ -1,0 +1,198 @@
+"""Leases and recovery (C7): live owners are never displaced; stranded runs are resumed or failed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import env_with_repo
+
+import durable_nb as dnb
+
+SLOW_FLOW = """
+import os, sys, time
+import durable_nb as dnb
+
+flow = dnb.Workflow("slow", store={store!r})
+MARK = {mark!r}
+
+
+@flow.node(retry_count=0)
+def first(state):
+    return {{"first": True}}
+
+
+@flow.node(after="first", retry_count=0)
+def slow(state):
+    with open(MARK, "a") as handle:
+        handle.write("slow %d\\n" % os.getpid())
+    time.sleep(float(os.environ.get("SLOW_SECONDS", "3")))
+    return {{"slow": True}}
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "run":
+        print(flow.run({{}}).status, flush=True)
+    else:
+        deadline = time.monotonic() + float(sys.argv[2])
+        reports = []
+        while time.monotonic() < deadline:
+            reports.append(dnb.recover([flow]))
+            time.sleep(0.1)
+        print(sum(len(r.resumed) + len(r.failed) for r in reports), len(reports), flush=True)
+"""
+
+
+def setup(tmp_path: Path, store_url: str) -> tuple[Path, Path]:
+    module = tmp_path / "slow_flow.py"
+    mark = tmp_path / "mark.txt"
+    module.write_text(SLOW_FLOW.format(store=store_url, mark=str(mark)))
+    return module, mark
+
+
+def child_env(host: str, **extra: str) -> dict[str, str]:
+    env = env_with_repo()
+    env["DURABLE_NB_HOST"] = host
+    env["DURABLE_NB_LEASE_SECONDS"] = "1"
+    env.update(extra)
+    return env
+
+
+def wait_for_mark(mark: Path, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not (mark.exists() and mark.read_text()):
+        assert time.monotonic() < deadline, "the slow node never started"
+        time.sleep(0.02)
+
+
+def test_run_longer_than_its_lease_is_never_taken(tmp_path: Path, store_url: str) -> None:
+    """C7: A runs a node for 3 lease periods while B, on another host, recovers in a loop: B never takes A's run."""
+    module, mark = setup(tmp_path, store_url)
+    a = subprocess.Popen(
+        [sys.executable, str(module), "run"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=child_env("host-a", SLOW_SECONDS="4"),
+    )
+    try:
+        wait_for_mark(mark)
+        run_id = dnb.runs(store=store_url)["run_id"].iloc[0]
+        b = subprocess.Popen(
+            [sys.executable, str(module), "recover", "2.5"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=child_env("host-b"),
+        )
+        leases = set()
+        while b.poll() is None:
+            leases.add(dnb.get_run(run_id, store=store_url).record.lease_until)
+            time.sleep(0.1)
+        out_b, err_b = b.communicate()
+        assert b.returncode == 0, err_b
+        touched, loops = map(int, out_b.split())
+        assert touched == 0 and loops >= 5
+        out, _ = a.communicate(timeout=60)
+    finally:
+        a.kill()
+    assert out.strip() == "completed"
+    renewals = sorted(lease for lease in leases if lease is not None)
+    assert len(renewals) >= 3  # the 1 s lease was renewed while the 4 s node ran
+    assert mark.read_text().count("slow") == 1
+
+
+def test_dead_owner_on_another_host_is_taken_after_its_lease(tmp_path: Path, store_url: str) -> None:
+    """C7: across machines only the lease decides: once it expires, recover() resumes the run."""
+    module, mark = setup(tmp_path, store_url)
+    a = subprocess.Popen(
+        [sys.executable, str(module), "run"], stdout=subprocess.PIPE, text=True, env=child_env("host-a")
+    )
+    wait_for_mark(mark)
+    os.kill(a.pid, signal.SIGKILL)
+    a.wait()
+    b = subprocess.run(
+        [sys.executable, str(module), "recover", "3"],
+        capture_output=True,
+        text=True,
+        env=child_env("host-b", SLOW_SECONDS="0"),
+        timeout=60,
+    )
+    assert b.returncode == 0, b.stderr
+    touched, _ = map(int, b.stdout.split())
+    assert touched == 1
+    run = dnb.get_run(dnb.runs(store=store_url)["run_id"].iloc[0], store=store_url)
+    assert run.status == "completed"
+    assert mark.read_text().count("slow") == 2  # the node in flight at the kill ran again
+
+
+def test_recover_without_the_workflow_marks_failed(tmp_path: Path, store_url: str) -> None:
+    """C7: a stranded run whose workflow is not given is marked failed with the restart message, and resumes."""
+    module, mark = setup(tmp_path, store_url)
+    a = subprocess.Popen([sys.executable, str(module), "run"], stdout=subprocess.PIPE, text=True, env=env_with_repo())
+    wait_for_mark(mark)
+    os.kill(a.pid, signal.SIGKILL)
+    a.wait()
+    report = dnb.recover(store=store_url)
+    run_id = dnb.runs(store=store_url)["run_id"].iloc[0]
+    assert report.failed == [run_id]
+    run = dnb.get_run(run_id, store=store_url)
+    assert run.status == "failed"
+    assert run.error == "Interrupted by restart — resume from last checkpoint"
+    assert list(dnb.history(run_id, store=store_url)["step"]) == ["after:first"]
+    os.environ["SLOW_SECONDS"] = "0"
+    try:
+        sys.path.insert(0, str(tmp_path))
+        import slow_flow
+
+        done = slow_flow.flow.resume(run_id)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("slow_flow", None)
+        del os.environ["SLOW_SECONDS"]
+    assert done.status == "completed"
+
+
+def test_recover_leaves_paused_and_live_runs_alone(store_url: str, tmp_path: Path) -> None:
+    """C7: paused runs and runs of live processes (this one) are left alone."""
+    flow = dnb.Workflow("gated", store=store_url)
+
+    @flow.node()
+    def review(state):
+        return {"ok": dnb.gate("ok?").approved}
+
+    paused = flow.run({})
+    report = dnb.recover([flow])
+    assert report.resumed == [] and report.failed == []
+    assert dnb.get_run(paused.id, store=store_url).status == "paused"
+
+    module, mark = setup(tmp_path, store_url)
+    a = subprocess.Popen([sys.executable, str(module), "run"], stdout=subprocess.PIPE, text=True, env=env_with_repo())
+    try:
+        wait_for_mark(mark)
+        report = dnb.recover(store=store_url)
+        live = [r for r in dnb.runs(store=store_url).itertuples() if r.name == "slow"][0].run_id
+        assert live in report.left_alone
+        assert report.failed == []
+        assert a.communicate(timeout=60)[0].strip() == "completed"
+    finally:
+        a.kill()
+
+
+def test_recover_resumes_runs_approved_elsewhere(store_url: str) -> None:
+    """C7, W3: a run approved without its code waits as pending; recover() with its workflow continues it."""
+    flow = dnb.Workflow("approved-elsewhere", store=store_url)
+
+    @flow.node()
+    def review(state):
+        return {"ok": dnb.gate("ok?").approved}
+
+    run = flow.run({})
+    dnb.approve(run.id, store=store_url)
+    assert dnb.recover(store=store_url).left_alone == [run.id]
+    report = dnb.recover([flow])
+    assert [r.id for r in report.resumed] == [run.id]
+    assert report.resumed[0].status == "completed"
