@@ -174,7 +174,7 @@ def test_recover_leaves_paused_and_live_runs_alone(store_url: str, tmp_path: Pat
     try:
         wait_for_mark(mark)
         report = dnb.recover(store=store_url)
-        live = [r for r in dnb.runs(store=store_url).itertuples() if r.name == "slow"][0].run_id
+        live = next(r for r in dnb.runs(store=store_url).itertuples() if r.name == "slow").run_id
         assert live in report.left_alone
         assert report.failed == []
         assert a.communicate(timeout=60)[0].strip() == "completed"
