@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidState, NodeTimeout
-from ..model import Decision, NewEvent
+from ..model import Decision, NewEvent, format_seconds
 from .gates import Suspend
 from .graph import NodeSpec
 from .scope import NodeScope, enter_scope
@@ -115,7 +115,7 @@ class Attempter:
             return await asyncio.wait_for(call, spec.timeout_seconds)
         except TimeoutError:
             raise NodeTimeout(
-                f"Node '{spec.label}' failed: timed out after {spec.timeout_seconds:g} s",
+                f"Node '{spec.label}' failed: timed out after {format_seconds(spec.timeout_seconds)}",
                 node_id=spec.node_id,
                 error_type="NodeTimeout",
             ) from None

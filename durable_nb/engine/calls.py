@@ -47,7 +47,8 @@ async def astatus(run_id: str, *, store: Any = None) -> dict[str, Any]:
     """Async twin of ``status``."""
     resolved = resolve_store(store)
     run = await resolved.get_run(run_id)
-    if run.status is RunStatus.PAUSED and await expire_gates(resolved, run_id):
+    if run.status is RunStatus.PAUSED:
+        await expire_gates(resolved, run_id)
         run = await resolved.get_run(run_id)
     return describe(run, await resolved.list_checkpoints(run_id))
 

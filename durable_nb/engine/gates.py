@@ -88,6 +88,8 @@ def _answer(reason: str, context: Any, timeout_seconds: float | None, on_timeout
     if not isinstance(reason, str) or not reason:
         raise InvalidInput(f"A gate needs a non-empty name, not {reason!r}")
     _check_timeout(timeout_seconds, on_timeout)
+    if timeout_seconds is not None and math.isinf(timeout_seconds):
+        timeout_seconds = None  # no ceiling: an infinite wait is no deadline at all
     scope = _scope_or_raise(f"{kind}({reason!r})")
     index = scope.gate_calls
     scope.gate_calls += 1

@@ -22,6 +22,7 @@ from ..model import (
     RunRecord,
     RunStatus,
     RunUpdate,
+    format_seconds,
     step_name,
 )
 from ..store import codec
@@ -78,7 +79,9 @@ def decisions_of(checkpoint: CheckpointRecord | None) -> dict[str, list[Decision
 async def load_run(store: Store, run_id: str, record: RunRecord | None = None) -> Run:
     """Return a Run whose state loads from its latest checkpoint on first access."""
     record = record or await store.get_run(run_id)
-    if record.status is RunStatus.PAUSED and await expire_gates(store, run_id):
+    if record.status is RunStatus.PAUSED:
+        # Re-read even when another looker applied the deadline first.
+        await expire_gates(store, run_id)
         record = await store.get_run(run_id)
     pending = await store.pending_interrupts(run_id) if record.status is RunStatus.PAUSED else []
 
@@ -107,7 +110,7 @@ async def expire_gates(store: Store, run_id: str | None = None) -> list[PendingI
 async def apply_expiry(store: Store, pending: PendingInterrupt) -> None:
     """Reject an expired gate, or fail its run, as its ``on_timeout`` says; losing a race is fine."""
     waited = (pending.expires_at or pending.created_at) - pending.created_at
-    note = f"Gate {pending.reason!r} of node {pending.node_id!r} timed out after {waited:g} s"
+    note = f"Gate {pending.reason!r} of node {pending.node_id!r} timed out after {format_seconds(waited)}"
     try:
         if pending.on_timeout == "fail":
             await _fail_on_timeout(store, pending, note)
@@ -170,6 +173,13 @@ async def _fail_on_timeout(store: Store, pending: PendingInterrupt, note: str) -
     )
 
 
+def _expired_error(run_id: str, pending: PendingInterrupt) -> AlreadyResumed:
+    return AlreadyResumed(
+        f"The gate {pending.reason!r} of run {run_id} expired before this decision (its on_timeout "
+        f"is {pending.on_timeout!r}); the decision was not recorded. See durable_nb.get_run(run_id)."
+    )
+
+
 def _not_paused(run: RunRecord) -> Exception:
     if run.status is RunStatus.COMPLETED:
         return AlreadyResumed(f"Run {run.run_id} already completed; there is no gate left to decide.")
@@ -194,6 +204,10 @@ async def record_decision(
     With ``continue_as`` (an owner token), the same transaction hands the run to that owner
     to continue; otherwise the run waits as ``pending`` for a process that has its code.
     """
+    if not allow_expired:
+        expired = [p for p in await expire_gates(store, run_id) if node in (None, p.node_id)]
+        if expired and not (node is None and await store.pending_interrupts(run_id)):
+            raise _expired_error(run_id, expired[0])
     while True:
         run = await store.get_run(run_id)
         if run.status is not RunStatus.PAUSED:
@@ -201,10 +215,7 @@ async def record_decision(
         target = choose_claim(run_id, node or ANY_NODE, await store.pending_interrupts(run_id))
         if not allow_expired and target.expires_at is not None and target.expires_at <= time.time():
             await apply_expiry(store, target)
-            raise AlreadyResumed(
-                f"The gate {target.reason!r} of run {run_id} expired before this decision "
-                f"(its on_timeout is {target.on_timeout!r}); the decision was not recorded."
-            )
+            raise _expired_error(run_id, target)
         head = await store.resume_point(run_id)
         if head is None:
             raise _not_paused(run)
@@ -241,8 +252,12 @@ def _decision_commit(
         resumes=resumes,
         counters=head.counters,
         agent_path=target.agent_path,
+        extra={k: v for k, v in head.extra.items() if k == "wave_writes"},
     )
-    events = [NewEvent("gate_decided", target.node_id, {"approved": decision.approved, "by": decision.by})]
+    detail = {"approved": decision.approved, "by": decision.by}
+    if decision.by == TIMEOUT_BY:
+        detail.update(timed_out=True, on_timeout="reject")
+    events = [NewEvent("gate_decided", target.node_id, detail)]
     if continue_as is not None:
         events.append(NewEvent("node_started", target.node_id))
     return Commit(
@@ -259,6 +274,7 @@ def _decision_commit(
 
 async def cancel_run(store: Store, run_id: str) -> RunRecord:
     """Cancel a run (C11): settle a paused or pending one, abandon the node of a running one."""
+    await expire_gates(store, run_id)
     while True:
         run = await store.get_run(run_id)
         if run.status in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED):

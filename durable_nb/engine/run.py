@@ -22,6 +22,13 @@ _STATUS_COLOURS = {
 }
 
 
+def _visible(state: dict[str, Any]) -> dict[str, Any]:
+    # A map's finished items wait under internal keys until the whole map commits.
+    if any(key.startswith("__map_") for key in state):
+        return {k: v for k, v in state.items() if not k.startswith("__map_")}
+    return state
+
+
 class Run:
     """A durable run: ``id, name, status, error, state, pending_interrupt`` and its fork parent."""
 
@@ -90,13 +97,13 @@ class Run:
         """The run's state at its latest checkpoint (loaded from the store on first access)."""
         if self._state is None:
             self._state = run_sync(self._load_state()) if self._load_state is not None else {}
-        return self._state
+        return _visible(self._state)
 
     async def astate(self) -> dict[str, Any]:
         """Load the state from async code."""
         if self._state is None:
             self._state = await self._load_state() if self._load_state is not None else {}
-        return self._state
+        return _visible(self._state)
 
     def __repr__(self) -> str:
         extra = f", error={self.error!r}" if self.error else ""

@@ -69,6 +69,7 @@ class Runner:
         resumes: dict[str, list[Decision]],
         head_checkpoint_id: str | None,
         sleep: Sleep,
+        head_wave_writes: dict[str, str] | None = None,
     ) -> None:
         self.graph = graph
         self.store = store
@@ -89,6 +90,8 @@ class Runner:
         self._ended = False
         self._stopped = False
         self._announced = False
+        # Keys written by the wave in progress, kept in checkpoints so a clash survives a resume.
+        self.wave_writes: dict[str, str] = dict(head_wave_writes or {})
         self._lock: asyncio.Lock | None = None
 
     # -- state of the run ---------------------------------------------------------------
@@ -165,6 +168,8 @@ class Runner:
     ) -> None:
         """Commit ``after:<node>``; when the wave is done, the next wave's start (or the end) rides along."""
         upcoming = self.ready()
+        if wave_busy:
+            fields["extra"] = {"wave_writes": dict(self.wave_writes)}
         checkpoints = [self._draft("after", node_id, CheckpointStatus.OK, upcoming, **fields)]
         run_update: RunUpdate | None = None
         if not wave_busy:
@@ -236,7 +241,7 @@ class Runner:
         self._announced = False
         tasks = {self._start(self.graph.nodes[n]): n for n in wave}
         in_flight = set(wave)
-        written_by: dict[str, str] = {}
+        written_by = self.wave_writes
         troubled: list[Outcome] = []
         try:
             pending = set(tasks)
@@ -260,7 +265,10 @@ class Runner:
             await self._commit_failure(failures)
         elif troubled:
             await self._commit_pause(troubled)
-        elif not self._announced:
+        if troubled:
+            return
+        self.wave_writes = {}
+        if not self._announced:
             # Only routing ran (no commit to ride): the next wave's start rides with its first commit.
             self.carry.extend(NewEvent("node_started", n) for n in self.ready())
 
@@ -276,7 +284,7 @@ class Runner:
             outcome.updates, outcome.error = (
                 None,
                 ConfigurationError(
-                    f"Node '{spec.label}' failed: nodes {written_by[clash[0]]!r} and {node_id!r} run in one wave "
+                    f"nodes {written_by[clash[0]]!r} and {node_id!r} run in one wave "
                     f"and both write {clash}; make one run after the other or write different keys."
                 ),
             )
@@ -385,8 +393,7 @@ class Runner:
                 outcome.suspend, outcome.error = (
                     None,
                     ConfigurationError(
-                        f"Node '{spec.label}' failed: gate() inside a map item is not supported; "
-                        "put the gate in a node before or after the map."
+                        "gate() inside a map item is not supported; put the gate in a node before or after the map."
                     ),
                 )
             if outcome.error is not None:
@@ -461,6 +468,7 @@ class Runner:
                 duration=first.duration,
                 attempts=first.attempts,
                 item_index=item_index,
+                extra={"wave_writes": dict(self.wave_writes)},
             ),
             self._draft(RUN_END, None, CheckpointStatus.FAILED, [], error=message, error_type=error_type),
         ]
@@ -498,6 +506,7 @@ class Runner:
                 queue,
                 interrupt=detail,
                 duration=outcome.duration,
+                extra={"wave_writes": dict(self.wave_writes)},
             )
             checkpoints.append(draft)
             interrupts.append(

@@ -25,7 +25,9 @@ def describe(run: RunRecord, checkpoints: list[CheckpointRecord], nodes: Iterabl
     """Build ``{run_id, status, node_counts, executions}`` from a run's checkpoints (one query)."""
     executions: dict[Address, str] = {}
     resume_point: CheckpointRecord | None = None
+    latest: CheckpointRecord | None = None
     for checkpoint in checkpoints:
+        latest = checkpoint  # run_end included: it alone may record a final switch's routing
         if checkpoint.step == "run_end" or checkpoint.node_id is None:
             continue
         resume_point = checkpoint
@@ -39,18 +41,23 @@ def describe(run: RunRecord, checkpoints: list[CheckpointRecord], nodes: Iterabl
             executions[key] = "ok"
         elif kind in _OPEN:
             executions[(node, checkpoint.branch_key, None, checkpoint.item_index)] = _OPEN[kind]
-    if resume_point is not None:
-        completed = set(resume_point.completed)
+    if latest is not None:
+        completed = set(latest.completed)
         open_nodes = {key[0] for key, status in executions.items() if status != "ok"}
-        for node in resume_point.queue:
+        for node in resume_point.queue if resume_point is not None else []:
             if node not in completed and node not in open_nodes:
                 executions[(node, None, None, None)] = _QUEUED.get(run.status, "pending")
-        for node in resume_point.skipped:
+        for node in latest.skipped:
             executions[(node, None, None, None)] = "skipped"
         finished = {key[0] for key in executions}
-        for node in resume_point.completed:
+        for node in latest.completed:
             if node not in finished:
                 executions[(node, None, None, None)] = "ok"  # a switch: routed, never checkpointed
+    if run.status is not RunStatus.PAUSED:
+        # A failed or cancelled run released its gates: they will be asked again on resume.
+        for key, status in executions.items():
+            if status == "suspended":
+                executions[key] = _QUEUED.get(run.status, "pending")
     seen = {key[0] for key in executions}
     for node in nodes:
         if node not in seen:

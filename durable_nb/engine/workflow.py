@@ -274,7 +274,9 @@ class Workflow:
         """Async twin of ``resume``."""
         self._graph.check()
         run = await self._own_run(run_id)
-        if run.status is RunStatus.PAUSED and await expire_gates(self.store, run_id):
+        if run.status is RunStatus.PAUSED:
+            # Re-read even when another looker applied the deadline first.
+            await expire_gates(self.store, run_id)
             run = await self._own_run(run_id)
         if run.status is RunStatus.PAUSED:
             if isinstance(value, Resume):
@@ -431,7 +433,9 @@ class Workflow:
     async def astatus(self, run_id: str) -> dict[str, Any]:
         """Async twin of ``status``."""
         run = await self._own_run(run_id)
-        if run.status is RunStatus.PAUSED and await expire_gates(self.store, run_id):
+        if run.status is RunStatus.PAUSED:
+            # Re-read even when another looker applied the deadline first.
+            await expire_gates(self.store, run_id)
             run = await self._own_run(run_id)
         return describe(run, await self.store.list_checkpoints(run_id), self._graph.nodes)
 
@@ -513,6 +517,7 @@ class Workflow:
             resumes=decisions_of(checkpoint),
             head_checkpoint_id=checkpoint.checkpoint_id if checkpoint else None,
             sleep=self._sleep,
+            head_wave_writes=checkpoint.extra.get("wave_writes") if checkpoint else None,
         )
 
     async def _finish(self, runner: Runner) -> Run:

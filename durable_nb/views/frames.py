@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .._loop import run_sync
+from ..engine.ops import expire_gates
 from ..model import RunStatus
 from ..store import resolve_store
 
@@ -47,7 +48,9 @@ async def aruns(name: str | None = None, *, store: Any = None) -> pd.DataFrame:
     """Async twin of ``runs``."""
     import pandas as pd
 
-    records = await resolve_store(store).list_runs(name)
+    resolved = resolve_store(store)
+    await expire_gates(resolved)  # a listing must not show a run paused past its deadline
+    records = await resolved.list_runs(name)
     frame = pd.DataFrame(
         {
             "run_id": pd.Series([r.run_id for r in records], dtype="string"),
@@ -78,6 +81,7 @@ async def ahistory(run: Any, *, store: Any = None) -> pd.DataFrame:
     run_id = getattr(run, "id", run)
     resolved = resolve_store(store)
     await resolved.get_run(run_id)
+    await expire_gates(resolved, run_id)
     checkpoints = await resolved.list_checkpoints(run_id)
     frame = pd.DataFrame(
         {
