@@ -54,6 +54,14 @@ from .views import ahistory, aruns, history, runs
 
 __version__ = "0.1.0"
 
+
+def load_ipython_extension(ip: object) -> None:
+    """Register %durable and %%durable in IPython: ``%load_ext durable_nb``."""
+    from .notebook import load_ipython_extension as load
+
+    load(ip)
+
+
 __all__ = [
     "AlreadyResumed",
     "CheckpointNotFound",
@@ -104,6 +112,7 @@ __all__ = [
     "history",
     "idempotent",
     "interrupt",
+    "load_ipython_extension",
     "prune",
     "recover",
     "reject",

@@ -72,11 +72,13 @@ RUN_END = "run_end"
 
 
 def format_seconds(seconds: float) -> str:
-    """Return a duration for messages: ``0.5 s``, ``90 s``, ``45 min``, ``5 h``, ``21 days``."""
+    """Return a duration for messages: ``12 ms``, ``0.5 s``, ``90 s``, ``45 min``, ``5 h``, ``21 days``."""
     for unit, size, floor in (("days", 86400, 172800), ("h", 3600, 7200), ("min", 60, 120)):
         if seconds >= floor:
             return f"{round(seconds / size, 2):g} {unit}"
-    return f"{seconds:g} s"
+    if 0 < seconds < 0.1:
+        return f"{seconds * 1000:.2g} ms"
+    return f"{round(seconds, 3):g} s"
 
 
 def step_name(kind: str, node_id: str | None = None) -> str:

@@ -66,6 +66,12 @@ class Store(Protocol):
         """Return the run's latest checkpoint, tombstones included."""
         ...
 
+    async def node_checkpoint(
+        self, run_id: str, node_id: str, prefix: str = "after:", max_seq: int | None = None
+    ) -> CheckpointRecord | None:
+        """Return a node's latest checkpoint whose step starts with ``prefix`` (an indexed lookup)."""
+        ...
+
     async def get_checkpoint(self, run_id: str, checkpoint_id: str) -> CheckpointRecord:
         """Return one checkpoint of a run; raise CheckpointNotFound."""
         ...

@@ -183,6 +183,12 @@ class SQLiteStore:
         """Return the run's latest checkpoint."""
         return await self._run(_one_checkpoint, run_id, "")
 
+    async def node_checkpoint(
+        self, run_id: str, node_id: str, prefix: str = "after:", max_seq: int | None = None
+    ) -> CheckpointRecord | None:
+        """Return a node's latest checkpoint whose step starts with ``prefix``."""
+        return await self._run(_node_checkpoint, run_id, node_id, prefix, max_seq)
+
     async def get_checkpoint(self, run_id: str, checkpoint_id: str) -> CheckpointRecord:
         """Return one checkpoint of a run; raise CheckpointNotFound."""
         from ..errors import CheckpointNotFound
@@ -395,6 +401,17 @@ def _one_checkpoint(conn: sqlite3.Connection, run_id: str, condition: str) -> Ch
     row = conn.execute(
         f"SELECT {rows.CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? {condition} ORDER BY seq DESC LIMIT 1",
         (run_id,),
+    ).fetchone()
+    return None if row is None else rows.checkpoint_from_row(row)
+
+
+def _node_checkpoint(
+    conn: sqlite3.Connection, run_id: str, node_id: str, prefix: str, max_seq: int | None
+) -> CheckpointRecord | None:
+    row = conn.execute(
+        f"SELECT {rows.CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? AND node_id = ? AND seq <= ? "
+        "AND substr(step, 1, ?) = ? ORDER BY seq DESC LIMIT 1",
+        (run_id, node_id, max_seq if max_seq is not None else 2**62, len(prefix), prefix),
     ).fetchone()
     return None if row is None else rows.checkpoint_from_row(row)
 

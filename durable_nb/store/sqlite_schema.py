@@ -67,6 +67,7 @@ CREATE TABLE checkpoints (
     extra TEXT NOT NULL DEFAULT '{}',
     PRIMARY KEY (run_id, seq)
 );
+CREATE INDEX checkpoints_by_node ON checkpoints (run_id, node_id, seq);
 
 CREATE TABLE pending_interrupts (
     run_id TEXT NOT NULL,

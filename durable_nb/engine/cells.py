@@ -1,0 +1,436 @@
+"""Notebook runs: each durable cell is a node, committed in the order a person runs the cells.
+
+This is the engine half of the notebook front end (N1-N8); it knows nothing of IPython.
+The front end hands over what a cell defined and displayed; this module commits it,
+finds what a re-executed cell can restore, and keeps the kernel's ownership of the run.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._ids import new_id
+from ..errors import NotResumable, RunOwnedElsewhere, SerializationError
+from ..model import (
+    CheckpointDraft,
+    CheckpointRecord,
+    CheckpointStatus,
+    Commit,
+    Decision,
+    NewEvent,
+    NewRun,
+    PendingInterrupt,
+    RunKind,
+    RunRecord,
+    RunStatus,
+    RunUpdate,
+    step_name,
+)
+from ..store import codec
+from ..store.protocol import Conflict, Store
+from .gates import Suspend
+from .ops import CANCELLED_MESSAGE, create_fork, decisions_of, expire_gates
+from .ownership import lease_deadline, owner_alive, this_owner
+from .values import ValueCodec
+
+__all__ = ["CellOutcome", "CellRun", "Restorable"]
+
+_UNFINISHED = [RunStatus.RUNNING, RunStatus.PENDING, RunStatus.PAUSED, RunStatus.FAILED, RunStatus.CANCELLED]
+
+
+@dataclass(slots=True)
+class CellOutcome:
+    """What a cell that finished hands over to be committed."""
+
+    node_id: str
+    values: dict[str, Any]
+    deleted: list[str]
+    outputs: list[dict[str, Any]]
+    source_hash: str
+    duration: float
+    attempts: int = 1
+    unstored: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Restorable:
+    """A committed cell: its values, its outputs and when it ran."""
+
+    checkpoint: CheckpointRecord
+    values: dict[str, Any]
+    outputs: list[dict[str, Any]]
+    unstored: dict[str, str]
+
+    @property
+    def source_hash(self) -> str | None:
+        return self.checkpoint.extra.get("source_hash")
+
+
+class CellRun:
+    """The run a kernel is attached to, and the durable state its cells have committed."""
+
+    def __init__(self, store: Store, values: ValueCodec, run: RunRecord, head: CheckpointRecord | None) -> None:
+        self.store = store
+        self.values = values
+        self.run = run
+        self.owner = this_owner()
+        self.manifest: dict[str, str] = dict(head.manifest if head else run.input_manifest)
+        self.completed: list[str] = list(head.completed) if head else []
+        self.resumes: dict[str, list[Decision]] = decisions_of(head)
+        self.head_id = head.checkpoint_id if head else None
+
+    @property
+    def run_id(self) -> str:
+        return self.run.run_id
+
+    # -- attaching -----------------------------------------------------------------------
+
+    @classmethod
+    async def attach(
+        cls,
+        store: Store,
+        values: ValueCodec,
+        name: str,
+        *,
+        new: bool = False,
+        run_id: str | None = None,
+        key: str | None = None,
+    ) -> CellRun:
+        """Attach to ``run_id``, else the latest unfinished run of ``name``, else a new run (N1)."""
+        run: RunRecord | None = None
+        if run_id is not None:
+            run = await store.get_run(run_id)
+        elif not new and key is None:
+            candidates = await store.list_runs(name, statuses=_UNFINISHED)
+            run = candidates[0] if candidates else None
+        if run is None:
+            run, _ = await store.create_run(
+                NewRun(
+                    run_id=new_id(),
+                    name=name,
+                    kind=RunKind.NOTEBOOK,
+                    status=RunStatus.RUNNING,
+                    input_manifest={},
+                    idempotency_key=key,
+                    owner=this_owner(),
+                    lease_until=lease_deadline(),
+                    events=[NewEvent("run_started")],
+                )
+            )
+        cell_run = cls(store, values, run, await store.resume_point(run.run_id))
+        if run.status in (RunStatus.RUNNING, RunStatus.PENDING, RunStatus.FAILED, RunStatus.CANCELLED):
+            await cell_run.take()
+        return cell_run
+
+    async def refresh(self) -> RunRecord:
+        """Re-read the run row (and apply gate deadlines that have passed)."""
+        self.run = await self.store.get_run(self.run_id)
+        if self.run.status is RunStatus.PAUSED:
+            await expire_gates(self.store, self.run_id)
+            self.run = await self.store.get_run(self.run_id)
+        return self.run
+
+    async def take(self) -> None:
+        """Own the run in this kernel; a run owned by another live process is never taken (C7)."""
+        run = await self.refresh()
+        if run.status is RunStatus.RUNNING and run.owner == self.owner:
+            return
+        if run.status is RunStatus.COMPLETED:
+            raise NotResumable(
+                f"Run {run.run_id} ({run.name}) is completed. Start another with %durable run "
+                f"{run.name} --new, or fork it with %durable fork."
+            )
+        if run.status is RunStatus.PAUSED:
+            raise NotResumable(f"Run {run.run_id} waits at a gate; decide it first.")
+        if run.status is RunStatus.RUNNING and owner_alive(run.run_id, run.owner, run.lease_until):
+            raise RunOwnedElsewhere(
+                f"Run {run.run_id} ({run.name}) is attached to another live kernel or process "
+                f"({run.owner}). Shut that kernel down, or use %durable run {run.name} --new "
+                "for a separate run."
+            )
+        try:
+            result = await self.store.commit(
+                Commit(
+                    run_id=run.run_id,
+                    run=RunUpdate(
+                        status=RunStatus.RUNNING,
+                        owner=self.owner,
+                        lease_until=lease_deadline(),
+                        error=None,
+                        error_type=None,
+                    ),
+                    expect_status=frozenset({run.status}),
+                    expect_owner=run.owner,
+                )
+            )
+        except Conflict as conflict:
+            raise RunOwnedElsewhere(
+                f"Run {run.run_id} changed while this kernel attached to it (now "
+                f"{conflict.run.status.value}); run the cell again."
+            ) from None
+        self.run = result.run
+        await self._reload_head()
+
+    async def _reload_head(self) -> None:
+        head = await self.store.resume_point(self.run_id)
+        self.manifest = dict(head.manifest if head else self.run.input_manifest)
+        self.completed = list(head.completed) if head else []
+        self.resumes = decisions_of(head)
+        self.head_id = head.checkpoint_id if head else None
+
+    # -- finding committed cells ---------------------------------------------------------------
+
+    async def lookup(self, node_id: str) -> CheckpointRecord | None:
+        """Return the commit of a cell in this run, or in the runs it was forked from (an indexed lookup)."""
+        run = self.run
+        max_seq: int | None = None
+        while True:
+            found = await self.store.node_checkpoint(run.run_id, node_id, "after:", max_seq)
+            if found is not None:
+                return found
+            if run.parent_run_id is None or run.parent_checkpoint_id is None:
+                return None
+            fork_point = await self.store.get_checkpoint(run.parent_run_id, run.parent_checkpoint_id)
+            max_seq = fork_point.seq
+            run = await self.store.get_run(run.parent_run_id)
+
+    async def restore(self, checkpoint: CheckpointRecord) -> Restorable:
+        """Load a committed cell's values and outputs."""
+        values = await self.values.load(checkpoint.node_output or {})
+        outputs_hash = checkpoint.extra.get("outputs")
+        outputs = await self.values.load_one(outputs_hash) if outputs_hash else []
+        return Restorable(checkpoint, values, outputs, dict(checkpoint.extra.get("unstored", {})))
+
+    async def pending_gate(self, node_id: str) -> PendingInterrupt | None:
+        """Return the open gate of a cell, if the run waits at one there."""
+        for pending in await self.store.pending_interrupts(self.run_id):
+            if pending.node_id == node_id:
+                return pending
+        return None
+
+    # -- committing ---------------------------------------------------------------------------
+
+    def _draft(self, kind: str, node_id: str | None, status: CheckpointStatus, **fields: Any) -> CheckpointDraft:
+        draft = CheckpointDraft(
+            checkpoint_id=new_id(),
+            step=step_name(kind, node_id),
+            node_id=node_id,
+            status=status,
+            manifest=dict(self.manifest),
+            completed=list(self.completed),
+            queue=[],
+            parent_checkpoint_id=self.head_id,
+            resumes={k: [d.to_json() for d in v] for k, v in self.resumes.items()},
+            **fields,
+        )
+        self.head_id = draft.checkpoint_id
+        return draft
+
+    async def _commit(self, **fields: Any) -> None:
+        try:
+            result = await self.store.commit(
+                Commit(
+                    run_id=self.run_id, expect_status=frozenset({RunStatus.RUNNING}), expect_owner=self.owner, **fields
+                )
+            )
+        except Conflict as conflict:
+            self.run = conflict.run
+            raise RunOwnedElsewhere(
+                f"Run {self.run_id} is now {conflict.run.status.value} (owner {conflict.run.owner}); "
+                "this cell's result was not committed. Run it again to take the run back."
+            ) from None
+        self.run = result.run
+
+    def encode_values(self, values: dict[str, Any]) -> tuple[dict[str, str], list[Any], dict[str, str]]:
+        """Serialize each value on its own; return the manifest, new blobs and the names left unstored."""
+        manifest: dict[str, str] = {}
+        blobs: list[Any] = []
+        unstored: dict[str, str] = {}
+        for name, value in values.items():
+            try:
+                delta, new = self.values.encode({name: value})
+            except SerializationError as error:
+                unstored[name] = error.type_name
+                continue
+            manifest.update(delta)
+            blobs.extend(new)
+        return manifest, blobs, unstored
+
+    async def commit_cell(self, outcome: CellOutcome) -> CheckpointRecord:
+        """Commit a finished cell as ``after:<node>``: its values, its outputs, one transaction (N2)."""
+        node = outcome.node_id
+        delta, blobs, unstored = self.encode_values(outcome.values)
+        unstored.update(outcome.unstored)
+        outputs = codec.encode(outcome.outputs, self.values.secret, f"outputs of {node}")
+        if outputs.hash not in {b.hash for b in blobs}:
+            blobs.append(outputs)
+        for name in [*outcome.deleted, *unstored]:
+            self.manifest.pop(name, None)
+        self.manifest.update(delta)
+        self.completed = [n for n in self.completed if n != node] + [node]
+        self.resumes.pop(node, None)
+        draft = self._draft(
+            "after",
+            node,
+            CheckpointStatus.OK,
+            node_output=delta,
+            duration=outcome.duration,
+            attempts=outcome.attempts,
+            extra={
+                "source_hash": outcome.source_hash,
+                "outputs": outputs.hash,
+                "blobs": [outputs.hash],
+                "unstored": unstored,
+                "deleted": sorted(outcome.deleted),
+            },
+        )
+        await self._commit(
+            checkpoints=[draft],
+            blobs=blobs,
+            events=[
+                NewEvent("node_started", node),
+                NewEvent("node_finished", node, {"duration": outcome.duration, "attempts": outcome.attempts}),
+            ],
+            run=RunUpdate(lease_until=lease_deadline()),
+        )
+        self.values.mark_stored(blobs)
+        checkpoint = await self.store.head_checkpoint(self.run_id)
+        assert checkpoint is not None
+        return checkpoint
+
+    async def fail_cell(
+        self, node: str, error: BaseException, trace: str, duration: float, attempts: int, source_hash: str
+    ) -> None:
+        """Commit ``failed:<node>``; the run is failed and resumes when the fixed cell runs (N4)."""
+        message = f"Node '{node}' failed: {type(error).__name__}: {error}"
+        draft = self._draft(
+            "failed",
+            node,
+            CheckpointStatus.FAILED,
+            error=message,
+            error_type=type(error).__name__,
+            traceback=trace,
+            duration=duration,
+            attempts=attempts,
+            extra={"source_hash": source_hash},
+        )
+        await self._commit(
+            checkpoints=[draft],
+            events=[NewEvent("node_started", node), NewEvent("node_failed", node, {"error": message})],
+            run=RunUpdate(
+                status=RunStatus.FAILED, error=message, error_type=type(error).__name__, owner=None, lease_until=None
+            ),
+        )
+
+    async def pause_cell(self, node: str, suspend: Suspend, source: str, source_hash: str, duration: float) -> None:
+        """Commit ``gate:<node>`` with its pending row; the run waits for a decision (C2, N6)."""
+        now = time.time()
+        detail = {
+            "reason": suspend.reason,
+            "context": suspend.context,
+            "node_id": node,
+            "agent_path": None,
+            "kind": suspend.kind,
+            "timeout_seconds": suspend.timeout_seconds,
+            "on_timeout": suspend.on_timeout,
+        }
+        draft = self._draft(
+            "gate",
+            node,
+            CheckpointStatus.INTERRUPTED,
+            interrupt=detail,
+            duration=duration,
+            extra={"source": source, "source_hash": source_hash},
+        )
+        pending = PendingInterrupt(
+            run_id=self.run_id,
+            node_id=node,
+            checkpoint_id=draft.checkpoint_id,
+            reason=suspend.reason,
+            context=suspend.context,
+            created_at=now,
+            expires_at=None if suspend.timeout_seconds is None else now + suspend.timeout_seconds,
+            on_timeout=suspend.on_timeout,
+        )
+        await self._commit(
+            checkpoints=[draft],
+            open_interrupts=[pending],
+            events=[NewEvent("gate_opened", node, {"reason": suspend.reason}), NewEvent("run_paused", node)],
+            run=RunUpdate(status=RunStatus.PAUSED, owner=None, lease_until=None),
+        )
+
+    async def cancel_cell(self, node: str) -> None:
+        """Record an interrupted cell: the run is cancelled, nothing of the cell kept (N8)."""
+        await self._commit(
+            events=[NewEvent("run_cancelled", node, {"was": "running"})],
+            run=RunUpdate(
+                status=RunStatus.CANCELLED,
+                error=CANCELLED_MESSAGE,
+                error_type="Cancelled",
+                owner=None,
+                lease_until=None,
+            ),
+        )
+
+    async def end(self) -> None:
+        """Finish the run: ``run_end`` and status completed."""
+        await self.take()
+        draft = self._draft("run_end", None, CheckpointStatus.COMPLETED)
+        await self._commit(
+            checkpoints=[draft],
+            events=[NewEvent("run_completed")],
+            run=RunUpdate(status=RunStatus.COMPLETED, owner=None, lease_until=None),
+        )
+
+    async def release(self) -> None:
+        """Give the run up (detaching the kernel): it stays resumable by any kernel."""
+        run = await self.refresh()
+        if run.status is RunStatus.RUNNING and run.owner == self.owner:
+            await self._commit(run=RunUpdate(status=RunStatus.PENDING, owner=None, lease_until=None))
+
+    # -- forks --------------------------------------------------------------------------------
+
+    async def fork_before(self, node: str) -> CellRun:
+        """Branch a new run from the state just before ``node`` was committed; this run is untouched (N5)."""
+        committed = await self.lookup(node)
+        source_run = self.run
+        source_id: str | None = None
+        if committed is not None:
+            source_run = await self.store.get_run(committed.run_id)
+            source_id = await self._before(committed, node)
+        if source_id is None:
+            return await self._fresh_fork(source_run)
+        fork = await create_fork(
+            self.store, self.values, source_run.run_id, source_id, {}, owner=self.owner, lease_until=lease_deadline()
+        )
+        forked = CellRun(self.store, self.values, fork.run, fork.checkpoint)
+        forked.resumes.pop(node, None)
+        return forked
+
+    async def _before(self, checkpoint: CheckpointRecord, node: str) -> str | None:
+        # Step back over the cell's own gate/decision checkpoints to where it started.
+        parent_id = checkpoint.parent_checkpoint_id
+        while parent_id is not None:
+            parent = await self.store.get_checkpoint(checkpoint.run_id, parent_id)
+            if parent.node_id != node:
+                return parent.checkpoint_id
+            parent_id = parent.parent_checkpoint_id
+        return None
+
+    async def _fresh_fork(self, source: RunRecord) -> CellRun:
+        run, _ = await self.store.create_run(
+            NewRun(
+                run_id=new_id(),
+                name=source.name,
+                kind=RunKind.NOTEBOOK,
+                status=RunStatus.RUNNING,
+                input_manifest=source.input_manifest,
+                parent_run_id=source.run_id,
+                owner=self.owner,
+                lease_until=lease_deadline(),
+                events=[NewEvent("fork_created", None, {"parent_run_id": source.run_id, "parent_checkpoint_id": None})],
+            )
+        )
+        return CellRun(self.store, self.values, run, None)

@@ -1,0 +1,22 @@
+"""The notebook front end: %load_ext durable_nb registers %durable and %%durable."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["load_ipython_extension"]
+
+
+def _quiet_gate(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: int | None = None) -> list[str]:
+    # A paused cell is not an error to read: the panel says it all. The cell still ends in
+    # error so that Run All stops here.
+    return [f"⏸ {value}"]
+
+
+def load_ipython_extension(ip: Any) -> None:
+    """Register the magics and the quiet display of paused cells."""
+    from .magics import DurableMagics
+    from .session import GatePending
+
+    ip.register_magics(DurableMagics)
+    ip.set_custom_exc((GatePending,), _quiet_gate)

@@ -1,0 +1,64 @@
+"""Run a cell's code in the user's namespace so its exceptions reach us (not via run_cell).
+
+``shell.run_cell`` swallows exceptions, so a wrapper built on it would record failures as
+successes (DESIGN.md §9). Here the code is compiled and executed directly; top-level
+``await`` is allowed and driven on the kernel's own loop; ``timeout`` is a hard limit
+enforced with SIGALRM in the main thread.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from .._loop import run_sync
+from ..errors import NodeTimeout
+from ..model import format_seconds
+from .cellcode import CellCode
+
+__all__ = ["run_code"]
+
+_FLAGS = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+
+
+@contextmanager
+def _deadline(seconds: float | None, node: str) -> Iterator[None]:
+    if seconds is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise NodeTimeout(
+            f"Node '{node}' failed: timed out after {format_seconds(seconds)}", node_id=node, error_type="NodeTimeout"
+        )
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _run(code: Any, namespace: dict[str, Any]) -> Any:
+    __tracebackhide__ = True
+    result = eval(code, namespace)
+    if inspect.iscoroutine(result):
+        result = run_sync(result)
+    return result
+
+
+def run_code(cell: CellCode, namespace: dict[str, Any], filename: str, *, timeout: float | None, node: str) -> Any:
+    """Execute the cell in ``namespace``; return the value of its last expression (or None)."""
+    __tracebackhide__ = True
+    body = compile(cell.body, filename, "exec", flags=_FLAGS)
+    last = compile(cell.last_expr, filename, "eval", flags=_FLAGS) if cell.last_expr is not None else None
+    with _deadline(timeout, node):
+        _run(body, namespace)
+        return _run(last, namespace) if last is not None else None

@@ -1,0 +1,205 @@
+"""The %durable line magic and the %%durable cell magic, written the IPython way."""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from .._loop import run_sync
+from ..errors import DurableError
+from .session import CellOptions, session_for
+
+__all__ = ["DurableMagics"]
+
+SUBCOMMANDS = ("run", "status", "history", "runs", "end", "fork", "switch", "inspect", "approve", "reject")
+
+
+def _names(text: str | None) -> frozenset[str]:
+    return frozenset(n.strip() for n in (text or "").split(",") if n.strip())
+
+
+def _literal(assignment: str) -> tuple[str, Any]:
+    name, _, text = assignment.partition("=")
+    name = name.strip()
+    if not name.isidentifier():
+        raise UsageError(f"--set takes name=python_literal, e.g. --set rate=0.5; got {assignment!r}")
+    try:
+        return name, ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError) as error:
+        raise UsageError(f"--set {name}=…: {text.strip()!r} is not a Python literal ({error}).") from None
+
+
+@magics_class
+class DurableMagics(Magics):
+    """%durable … (runs, views, forks, decisions) and %%durable NODE (a committed cell)."""
+
+    @magic_arguments()
+    @argument("node", help="The cell's node name: how the run knows this cell (e.g. load, train).")
+    @argument("--retries", type=int, default=0, help="Extra attempts after a failure (backoff 1, 2, 4 … s).")
+    @argument("--timeout", type=float, default=None, help="Hard limit in seconds for each attempt.")
+    @argument("--rerun", action="store_true", help="Run it again even if committed: forks the run at this cell.")
+    @argument("--exclude", default=None, help="Comma-separated names never to store, e.g. --exclude conn,lock.")
+    @cell_magic
+    def durable(self, line: str, cell: str) -> Any:
+        """Run the cell durably: commit what it defines and shows; restore it when run again.
+
+        Examples::
+
+            %%durable load
+            df = pd.read_parquet("sales.parquet")
+
+            %%durable train --retries 2 --timeout 600
+            model = fit(df)
+        """
+        __tracebackhide__ = True
+        args = parse_argstring(self.durable, line)
+        if not args.node.replace("-", "_").replace(":", "_").replace("/", "_").isidentifier():
+            raise UsageError(f"A cell's node name is a short word like 'load' or 'train', not {args.node!r}.")
+        if args.retries < 0:
+            raise UsageError("--retries takes a whole number >= 0.")
+        if args.timeout is not None and args.timeout <= 0:
+            raise UsageError("--timeout takes a number of seconds > 0.")
+        options = CellOptions(
+            retries=args.retries, timeout=args.timeout, rerun=args.rerun, exclude=_names(args.exclude)
+        )
+        return session_for(self.shell).run_cell(args.node, cell, options)
+
+    @line_magic("durable")
+    def durable_line(self, line: str) -> Any:
+        """Runs, history, forks and decisions from the notebook.
+
+        Usage::
+
+            %durable run NAME [--new] [--id RUN] [--key K] [--store URL]
+            %durable status | history | runs | end
+            %durable fork [--at NODE] [--set name=literal ...]
+            %durable switch RUN
+            %durable inspect
+            %durable approve [--node N] [--comment T] [--by NAME]
+            %durable reject  [--node N] [--comment T] [--by NAME]
+        """
+        words = line.split(None, 1)
+        if not words or words[0] not in SUBCOMMANDS:
+            raise UsageError(f"%durable takes one of: {', '.join(SUBCOMMANDS)}. See %durable? for examples.")
+        handler = getattr(self, f"_{words[0]}")
+        try:
+            return handler(words[1] if len(words) > 1 else "")
+        except DurableError as error:
+            raise UsageError(str(error)) from None
+
+    @magic_arguments()
+    @argument("name", help="The run's name (usually the notebook's).")
+    @argument("--new", action="store_true", help="Always start a new run.")
+    @argument("--id", dest="run_id", default=None, help="Attach to this run (e.g. a fork).")
+    @argument("--key", default=None, help="Idempotency key: a repeated key attaches to the same run.")
+    @argument("--store", default=None, help="Store URL (default: $DURABLE_NB_STORE or .durable_nb/runs.db).")
+    def _run_args(self, line: str) -> None:
+        """%durable run NAME: attach to the latest unfinished run of NAME, or start one.
+
+        Example: %durable run sales-report
+        """
+
+    def _run(self, rest: str) -> None:
+        args = parse_argstring(self._run_args, rest)
+        session_for(self.shell).attach(args.name, new=args.new, run_id=args.run_id, key=args.key, store=args.store)
+
+    def _status(self, rest: str) -> dict[str, Any]:
+        from ..engine.calls import status
+
+        session = session_for(self.shell)
+        cell_run = session.require()
+        print(session.describe())
+        return status(cell_run.run_id, store=cell_run.store)
+
+    def _history(self, rest: str) -> Any:
+        from ..views import history
+
+        cell_run = session_for(self.shell).require()
+        return history(rest.strip() or cell_run.run_id, store=cell_run.store)
+
+    def _runs(self, rest: str) -> Any:
+        from ..views import runs
+
+        session = session_for(self.shell)
+        store = session.store if session.store is not None else None
+        return runs(rest.strip() or None, store=store)
+
+    def _end(self, rest: str) -> None:
+        session = session_for(self.shell)
+        cell_run = session.require()
+        run_sync(cell_run.end())
+        print(f"durable_nb: run {cell_run.run_id} '{cell_run.run.name}' completed")
+        session.cell_run = None
+
+    @magic_arguments()
+    @argument("--at", default=None, help="Fork just before this cell was committed (default: the latest state).")
+    @argument("--set", dest="overrides", action="append", default=[], help="name=python_literal to change.")
+    def _fork_args(self, line: str) -> None:
+        """%durable fork: branch the run, switch this kernel to the branch.
+
+        Example: %durable fork --at train --set learning_rate=0.01
+        """
+
+    def _fork(self, rest: str) -> None:
+        from ..engine.calls import fork
+        from ..engine.cells import CellRun
+
+        args = parse_argstring(self._fork_args, rest)
+        session = session_for(self.shell)
+        cell_run = session.require()
+        overrides = dict(_literal(text) for text in args.overrides)
+        if args.at:
+            base = run_sync(cell_run.fork_before(args.at))
+            run_id = base.run_id
+            if overrides:
+                created = fork(run_id, state=overrides, store=cell_run.store)
+                run_id = created.id
+        else:
+            run_id = fork(cell_run.run_id, state=overrides, store=cell_run.store).id
+        session.cell_run = run_sync(CellRun.attach(cell_run.store, cell_run.values, cell_run.run.name, run_id=run_id))
+        self.shell.user_ns.update(overrides)
+        print(
+            f"durable_nb: forked run {cell_run.run_id} into {run_id}; this kernel now works in the fork "
+            f"(switch back with %durable switch {cell_run.run_id})"
+        )
+
+    def _switch(self, rest: str) -> None:
+        run_id = rest.strip()
+        if not run_id:
+            raise UsageError("%durable switch RUN: give the run id to attach to (see %durable runs).")
+        session = session_for(self.shell)
+        current = session.require()
+        session.attach(current.run.name, run_id=run_id)
+
+    def _inspect(self, rest: str) -> Any:
+        from ..views import history
+
+        session = session_for(self.shell)
+        cell_run = session.require()
+        print(session.describe())
+        return history(cell_run.run_id, store=cell_run.store)
+
+    @magic_arguments()
+    @argument("--node", default=None, help="The paused cell (needed when several wait).")
+    @argument("--comment", default=None, help="Why.")
+    @argument("--by", default=None, help="Who decides (default: your user name).")
+    def _decision_args(self, line: str) -> None:
+        """%durable approve|reject: decide the gate the run waits at, and continue that cell here.
+
+        Example: %durable approve --comment "numbers checked"
+        """
+
+    def _approve(self, rest: str, approved: bool = True) -> None:
+        args = parse_argstring(self._decision_args, rest)
+        session = session_for(self.shell)
+        cell_run = session.require()
+        node = session.record(cell_run.run_id, args.node, approved=approved, comment=args.comment, by=args.by)
+        print(f"durable_nb: {'approved' if approved else 'rejected'} the gate of cell '{node}'")
+        print(session.continue_cell(cell_run.run_id, node))
+
+    def _reject(self, rest: str) -> None:
+        self._approve(rest, approved=False)

@@ -1,0 +1,354 @@
+"""One kernel's durable session: the run it is attached to, and how a %%durable cell runs (N1-N8)."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import time
+import traceback
+import weakref
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from .._loop import run_sync
+from ..engine.attempts import backoff_seconds
+from ..engine.cells import CellOutcome, CellRun
+from ..engine.gates import Suspend
+from ..engine.ops import load_run, make_decision, record_decision
+from ..engine.scope import NodeScope, enter_scope, leave_scope
+from ..engine.values import ValueCodec
+from ..errors import DurableError
+from ..model import CheckpointRecord, RunStatus, format_seconds
+from ..store import Store, connect
+from ..store.secret import load_secret
+from .capture import Capture, replay
+from .cellcode import CellCode, analyze
+from .execute import run_code
+
+__all__ = ["CellOptions", "GatePending", "KernelSession", "session_for"]
+
+_HIDDEN_NAMES = {"In", "Out", "get_ipython", "exit", "quit", "_", "__", "___"}
+
+
+class GatePending(DurableError):
+    """A durable cell paused at a gate: Run All stops here, without a traceback."""
+
+    def __init__(self, message: str, *, run_id: str = "", node_id: str = "") -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.node_id = node_id
+
+
+@dataclass(slots=True)
+class CellOptions:
+    """How one %%durable cell runs."""
+
+    retries: int = 0
+    timeout: float | None = None
+    rerun: bool = False
+    exclude: frozenset[str] = frozenset()
+
+
+def _hidden(shell: Any, name: str) -> bool:
+    if name in _HIDDEN_NAMES or name in getattr(shell, "user_ns_hidden", {}):
+        return True
+    # IPython's history names: _i, _ii, _i7, _7 …
+    return (name.startswith("_i") and name[2:].isdigit()) or (name.startswith("_") and name[1:].isdigit())
+
+
+def _ago(checkpoint: CheckpointRecord) -> str:
+    return datetime.fromtimestamp(checkpoint.created_at).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _note(text: str) -> None:
+    print(f"durable_nb: {text}", file=sys.stderr, flush=True)
+
+
+class KernelSession:
+    """The durable state of one IPython shell: its store and the run it is attached to."""
+
+    def __init__(self, shell: Any) -> None:
+        self.shell = shell
+        self.store: Store | None = None
+        self.cell_run: CellRun | None = None
+        atexit.register(self._release_at_exit)
+
+    # -- attaching -----------------------------------------------------------------------
+
+    def _values(self) -> ValueCodec:
+        assert self.store is not None
+        return ValueCodec(self.store, load_secret())
+
+    def attach(
+        self,
+        name: str,
+        *,
+        new: bool = False,
+        run_id: str | None = None,
+        key: str | None = None,
+        store: str | None = None,
+    ) -> CellRun:
+        """Attach the kernel to a run (N1) and print one line saying what can be restored."""
+        if store is not None or self.store is None:
+            self.store = connect(store)
+        if self.cell_run is not None and self.cell_run.run_id != run_id:
+            run_sync(self.cell_run.release())
+        self.cell_run = run_sync(CellRun.attach(self.store, self._values(), name, new=new, run_id=run_id, key=key))
+        print(self.describe(), flush=True)
+        return self.cell_run
+
+    def describe(self) -> str:
+        """One line: the run, its status, what is restorable, where it waits."""
+        cell_run = self.require()
+        run = run_sync(cell_run.refresh())
+        cells = cell_run.completed
+        text = f"durable_nb: run {run.run_id} '{run.name}' — {run.status.value}"
+        if cells:
+            shown = ", ".join(cells[:8]) + (", …" if len(cells) > 8 else "")
+            text += f"; {len(cells)} cell{'s' if len(cells) != 1 else ''} restorable ({shown})"
+        else:
+            text += "; nothing committed yet"
+        if run.status is RunStatus.PAUSED:
+            pending = run_sync(cell_run.store.pending_interrupts(run.run_id))
+            if pending:
+                text += f"; waiting at gate '{pending[0].reason}' in cell '{pending[0].node_id}'"
+        if run.parent_run_id:
+            text += f"; forked from {run.parent_run_id}"
+        return text
+
+    def require(self) -> CellRun:
+        """Return the attached run, attaching to one named after the notebook if possible."""
+        if self.cell_run is not None:
+            return self.cell_run
+        name = _notebook_name(self.shell)
+        if name is None:
+            from IPython.core.error import UsageError
+
+            raise UsageError(
+                "No durable run is attached to this kernel. Start with:  %durable run NAME  "
+                "(it attaches to the latest unfinished run of that name, or starts one)."
+            )
+        return self.attach(name)
+
+    def _release_at_exit(self) -> None:
+        if self.cell_run is not None:
+            try:
+                run_sync(self.cell_run.release())
+            except Exception:  # noqa: BLE001 - exiting anyway; liveness checks cover a missed release
+                pass
+
+    # -- a %%durable cell -------------------------------------------------------------------
+
+    def run_cell(self, node: str, raw_source: str, options: CellOptions) -> Any:
+        """Restore a committed cell, or run it and commit what it defined and displayed."""
+        __tracebackhide__ = True
+        cell_run = self.require()
+        source = self.shell.transform_cell(raw_source)
+        cell = analyze(source)
+        run = run_sync(cell_run.refresh())
+        if run.status is RunStatus.PAUSED:
+            return self._while_paused(cell_run, node)
+        committed = run_sync(cell_run.lookup(node))
+        if committed is not None and not options.rerun:
+            if committed.extra.get("source_hash") in (None, cell.source_hash):
+                return self._restore(cell_run, committed, options)
+        if committed is not None:
+            cell_run = self._fork_for(cell_run, node, "re-run with --rerun" if options.rerun else "changed")
+        run_sync(cell_run.take())
+        return self._execute(cell_run, node, source, cell, options)
+
+    def _while_paused(self, cell_run: CellRun, node: str) -> Any:
+        pending = run_sync(cell_run.pending_gate(node))
+        if pending is None:
+            others = run_sync(cell_run.store.pending_interrupts(cell_run.run_id))
+            where = f"cell '{others[0].node_id}'" if others else "a gate"
+            raise GatePending(
+                f"Run {cell_run.run_id} waits for a decision at {where}; decide it there (or with "
+                "%durable approve / durable_nb.approve) before running other cells.",
+                run_id=cell_run.run_id,
+                node_id=node,
+            )
+        self.show_gate(cell_run.run_id, node, pending.reason, pending.context)
+        raise GatePending(
+            f"Waiting at gate '{pending.reason}': decide in the panel, then run this cell again.",
+            run_id=cell_run.run_id,
+            node_id=node,
+        )
+
+    def _restore(self, cell_run: CellRun, committed: CheckpointRecord, options: CellOptions) -> None:
+        restored = run_sync(cell_run.restore(committed))
+        for name, value in restored.values.items():
+            if name not in options.exclude:
+                self.shell.user_ns[name] = value
+        for name in committed.extra.get("deleted", []):
+            self.shell.user_ns.pop(name, None)
+        replay(restored.outputs)
+        took = f", took {format_seconds(committed.duration)}" if committed.duration else ""
+        _note(f"restored '{committed.node_id}' from checkpoint (committed {_ago(committed)}{took})")
+        if restored.unstored:
+            names = ", ".join(f"{n} ({t})" for n, t in sorted(restored.unstored.items()))
+            _note(
+                f"not restored, since they could not be stored: {names}. Create such objects in a "
+                "plain cell, or leave them out with --exclude."
+            )
+
+    def _fork_for(self, cell_run: CellRun, node: str, why: str) -> CellRun:
+        forked = run_sync(cell_run.fork_before(node))
+        self.cell_run = forked
+        _note(
+            f"cell '{node}' {why}: continuing in fork {forked.run_id} of run {cell_run.run_id} "
+            f"(the original is kept; switch back with %durable switch {cell_run.run_id})"
+        )
+        return forked
+
+    def _execute(self, cell_run: CellRun, node: str, source: str, cell: CellCode, options: CellOptions) -> Any:
+        __tracebackhide__ = True
+        filename = self.shell.compile.cache(source)
+        started = time.perf_counter()
+        attempts = options.retries + 1
+        for attempt in range(1, attempts + 1):
+            scope = NodeScope(
+                run_id=cell_run.run_id,
+                node_id=node,
+                store=cell_run.store,
+                secret=cell_run.values.secret,
+                decisions=list(cell_run.resumes.get(node, [])),
+            )
+            token = enter_scope(scope)
+            try:
+                with Capture(self.shell) as capture:
+                    value = run_code(cell, self.shell.user_ns, filename, timeout=options.timeout, node=node)
+                    capture.flush_figures()
+                    capture.result(value)
+            except Suspend as suspend:
+                run_sync(cell_run.pause_cell(node, suspend, source, cell.source_hash, time.perf_counter() - started))
+                self.show_gate(cell_run.run_id, node, suspend.reason, suspend.context)
+                raise GatePending(
+                    f"Paused at gate '{suspend.reason}': decide in the panel above; the cell then continues.",
+                    run_id=cell_run.run_id,
+                    node_id=node,
+                ) from None
+            except KeyboardInterrupt:
+                run_sync(cell_run.cancel_cell(node))
+                _note(f"cell '{node}' interrupted: run {cell_run.run_id} is cancelled; run the cell again to resume")
+                raise
+            except Exception as error:
+                if attempt < attempts:
+                    _note(
+                        f"cell '{node}' failed ({type(error).__name__}: {error}); retry {attempt} of {options.retries}"
+                    )
+                    time.sleep(backoff_seconds(attempt))
+                    continue
+                trace = "".join(traceback.format_exception(error))
+                run_sync(
+                    cell_run.fail_cell(node, error, trace, time.perf_counter() - started, attempt, cell.source_hash)
+                )
+                raise
+            finally:
+                leave_scope(token)
+            self._commit(cell_run, node, cell, capture.outputs, time.perf_counter() - started, attempt, options)
+            return value
+        raise AssertionError("unreachable")
+
+    def _commit(
+        self,
+        cell_run: CellRun,
+        node: str,
+        cell: CellCode,
+        outputs: list[dict[str, Any]],
+        duration: float,
+        attempts: int,
+        options: CellOptions,
+    ) -> None:
+        namespace = self.shell.user_ns
+        values = {
+            name: namespace[name]
+            for name in sorted(cell.candidates)
+            if name in namespace and name not in options.exclude and not _hidden(self.shell, name)
+        }
+        deleted = [name for name in cell.deleted if name not in namespace]
+        checkpoint = run_sync(
+            cell_run.commit_cell(CellOutcome(node, values, deleted, outputs, cell.source_hash, duration, attempts))
+        )
+        unstored = checkpoint.extra.get("unstored", {})
+        if unstored:
+            names = ", ".join(f"{n} ({t})" for n, t in sorted(unstored.items()))
+            _note(
+                f"committed '{node}' without {names}: they cannot be stored, so a restart will not "
+                "bring them back. Create such objects in a plain cell, or --exclude them."
+            )
+
+    # -- gates ----------------------------------------------------------------------------------
+
+    def show_gate(self, run_id: str, node: str, reason: str, context: Any) -> None:
+        """Display the gate panel for a paused cell."""
+        from IPython.display import display
+
+        from ..widgets.gate_panel import GatePanel
+
+        assert self.store is not None
+        display(GatePanel(self, run_id=run_id, node_id=node, reason=reason, context=context))
+
+    def record(
+        self,
+        run_id: str,
+        node: str | None,
+        *,
+        approved: bool,
+        comment: str | None = None,
+        by: str | None = None,
+        value: Any = None,
+    ) -> str:
+        """Record a decision on a paused cell (atomically, once); return the cell it decided."""
+        assert self.store is not None
+        decision = make_decision(approved, value, comment, by)
+        result = run_sync(record_decision(self.store, run_id, decision, node))
+        return result.checkpoints[-1].node_id or node or ""
+
+    def continue_cell(self, run_id: str, node: str) -> str:
+        """Run a decided gate's cell again from its recorded source, in this kernel."""
+        cell_run = self.cell_run
+        if cell_run is None or cell_run.run_id != run_id:
+            return "Decision recorded. Run the cell again in the kernel attached to this run to continue."
+        gate_checkpoint = run_sync(cell_run.store.node_checkpoint(run_id, node, "gate:"))
+        source = (gate_checkpoint.extra.get("source") if gate_checkpoint else None) or ""
+        if not source:
+            return "Decision recorded. Run the cell again to continue."
+        run = run_sync(cell_run.refresh())
+        if run.status is not RunStatus.PENDING:
+            return f"Decision recorded; the run is {run.status.value}. Run the cell again to continue."
+        run_sync(cell_run.take())
+        self._execute(cell_run, node, source, analyze(source), CellOptions())
+        return f"Decision recorded and cell '{node}' continued. Run the cells below (Run All restores the rest)."
+
+    def recorded_decision(self, run_id: str, node: str) -> dict[str, Any] | None:
+        """Return the latest decision recorded for a cell's gate, if any."""
+        assert self.store is not None
+        checkpoint = run_sync(self.store.node_checkpoint(run_id, node, "approved:"))
+        return checkpoint.decision if checkpoint is not None else None
+
+    def run_status(self, run_id: str) -> str:
+        """Return a run's status text."""
+        assert self.store is not None
+        return run_sync(load_run(self.store, run_id)).status
+
+
+def _notebook_name(shell: Any) -> str | None:
+    path = shell.user_ns.get("__session__") or os.environ.get("JPY_SESSION_NAME")
+    if not path or not str(path).endswith(".ipynb"):
+        return None
+    return Path(str(path)).stem
+
+
+_sessions: weakref.WeakKeyDictionary[Any, KernelSession] = weakref.WeakKeyDictionary()
+
+
+def session_for(shell: Any) -> KernelSession:
+    """Return the durable session of a shell, creating it on first use."""
+    session = _sessions.get(shell)
+    if session is None:
+        session = _sessions[shell] = KernelSession(shell)
+    return session

@@ -1,0 +1,1 @@
+"""ipywidgets front ends: the gate panel (and, later, the fork inspector)."""
