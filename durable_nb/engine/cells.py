@@ -52,6 +52,7 @@ class CellOutcome:
     duration: float
     attempts: int = 1
     unstored: dict[str, str] = field(default_factory=dict)
+    maybe_changed: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)
@@ -263,6 +264,10 @@ class CellRun:
         node = outcome.node_id
         delta, blobs, unstored = self.encode_values(outcome.values)
         unstored.update(outcome.unstored)
+        for name in outcome.maybe_changed:
+            # Used, not assigned: it changed only if its bytes did.
+            if name in delta and delta[name] == self.manifest.get(name):
+                del delta[name]
         outputs = codec.encode(outcome.outputs, self.values.secret, f"outputs of {node}")
         if outputs.hash not in {b.hash for b in blobs}:
             blobs.append(outputs)

@@ -26,6 +26,14 @@ class CellCode:
         return (self.assigned | self.mutated) - self.deleted
 
 
+# Builtins that never change their arguments, so passing a value to them is only a use.
+_READ_ONLY_BUILTINS = frozenset(
+    "abs all any ascii bin bool bytes callable chr complex dict dir divmod enumerate float format "
+    "frozenset getattr hasattr hash hex id int isinstance issubclass len list max min oct ord pow "
+    "print range repr reversed round set sorted str sum tuple type zip".split()
+)
+
+
 def _root(node: ast.AST) -> str | None:
     # The variable at the bottom of ``a.b[0].c``: changing any part of it changes ``a``.
     while isinstance(node, ast.Attribute | ast.Subscript | ast.Starred):
@@ -127,6 +135,9 @@ class _Names(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         # A method call or a call that receives a value may change it in place.
+        if isinstance(node.func, ast.Name) and node.func.id in _READ_ONLY_BUILTINS:
+            self.generic_visit(node)
+            return
         if isinstance(node.func, ast.Attribute):
             root = _root(node.func.value)
             if root is not None:

@@ -7,6 +7,7 @@ import os
 import sys
 import time
 import traceback
+import types
 import weakref
 from dataclasses import dataclass
 from datetime import datetime
@@ -30,6 +31,23 @@ from .execute import run_code
 
 __all__ = ["CellOptions", "GatePending", "KernelSession", "session_for"]
 
+# Values a call or a method cannot change in place: used, never worth storing again.
+_UNCHANGEABLE = (
+    str,
+    bytes,
+    int,
+    float,
+    complex,
+    bool,
+    type(None),
+    frozenset,
+    tuple,
+    range,
+    type,
+    types.ModuleType,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+)
 _HIDDEN_NAMES = {"In", "Out", "get_ipython", "exit", "quit", "_", "__", "___"}
 
 
@@ -267,12 +285,23 @@ class KernelSession:
         values = {
             name: namespace[name]
             for name in sorted(cell.candidates)
-            if name in namespace and name not in options.exclude and not _hidden(self.shell, name)
+            if name in namespace
+            and name not in options.exclude
+            and not _hidden(self.shell, name)
+            and (name in cell.assigned or not isinstance(namespace[name], _UNCHANGEABLE))
         }
         deleted = [name for name in cell.deleted if name not in namespace]
-        checkpoint = run_sync(
-            cell_run.commit_cell(CellOutcome(node, values, deleted, outputs, cell.source_hash, duration, attempts))
+        outcome = CellOutcome(
+            node,
+            values,
+            deleted,
+            outputs,
+            cell.source_hash,
+            duration,
+            attempts,
+            maybe_changed=frozenset(values) - cell.assigned,
         )
+        checkpoint = run_sync(cell_run.commit_cell(outcome))
         unstored = checkpoint.extra.get("unstored", {})
         if unstored:
             names = ", ".join(f"{n} ({t})" for n, t in sorted(unstored.items()))
