@@ -167,7 +167,8 @@ def test_edit_forks_the_run(kernel: Kernel, capsys: pytest.CaptureFixture[str]) 
     original = _session(kernel).cell_run.run_id
     capsys.readouterr()
     kernel.ok(
-        '%%durable clean\n# same code, new comment\nbump(COUNTER,   "clean")\ncleaned = [r*10 for r in rows]\ntotal = sum(cleaned)'
+        '%%durable clean\n# same code, new comment\nbump(COUNTER,   "clean")\n'
+        "cleaned = [r*10 for r in rows]\ntotal = sum(cleaned)"
     )
     assert _session(kernel).cell_run.run_id == original
     assert kernel.runs() == ["load", "clean"]
@@ -197,19 +198,21 @@ def test_rerun_flag_forks_even_when_unchanged(kernel: Kernel) -> None:
     assert _session(kernel).cell_run.run_id != before
 
 
+CONNECT = (
+    "%%durable connect\nimport threading, socket\n"
+    "lock = threading.Lock()\nsock = socket.socket()\nsettings = {'retries': 3}"
+)
+
+
 def test_unserializable_values_are_named_and_skipped(kernel: Kernel, capsys: pytest.CaptureFixture[str]) -> None:
     """N3: a lock or a socket is named in a warning, not stored, and named again on restore; the rest commits."""
-    kernel.ok(
-        "%%durable connect\nimport threading, socket\nlock = threading.Lock()\nsock = socket.socket()\nsettings = {'retries': 3}"
-    )
+    kernel.ok(CONNECT)
     err = capsys.readouterr().err
     assert "lock" in err and "sock" in err and "cannot be stored" in err
     kernel.ns["sock"].close()
     other = fresh(kernel)
     capsys.readouterr()
-    other.ok(
-        "%%durable connect\nimport threading, socket\nlock = threading.Lock()\nsock = socket.socket()\nsettings = {'retries': 3}"
-    )
+    other.ok(CONNECT)
     err = capsys.readouterr().err
     assert other.ns["settings"] == {"retries": 3}
     assert "lock" not in other.ns and "sock" not in other.ns
@@ -262,7 +265,10 @@ def test_keyboard_interrupt_cancels_the_run(kernel: Kernel) -> None:
 def test_gate_pauses_and_approve_continues(kernel: Kernel) -> None:
     """N6: gate() stops the cell without a traceback; a decision continues it; re-running restores it."""
     kernel.ok(LOAD)
-    gate_cell = '%%durable review\nbump(COUNTER, "review")\nd = dnb.gate("publish?", {"rows": len(rows)})\npublished = d.approved'
+    gate_cell = (
+        '%%durable review\nbump(COUNTER, "review")\n'
+        'd = dnb.gate("publish?", {"rows": len(rows)})\npublished = d.approved'
+    )
     kernel.ok("import durable_nb as dnb")
     result = kernel.run(gate_cell)
     assert not result.success
