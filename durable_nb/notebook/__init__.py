@@ -8,9 +8,11 @@ __all__ = ["load_ipython_extension"]
 
 
 def _quiet_gate(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: int | None = None) -> list[str]:
-    # A paused cell is not an error to read: the panel says it all. The cell still ends in
-    # error so that Run All stops here.
-    return [f"⏸ {value}"]
+    # A paused cell is not an error to read: one line instead of a traceback. It is still
+    # reported as an error, so that Run All stops here.
+    stb = [f"⏸ {value}"]
+    shell._showtraceback(etype, value, stb)
+    return stb
 
 
 def load_ipython_extension(ip: Any) -> None:

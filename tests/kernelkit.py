@@ -1,0 +1,135 @@
+"""Real Jupyter kernels for tests: start, run cells like Run All, kill, interrupt."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jupyter_client.manager import KernelManager
+
+
+@dataclass
+class CellResult:
+    """What one cell did in the kernel."""
+
+    status: str
+    outputs: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        parts = []
+        for output in self.outputs:
+            if output["type"] == "stream":
+                parts.append(output["text"])
+            elif output["type"] in ("display_data", "execute_result"):
+                parts.append(output["data"].get("text/plain", ""))
+            elif output["type"] == "error":
+                parts.append(f"{output['ename']}: {output['evalue']}")
+        return "".join(parts)
+
+    @property
+    def error(self) -> str | None:
+        for output in self.outputs:
+            if output["type"] == "error":
+                return output["ename"]
+        return None
+
+
+class Kernel:
+    """One real ipykernel process working in ``folder``."""
+
+    def __init__(self, folder: Path, env: dict[str, str] | None = None) -> None:
+        self.manager = KernelManager(kernel_name="python3")
+        kernel_env = dict(os.environ)
+        kernel_env.update(env or {})
+        self.manager.start_kernel(cwd=str(folder), env=kernel_env)
+        self.client = self.manager.client()
+        self.client.start_channels()
+        self.client.wait_for_ready(timeout=60)
+
+    @property
+    def pid(self) -> int:
+        return self.manager.provisioner.process.pid  # type: ignore[union-attr]
+
+    def run(self, code: str, timeout: float = 120) -> CellResult:
+        """Execute one cell and collect its outputs; a dead kernel reads as status 'dead'."""
+        result = CellResult("ok")
+
+        def hook(message: dict[str, Any]) -> None:
+            kind = message["msg_type"]
+            content = message["content"]
+            if kind == "stream":
+                result.outputs.append({"type": "stream", "name": content["name"], "text": content["text"]})
+            elif kind in ("display_data", "execute_result"):
+                result.outputs.append({"type": kind, "data": content["data"]})
+            elif kind == "error":
+                result.outputs.append({"type": "error", "ename": content["ename"], "evalue": content["evalue"]})
+
+        msg_id = self.client.execute(code)
+        deadline = time.monotonic() + timeout
+        idle = False
+        while not idle:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the cell did not finish in {timeout} s")
+            try:
+                message = self.client.get_iopub_msg(timeout=0.2)
+            except queue.Empty:
+                if not self.manager.is_alive():
+                    result.status = "dead"
+                    return result
+                continue
+            if message["parent_header"].get("msg_id") != msg_id:
+                continue
+            if message["msg_type"] == "status" and message["content"]["execution_state"] == "idle":
+                idle = True
+            else:
+                hook(message)
+        while True:
+            reply = self.client.get_shell_msg(timeout=max(1.0, deadline - time.monotonic()))
+            if reply["parent_header"].get("msg_id") == msg_id:
+                break
+        result.status = reply["content"]["status"]
+        return result
+
+    def run_all(self, cells: list[str], timeout: float = 120) -> list[CellResult]:
+        """Run cells in order and stop at the first error, as Run All does."""
+        results = []
+        for cell in cells:
+            result = self.run(cell, timeout=timeout)
+            results.append(result)
+            if result.status != "ok" or not self.manager.is_alive():
+                break
+        return results
+
+    def interrupt_after(self, code: str, delay: float, timeout: float = 60) -> CellResult:
+        """Start a cell, interrupt the kernel ``delay`` seconds later, return the cell's result."""
+        import threading
+
+        timer = threading.Timer(delay, self.manager.interrupt_kernel)
+        timer.start()
+        try:
+            return self.run(code, timeout=timeout)
+        finally:
+            timer.cancel()
+
+    def kill(self) -> None:
+        """SIGKILL the kernel process, as a crash would."""
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + 10
+        while self.manager.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        self.client.stop_channels()
+        if self.manager.is_alive():
+            self.manager.shutdown_kernel(now=True)
+        else:
+            self.manager.cleanup_resources()
