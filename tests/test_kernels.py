@@ -179,7 +179,8 @@ def test_rich_values_survive_a_new_kernel(kernels: list) -> None:
             "frame = pd.DataFrame({'a': [1, 2, 3], 'b': ['x', 'y', 'z']})\n"
             "array = np.arange(12).reshape(3, 4)\n"
             "def triple(v):\n    return 3 * v\n"
-            "class Point:\n    def __init__(self, x):\n        self.x = x\n    def norm(self):\n        return abs(self.x)\n"
+            "class Point:\n    def __init__(self, x):\n        self.x = x\n"
+            "    def norm(self):\n        return abs(self.x)\n"
             "origin = Point(-4)"
         ),
     ]
