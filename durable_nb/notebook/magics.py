@@ -11,6 +11,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from .._loop import run_sync
 from ..errors import DurableError
+from ..model import RunStatus
 from .session import CellOptions, session_for
 
 __all__ = ["DurableMagics"]
@@ -197,6 +198,10 @@ class DurableMagics(Magics):
         args = parse_argstring(self._decision_args, rest)
         session = session_for(self.shell)
         cell_run = session.require()
+        if run_sync(cell_run.refresh()).status is not RunStatus.PAUSED:
+            # Run All after a click on the panel reaches this line with nothing left to decide.
+            print(f"durable_nb: run {cell_run.run_id} waits at no gate (already decided); nothing to do")
+            return
         node = session.record(cell_run.run_id, args.node, approved=approved, comment=args.comment, by=args.by)
         print(f"durable_nb: {'approved' if approved else 'rejected'} the gate of cell '{node}'")
         print(session.continue_cell(cell_run.run_id, node))
