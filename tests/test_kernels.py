@@ -234,3 +234,33 @@ def test_hundred_megabyte_dataframe(kernels: list, tmp_path: Path) -> None:
     assert float(second.run("print(float(frame.to_numpy().sum()))").text) == checksum
     assert second.run("print(frame.memory_usage().sum() >= 100_000_000)").text.strip() == "True"
     print(f"\n100 MB DataFrame: commit overhead {commit_seconds:.2f} s, restore {restore_seconds:.2f} s")
+
+
+def test_click_arriving_as_a_comm_message(kernels: list, store_url: str) -> None:
+    """N6: a click sent by the front end (a comm message, handled between cells) records and continues."""
+    import time
+
+    kernel = new_kernel(kernels)
+    assert kernel.run("%load_ext durable_nb\nimport durable_nb as dnb\n%durable run comm-click").status == "ok"
+    assert kernel.run("%%durable review\nd = dnb.gate('ship?')\nshipped = d.approved").error == "GatePending"
+    found = kernel.run(
+        "from ipywidgets.widgets.widget import _instances\n"
+        "from durable_nb.widgets.gate_panel import GatePanel\n"
+        "panel = [w for w in list(_instances.values()) if isinstance(w, GatePanel)][-1]\n"
+        "print(panel.approve_button.model_id)"
+    )
+    button = found.text.strip()
+    client = kernel.client
+    message = client.session.msg(
+        "comm_msg", {"comm_id": button, "data": {"method": "custom", "content": {"event": "click"}}}
+    )
+    client.shell_channel.send(message)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        check = kernel.run("print(globals().get('shipped'), panel.status.value)")
+        if "True" in check.text:
+            break
+        time.sleep(0.2)
+    assert "True" in check.text and "Approved" in check.text, check.text
+    run_id = dnb.runs(store=store_url)["run_id"].iloc[0]
+    assert dnb.get_run(run_id, store=store_url).status == "running"
