@@ -43,9 +43,11 @@ def _open_backend(scheme: str, url: str, path: str | None, durability: str) -> S
 
         assert path is not None
         return SQLiteStore(url, path, durability)
-    raise StoreUnavailable(
-        f"The {scheme} backend is not available in this version of durable_nb; use a sqlite:/// URL."
-    )
+    if scheme == "postgresql":
+        from .postgres import PostgresStore
+
+        return PostgresStore(url, durability)
+    raise StoreUnavailable(f"No store backend for {scheme!r} URLs; use sqlite:/// or postgresql://.")
 
 
 def resolve_store(store: Any) -> Store:

@@ -1,0 +1,521 @@
+"""The PostgreSQL store, on psycopg 3, for many processes and machines.
+
+Each store operation is one function run with a pooled connection on a worker thread, as
+the SQLite store does on aiosqlite's thread. The async core is driven from many event
+loops (a thread-local loop per thread for sync calls, the kernel's loop, worker threads),
+and a connection of an async driver belongs to the loop that opened it; worker threads keep
+the store usable from all of them with one bounded pool.
+
+Writers lock the run row (``SELECT … FOR UPDATE``) before anything else, so commits of one
+run are serialized while different runs commit in parallel; a gate is claimed with one
+``DELETE … RETURNING``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from ..errors import CheckpointNotFound, RunNotFound, StoreUnavailable
+from ..model import (
+    Blob,
+    CheckpointRecord,
+    Commit,
+    CommitResult,
+    EventRecord,
+    NewRun,
+    PendingInterrupt,
+    PruneReport,
+    RunRecord,
+    RunStatus,
+)
+from . import rows
+from .postgres_schema import ensure_schema
+from .rules import check_expectations, check_run_id, choose_claim, updated_run
+
+__all__ = ["PostgresStore"]
+
+T = TypeVar("T")
+_OUR_PARAMS = ("schema", "pool_min", "pool_max")
+_COMMIT_ATTEMPTS = 3
+
+
+def _split(url: str) -> tuple[str, dict[str, str]]:
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    ours = {k: query.pop(k) for k in _OUR_PARAMS if k in query}
+    scheme = "postgresql" if parts.scheme.startswith("postgres") else parts.scheme
+    return urlunsplit((scheme, parts.netloc, parts.path, urlencode(query), parts.fragment)), ours
+
+
+class PostgresStore:
+    """A store in a PostgreSQL database (optionally one schema of it: ``?schema=name``)."""
+
+    def __init__(self, url: str, durability: str = "full") -> None:
+        if durability not in ("full", "process"):
+            raise ValueError(f"durability must be 'full' or 'process', not {durability!r}")
+        try:
+            import psycopg  # noqa: F401
+            import psycopg_pool  # noqa: F401
+        except ImportError as error:
+            raise StoreUnavailable(
+                "The PostgreSQL store needs psycopg 3: pip install 'durable-nb[postgres]'."
+            ) from error
+        self.url = url
+        self.durability = durability
+        self.conninfo, options = _split(url)
+        self.schema = options.get("schema")
+        if self.schema is not None and not self.schema.replace("_", "").isalnum():
+            raise StoreUnavailable(f"?schema= takes a plain name (letters, digits, _), not {self.schema!r}.")
+        self.pool_min = int(options.get("pool_min", "1"))
+        self.pool_max = int(options.get("pool_max", "4"))
+        self._pool: Any = None
+        self._open_lock = threading.Lock()
+        self._threads = ThreadPoolExecutor(max_workers=self.pool_max, thread_name_prefix="durable-pg")
+        self._closed = False
+        self._pid = os.getpid()
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self.url!r}, durability={self.durability!r})"
+
+    # -- connections ------------------------------------------------------------------------
+
+    def _configure(self, conn: Any) -> None:
+        conn.autocommit = True
+        if self.schema is not None:
+            conn.execute(f'SET search_path TO "{self.schema}"')
+        if self.durability == "process":
+            # The server keeps committed data across a crash of our process, but may lose the
+            # last transactions on its own crash: the trade durability="process" asks for.
+            conn.execute("SET synchronous_commit TO off")
+
+    def _open(self) -> Any:
+        from psycopg import OperationalError, connect
+        from psycopg_pool import ConnectionPool
+
+        try:
+            with connect(self.conninfo, autocommit=True, connect_timeout=10) as conn:
+                if self.schema is not None:
+                    conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+                    conn.execute(f'SET search_path TO "{self.schema}"')
+                ensure_schema(conn, self.url)
+        except OperationalError as error:
+            raise StoreUnavailable(
+                f"Cannot reach the PostgreSQL store {self.url}: {str(error).strip()}. Check the URL, "
+                "that the server runs and that this user may connect."
+            ) from error
+        return ConnectionPool(
+            self.conninfo,
+            min_size=self.pool_min,
+            max_size=self.pool_max,
+            configure=self._configure,
+            kwargs={"connect_timeout": 10},
+            check=ConnectionPool.check_connection,
+            open=True,
+            name=f"durable-nb-{id(self)}",
+        )
+
+    def _pool_or_open(self) -> Any:
+        if self._closed:
+            raise StoreUnavailable(f"{self!r} is closed; open a new one with durable_nb.connect().")
+        if self._pool is None:
+            with self._open_lock:
+                if self._pool is None:
+                    self._pool = self._open()
+        return self._pool
+
+    def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        pool = self._pool_or_open()
+        with pool.connection() as conn:
+            return fn(conn, *args)
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.wrap_future(self._threads.submit(self._call, fn, *args))
+
+    async def close(self) -> None:
+        """Close the pool; later calls raise StoreUnavailable."""
+        self._closed = True
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await asyncio.to_thread(pool.close)
+        self._threads.shutdown(wait=False)
+
+    # -- runs ---------------------------------------------------------------------------------
+
+    async def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
+        """Create a run with its first checkpoints and events, or return the keyed original."""
+        return await self._run(_create_run, new, time.time())
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        """Return a run; raise RunNotFound."""
+        check_run_id(run_id)
+        run = await self._run(_get_run, run_id, False)
+        if run is None:
+            raise RunNotFound(run_id, self.url)
+        return run
+
+    async def list_runs(self, name: str | None = None, statuses: Iterable[RunStatus] | None = None) -> list[RunRecord]:
+        """Return runs, newest first, optionally of one name and of some statuses."""
+        return await self._run(_list_runs, name, None if statuses is None else [s.value for s in statuses])
+
+    async def commit(self, commit: Commit) -> CommitResult:
+        """Write a commit in one transaction; a lost connection is retried without writing twice."""
+        from psycopg import OperationalError
+
+        for attempt in range(1, _COMMIT_ATTEMPTS + 1):
+            try:
+                return await self._run(_commit, commit, time.time(), self.url)
+            except OperationalError:
+                if attempt == _COMMIT_ATTEMPTS:
+                    raise
+                # The connection died: the commit either landed whole or not at all.
+                landed = await self._run(_landed, commit)
+                if landed is not None:
+                    return landed
+        raise AssertionError("unreachable")
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    async def resume_point(self, run_id: str) -> CheckpointRecord | None:
+        """Return the latest checkpoint that is not a run_end tombstone."""
+        return await self._run(_one_checkpoint, run_id, "AND step <> 'run_end'")
+
+    async def head_checkpoint(self, run_id: str) -> CheckpointRecord | None:
+        """Return the run's latest checkpoint."""
+        return await self._run(_one_checkpoint, run_id, "")
+
+    async def node_checkpoint(
+        self, run_id: str, node_id: str, prefix: str = "after:", max_seq: int | None = None
+    ) -> CheckpointRecord | None:
+        """Return a node's latest checkpoint whose step starts with ``prefix``."""
+        return await self._run(_node_checkpoint, run_id, node_id, prefix, max_seq)
+
+    async def get_checkpoint(self, run_id: str, checkpoint_id: str) -> CheckpointRecord:
+        """Return one checkpoint of a run; raise CheckpointNotFound."""
+        found = await self._run(_checkpoint_by_id, run_id, checkpoint_id)
+        if found is None:
+            raise CheckpointNotFound(checkpoint_id, run_id)
+        return found
+
+    async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
+        """Return a run's checkpoints in seq order."""
+        return await self._run(_list_checkpoints, run_id)
+
+    async def pending_interrupts(self, run_id: str) -> list[PendingInterrupt]:
+        """Return the gates of a run that wait for a decision."""
+        return await self._run(_pending, run_id)
+
+    async def expired_interrupts(self, now: float, run_id: str | None = None) -> list[PendingInterrupt]:
+        """Return pending interrupts whose timeout has passed."""
+        return await self._run(_expired, now, run_id)
+
+    # -- values ---------------------------------------------------------------------------------
+
+    async def get_blobs(self, hashes: Iterable[str]) -> dict[str, Blob]:
+        """Return the blobs stored under the given addresses."""
+        wanted = list(dict.fromkeys(hashes))
+        if not wanted:
+            return {}
+        return await self._run(_get_blobs, wanted)
+
+    async def get_idempotent(self, run_id: str, key: str) -> str | None:
+        """Return the address of a stored @idempotent result."""
+        return await self._run(_get_idempotent, run_id, key)
+
+    async def list_events(self, run_id: str, after_seq: int = 0) -> list[EventRecord]:
+        """Return a run's events after ``after_seq`` in order."""
+        return await self._run(_list_events, run_id, after_seq)
+
+    async def prune(self, older_than: float) -> PruneReport:
+        """Delete finished history older than the epoch time ``older_than``; collect blobs."""
+        return await self._run(_prune, older_than)
+
+
+# -- functions run on a worker thread with a pooled connection ----------------------------------
+
+_INSERT_BLOB = (
+    "INSERT INTO blobs (hash, codec, size, created_at, data) VALUES (%s, %s, %s, %s, %s) ON CONFLICT (hash) DO NOTHING"
+)
+_INSERT_CHECKPOINT = f"INSERT INTO checkpoints ({rows.CHECKPOINT_COLUMNS}) VALUES ({', '.join(['%s'] * 29)})"
+_INSERT_EVENT = f"INSERT INTO events ({rows.EVENT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s)"
+_INSERT_INTERRUPT = f"INSERT INTO pending_interrupts ({rows.INTERRUPT_COLUMNS}) VALUES ({', '.join(['%s'] * 9)})"
+_RUN_VALUES = ", ".join(["%s"] * 17)
+
+
+def _get_run(conn: Any, run_id: str, lock: bool) -> RunRecord | None:
+    suffix = " FOR UPDATE" if lock else ""
+    row = conn.execute(f"SELECT {rows.RUN_COLUMNS} FROM runs WHERE run_id = %s{suffix}", (run_id,)).fetchone()
+    return None if row is None else rows.run_from_row(row)
+
+
+def _list_runs(conn: Any, name: str | None, statuses: list[str] | None) -> list[RunRecord]:
+    conditions, params = [], []
+    if name is not None:
+        conditions.append("name = %s")
+        params.append(name)
+    if statuses is not None:
+        conditions.append("status = ANY(%s)")
+        params.append(statuses)
+    where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
+    cursor = conn.execute(f"SELECT {rows.RUN_COLUMNS} FROM runs {where} ORDER BY run_id DESC", params)
+    return [rows.run_from_row(row) for row in cursor]
+
+
+def _write_children(
+    conn: Any, run: RunRecord, commit: Commit | NewRun, blobs: list[Blob], now: float
+) -> list[CheckpointRecord]:
+    with conn.cursor() as cursor:
+        if blobs:
+            cursor.executemany(_INSERT_BLOB, [(b.hash, b.codec, b.size, now, b.data) for b in blobs])
+        written = []
+        values = []
+        for offset, draft in enumerate(commit.checkpoints, start=1):
+            row = rows.checkpoint_values(run.run_id, run.head_seq + offset, now, draft)
+            values.append(row)
+            written.append(rows.checkpoint_from_row(row))
+        if values:
+            cursor.executemany(_INSERT_CHECKPOINT, values)
+        if commit.events:
+            cursor.executemany(
+                _INSERT_EVENT,
+                [
+                    (run.run_id, run.event_seq + offset, e.type, e.node_id, now, rows.dumps(e.data))
+                    for offset, e in enumerate(commit.events, start=1)
+                ],
+            )
+    return written
+
+
+def _run_values(run: RunRecord) -> tuple[Any, ...]:
+    return (
+        run.run_id,
+        run.name,
+        run.kind.value,
+        run.status.value,
+        run.created_at,
+        run.updated_at,
+        rows.dumps(run.input_manifest),
+        run.error,
+        run.error_type,
+        run.idempotency_key,
+        run.parent_run_id,
+        run.parent_checkpoint_id,
+        run.owner,
+        run.lease_until,
+        run.head_seq,
+        run.event_seq,
+        rows.dumps(run.meta),
+    )
+
+
+def _create_run(conn: Any, new: NewRun, now: float) -> tuple[RunRecord, bool]:
+    run = RunRecord(
+        run_id=new.run_id,
+        name=new.name,
+        kind=new.kind,
+        status=new.status,
+        created_at=now,
+        updated_at=now,
+        input_manifest=new.input_manifest,
+        idempotency_key=new.idempotency_key,
+        parent_run_id=new.parent_run_id,
+        parent_checkpoint_id=new.parent_checkpoint_id,
+        owner=new.owner,
+        lease_until=new.lease_until,
+        head_seq=len(new.checkpoints),
+        event_seq=len(new.events),
+        meta=new.meta,
+    )
+    with conn.transaction():
+        # The unique index decides a race of equal keys: the loser inserts nothing.
+        inserted = conn.execute(
+            f"INSERT INTO runs ({rows.RUN_COLUMNS}) VALUES ({_RUN_VALUES}) "
+            "ON CONFLICT (name, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING run_id",
+            _run_values(run),
+        ).fetchone()
+        if inserted is None:
+            row = conn.execute(
+                f"SELECT {rows.RUN_COLUMNS} FROM runs WHERE name = %s AND idempotency_key = %s",
+                (new.name, new.idempotency_key),
+            ).fetchone()
+            return rows.run_from_row(row), False
+        _write_children(conn, replace(run, head_seq=0, event_seq=0), new, new.blobs, now)
+    return run, True
+
+
+def _pending(conn: Any, run_id: str) -> list[PendingInterrupt]:
+    cursor = conn.execute(
+        f"SELECT {rows.INTERRUPT_COLUMNS} FROM pending_interrupts WHERE run_id = %s ORDER BY created_at", (run_id,)
+    )
+    return [rows.interrupt_from_row(row) for row in cursor]
+
+
+def _commit(conn: Any, commit: Commit, now: float, url: str) -> CommitResult:
+    with conn.transaction():
+        run = _get_run(conn, commit.run_id, True)
+        if run is None:
+            raise RunNotFound(commit.run_id, url)
+        check_expectations(run, commit)
+        claimed = None
+        still_pending = 0
+        if commit.claim is not None:
+            pending = _pending(conn, run.run_id)
+            target = choose_claim(run.run_id, commit.claim, pending)
+            row = conn.execute(
+                f"DELETE FROM pending_interrupts WHERE run_id = %s AND node_id = %s RETURNING {rows.INTERRUPT_COLUMNS}",
+                (run.run_id, target.node_id),
+            ).fetchone()
+            if row is None:
+                choose_claim(run.run_id, target.node_id, [])  # raises AlreadyResumed
+            claimed = rows.interrupt_from_row(row)
+            still_pending = len(pending) - 1
+        if commit.release_interrupts:
+            conn.execute("DELETE FROM pending_interrupts WHERE run_id = %s", (run.run_id,))
+        checkpoints = _write_children(conn, run, commit, commit.blobs, now)
+        with conn.cursor() as cursor:
+            if commit.open_interrupts:
+                cursor.executemany(_INSERT_INTERRUPT, [rows.interrupt_values(p) for p in commit.open_interrupts])
+            if commit.idempotent:
+                cursor.executemany(
+                    "INSERT INTO idempotency (run_id, key, hash, created_at) VALUES (%s, %s, %s, %s) "
+                    "ON CONFLICT (run_id, key) DO NOTHING",
+                    [(run.run_id, key, value_hash, now) for key, value_hash in commit.idempotent],
+                )
+        after = updated_run(run, commit, now, len(commit.checkpoints), len(commit.events), still_pending)
+        conn.execute(
+            "UPDATE runs SET status = %s, error = %s, error_type = %s, owner = %s, lease_until = %s, "
+            "head_seq = %s, event_seq = %s, updated_at = %s WHERE run_id = %s",
+            (
+                after.status.value,
+                after.error,
+                after.error_type,
+                after.owner,
+                after.lease_until,
+                after.head_seq,
+                after.event_seq,
+                after.updated_at,
+                after.run_id,
+            ),
+        )
+    return CommitResult(after, checkpoints, claimed)
+
+
+def _landed(conn: Any, commit: Commit) -> CommitResult | None:
+    """After a lost connection: return the commit's result if it was written, else None."""
+    if not commit.checkpoints:
+        return None
+    first = commit.checkpoints[0].checkpoint_id
+    row = conn.execute("SELECT run_id FROM checkpoints WHERE checkpoint_id = %s", (first,)).fetchone()
+    if row is None:
+        return None
+    run = _get_run(conn, commit.run_id, False)
+    assert run is not None
+    ids = [draft.checkpoint_id for draft in commit.checkpoints]
+    cursor = conn.execute(
+        f"SELECT {rows.CHECKPOINT_COLUMNS} FROM checkpoints WHERE checkpoint_id = ANY(%s) ORDER BY seq", (ids,)
+    )
+    return CommitResult(run, [rows.checkpoint_from_row(r) for r in cursor], None)
+
+
+def _one_checkpoint(conn: Any, run_id: str, condition: str) -> CheckpointRecord | None:
+    row = conn.execute(
+        f"SELECT {rows.CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = %s {condition} ORDER BY seq DESC LIMIT 1",
+        (run_id,),
+    ).fetchone()
+    return None if row is None else rows.checkpoint_from_row(row)
+
+
+def _node_checkpoint(conn: Any, run_id: str, node_id: str, prefix: str, max_seq: int | None) -> CheckpointRecord | None:
+    row = conn.execute(
+        f"SELECT {rows.CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = %s AND node_id = %s AND seq <= %s "
+        "AND left(step, %s) = %s ORDER BY seq DESC LIMIT 1",
+        (run_id, node_id, max_seq if max_seq is not None else 2**31 - 1, len(prefix), prefix),
+    ).fetchone()
+    return None if row is None else rows.checkpoint_from_row(row)
+
+
+def _checkpoint_by_id(conn: Any, run_id: str, checkpoint_id: str) -> CheckpointRecord | None:
+    row = conn.execute(
+        f"SELECT {rows.CHECKPOINT_COLUMNS} FROM checkpoints WHERE checkpoint_id = %s AND run_id = %s",
+        (checkpoint_id, run_id),
+    ).fetchone()
+    return None if row is None else rows.checkpoint_from_row(row)
+
+
+def _list_checkpoints(conn: Any, run_id: str) -> list[CheckpointRecord]:
+    cursor = conn.execute(
+        f"SELECT {rows.CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = %s ORDER BY seq", (run_id,)
+    )
+    return [rows.checkpoint_from_row(row) for row in cursor]
+
+
+def _expired(conn: Any, now: float, run_id: str | None) -> list[PendingInterrupt]:
+    sql = f"SELECT {rows.INTERRUPT_COLUMNS} FROM pending_interrupts WHERE expires_at IS NOT NULL AND expires_at <= %s"
+    params: list[Any] = [now]
+    if run_id is not None:
+        sql += " AND run_id = %s"
+        params.append(run_id)
+    return [rows.interrupt_from_row(row) for row in conn.execute(sql + " ORDER BY expires_at", params)]
+
+
+def _get_blobs(conn: Any, hashes: list[str]) -> dict[str, Blob]:
+    cursor = conn.execute("SELECT hash, codec, data FROM blobs WHERE hash = ANY(%s)", (hashes,))
+    return {value_hash: Blob(value_hash, codec, bytes(data)) for value_hash, codec, data in cursor}
+
+
+def _get_idempotent(conn: Any, run_id: str, key: str) -> str | None:
+    row = conn.execute("SELECT hash FROM idempotency WHERE run_id = %s AND key = %s", (run_id, key)).fetchone()
+    return None if row is None else row[0]
+
+
+def _list_events(conn: Any, run_id: str, after_seq: int) -> list[EventRecord]:
+    cursor = conn.execute(
+        f"SELECT {rows.EVENT_COLUMNS} FROM events WHERE run_id = %s AND seq > %s ORDER BY seq", (run_id, after_seq)
+    )
+    return [rows.event_from_row(row) for row in cursor]
+
+
+_PRUNABLE = "SELECT run_id FROM runs WHERE status IN ('completed', 'failed') AND updated_at < %(cutoff)s"
+# Blobs still reachable from anything kept: manifests, node outputs, run inputs,
+# @idempotent results, and blobs a front end lists under extra.blobs.
+_LIVE_BLOBS = """
+    SELECT j.value FROM checkpoints AS c, jsonb_each_text(c.manifest::jsonb) AS j
+    UNION SELECT j.value FROM checkpoints AS c, jsonb_each_text(c.node_output::jsonb) AS j
+        WHERE c.node_output IS NOT NULL
+    UNION SELECT j.value FROM checkpoints AS c,
+        jsonb_array_elements_text(COALESCE(c.extra::jsonb -> 'blobs', '[]'::jsonb)) AS j
+    UNION SELECT j.value FROM runs AS r, jsonb_each_text(r.input_manifest::jsonb) AS j
+    UNION SELECT hash FROM idempotency
+"""
+
+
+def _prune(conn: Any, older_than: float) -> PruneReport:
+    params = {"cutoff": older_than}
+    with conn.transaction():
+        # Keep what resume and fork still need: each run's resume point and tombstone,
+        # gate checkpoints, and checkpoints other runs were forked from.
+        checkpoints = conn.execute(
+            f"""
+            DELETE FROM checkpoints AS c
+            WHERE c.run_id IN ({_PRUNABLE})
+              AND c.created_at < %(cutoff)s
+              AND c.status <> 'interrupted'
+              AND c.checkpoint_id NOT IN (
+                  SELECT parent_checkpoint_id FROM runs WHERE parent_checkpoint_id IS NOT NULL)
+              AND c.seq < (SELECT MAX(k.seq) FROM checkpoints AS k WHERE k.run_id = c.run_id AND k.step <> 'run_end')
+            """,
+            params,
+        ).rowcount
+        events = conn.execute(f"DELETE FROM events WHERE run_id IN ({_PRUNABLE}) AND at < %(cutoff)s", params).rowcount
+        idempotency = conn.execute(
+            f"DELETE FROM idempotency WHERE run_id IN ({_PRUNABLE}) AND created_at < %(cutoff)s", params
+        ).rowcount
+        freed = conn.execute(f"DELETE FROM blobs WHERE hash NOT IN ({_LIVE_BLOBS}) RETURNING size").fetchall()
+    return PruneReport(checkpoints, events, idempotency, len(freed), sum(int(r[0]) for r in freed))
