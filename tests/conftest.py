@@ -1,17 +1,73 @@
-"""Shared fixtures: a private key folder, a temp working directory, and a store per backend."""
+"""Shared fixtures: a private key folder, a temp working directory, and a store URL per backend.
+
+Tests that take ``store_url`` (or ``store``) run against every backend: SQLite always, and
+PostgreSQL when $DURABLE_NB_TEST_POSTGRES names a reachable server (CI sets it). Tests about
+SQLite files themselves are marked ``sqlite_only``.
+"""
 
 from __future__ import annotations
 
+import functools
 import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import durable_nb as dnb
+from durable_nb.store import disconnect
 
-# Backends the conformance suite runs against; the PostgreSQL issue adds its own.
-STORE_BACKENDS = ["sqlite"]
+POSTGRES_ENV = "DURABLE_NB_TEST_POSTGRES"
+BACKENDS = ["sqlite", "postgres"]
+NO_POSTGRES = (
+    f"PostgreSQL tests need a server: set {POSTGRES_ENV}=postgresql://user@host:5432/db "
+    "(CI sets it to the local server)."
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "sqlite_only: the test is about SQLite files, not store behaviour")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    for name in ("store_url", "store"):
+        if name in metafunc.fixturenames:
+            backends = ["sqlite"] if metafunc.definition.get_closest_marker("sqlite_only") else BACKENDS
+            metafunc.parametrize(name, backends, indirect=True)
+
+
+@functools.cache
+def postgres_base() -> str | None:
+    """Return the PostgreSQL URL to test against, or None when there is none to reach."""
+    url = os.environ.get(POSTGRES_ENV)
+    if not url:
+        return None
+    try:
+        import psycopg
+
+        with psycopg.connect(url, connect_timeout=5) as conn:
+            conn.execute("SELECT 1")
+    except Exception:  # noqa: BLE001 - any failure means: skip, saying how to enable
+        return None
+    return url
+
+
+def _postgres_url(schema: str) -> str:
+    base = postgres_base()
+    if base is None:
+        pytest.skip(NO_POSTGRES)
+    return f"{base}{'&' if '?' in base else '?'}schema={schema}"
+
+
+def _drop_schema(schema: str) -> None:
+    import psycopg
+
+    base = postgres_base()
+    assert base is not None
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 @pytest.fixture(autouse=True)
@@ -25,18 +81,69 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tmp_path_factory:
 
 
 @pytest.fixture
-def store_url(tmp_path: Path) -> str:
-    """A URL of a new SQLite store file for one test."""
-    return f"sqlite:///{tmp_path}/runs.db"
-
-
-@pytest.fixture(params=STORE_BACKENDS)
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dnb.Store]:
-    """A fresh store of each backend (conformance tests take this fixture)."""
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A URL of a new, empty store of one backend for one test."""
     if request.param == "sqlite":
-        yield dnb.connect(f"sqlite:///{tmp_path}/conformance.db")
-    else:  # pragma: no cover - backends of later issues
-        pytest.skip(f"no {request.param} backend")
+        url = f"sqlite:///{tmp_path}/runs.db"
+        yield url
+        disconnect(url)
+        return
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    url = _postgres_url(schema)
+    yield url
+    disconnect(url)
+    _drop_schema(schema)
+
+
+@pytest.fixture
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dnb.Store]:
+    """A fresh store of each backend (the conformance suite takes this fixture)."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/conformance.db"
+        yield dnb.connect(url)
+        disconnect(url)
+        return
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    url = _postgres_url(schema)
+    yield dnb.connect(url)
+    disconnect(url)
+    _drop_schema(schema)
+
+
+def is_postgres(url: str) -> bool:
+    return url.startswith("postgresql")
+
+
+def execute_sql(url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Run raw SQL (``?`` placeholders) against the store's database, as an outside tool would."""
+    if is_postgres(url):
+        import psycopg
+
+        from durable_nb.store.postgres import _split
+
+        conninfo, options = _split(url)
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute(f'SET search_path TO "{options["schema"]}"')
+            cursor = conn.execute(sql.replace("?", "%s"), params)
+            return cursor.fetchall() if cursor.description else [(cursor.rowcount,)]
+    import sqlite3
+
+    with sqlite3.connect(db_path(url), timeout=30) as conn:
+        cursor = conn.execute(sql, params)
+        rows = cursor.fetchall() if cursor.description else [(cursor.rowcount,)]
+    conn.close()
+    return rows
+
+
+def new_store(url: str) -> dnb.Store:
+    """A store object of its own (its own connections), as another process would have."""
+    if is_postgres(url):
+        from durable_nb.store.postgres import PostgresStore
+
+        return PostgresStore(url)
+    from durable_nb.store.sqlite import SQLiteStore
+
+    return SQLiteStore(url, db_path(url))
 
 
 def db_path(url: str) -> str:

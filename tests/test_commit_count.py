@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import sqlite3
 
+import pytest
+
 import durable_nb as dnb
 from durable_nb._loop import run_sync
 from durable_nb.store.sqlite import SQLiteStore
+
+pytestmark = pytest.mark.sqlite_only
 
 
 def count_commits(store: dnb.Store) -> list[str]:

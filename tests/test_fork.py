@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections import Counter
 
 import pytest
-from conftest import db_path
+from conftest import execute_sql
 
 import durable_nb as dnb
 from durable_nb._loop import run_sync
@@ -34,12 +33,11 @@ def pipeline(store_url: str, counts: Counter[str]) -> dnb.Workflow:
 
 
 def snapshot(url: str, run_id: str) -> dict[str, list[tuple[object, ...]]]:
-    """Every stored row of a run, exactly as bytes in the file."""
-    with sqlite3.connect(db_path(url)) as conn:
-        return {
-            table: conn.execute(f"SELECT * FROM {table} WHERE run_id = ? ORDER BY 1, 2", (run_id,)).fetchall()
-            for table in ("runs", "checkpoints", "events", "pending_interrupts", "idempotency")
-        }
+    """Every stored row of a run, exactly as the database holds it."""
+    return {
+        table: execute_sql(url, f"SELECT * FROM {table} WHERE run_id = ? ORDER BY 1, 2", (run_id,))
+        for table in ("runs", "checkpoints", "events", "pending_interrupts", "idempotency")
+    }
 
 
 def test_fork_from_middle_checkpoint_with_overrides(store_url: str) -> None:
@@ -157,10 +155,9 @@ def test_unchanged_values_are_shared_by_forks(store_url: str) -> None:
 
     run = flow.run({"k": 1})
     store = dnb.connect(store_url)
-    with sqlite3.connect(db_path(store_url)) as conn:
-        blob_bytes = conn.execute("SELECT SUM(size) FROM blobs").fetchone()[0]
+    [(blob_bytes,)] = execute_sql(store_url, "SELECT SUM(size) FROM blobs")
     first = run_sync(store.list_checkpoints(run.id))[0]
     flow.fork(run.id, first.checkpoint_id, state={"k": 2})
-    with sqlite3.connect(db_path(store_url)) as conn:
-        grown = conn.execute("SELECT SUM(size) FROM blobs").fetchone()[0] - blob_bytes
+    [(total,)] = execute_sql(store_url, "SELECT SUM(size) FROM blobs")
+    grown = total - blob_bytes
     assert grown < 1_000

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import db_path, env_with_repo
+from conftest import db_path, env_with_repo, execute_sql, new_store
 
 import durable_nb as dnb
 from durable_nb._loop import run_sync
@@ -111,12 +110,11 @@ def raw_status(store_url: str, run_id: str) -> str:
 
 def let_time_pass(store_url: str, run_id: str, seconds: float) -> None:
     """Simulate ``seconds`` passing for a run's open gates: move their rows back in time."""
-    with sqlite3.connect(db_path(store_url), timeout=30) as conn:
-        moved = conn.execute(
-            "UPDATE pending_interrupts SET created_at = created_at - ?, expires_at = expires_at - ? WHERE run_id = ?",
-            (seconds, seconds, run_id),
-        ).rowcount
-    conn.close()
+    [(moved,)] = execute_sql(
+        store_url,
+        "UPDATE pending_interrupts SET created_at = created_at - ?, expires_at = expires_at - ? WHERE run_id = ?",
+        (seconds, seconds, run_id),
+    )
     assert moved >= 1, "the run has no open gate to age"
 
 
@@ -585,7 +583,7 @@ def look_at_once(store_url: str, run_id: str, lookers: int, separate: bool) -> t
     errors: list[BaseException] = []
 
     def look() -> None:
-        store: Any = SQLiteStore(store_url, db_path(store_url)) if separate else store_url
+        store: Any = new_store(store_url) if separate else store_url
         try:
             barrier.wait(timeout=10)
             seen.append(dnb.get_run(run_id, store=store).status)
@@ -681,6 +679,7 @@ class OvertakenStore(SQLiteStore):
         return record
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize("look", ["dnb.get_run", "dnb.status", "flow.status", "flow.resume"])
 @pytest.mark.parametrize("on_timeout", ["reject", "fail"])
 def test_an_overtaken_looker_sees_the_applied_deadline(store_url: str, look: str, on_timeout: str) -> None:

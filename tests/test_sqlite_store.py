@@ -15,6 +15,8 @@ from durable_nb.store.secret import key_file_path, load_secret
 from durable_nb.store.sqlite import SQLiteStore
 from durable_nb.store.sqlite_schema import SCHEMA_VERSION
 
+pytestmark = pytest.mark.sqlite_only
+
 
 def pragma(store: dnb.Store, name: str) -> object:
     assert isinstance(store, SQLiteStore)

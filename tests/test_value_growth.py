@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import sqlite3
 
-from conftest import db_path
+import pytest
+from conftest import db_path, execute_sql
 
 import durable_nb as dnb
 from durable_nb.store import codec
@@ -33,6 +34,7 @@ def file_size(url: str) -> int:
     return os.path.getsize(path) + (os.path.getsize(path + "-wal") if os.path.exists(path + "-wal") else 0)
 
 
+@pytest.mark.sqlite_only
 def test_one_megabyte_value_through_fifty_nodes(store_url: str) -> None:
     """§10: a 1 MB value carried unchanged through 50 nodes grows the file by less than 2 MB."""
     flow = chain(store_url, 50)
@@ -55,8 +57,7 @@ def test_same_value_in_two_runs_is_stored_once(store_url: str) -> None:
     payload = list(range(50_000))
     flow.run({"payload": payload})
     flow.run({"payload": payload})
-    with sqlite3.connect(db_path(store_url)) as conn:
-        blobs = conn.execute("SELECT COUNT(*) FROM blobs WHERE size > 100000").fetchone()[0]
+    [(blobs,)] = execute_sql(store_url, "SELECT COUNT(*) FROM blobs WHERE size > 100000")
     assert blobs == 1
 
 

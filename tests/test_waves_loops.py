@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import db_path, env_with_repo
+from conftest import env_with_repo, execute_sql
 
 import durable_nb as dnb
 from durable_nb._loop import run_sync
@@ -470,7 +469,7 @@ class Crash:
 
     def __init__(self, folder: Path, store_url: str) -> None:
         folder.mkdir(parents=True, exist_ok=True)
-        self.db = db_path(store_url)
+        self.url = store_url
         self.side = folder / "side-effects.txt"
         self.module = folder / "crash_waves.py"
         self.module.write_text(
@@ -510,8 +509,7 @@ class Crash:
         return out.strip()
 
     def query(self, sql: str) -> list[tuple[Any, ...]]:
-        with sqlite3.connect(self.db) as conn:
-            return conn.execute(sql).fetchall()
+        return execute_sql(self.url, sql)
 
     def run_id(self) -> str:
         rows = self.query("SELECT run_id FROM runs")

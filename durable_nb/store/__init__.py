@@ -10,7 +10,7 @@ from ..errors import StoreUnavailable
 from .protocol import Conflict, Store
 from .url import DEFAULT_URL, ENV_VAR, parse_url, resolve_url
 
-__all__ = ["DEFAULT_URL", "ENV_VAR", "Conflict", "Store", "connect", "resolve_store"]
+__all__ = ["DEFAULT_URL", "ENV_VAR", "Conflict", "Store", "connect", "disconnect", "resolve_store"]
 
 _stores: dict[tuple[int, str, str], Store] = {}
 _lock = threading.Lock()
@@ -35,6 +35,18 @@ def connect(url: str | os.PathLike[str] | None = None, *, durability: str = "ful
         if not parsed.is_memory:
             _stores[key] = store
         return store
+
+
+def disconnect(url: str | os.PathLike[str] | None = None) -> None:
+    """Close and forget this process's shared stores at ``url`` (all of them when None)."""
+    from .._loop import run_sync
+
+    text = None if url is None else resolve_url(url)
+    with _lock:
+        chosen = [k for k, s in _stores.items() if text is None or getattr(s, "url", None) == text]
+        stores = [_stores.pop(k) for k in chosen]
+    for store in stores:
+        run_sync(store.close())
 
 
 def _open_backend(scheme: str, url: str, path: str | None, durability: str) -> Store:
