@@ -14,7 +14,6 @@ run are serialized while different runs commit in parallel; a gate is claimed wi
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -80,7 +79,7 @@ class PostgresStore:
         self._open_lock = threading.Lock()
         self._threads = ThreadPoolExecutor(max_workers=self.pool_max, thread_name_prefix="durable-pg")
         self._closed = False
-        self._pid = os.getpid()
+        self.application_name = f"durable-nb:{self.schema or 'public'}"
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.url!r}, durability={self.durability!r})"
@@ -116,7 +115,8 @@ class PostgresStore:
             min_size=self.pool_min,
             max_size=self.pool_max,
             configure=self._configure,
-            kwargs={"connect_timeout": 10},
+            # Named, so an operator (or a test) can find this store's sessions in pg_stat_activity.
+            kwargs={"connect_timeout": 10, "application_name": self.application_name},
             check=ConnectionPool.check_connection,
             open=True,
             name=f"durable-nb-{id(self)}",
