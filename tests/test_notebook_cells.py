@@ -396,3 +396,24 @@ def test_views_from_magics(kernel: Kernel) -> None:
     status = kernel.ok("%durable status")
     assert status["node_counts"]["ok"] == 1
     assert threading.main_thread().is_alive()
+
+
+def test_fork_and_switch_magics(kernel: Kernel, capsys: pytest.CaptureFixture[str]) -> None:
+    """N10: %durable fork --at NODE --set name=literal branches the run; %durable switch goes back."""
+    kernel.ok("rate = 0.1")
+    kernel.ok("%%durable setup\nrate = 0.1\nbase = 100")
+    kernel.ok("%%durable price\nprice = base * (1 + rate)")
+    original = _session(kernel).cell_run.run_id
+    kernel.ok("%durable fork --at price --set rate=0.5")
+    forked = _session(kernel).cell_run.run_id
+    assert forked != original
+    assert "forked run" in capsys.readouterr().out
+    assert kernel.ns["rate"] == 0.5
+    kernel.ok("%%durable price\nprice = base * (1 + rate)")
+    assert kernel.ns["price"] == 150.0
+    assert dnb.get_run(forked, store=kernel.store_url).state["price"] == 150.0
+    assert dnb.get_run(original, store=kernel.store_url).state["price"] == pytest.approx(110.0)
+    kernel.ok(f"%durable switch {original}")
+    assert _session(kernel).cell_run.run_id == original
+    kernel.ok("%%durable price\nprice = base * (1 + rate)")  # restored from the original run
+    assert kernel.ns["price"] == pytest.approx(110.0)

@@ -397,7 +397,7 @@ class CellRun:
 
     # -- forks --------------------------------------------------------------------------------
 
-    async def fork_before(self, node: str) -> CellRun:
+    async def fork_before(self, node: str, overrides: dict[str, Any] | None = None) -> CellRun:
         """Branch a new run from the state just before ``node`` was committed; this run is untouched (N5)."""
         committed = await self.lookup(node)
         source_run = self.run
@@ -408,7 +408,13 @@ class CellRun:
         if source_id is None:
             return await self._fresh_fork(source_run)
         fork = await create_fork(
-            self.store, self.values, source_run.run_id, source_id, {}, owner=self.owner, lease_until=lease_deadline()
+            self.store,
+            self.values,
+            source_run.run_id,
+            source_id,
+            overrides or {},
+            owner=self.owner,
+            lease_until=lease_deadline(),
         )
         forked = CellRun(self.store, self.values, fork.run, fork.checkpoint)
         forked.resumes.pop(node, None)

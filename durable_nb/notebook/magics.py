@@ -154,11 +154,8 @@ class DurableMagics(Magics):
         cell_run = session.require()
         overrides = dict(_literal(text) for text in args.overrides)
         if args.at:
-            base = run_sync(cell_run.fork_before(args.at))
-            run_id = base.run_id
-            if overrides:
-                created = fork(run_id, state=overrides, store=cell_run.store)
-                run_id = created.id
+            forked = run_sync(cell_run.fork_before(args.at, overrides))
+            run_id = forked.run_id
         else:
             run_id = fork(cell_run.run_id, state=overrides, store=cell_run.store).id
         session.cell_run = run_sync(CellRun.attach(cell_run.store, cell_run.values, cell_run.run.name, run_id=run_id))
