@@ -50,7 +50,7 @@ from .errors import (
 )
 from .model import Decision, PruneReport, RunStatus
 from .store import Store, connect
-from .views import ahistory, aruns, history, runs
+from .views import acompare, aevents, aforks, ahistory, aruns, compare, events, forks, history, runs
 
 __version__ = "0.1.0"
 
@@ -94,6 +94,9 @@ __all__ = [
     "WorkflowMismatch",
     "__version__",
     "aapprove",
+    "acompare",
+    "aevents",
+    "aforks",
     "acancel",
     "afork",
     "aget_run",
@@ -105,8 +108,11 @@ __all__ = [
     "aruns",
     "astatus",
     "cancel",
+    "compare",
     "connect",
+    "events",
     "fork",
+    "forks",
     "gate",
     "get_run",
     "history",

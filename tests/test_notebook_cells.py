@@ -328,7 +328,7 @@ def test_misuse_messages(kernel: Kernel, capsys: pytest.CaptureFixture[str]) -> 
         ("%durable", "takes one of"),
         ("%durable launch", "takes one of"),
         ("%durable switch", "give the run id"),
-        ("%durable fork --set 5=x", "name=python_literal"),
+        ("%durable fork --set 5=x", "name = python literal"),
         ("%durable fork --set rate=__import__('os')", "not a Python literal"),
         ("%%durable\nx = 1", "arguments are required"),
         ("%%durable bad name!\nx = 1", "unrecognized arguments"),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -10,28 +9,18 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from .._loop import run_sync
+from ..engine.overrides import parse_overrides
 from ..errors import DurableError
 from ..model import RunStatus
 from .session import CellOptions, session_for
 
 __all__ = ["DurableMagics"]
 
-SUBCOMMANDS = ("run", "status", "history", "runs", "end", "fork", "switch", "inspect", "approve", "reject")
+SUBCOMMANDS = ("run", "status", "history", "runs", "forks", "end", "fork", "switch", "inspect", "approve", "reject")
 
 
 def _names(text: str | None) -> frozenset[str]:
     return frozenset(n.strip() for n in (text or "").split(",") if n.strip())
-
-
-def _literal(assignment: str) -> tuple[str, Any]:
-    name, _, text = assignment.partition("=")
-    name = name.strip()
-    if not name.isidentifier():
-        raise UsageError(f"--set takes name=python_literal, e.g. --set rate=0.5; got {assignment!r}")
-    try:
-        return name, ast.literal_eval(text.strip())
-    except (ValueError, SyntaxError) as error:
-        raise UsageError(f"--set {name}=…: {text.strip()!r} is not a Python literal ({error}).") from None
 
 
 @magics_class
@@ -76,7 +65,7 @@ class DurableMagics(Magics):
         Usage::
 
             %durable run NAME [--new] [--id RUN] [--key K] [--store URL]
-            %durable status | history | runs | end
+            %durable status | history | runs | forks | end
             %durable fork [--at NODE] [--set name=literal ...]
             %durable switch RUN
             %durable inspect
@@ -117,17 +106,24 @@ class DurableMagics(Magics):
         return status(cell_run.run_id, store=cell_run.store)
 
     def _history(self, rest: str) -> Any:
-        from ..views import history
+        from ..views import history, styled
 
         cell_run = session_for(self.shell).require()
-        return history(rest.strip() or cell_run.run_id, store=cell_run.store)
+        run_id = rest.strip() or cell_run.run_id
+        return styled(history(run_id, store=cell_run.store), f"History of run {run_id}")
 
     def _runs(self, rest: str) -> Any:
-        from ..views import runs
+        from ..views import runs, styled
 
         session = session_for(self.shell)
-        store = session.store if session.store is not None else None
-        return runs(rest.strip() or None, store=store)
+        return styled(runs(rest.strip() or None, store=session.store), "Runs")
+
+    def _forks(self, rest: str) -> Any:
+        from ..views import forks, styled
+
+        cell_run = session_for(self.shell).require()
+        run_id = rest.strip() or cell_run.run_id
+        return styled(forks(run_id, store=cell_run.store), f"Forks of run {run_id}")
 
     def _end(self, rest: str) -> None:
         session = session_for(self.shell)
@@ -152,7 +148,10 @@ class DurableMagics(Magics):
         args = parse_argstring(self._fork_args, rest)
         session = session_for(self.shell)
         cell_run = session.require()
-        overrides = dict(_literal(text) for text in args.overrides)
+        try:
+            overrides = parse_overrides(list(args.overrides))
+        except DurableError as error:
+            raise UsageError(str(error)) from None
         if args.at:
             forked = run_sync(cell_run.fork_before(args.at, overrides))
             run_id = forked.run_id

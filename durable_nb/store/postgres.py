@@ -37,6 +37,7 @@ from ..model import (
 )
 from . import rows
 from .postgres_schema import ensure_schema
+from .protocol import HISTORY_COLUMNS
 from .rules import check_expectations, check_run_id, choose_claim, updated_run
 
 __all__ = ["PostgresStore"]
@@ -232,6 +233,18 @@ class PostgresStore:
     async def list_events(self, run_id: str, after_seq: int = 0) -> list[EventRecord]:
         """Return a run's events after ``after_seq`` in order."""
         return await self._run(_list_events, run_id, after_seq)
+
+    async def history_rows(self, run_id: str) -> list[tuple[Any, ...]]:
+        """Return a run's checkpoints as history rows with the bytes each wrote (one query)."""
+        return await self._run(_history_rows, run_id)
+
+    async def fork_tree(self, run_id: str) -> list[tuple[RunRecord, dict[str, Any]]]:
+        """Return the whole fork tree holding ``run_id``, from its root, with fork details."""
+        return await self._run(_fork_tree, run_id)
+
+    async def head_checkpoints(self, run_ids: list[str]) -> dict[str, CheckpointRecord]:
+        """Return the latest checkpoint of each run (one query)."""
+        return await self._run(_head_checkpoints, list(run_ids)) if run_ids else {}
 
     async def prune(self, older_than: float) -> PruneReport:
         """Delete finished history older than the epoch time ``older_than``; collect blobs."""
@@ -480,6 +493,29 @@ def _list_events(conn: Any, run_id: str, after_seq: int) -> list[EventRecord]:
         f"SELECT {rows.EVENT_COLUMNS} FROM events WHERE run_id = %s AND seq > %s ORDER BY seq", (run_id, after_seq)
     )
     return [rows.event_from_row(row) for row in cursor]
+
+
+def _history_rows(conn: Any, run_id: str) -> list[tuple[Any, ...]]:
+    return conn.execute(
+        f"SELECT {HISTORY_COLUMNS}, (SELECT COALESCE(SUM(b.size), 0) FROM jsonb_each_text(c.node_output::jsonb) AS j "
+        "JOIN blobs AS b ON b.hash = j.value) FROM checkpoints AS c WHERE c.run_id = %s ORDER BY c.seq",
+        (run_id,),
+    ).fetchall()
+
+
+def _fork_tree(conn: Any, run_id: str) -> list[tuple[RunRecord, dict[str, Any]]]:
+    columns = ", ".join(f"runs.{c.strip()}" for c in rows.RUN_COLUMNS.split(","))
+    return [rows.tree_row(row) for row in conn.execute(rows.FORK_TREE.format(p="%s", columns=columns), (run_id,))]
+
+
+def _head_checkpoints(conn: Any, run_ids: list[str]) -> dict[str, CheckpointRecord]:
+    cursor = conn.execute(
+        f"SELECT {', '.join('c.' + c.strip() for c in rows.CHECKPOINT_COLUMNS.split(','))} "
+        "FROM checkpoints AS c JOIN runs AS r ON r.run_id = c.run_id AND c.seq = r.head_seq "
+        "WHERE r.run_id = ANY(%s)",
+        (run_ids,),
+    )
+    return {record.run_id: record for record in map(rows.checkpoint_from_row, cursor)}
 
 
 _PRUNABLE = "SELECT run_id FROM runs WHERE status IN ('completed', 'failed') AND updated_at < %(cutoff)s"

@@ -8,7 +8,7 @@ fails nothing is written.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from ..errors import StoreError
 from ..model import (
@@ -24,7 +24,13 @@ from ..model import (
     RunStatus,
 )
 
-__all__ = ["Conflict", "Store"]
+__all__ = ["HISTORY_COLUMNS", "Conflict", "Store"]
+
+# The columns of a history row; the last one is the bytes of values the checkpoint wrote.
+HISTORY_COLUMNS = (
+    "seq, checkpoint_id, node_id, step, status, created_at, duration, attempts, error, error_type, "
+    "node_output, iteration, item_index, branch_key, parent_checkpoint_id"
+)
 
 
 class Conflict(StoreError):
@@ -98,6 +104,18 @@ class Store(Protocol):
 
     async def list_events(self, run_id: str, after_seq: int = 0) -> list[EventRecord]:
         """Return a run's events with seq above ``after_seq``, in order."""
+        ...
+
+    async def history_rows(self, run_id: str) -> list[tuple[Any, ...]]:
+        """Return a run's checkpoints as rows in HISTORY_COLUMNS order, with bytes written (one query)."""
+        ...
+
+    async def fork_tree(self, run_id: str) -> list[tuple[RunRecord, dict[str, Any]]]:
+        """Return every run of the fork tree holding ``run_id`` (from its root), with fork details."""
+        ...
+
+    async def head_checkpoints(self, run_ids: list[str]) -> dict[str, CheckpointRecord]:
+        """Return the latest checkpoint of each run (one query)."""
         ...
 
     async def prune(self, older_than: float) -> PruneReport:

@@ -29,6 +29,8 @@ __all__ = [
     "interrupt_from_row",
     "interrupt_values",
     "run_from_row",
+    "tree_row",
+    "FORK_TREE",
 ]
 
 RUN_COLUMNS = (
@@ -181,3 +183,31 @@ def interrupt_from_row(row: Sequence[Any]) -> PendingInterrupt:
 def event_from_row(row: Sequence[Any]) -> EventRecord:
     """Build an EventRecord from a row in EVENT_COLUMNS order."""
     return EventRecord(run_id=row[0], seq=row[1], type=row[2], node_id=row[3], at=row[4], data=json.loads(row[5]))
+
+
+# The tree of forks holding a run: up to its root, then down to every descendant.
+FORK_TREE = """
+WITH RECURSIVE up(run_id, parent_run_id) AS (
+    SELECT run_id, parent_run_id FROM runs WHERE run_id = {p}
+    UNION SELECT r.run_id, r.parent_run_id FROM runs AS r JOIN up ON r.run_id = up.parent_run_id
+),
+down(run_id) AS (
+    SELECT run_id FROM up WHERE parent_run_id IS NULL
+    UNION SELECT r.run_id FROM runs AS r JOIN down ON r.parent_run_id = down.run_id
+)
+SELECT {columns}, p.step, p.seq, f.extra, f.manifest
+FROM runs
+LEFT JOIN checkpoints AS p ON p.checkpoint_id = runs.parent_checkpoint_id
+LEFT JOIN checkpoints AS f ON f.run_id = runs.run_id AND f.seq = 1
+WHERE runs.run_id IN (SELECT run_id FROM down)
+ORDER BY runs.run_id
+"""
+
+
+def tree_row(row: Sequence[Any]) -> tuple[RunRecord, dict[str, Any]]:
+    """Split a FORK_TREE row into the run and its fork details."""
+    run = run_from_row(row[:17])
+    first_extra = json.loads(row[19]) if row[19] else {}
+    manifest = json.loads(row[20]) if row[20] else {}
+    overrides = {name: manifest[name] for name in first_extra.get("overrides", []) if name in manifest}
+    return run, {"fork_step": row[17], "fork_seq": row[18], "overrides": overrides}

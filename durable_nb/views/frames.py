@@ -1,109 +1,288 @@
-"""Runs and history as pandas DataFrames with real dtypes, one store query each."""
+"""Runs, history, forks, events and comparisons as pandas DataFrames with real dtypes.
+
+Each view costs one store query for its rows (comparisons add one for the values): never a
+query per row. Times are UTC datetimes, durations timedeltas, statuses categoricals.
+"""
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from .._loop import run_sync
 from ..engine.ops import expire_gates
-from ..model import RunStatus
-from ..store import resolve_store
+from ..engine.status import NODE_STATUSES, describe
+from ..model import CheckpointStatus, RunStatus
+from ..store import codec, resolve_store
+from ..store.secret import load_secret
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["ahistory", "aruns", "history", "runs"]
-
-_RUN_COLUMNS = [
-    "run_id",
-    "name",
-    "kind",
+__all__ = [
+    "acompare",
+    "aevents",
+    "aforks",
+    "ahistory",
+    "aruns",
+    "astatus",
+    "compare",
+    "events",
+    "forks",
+    "history",
+    "runs",
     "status",
-    "created_at",
-    "updated_at",
-    "error",
-    "parent_run_id",
-    "parent_checkpoint_id",
-    "idempotency_key",
-]
-_HISTORY_COLUMNS = [
-    "seq",
-    "checkpoint_id",
-    "node_id",
-    "step",
-    "status",
-    "created_at",
-    "duration",
-    "attempts",
-    "error",
-    "changed",
 ]
 
+RUN_STATUSES = [s.value for s in RunStatus]
+CHECKPOINT_STATUSES = [s.value for s in CheckpointStatus]
+EVENT_TYPES = [
+    "run_started",
+    "node_started",
+    "node_finished",
+    "node_failed",
+    "node_retrying",
+    "gate_opened",
+    "gate_decided",
+    "run_paused",
+    "run_failed",
+    "run_cancelled",
+    "run_completed",
+    "fork_created",
+]
 
-def _datetimes(pd: Any, values: list[float]) -> Any:
+
+def _pd() -> Any:
+    import pandas as pd
+
+    return pd
+
+
+def _times(values: list[float | None]) -> Any:
+    pd = _pd()
     return pd.to_datetime(pd.Series(values, dtype="float64"), unit="s", utc=True)
+
+
+def _durations(values: list[float | None]) -> Any:
+    pd = _pd()
+    return pd.to_timedelta(pd.Series(values, dtype="float64"), unit="s")
+
+
+def _text(values: list[Any]) -> Any:
+    return _pd().Series(values, dtype="string")
+
+
+def _run_id(run: Any) -> str:
+    return str(getattr(run, "id", run))
+
+
+# -- runs -------------------------------------------------------------------------------------
 
 
 async def aruns(name: str | None = None, *, store: Any = None) -> pd.DataFrame:
     """Async twin of ``runs``."""
-    import pandas as pd
-
+    pd = _pd()
     resolved = resolve_store(store)
     await expire_gates(resolved)  # a listing must not show a run paused past its deadline
     records = await resolved.list_runs(name)
-    frame = pd.DataFrame(
+    return pd.DataFrame(
         {
-            "run_id": pd.Series([r.run_id for r in records], dtype="string"),
-            "name": pd.Series([r.name for r in records], dtype="string"),
+            "run_id": _text([r.run_id for r in records]),
+            "name": _text([r.name for r in records]),
             "kind": pd.Categorical([r.kind.value for r in records], categories=["notebook", "workflow"]),
-            "status": pd.Categorical([r.status.value for r in records], categories=[s.value for s in RunStatus]),
-            "created_at": _datetimes(pd, [r.created_at for r in records]),
-            "updated_at": _datetimes(pd, [r.updated_at for r in records]),
-            "error": pd.Series([r.error for r in records], dtype="string"),
-            "parent_run_id": pd.Series([r.parent_run_id for r in records], dtype="string"),
-            "parent_checkpoint_id": pd.Series([r.parent_checkpoint_id for r in records], dtype="string"),
-            "idempotency_key": pd.Series([r.idempotency_key for r in records], dtype="string"),
-        },
-        columns=_RUN_COLUMNS,
+            "status": pd.Categorical([r.status.value for r in records], categories=RUN_STATUSES),
+            "created_at": _times([r.created_at for r in records]),
+            "updated_at": _times([r.updated_at for r in records]),
+            "elapsed": _durations([r.updated_at - r.created_at for r in records]),
+            "checkpoints": pd.Series([r.head_seq for r in records], dtype="int64"),
+            "error": _text([r.error for r in records]),
+            "parent_run_id": _text([r.parent_run_id for r in records]),
+            "parent_checkpoint_id": _text([r.parent_checkpoint_id for r in records]),
+            "idempotency_key": _text([r.idempotency_key for r in records]),
+        }
     )
-    return frame
 
 
 def runs(name: str | None = None, *, store: Any = None) -> pd.DataFrame:
-    """Return one row per run, newest first: ids, name, kind, status, times, error, fork parent."""
+    """Return one row per run, newest first: ids, name, kind, status, times, checkpoints, error, fork parent."""
     return run_sync(aruns(name, store=store))
+
+
+# -- history ----------------------------------------------------------------------------------
 
 
 async def ahistory(run: Any, *, store: Any = None) -> pd.DataFrame:
     """Async twin of ``history``."""
-    import pandas as pd
-
-    run_id = getattr(run, "id", run)
+    pd = _pd()
+    run_id = _run_id(run)
     resolved = resolve_store(store)
-    await resolved.get_run(run_id)
-    await expire_gates(resolved, run_id)
-    checkpoints = await resolved.list_checkpoints(run_id)
-    frame = pd.DataFrame(
+    record = await resolved.get_run(run_id)
+    if record.status is RunStatus.PAUSED:
+        await expire_gates(resolved, run_id)
+    rows = await resolved.history_rows(run_id)
+    columns = list(zip(*rows, strict=True)) if rows else [()] * 16
+    return pd.DataFrame(
         {
-            "seq": pd.Series([c.seq for c in checkpoints], dtype="int64"),
-            "checkpoint_id": pd.Series([c.checkpoint_id for c in checkpoints], dtype="string"),
-            "node_id": pd.Series([c.node_id for c in checkpoints], dtype="string"),
-            "step": pd.Series([c.step for c in checkpoints], dtype="string"),
-            "status": pd.Categorical(
-                [c.status.value for c in checkpoints],
-                categories=["ok", "interrupted", "failed", "approved", "fork", "completed"],
-            ),
-            "created_at": _datetimes(pd, [c.created_at for c in checkpoints]),
-            "duration": pd.to_timedelta(pd.Series([c.duration for c in checkpoints], dtype="float64"), unit="s"),
-            "attempts": pd.Series([c.attempts for c in checkpoints], dtype="Int64"),
-            "error": pd.Series([c.error for c in checkpoints], dtype="string"),
-            "changed": pd.Series([sorted(c.node_output) if c.node_output else [] for c in checkpoints], dtype="object"),
-        },
-        columns=_HISTORY_COLUMNS,
+            "seq": pd.Series(columns[0], dtype="int64"),
+            "checkpoint_id": _text(list(columns[1])),
+            "node_id": _text(list(columns[2])),
+            "step": _text(list(columns[3])),
+            "status": pd.Categorical(list(columns[4]), categories=CHECKPOINT_STATUSES),
+            "created_at": _times(list(columns[5])),
+            "duration": _durations(list(columns[6])),
+            "attempts": pd.Series(list(columns[7]), dtype="Int64"),
+            "error": _text(list(columns[8])),
+            "error_type": _text(list(columns[9])),
+            "changed": pd.Series([sorted(json.loads(v)) if v else [] for v in columns[10]], dtype="object"),
+            "bytes_written": pd.Series(list(columns[15]), dtype="int64"),
+            "iteration": pd.Series(list(columns[11]), dtype="Int64"),
+            "item_index": pd.Series(list(columns[12]), dtype="Int64"),
+            "branch_key": _text(list(columns[13])),
+            "parent_checkpoint_id": _text(list(columns[14])),
+        }
     )
-    return frame
 
 
 def history(run: Any, *, store: Any = None) -> pd.DataFrame:
-    """Return one row per checkpoint of a run in order: seq, ids, node, step, status, time, duration."""
+    """Return one row per checkpoint of a run, in order: step, status, time, duration, what changed, bytes."""
     return run_sync(ahistory(run, store=store))
+
+
+# -- forks --------------------------------------------------------------------------------------
+
+
+async def aforks(run: Any, *, store: Any = None) -> pd.DataFrame:
+    """Async twin of ``forks``."""
+    pd = _pd()
+    resolved = resolve_store(store)
+    run_id = _run_id(run)
+    await resolved.get_run(run_id)
+    tree = await resolved.fork_tree(run_id)
+    wanted = {h for _, detail in tree for h in detail["overrides"].values()}
+    loaded: dict[str, Any] = {}
+    if wanted:
+        secret = load_secret()
+        loaded = {h: codec.decode(blob, secret) for h, blob in (await resolved.get_blobs(wanted)).items()}
+    depth: dict[str, int] = {}
+    for record, _ in tree:  # ids sort by creation, so a parent comes before its forks
+        depth[record.run_id] = depth.get(record.parent_run_id or "", -1) + 1 if record.parent_run_id else 0
+    return pd.DataFrame(
+        {
+            "run_id": _text([r.run_id for r, _ in tree]),
+            "parent_run_id": _text([r.parent_run_id for r, _ in tree]),
+            "depth": pd.Series([depth[r.run_id] for r, _ in tree], dtype="int64"),
+            "fork_step": _text([d["fork_step"] for _, d in tree]),
+            "fork_seq": pd.Series([d["fork_seq"] for _, d in tree], dtype="Int64"),
+            "parent_checkpoint_id": _text([r.parent_checkpoint_id for r, _ in tree]),
+            "overrides": pd.Series(
+                [{k: loaded.get(h) for k, h in d["overrides"].items()} for _, d in tree], dtype="object"
+            ),
+            "status": pd.Categorical([r.status.value for r, _ in tree], categories=RUN_STATUSES),
+            "created_at": _times([r.created_at for r, _ in tree]),
+            "checkpoints": pd.Series([r.head_seq for r, _ in tree], dtype="int64"),
+        }
+    )
+
+
+def forks(run: Any, *, store: Any = None) -> pd.DataFrame:
+    """Return the whole fork tree holding a run, from its root: parent, fork point, overrides, status."""
+    return run_sync(aforks(run, store=store))
+
+
+# -- events -------------------------------------------------------------------------------------
+
+
+async def aevents(run: Any, *, store: Any = None) -> pd.DataFrame:
+    """Async twin of ``events``."""
+    pd = _pd()
+    resolved = resolve_store(store)
+    run_id = _run_id(run)
+    await resolved.get_run(run_id)
+    found = await resolved.list_events(run_id)
+    return pd.DataFrame(
+        {
+            "seq": pd.Series([e.seq for e in found], dtype="int64"),
+            "type": pd.Categorical([e.type for e in found], categories=EVENT_TYPES),
+            "node_id": _text([e.node_id for e in found]),
+            "at": _times([e.at for e in found]),
+            "data": pd.Series([e.data for e in found], dtype="object"),
+        }
+    )
+
+
+def events(run: Any, *, store: Any = None) -> pd.DataFrame:
+    """Return a run's event log (C15): seq, type, node, time, details."""
+    return run_sync(aevents(run, store=store))
+
+
+# -- compare ------------------------------------------------------------------------------------
+
+
+async def acompare(run_ids: Any, names: Any = None, *, store: Any = None) -> pd.DataFrame:
+    """Async twin of ``compare``."""
+    pd = _pd()
+    resolved = resolve_store(store)
+    ids = [_run_id(r) for r in run_ids]
+    records = {r.run_id: r for r in await resolved.list_runs() if r.run_id in set(ids)}
+    missing = [i for i in ids if i not in records]
+    if missing:
+        from ..errors import RunNotFound
+
+        raise RunNotFound(missing[0], resolved.url)
+    heads = await resolved.head_checkpoints(ids)
+    manifests = {i: heads[i].manifest if i in heads else records[i].input_manifest for i in ids}
+    chosen = (
+        list(names)
+        if names is not None
+        else sorted({n for m in manifests.values() for n in m if not n.startswith("__")})
+    )
+    wanted = {m[n] for m in manifests.values() for n in chosen if n in m}
+    secret = load_secret()
+    blobs = await resolved.get_blobs(wanted)
+    values = {h: codec.decode(blob, secret) for h, blob in blobs.items()}
+    data: dict[str, Any] = {
+        "run_id": _text(ids),
+        "status": pd.Categorical([records[i].status.value for i in ids], categories=RUN_STATUSES),
+        "parent_run_id": _text([records[i].parent_run_id for i in ids]),
+        "fork_point": _text([records[i].parent_checkpoint_id for i in ids]),
+    }
+    for name in chosen:
+        data[name] = pd.Series([values.get(manifests[i].get(name, "")) for i in ids], dtype="object").infer_objects()
+    return pd.DataFrame(data).set_index("run_id")
+
+
+def compare(run_ids: Any, names: Any = None, *, store: Any = None) -> pd.DataFrame:
+    """Return one row per run and one column per chosen state value (all when ``names`` is None)."""
+    return run_sync(acompare(run_ids, names, store=store))
+
+
+# -- a one-row status ---------------------------------------------------------------------------
+
+
+async def astatus(run: Any, *, store: Any = None) -> pd.DataFrame:
+    """Async twin of ``status``."""
+    pd = _pd()
+    resolved = resolve_store(store)
+    run_id = _run_id(run)
+    record = await resolved.get_run(run_id)
+    if record.status is RunStatus.PAUSED:
+        await expire_gates(resolved, run_id)
+        record = await resolved.get_run(run_id)
+    summary = describe(record, await resolved.list_checkpoints(run_id))
+    row: dict[str, Any] = {
+        "run_id": _text([record.run_id]),
+        "name": _text([record.name]),
+        "status": pd.Categorical([record.status.value], categories=RUN_STATUSES),
+        "checkpoints": pd.Series([record.head_seq], dtype="int64"),
+    }
+    for key in NODE_STATUSES:
+        row[key] = pd.Series([summary["node_counts"][key]], dtype="int64")
+    row["created_at"] = _times([record.created_at])
+    row["updated_at"] = _times([record.updated_at])
+    row["error"] = _text([record.error])
+    return pd.DataFrame(row)
+
+
+def status(run: Any, *, store: Any = None) -> pd.DataFrame:
+    """Return a run's status as a one-row DataFrame (``durable_nb.status`` gives the C16 dict)."""
+    return run_sync(astatus(run, store=store))

@@ -1,0 +1,61 @@
+"""State overrides typed by a person (``name = python literal``), parsed safely, never eval'd."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping
+from numbers import Number
+from typing import Any
+
+from ..errors import InvalidInput
+
+__all__ = ["MAX_OVERRIDE_CHARS", "parse_overrides"]
+
+MAX_OVERRIDE_CHARS = 100_000
+_MAX_LINE_CHARS = 10_000
+
+
+def _compatible(old: Any, new: Any) -> bool:
+    if old is None or new is None or type(old) is type(new):
+        return True
+    if isinstance(old, bool) or isinstance(new, bool):
+        return False
+    return isinstance(old, Number) and isinstance(new, Number)
+
+
+def parse_overrides(text: str | list[str], current: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Parse ``name = literal`` lines into a dict; refuse code, huge input and changed types.
+
+    ``current`` holds the values at the fork point: an override must keep a value's type
+    (ints and floats mix), since the rest of the run was written for it.
+    """
+    lines = text if isinstance(text, list) else text.splitlines()
+    if sum(len(line) for line in lines) > MAX_OVERRIDE_CHARS:
+        raise InvalidInput(f"Overrides are limited to {MAX_OVERRIDE_CHARS:,} characters; set large values in code.")
+    result: dict[str, Any] = {}
+    for number, raw in enumerate(lines, start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if len(line) > _MAX_LINE_CHARS:
+            raise InvalidInput(
+                f"Line {number} is longer than {_MAX_LINE_CHARS:,} characters; set large values in code."
+            )
+        name, sep, literal = line.partition("=")
+        name = name.strip()
+        if not sep or not name.isidentifier():
+            raise InvalidInput(f"Line {number}: write name = python literal (e.g. rate = 0.5), not {line[:60]!r}.")
+        try:
+            value = ast.literal_eval(literal.strip())
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            raise InvalidInput(
+                f"Line {number}: {literal.strip()[:60]!r} is not a Python literal (numbers, text, True/False/None, "
+                "lists, tuples, dicts, sets). Code is never run."
+            ) from None
+        if current is not None and name in current and not _compatible(current[name], value):
+            raise InvalidInput(
+                f"Line {number}: {name} is {type(current[name]).__name__} at this checkpoint; "
+                f"{type(value).__name__} would not fit the rest of the run."
+            )
+        result[name] = value
+    return result
