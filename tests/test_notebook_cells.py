@@ -390,9 +390,11 @@ def test_end_completes_the_run(kernel: Kernel) -> None:
 def test_views_from_magics(kernel: Kernel) -> None:
     """N10: %durable history, runs and status return the views."""
     kernel.ok(LOAD)
-    frame = kernel.ok("%durable history")
-    assert list(frame["step"]) == ["after:load"]
-    assert len(kernel.ok("%durable runs")) == 1
+    shown = kernel.ok("%durable history")
+    assert list(shown.frame["step"]) == ["after:load"]
+    assert "<b style" in shown._repr_html_()  # statuses in colour in notebooks
+    assert len(kernel.ok("%durable runs").frame) == 1
+    assert len(kernel.ok("%durable forks").frame) == 1
     status = kernel.ok("%durable status")
     assert status["node_counts"]["ok"] == 1
     assert threading.main_thread().is_alive()
