@@ -55,6 +55,24 @@ from .views import acompare, aevents, aforks, ahistory, aruns, compare, events, 
 __version__ = "0.1.0"
 
 
+def inspect(run: object = None, *, store: object = None) -> object:
+    """Return the fork inspector widget for a run (default: this kernel's run, else the latest)."""
+    from .widgets.inspector import Inspector
+
+    session = None
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        if shell is not None:
+            from .notebook.session import session_for
+
+            session = session_for(shell)
+    except ImportError:
+        pass
+    return Inspector(run, store=store, session=session)
+
+
 def load_ipython_extension(ip: object) -> None:
     """Register %durable and %%durable in IPython: ``%load_ext durable_nb``."""
     from .notebook import load_ipython_extension as load
@@ -117,6 +135,7 @@ __all__ = [
     "get_run",
     "history",
     "idempotent",
+    "inspect",
     "interrupt",
     "load_ipython_extension",
     "prune",

@@ -173,12 +173,13 @@ class DurableMagics(Magics):
         session.attach(current.run.name, run_id=run_id)
 
     def _inspect(self, rest: str) -> Any:
-        from ..views import history
+        from IPython.display import display
+
+        from ..widgets.inspector import Inspector
 
         session = session_for(self.shell)
         cell_run = session.require()
-        print(session.describe())
-        return history(cell_run.run_id, store=cell_run.store)
+        display(Inspector(rest.strip() or cell_run.run_id, store=cell_run.store, session=session))
 
     @magic_arguments()
     @argument("--node", default=None, help="The paused cell (needed when several wait).")
