@@ -48,7 +48,7 @@ class GatePanel(widgets.VBox):
         self.node_id = node_id
         self.reason = reason
         self.title = widgets.HTML(
-            f"<b>⏸ Approval needed: {html.escape(reason)}</b> "
+            f"<b>Approval needed: {html.escape(reason)}</b> "
             f"<span style='color:#6b7280'>(cell <code>{html.escape(node_id)}</code>, run "
             f"<code>{html.escape(run_id)}</code>)</span>"
         )
