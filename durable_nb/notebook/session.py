@@ -167,12 +167,13 @@ class KernelSession:
         source = self.shell.transform_cell(raw_source)
         cell = analyze(source)
         run = run_sync(cell_run.refresh())
-        if run.status is RunStatus.PAUSED:
-            return self._while_paused(cell_run, node)
         committed = run_sync(cell_run.lookup(node))
         if committed is not None and not options.rerun:
             if committed.extra.get("source_hash") in (None, cell.source_hash):
+                # Restoring reads the store only: allowed whatever the run waits for.
                 return self._restore(cell_run, committed, options)
+        if run.status is RunStatus.PAUSED:
+            return self._while_paused(cell_run, node)
         if committed is not None:
             cell_run = self._fork_for(cell_run, node, "re-run with --rerun" if options.rerun else "changed")
         run_sync(cell_run.take())

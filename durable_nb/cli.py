@@ -1,0 +1,308 @@
+"""The ``durable-nb`` command: each subcommand opens the store, makes one library call, prints.
+
+Library errors become one clean line on stderr and an exit code: 1 for a failure of the
+operation, 3 when the run is not in a state that allows it, 4 when it does not exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import re
+import sys
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+import durable_nb as dnb
+
+from .engine.overrides import parse_overrides
+from .errors import AlreadyResumed, DurableError, NotCancellable, NotResumable, RunNotFound, RunOwnedElsewhere
+
+__all__ = ["main"]
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_STATE = 3
+EXIT_NOT_FOUND = 4
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> timedelta:
+    """Parse ``30d``, ``12h``, ``15m``, ``45s`` or ``2w``."""
+    match = _DURATION.match(text.strip())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 30d, 12h, 15m, 45s or 2w")
+    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def load_workflow(spec: str) -> dnb.Workflow:
+    """Import ``module:attribute`` and return the Workflow it names."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise DurableError(f"--workflow takes module:attribute (e.g. pipelines.triage:flow), not {spec!r}.")
+    sys.path.insert(0, "")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise DurableError(f"Cannot import {module_name!r} for --workflow: {error}.") from error
+    flow = getattr(module, attribute, None)
+    if not isinstance(flow, dnb.Workflow):
+        raise DurableError(f"{spec} is not a durable_nb.Workflow (found {type(flow).__name__}).")
+    return flow
+
+
+# -- output ---------------------------------------------------------------------------------------
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    if hasattr(value, "total_seconds"):
+        return value.total_seconds()
+    return str(value)
+
+
+def _frame_records(frame: Any) -> list[dict[str, Any]]:
+    return [_jsonable({k: (None if _missing(v) else v) for k, v in row.items()}) for row in frame.to_dict("records")]
+
+
+def _missing(value: Any) -> bool:
+    try:
+        import pandas as pd
+
+        return bool(pd.isna(value)) if not isinstance(value, list | dict) else False
+    except (TypeError, ValueError):
+        return False
+
+
+def _print_frame(frame: Any, args: argparse.Namespace, columns: list[str] | None = None) -> None:
+    if args.json:
+        print(json.dumps(_frame_records(frame), indent=2, ensure_ascii=False))
+        return
+    shown = frame[columns] if columns else frame
+    print("(none)" if shown.empty else shown.to_string(index=False))
+
+
+def _print_run(run: dnb.Run, args: argparse.Namespace, headline: str) -> None:
+    if args.json:
+        record = {
+            "run_id": run.id,
+            "name": run.name,
+            "status": run.status,
+            "error": run.error,
+            "pending_interrupt": run.pending_interrupt,
+            "parent_run_id": run.parent_run_id,
+            "parent_checkpoint_id": run.parent_checkpoint_id,
+        }
+        print(json.dumps(_jsonable(record), indent=2, ensure_ascii=False))
+        return
+    print(f"{headline}: run {run.id} ({run.name}) is {run.status}")
+    if run.pending_interrupt:
+        print(f"  waiting at gate {run.pending_interrupt['reason']!r} in node {run.pending_interrupt['node_id']!r}")
+    if run.error:
+        print(f"  error: {run.error}")
+
+
+# -- commands ---------------------------------------------------------------------------------------
+
+
+def cmd_runs(args: argparse.Namespace) -> None:
+    frame = dnb.runs(args.name, store=args.store)
+    if args.status:
+        frame = frame[frame["status"] == args.status]
+    _print_frame(frame, args, ["run_id", "name", "kind", "status", "created_at", "checkpoints", "error"])
+
+
+def cmd_show(args: argparse.Namespace) -> None:
+    status = dnb.status(args.run, store=args.store)
+    frame = dnb.history(args.run, store=args.store).tail(args.last)
+    if args.json:
+        print(json.dumps(_jsonable({**status, "last_checkpoints": _frame_records(frame)}), indent=2))
+        return
+    run = dnb.get_run(args.run, store=args.store)
+    _print_run(run, args, "show")
+    counts = ", ".join(f"{k} {v}" for k, v in status["node_counts"].items() if v)
+    print(f"  nodes: {counts or 'none yet'}")
+    print(frame[["seq", "step", "status", "created_at", "duration"]].to_string(index=False))
+
+
+def cmd_history(args: argparse.Namespace) -> None:
+    frame = dnb.history(args.run, store=args.store)
+    _print_frame(frame, args, ["seq", "step", "status", "created_at", "duration", "attempts", "bytes_written", "error"])
+
+
+def _decision_value(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise DurableError(f"--value takes JSON (e.g. '{{\"limit\": 500}}' or '\"text\"'): {error}.") from None
+
+
+def cmd_approve(args: argparse.Namespace) -> None:
+    decide = dnb.approve if args.command == "approve" else dnb.reject
+    run = decide(
+        args.run, node=args.node, comment=args.comment, by=args.by, value=_decision_value(args.value), store=args.store
+    )
+    _print_run(run, args, "approved" if args.command == "approve" else "rejected")
+    if not args.json:
+        print("  the run continues when a process with its code resumes it (or its notebook cell runs again)")
+
+
+def cmd_resume(args: argparse.Namespace) -> None:
+    flow = load_workflow(args.workflow)
+    if args.store is not None:
+        flow = dnb.Workflow._bound_to(flow, dnb.connect(args.store))
+    _print_run(flow.resume(args.run), args, "resumed")
+
+
+def cmd_cancel(args: argparse.Namespace) -> None:
+    _print_run(dnb.cancel(args.run, store=args.store), args, "cancelled")
+
+
+def cmd_fork(args: argparse.Namespace) -> None:
+    overrides = parse_overrides(list(args.set))
+    run = dnb.fork(args.run, args.at, overrides, store=args.store)
+    _print_run(run, args, "forked")
+    if not args.json:
+        print(f"  from {args.run}; run it with its workflow: durable-nb resume {run.id} --workflow module:flow")
+
+
+def cmd_prune(args: argparse.Namespace) -> None:
+    report = dnb.prune(args.older_than, store=args.store)
+    fields = {
+        "checkpoints": report.checkpoints,
+        "events": report.events,
+        "idempotency": report.idempotency,
+        "blobs": report.blobs,
+        "bytes_freed": report.bytes_freed,
+    }
+    if args.json:
+        print(json.dumps(fields))
+    else:
+        print("pruned: " + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in fields.items()))
+
+
+def cmd_recover(args: argparse.Namespace) -> None:
+    flows = [load_workflow(spec) for spec in args.workflow]
+    store = args.store if args.store is not None else (flows[0].store if flows else None)
+    if args.store is not None:
+        flows = [dnb.Workflow._bound_to(flow, dnb.connect(args.store)) for flow in flows]
+    report = dnb.recover(flows, store=store)
+    summary = {
+        "resumed": {r.id: r.status for r in report.resumed},
+        "failed": report.failed,
+        "left_alone": report.left_alone,
+        "expired_gates": report.expired_gates,
+    }
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return
+    print(f"resumed {len(report.resumed)}, marked failed {len(report.failed)}, left alone {len(report.left_alone)}")
+    for run in report.resumed:
+        print(f"  {run.id}: {run.status}")
+
+
+def cmd_demo(args: argparse.Namespace) -> None:
+    from .demo.run import run_demo
+
+    run_demo(args.folder, keep=args.keep)
+
+
+# -- the parser ---------------------------------------------------------------------------------------
+
+COMMANDS: list[tuple[str, Callable[[argparse.Namespace], None], str, str]] = [
+    ("runs", cmd_runs, "List runs, newest first.", "durable-nb runs --name support-triage --status paused"),
+    ("show", cmd_show, "Show a run's status (C16) and its last checkpoints.", "durable-nb show 0192f0c1-…"),
+    ("history", cmd_history, "Show every checkpoint of a run.", "durable-nb history 0192f0c1-… --json"),
+    ("approve", cmd_approve, "Approve the gate a run waits at.", 'durable-nb approve 0192f0c1-… --comment "ok" --by ana'),
+    ("reject", cmd_approve, "Reject the gate a run waits at.", 'durable-nb reject 0192f0c1-… --comment "numbers wrong"'),
+    ("resume", cmd_resume, "Resume a run with its workflow's code.", "durable-nb resume 0192f0c1-… --workflow app.flows:triage"),
+    ("cancel", cmd_cancel, "Cancel a pending, running or paused run.", "durable-nb cancel 0192f0c1-…"),
+    ("fork", cmd_fork, "Branch a run from a checkpoint, with changed values.", "durable-nb fork 0192f0c1-… --set rate=0.5"),
+    ("prune", cmd_prune, "Delete old history of finished runs.", "durable-nb prune --older-than 30d"),
+    ("recover", cmd_recover, "Resume or fail runs stranded by dead processes.", "durable-nb recover --workflow app.flows:triage"),
+    ("demo", cmd_demo, "Run the quickstart notebook: crash it, restore it, approve it.", "durable-nb demo"),
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the parser of every subcommand (each with help and an example)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--store", default=None, help="store URL (default: $DURABLE_NB_STORE or .durable_nb/runs.db)")
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+    parser = argparse.ArgumentParser(
+        prog="durable-nb",
+        description="Inspect and steer durable_nb runs from the command line.",
+        epilog="Run 'durable-nb COMMAND --help' for a command's options and an example.",
+    )
+    parser.add_argument("--version", action="version", version=f"durable-nb {dnb.__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, handler, summary, example in COMMANDS:
+        sub = commands.add_parser(
+            name,
+            parents=[common],
+            help=summary,
+            description=summary,
+            epilog=f"example:\n  {example}",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        sub.set_defaults(handler=handler)
+        if name not in ("runs", "prune", "recover", "demo"):
+            sub.add_argument("run", help="the run id (see durable-nb runs)")
+        if name == "runs":
+            sub.add_argument("--name", default=None, help="only runs of this name")
+            sub.add_argument("--status", default=None, choices=[s.value for s in dnb.RunStatus], help="only this status")
+        elif name == "show":
+            sub.add_argument("--last", type=int, default=5, help="how many recent checkpoints to list")
+        elif name in ("approve", "reject"):
+            sub.add_argument("--node", default=None, help="the gated node (when several wait)")
+            sub.add_argument("--comment", default=None, help="why")
+            sub.add_argument("--by", default=None, help="who decides (default: your user name)")
+            sub.add_argument("--value", default=None, help="a JSON value handed to the node")
+        elif name == "resume":
+            sub.add_argument("--workflow", required=True, help="module:attribute of the Workflow")
+        elif name == "fork":
+            sub.add_argument("--at", default=None, help="checkpoint id (default: the latest)")
+            sub.add_argument("--set", action="append", default=[], metavar="NAME=LITERAL", help="a value to change")
+        elif name == "prune":
+            sub.add_argument("--older-than", type=parse_duration, required=True, help="e.g. 30d, 12h, 2w")
+        elif name == "recover":
+            sub.add_argument("--workflow", action="append", default=[], help="module:attribute (repeatable)")
+        elif name == "demo":
+            sub.add_argument("--folder", default=None, help="work here instead of a temporary folder")
+            sub.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        args.handler(args)
+    except RunNotFound as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    except (AlreadyResumed, NotResumable, NotCancellable, RunOwnedElsewhere) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_STATE
+    except DurableError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The demo: the quickstart notebook run headless, crashed, restored, approved from the command line."""
