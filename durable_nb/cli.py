@@ -226,13 +226,38 @@ COMMANDS: list[tuple[str, Callable[[argparse.Namespace], None], str, str]] = [
     ("runs", cmd_runs, "List runs, newest first.", "durable-nb runs --name support-triage --status paused"),
     ("show", cmd_show, "Show a run's status (C16) and its last checkpoints.", "durable-nb show 0192f0c1-…"),
     ("history", cmd_history, "Show every checkpoint of a run.", "durable-nb history 0192f0c1-… --json"),
-    ("approve", cmd_approve, "Approve the gate a run waits at.", 'durable-nb approve 0192f0c1-… --comment "ok" --by ana'),
-    ("reject", cmd_approve, "Reject the gate a run waits at.", 'durable-nb reject 0192f0c1-… --comment "numbers wrong"'),
-    ("resume", cmd_resume, "Resume a run with its workflow's code.", "durable-nb resume 0192f0c1-… --workflow app.flows:triage"),
+    (
+        "approve",
+        cmd_approve,
+        "Approve the gate a run waits at.",
+        'durable-nb approve 0192f0c1-… --comment "ok" --by ana',
+    ),
+    (
+        "reject",
+        cmd_approve,
+        "Reject the gate a run waits at.",
+        'durable-nb reject 0192f0c1-… --comment "numbers wrong"',
+    ),
+    (
+        "resume",
+        cmd_resume,
+        "Resume a run with its workflow's code.",
+        "durable-nb resume 0192f0c1-… --workflow app.flows:triage",
+    ),
     ("cancel", cmd_cancel, "Cancel a pending, running or paused run.", "durable-nb cancel 0192f0c1-…"),
-    ("fork", cmd_fork, "Branch a run from a checkpoint, with changed values.", "durable-nb fork 0192f0c1-… --set rate=0.5"),
+    (
+        "fork",
+        cmd_fork,
+        "Branch a run from a checkpoint, with changed values.",
+        "durable-nb fork 0192f0c1-… --set rate=0.5",
+    ),
     ("prune", cmd_prune, "Delete old history of finished runs.", "durable-nb prune --older-than 30d"),
-    ("recover", cmd_recover, "Resume or fail runs stranded by dead processes.", "durable-nb recover --workflow app.flows:triage"),
+    (
+        "recover",
+        cmd_recover,
+        "Resume or fail runs stranded by dead processes.",
+        "durable-nb recover --workflow app.flows:triage",
+    ),
     ("demo", cmd_demo, "Run the quickstart notebook: crash it, restore it, approve it.", "durable-nb demo"),
 ]
 
@@ -263,7 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("run", help="the run id (see durable-nb runs)")
         if name == "runs":
             sub.add_argument("--name", default=None, help="only runs of this name")
-            sub.add_argument("--status", default=None, choices=[s.value for s in dnb.RunStatus], help="only this status")
+            sub.add_argument(
+                "--status", default=None, choices=[s.value for s in dnb.RunStatus], help="only this status"
+            )
         elif name == "show":
             sub.add_argument("--last", type=int, default=5, help="how many recent checkpoints to list")
         elif name in ("approve", "reject"):

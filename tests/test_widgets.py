@@ -275,6 +275,7 @@ def test_callback_errors_appear_in_the_panel(
     def broken(*args: Any, **kwargs: Any) -> str:
         raise dnb.StoreUnavailable("the database went away (injected)")
 
+    working = kernel.session.record
     monkeypatch.setattr(kernel.session, "record", broken)
     panel.approve_button.click()
     assert "could not be completed" in panel.status.value and ERROR_COLOUR in panel.status.value
@@ -284,7 +285,7 @@ def test_callback_errors_appear_in_the_panel(
     assert decisions(store_url, kernel.run_id, "review") == []
     assert dnb.get_run(kernel.run_id, store=store_url).status == "paused"
 
-    monkeypatch.undo()
+    monkeypatch.setattr(kernel.session, "record", working)  # the store is back
     panel.approve_button.click()
     assert panel.status.value.startswith("<b>Approved</b>")
     assert len(decisions(store_url, kernel.run_id, "review")) == 1
