@@ -1,15 +1,27 @@
 """The sync driver: run the async core from any thread, with or without a running loop.
 
-This is the one module that patches event loops. A sync call made on a thread whose
-loop is already running (a Jupyter cell, a sync function called from a coroutine) re-enters
-that loop with nest-asyncio2, as ipykernel itself does, instead of failing with
-"event loop is already running" or deadlocking on a second thread.
+This is the one module that deals with event loops. Three cases:
+
+- no loop runs in this thread (a script, a worker thread): a long-lived loop of this thread
+  runs the coroutine;
+- a loop we created runs in this thread (sync code called from one of our coroutines):
+  that loop is re-entered with nest-asyncio2;
+- someone else's loop runs here (ipykernel's, a user's ``asyncio.run``): the coroutine runs
+  on our own background loop while this thread waits. Re-entering a foreign loop would let
+  it dispatch other work in the middle of ours: in a kernel, the next queued cell of Run All
+  would start inside the current one.
+
+Whatever runs it, the coroutine sees the caller's context variables, and an interruption
+(Ctrl-C, a kernel interrupt) cancels it and lets it finish its cleanup before re-raising.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
 import threading
+import weakref
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -18,8 +30,10 @@ __all__ = ["run_sync"]
 T = TypeVar("T")
 
 _local = threading.local()
+_own: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
 _patched: set[int] = set()
-_patch_lock = threading.Lock()
+_lock = threading.Lock()
+_portal: asyncio.AbstractEventLoop | None = None
 
 
 def _thread_loop() -> asyncio.AbstractEventLoop:
@@ -29,11 +43,23 @@ def _thread_loop() -> asyncio.AbstractEventLoop:
     if loop is None or loop.is_closed():
         loop = asyncio.new_event_loop()
         _local.loop = loop
+        _own.add(loop)
     return loop
 
 
+def _portal_loop() -> asyncio.AbstractEventLoop:
+    global _portal
+    with _lock:
+        if _portal is None or _portal.is_closed():
+            loop = asyncio.new_event_loop()
+            _own.add(loop)
+            threading.Thread(target=loop.run_forever, name="durable-nb-loop", daemon=True).start()
+            _portal = loop
+        return _portal
+
+
 def _make_reentrant(loop: asyncio.AbstractEventLoop) -> None:
-    with _patch_lock:
+    with _lock:
         if id(loop) in _patched:
             return
         import nest_asyncio2
@@ -42,21 +68,11 @@ def _make_reentrant(loop: asyncio.AbstractEventLoop) -> None:
         _patched.add(id(loop))
 
 
-def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine to completion from synchronous code and return its result."""
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    loop = running if running is not None else _thread_loop()
-    if running is not None:
-        _make_reentrant(running)
-    task = loop.create_task(coro)
+def _run_here(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
+    task = loop.create_task(coro, context=contextvars.copy_context())
     try:
         return loop.run_until_complete(task)
     except BaseException:
-        # Ctrl-C (or a kernel interrupt) lands outside the task: cancel it and let it finish
-        # its cleanup, so an interrupted run is recorded as cancelled instead of left running.
         if not task.done():
             task.cancel()
             try:
@@ -64,3 +80,51 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
             except BaseException:  # noqa: BLE001 - the original interruption is what we re-raise
                 pass
         raise
+
+
+def _run_on_portal(coro: Coroutine[Any, Any, T]) -> T:
+    portal = _portal_loop()
+    context = contextvars.copy_context()
+    result: concurrent.futures.Future[T] = concurrent.futures.Future()
+    holder: list[asyncio.Task[T]] = []
+
+    def start() -> None:
+        task = portal.create_task(coro, context=context)
+        holder.append(task)
+
+        def done(finished: asyncio.Task[T]) -> None:
+            if finished.cancelled():
+                result.cancel()
+            elif finished.exception() is not None:
+                result.set_exception(finished.exception())  # type: ignore[arg-type]
+            else:
+                result.set_result(finished.result())
+
+        task.add_done_callback(done)
+
+    portal.call_soon_threadsafe(start)
+    try:
+        return result.result()
+    except BaseException:
+        if not result.done():
+            # Interrupted while waiting: cancel the work and wait for its cleanup to finish.
+            portal.call_soon_threadsafe(lambda: holder and holder[0].cancel())
+            try:
+                concurrent.futures.wait([result], timeout=30)
+            except BaseException:  # noqa: BLE001 - re-raise the original interruption below
+                pass
+        raise
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion from synchronous code and return its result."""
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is None:
+        return _run_here(_thread_loop(), coro)
+    if running in _own:
+        _make_reentrant(running)
+        return _run_here(running, coro)
+    return _run_on_portal(coro)

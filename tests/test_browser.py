@@ -117,7 +117,7 @@ def browser(lab: dict[str, str]) -> Iterator[object]:
 def open_notebook(browser: object, lab: dict[str, str], name: str) -> object:
     page = browser.new_page(viewport={"width": 1280, "height": 1000})  # type: ignore[attr-defined]
     # A workspace of its own, so that tabs of an earlier test are not restored beside it.
-    page.goto(f"{lab['base']}/lab/workspaces/{uuid.uuid4().hex}/tree/{name}?reset&token={lab['token']}")
+    page.goto(f"{lab['base']}/lab/workspaces/{uuid.uuid4().hex}/tree/{name}?token={lab['token']}")
     page.wait_for_function("window.jupyterapp && window.jupyterapp.shell.currentWidget", timeout=90_000)
     page.wait_for_function(
         "(() => { const w = window.jupyterapp.shell.currentWidget;"
@@ -126,6 +126,24 @@ def open_notebook(browser: object, lab: dict[str, str], name: str) -> object:
         timeout=90_000,
     )
     return page
+
+
+CELL_REPORT = (
+    "window.jupyterapp.shell.currentWidget.content.widgets.map(c => [c.model.executionCount, c.model.type === 'code'"
+    " ? JSON.stringify(c.model.outputs.toJSON().map(o => [o.ename, o.evalue, o.text])) : ''])"
+)
+
+
+def wait_or_explain(page: object, locator: object, lab: dict[str, str], name: str) -> None:
+    """Wait for a widget; if it never shows, save a screenshot and report every cell's outcome."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        locator.wait_for(timeout=90_000)  # type: ignore[attr-defined]
+    except PlaywrightTimeout:
+        page.screenshot(path=str(Path(lab["folder"]) / f"{name}-failure.png"), full_page=True)  # type: ignore[attr-defined]
+        cells = page.evaluate(CELL_REPORT)  # type: ignore[attr-defined]
+        raise AssertionError(f"the widget never showed in {name}; cells: {cells}") from None
 
 
 def run_all(page: object) -> None:
@@ -166,7 +184,7 @@ def test_quickstart_gate_approve_and_finish(browser: object, lab: dict[str, str]
     page = open_notebook(browser, lab, "quickstart.ipynb")
     run_all(page)
     panel = page.locator("text=Approval needed").first  # type: ignore[attr-defined]
-    panel.wait_for(timeout=90_000)
+    wait_or_explain(page, panel, lab, "quickstart")
     page.locator(".jupyter-widgets textarea").first.fill("Numbers checked in the browser")  # type: ignore[attr-defined]
     run_id = wait_for_run(lab["store"], "quickstart", "paused")
     widget = page.locator(".widget-vbox", has=page.locator("text=Approval needed")).first  # type: ignore[attr-defined]
@@ -190,11 +208,7 @@ def test_inspector_forks_at_a_checkpoint(browser: object, lab: dict[str, str]) -
     """§7: the inspector shows the fork tree; forking at a checkpoint with an override creates the fork in the store."""
     page = open_notebook(browser, lab, "counterfactuals.ipynb")
     run_all(page)
-    try:
-        page.locator("text=durable_nb inspector").first.wait_for(timeout=90_000)  # type: ignore[attr-defined]
-    except Exception:
-        page.screenshot(path=str(Path(lab["folder"]) / "inspector-failure.png"), full_page=True)  # type: ignore[attr-defined]
-        raise
+    wait_or_explain(page, page.locator("text=durable_nb inspector").first, lab, "counterfactuals")  # type: ignore[attr-defined]
     store = f"sqlite:///{lab['folder']}/.durable_nb/counterfactuals.db"  # the notebook's own store
     before = len(dnb.runs("pricing", store=store))
     inspector = page.locator(".widget-vbox", has=page.locator("text=durable_nb inspector")).last  # type: ignore[attr-defined]
