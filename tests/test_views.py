@@ -218,12 +218,6 @@ def test_history_bytes_written_are_the_values_each_checkpoint_wrote(store_url: s
     assert dnb.get_run(run.id, store=store_url).state["big"] == big
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library bug: history counts a value a node returns unchanged again (bytes_written sums the "
-    "blobs named in node_output, store/sqlite.py and store/postgres.py _history_rows), though the commit "
-    "wrote no bytes for it (the blob already existed)",
-)
 def test_history_does_not_count_a_value_returned_unchanged(store_url: str) -> None:
     """§7, §3: a node returning a large value unchanged wrote no new bytes for it."""
     big = "y" * 100_000
@@ -245,11 +239,6 @@ def test_history_does_not_count_a_value_returned_unchanged(store_url: str) -> No
     assert frame.loc["after:touch", "bytes_written"] == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library bug: a fork checkpoint writes its override values (engine/ops.py create_fork), but "
-    "history shows changed=[] and bytes_written=0 for it, since create_fork leaves node_output empty",
-)
 def test_fork_checkpoint_shows_its_overrides_as_written(store_url: str) -> None:
     """§7, C14: the fork checkpoint's history row names the overridden values and their bytes."""
     run = pricing(store_url).run({"rate": 0.1})
@@ -449,12 +438,6 @@ def test_runs_on_an_empty_store(store_url: str) -> None:
         assert list(empty[column].cat.categories) == list(full[column].cat.categories)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library bug: views/frames.py _times/_durations let pandas pick the resolution, and pandas 3 "
-    "picks microseconds for an empty or all-missing column: runs() on an empty store and the history of a "
-    "run without checkpoints have datetime64[us, UTC]/timedelta64[us] instead of [ns]",
-)
 def test_empty_frames_keep_the_dtypes_of_full_ones(store_url: str) -> None:
     """§7: an empty view has the same dtypes as a full one (datetime64[ns, UTC], timedelta64[ns])."""
     empty_runs = dnb.runs(store=store_url)
@@ -632,12 +615,6 @@ def test_magics_return_styled_views_and_code_gets_plain_frames(store_url: str) -
     assert type(dnb.forks(run_id, store=store_url)) is pd.DataFrame
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library bug: views/render.py Styled._repr_html_ renders every column with to_html(escape=False), "
-    "so text from errors, names and values is inserted as raw HTML (a '<script>' in an error message runs "
-    "in the notebook; '<lambda>' disappears)",
-)
 def test_styled_html_escapes_text_outside_the_status(store_url: str) -> None:
     """§7, §8: styled HTML shows error text literally, never as markup."""
     flow = dnb.Workflow("hostile", store=store_url)

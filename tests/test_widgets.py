@@ -245,12 +245,6 @@ def test_panel_reports_a_decision_made_with_dnb_approve(kernel: Kernel, store_ur
     assert kernel.ns["shipped"] is True and kernel.ns["who"] == "erin"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library bug: GatePanel._decide (widgets/gate_panel.py) records by node only "
-    "(session.record(run_id, node_id)), so a stale panel of a gate already decided elsewhere decides the "
-    "next gate the same cell is paused at, a gate it never showed",
-)
 def test_stale_panel_does_not_decide_a_later_gate_of_the_same_cell(kernel: Kernel, store_url: str) -> None:
     """§7, N6: a panel for gate 'first?' decided elsewhere must not decide the cell's next gate 'second?'."""
     cell = "%%durable review\nd1 = dnb.gate('first?')\nd2 = dnb.gate('second?')\nanswers = (d1.approved, d2.approved)"
@@ -315,8 +309,8 @@ def test_two_panels_deciding_at_once_record_one_decision(kernel: Kernel, store_u
             node = f"review{trial}"
             kernel.pause(gate_cell(node, f"ship {trial}?"))
             run_id = kernel.run_id
-            approver = GatePanel(session_a, run_id=run_id, node_id=node, reason="ship?", context=None)
-            rejecter = GatePanel(session_b, run_id=run_id, node_id=node, reason="ship?", context=None)
+            approver = GatePanel(session_a, run_id=run_id, node_id=node, reason=f"ship {trial}?", context=None)
+            rejecter = GatePanel(session_b, run_id=run_id, node_id=node, reason=f"ship {trial}?", context=None)
             approver.comment.value = "yes"
             rejecter.comment.value = "no"
             start = threading.Barrier(2)

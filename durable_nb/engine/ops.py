@@ -351,6 +351,7 @@ async def create_fork(
         resumes=source.resumes,
         counters=source.counters,
         agent_path=source.agent_path,
+        node_output=delta,
         extra={"overrides": sorted(changes), "forked_from": {"run_id": run_id, "step": source.step, "seq": source.seq}},
     )
     record, _ = await store.create_run(

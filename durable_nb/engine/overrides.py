@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import keyword
 from collections.abc import Mapping
 from numbers import Number
 from typing import Any
@@ -45,6 +46,8 @@ def parse_overrides(text: str | list[str], current: Mapping[str, Any] | None = N
         name = name.strip()
         if not sep or not name.isidentifier():
             raise InvalidInput(f"Line {number}: write name = python literal (e.g. rate = 0.5), not {line[:60]!r}.")
+        if keyword.iskeyword(name) or name.startswith("__"):
+            raise InvalidInput(f"Line {number}: {name!r} is reserved and cannot be overridden.")
         try:
             value = ast.literal_eval(literal.strip())
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):

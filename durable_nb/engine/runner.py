@@ -306,6 +306,8 @@ class Runner:
             outcome.updates, outcome.error = None, error
             return outcome
         written_by.update(dict.fromkeys(updates, node_id))
+        # What the node changed: a value returned as it was is not written again or counted.
+        delta = {k: h for k, h in delta.items() if self.manifest.get(k) != h}
         async with self._guard():
             self.state.update(updates)
             self.manifest.update(delta)

@@ -21,7 +21,7 @@ from ..engine.gates import Suspend
 from ..engine.ops import load_run, make_decision, record_decision
 from ..engine.scope import NodeScope, enter_scope, leave_scope
 from ..engine.values import ValueCodec
-from ..errors import DurableError
+from ..errors import AlreadyResumed, DurableError
 from ..model import CheckpointRecord, RunStatus, format_seconds
 from ..store import Store, connect
 from ..store.secret import load_secret
@@ -331,10 +331,19 @@ class KernelSession:
         comment: str | None = None,
         by: str | None = None,
         value: Any = None,
+        reason: str | None = None,
     ) -> str:
-        """Record a decision on a paused cell (atomically, once); return the cell it decided."""
+        """Record a decision on a paused cell (atomically, once); return the cell it decided.
+
+        With ``reason``, only that gate is decided: a panel of a gate already passed must not
+        decide the next gate of the same cell.
+        """
         assert self.store is not None
         decision = make_decision(approved, value, comment, by)
+        if reason is not None:
+            pending = [p for p in run_sync(self.store.pending_interrupts(run_id)) if node in (None, p.node_id)]
+            if not any(p.reason == reason for p in pending):
+                raise AlreadyResumed(f"The gate {reason!r} of run {run_id} was already decided.")
         result = run_sync(record_decision(self.store, run_id, decision, node))
         return result.checkpoints[-1].node_id or node or ""
 

@@ -497,8 +497,10 @@ def _list_events(conn: Any, run_id: str, after_seq: int) -> list[EventRecord]:
 
 def _history_rows(conn: Any, run_id: str) -> list[tuple[Any, ...]]:
     return conn.execute(
-        f"SELECT {HISTORY_COLUMNS}, (SELECT COALESCE(SUM(b.size), 0) FROM jsonb_each_text(c.node_output::jsonb) AS j "
-        "JOIN blobs AS b ON b.hash = j.value) FROM checkpoints AS c WHERE c.run_id = %s ORDER BY c.seq",
+        # An index lookup per value written (a join would scan every blob for every checkpoint).
+        f"SELECT {HISTORY_COLUMNS}, (SELECT COALESCE(SUM(b.size), 0) FROM blobs AS b WHERE b.hash = ANY(ARRAY("
+        "SELECT value FROM jsonb_each_text(c.node_output::jsonb)))) FROM checkpoints AS c WHERE c.run_id = %s "
+        "ORDER BY c.seq",
         (run_id,),
     ).fetchall()
 

@@ -60,12 +60,13 @@ def _pd() -> Any:
 
 def _times(values: list[float | None]) -> Any:
     pd = _pd()
-    return pd.to_datetime(pd.Series(values, dtype="float64"), unit="s", utc=True)
+    # pandas picks a resolution from the data; pin nanoseconds so every view has one dtype.
+    return pd.to_datetime(pd.Series(values, dtype="float64"), unit="s", utc=True).astype("datetime64[ns, UTC]")
 
 
 def _durations(values: list[float | None]) -> Any:
     pd = _pd()
-    return pd.to_timedelta(pd.Series(values, dtype="float64"), unit="s")
+    return pd.to_timedelta(pd.Series(values, dtype="float64"), unit="s").astype("timedelta64[ns]")
 
 
 def _text(values: list[Any]) -> Any:

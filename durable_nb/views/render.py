@@ -32,14 +32,26 @@ class Styled:
         return repr(self.frame)
 
     def _repr_html_(self) -> str:
-        frame = self.frame.copy()
-        if "status" in frame.columns:
-            frame["status"] = [
-                f'<b style="color:{COLOURS.get(str(v), "inherit")}">{html.escape(str(v))}</b>' for v in frame["status"]
-            ]
-        table = frame.to_html(escape=False, na_rep="", max_rows=200, border=0, classes="durable-nb-view")
+        frame = self.frame.head(200).astype(object)
+        # Every cell is escaped (errors can hold any text); only the status gets markup.
+        for column in frame.columns:
+            frame[column] = [_cell(column, value) for value in frame[column]]
+        table = frame.to_html(escape=False, border=0, classes="durable-nb-view")
         caption = f"<div><b>{html.escape(self.title)}</b></div>" if self.title else ""
         return caption + table
+
+
+def _cell(column: str, value: Any) -> str:
+    try:
+        missing = value is None or bool(value != value)
+    except (TypeError, ValueError):
+        missing = False
+    if missing or str(value) in ("<NA>", "NaT"):
+        return ""
+    text = html.escape(str(value))
+    if column == "status":
+        return f'<b style="color:{COLOURS.get(str(value), "inherit")}">{text}</b>'
+    return text
 
 
 def styled(frame: Any, title: str | None = None) -> Styled:

@@ -92,11 +92,28 @@ class GatePanel(widgets.VBox):
             try:
                 by = _user()
                 self.session.record(
-                    self.run_id, self.node_id, approved=approved, comment=self.comment.value or None, by=by
+                    self.run_id,
+                    self.node_id,
+                    approved=approved,
+                    comment=self.comment.value or None,
+                    by=by,
+                    reason=self.reason,
                 )
                 decision = self.session.recorded_decision(self.run_id, self.node_id) or {"approved": approved, "by": by}
                 self._show_decided(decision, "Continuing the cell…")
-                self._show_decided(decision, self.session.continue_cell(self.run_id, self.node_id))
+                try:
+                    note = self.session.continue_cell(self.run_id, self.node_id)
+                except GatePending:
+                    raise
+                except Exception:  # noqa: BLE001 - the cell's own error, shown below
+                    self._show_decided(decision, "")
+                    self.status.value += (
+                        "<span style='color:#dc2626'> The decision is recorded; the cell failed when it "
+                        "continued (see below). Fix it and run the cell again.</span>"
+                    )
+                    traceback.print_exc()
+                    return
+                self._show_decided(decision, note)
             except GatePending as pending:
                 self.status.value += f" {html.escape(str(pending))}"
             except AlreadyResumed:
