@@ -126,12 +126,15 @@ class Graph:
     def ready(self, completed: Iterable[str], skipped: Iterable[str] = ()) -> list[str]:
         """Return the nodes whose dependencies are all done, at least one of them completed."""
         done_ok = set(completed)
-        done = done_ok | set(skipped)
-        return [
-            n
-            for n, s in self.nodes.items()
-            if n not in done and all(d in done for d in s.after) and (not s.after or any(d in done_ok for d in s.after))
-        ]
+        done = done_ok.union(skipped)
+        found = []
+        for node_id, spec in self.nodes.items():
+            if node_id in done:
+                continue
+            after = spec.after
+            if not after or (done.issuperset(after) and not done_ok.isdisjoint(after)):
+                found.append(node_id)
+        return found
 
     def propagate_skips(self, completed: Iterable[str], skipped: list[str]) -> None:
         """Extend ``skipped`` with every node whose dependencies were all skipped."""

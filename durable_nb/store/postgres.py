@@ -290,9 +290,9 @@ def _write_children(
         written = []
         values = []
         for offset, draft in enumerate(commit.checkpoints, start=1):
-            row = rows.checkpoint_values(run.run_id, run.head_seq + offset, now, draft)
-            values.append(row)
-            written.append(rows.checkpoint_from_row(row))
+            seq = run.head_seq + offset
+            values.append(rows.checkpoint_values(run.run_id, seq, now, draft))
+            written.append(rows.checkpoint_from_draft(run.run_id, seq, now, draft))
         if values:
             cursor.executemany(_INSERT_CHECKPOINT, values)
         if commit.events:

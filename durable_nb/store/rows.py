@@ -22,6 +22,7 @@ __all__ = [
     "EVENT_COLUMNS",
     "INTERRUPT_COLUMNS",
     "RUN_COLUMNS",
+    "checkpoint_from_draft",
     "checkpoint_from_row",
     "checkpoint_values",
     "dumps",
@@ -113,6 +114,12 @@ def checkpoint_values(run_id: str, seq: int, created_at: float, draft: Checkpoin
         draft.attempts,
         dumps(draft.extra),
     )
+
+
+def checkpoint_from_draft(run_id: str, seq: int, created_at: float, draft: CheckpointDraft) -> CheckpointRecord:
+    """Build the record a draft becomes once written, without a JSON round trip."""
+    fields = {name: getattr(draft, name) for name in CheckpointDraft.__slots__}  # type: ignore[attr-defined]
+    return CheckpointRecord(run_id=run_id, seq=seq, created_at=created_at, **fields)
 
 
 def checkpoint_from_row(row: Sequence[Any]) -> CheckpointRecord:

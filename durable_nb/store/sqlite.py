@@ -296,9 +296,9 @@ def _write_children(
         conn.executemany(_INSERT_BLOB, [(b.hash, b.codec, b.size, now, b.data) for b in blobs])
     written = []
     for offset, draft in enumerate(commit.checkpoints, start=1):
-        values = rows.checkpoint_values(run.run_id, run.head_seq + offset, now, draft)
-        conn.execute(_INSERT_CHECKPOINT, values)
-        written.append(rows.checkpoint_from_row(values))
+        seq = run.head_seq + offset
+        conn.execute(_INSERT_CHECKPOINT, rows.checkpoint_values(run.run_id, seq, now, draft))
+        written.append(rows.checkpoint_from_draft(run.run_id, seq, now, draft))
     if commit.events:
         conn.executemany(
             _INSERT_EVENT,
