@@ -1,0 +1,112 @@
+"""Run the benchmarks: ``python -m benchmarks [--smoke] [--reps N] [--json results.json]``.
+
+Every contender runs in the same process, on the same disk, interleaved (A B C A B C …) after a
+warm-up, so that machine noise hits all of them alike. Results are medians with min-max, and
+ratios against durable_nb and against the floor (one INSERT + COMMIT per node).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .contenders import available
+
+
+def _size(files: list[Path]) -> int:
+    for path in files:
+        if path.suffix == ".db" and path.exists():
+            with sqlite3.connect(path) as conn:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return sum(p.stat().st_size for p in files if p.exists())
+
+
+def scenario(title: str, nodes: int, payload: bytes | None, reps: int, smoke: bool) -> dict[str, Any]:
+    """Time every contender on one chain, interleaved; return per-node figures and growth."""
+    folder = Path(tempfile.mkdtemp(prefix="durable-nb-bench-"))
+    contenders = available(smoke)
+    for contender in contenders:
+        contender.prepare(folder, nodes, payload)
+        contender.run_once()  # warm-up: schema, imports, caches
+    timings: dict[str, list[float]] = {c.name: [] for c in contenders}
+    growth: dict[str, list[int]] = {c.name: [] for c in contenders}
+    for _ in range(reps):
+        for contender in contenders:
+            before = _size(contender.files())
+            started = time.perf_counter()
+            contender.run_once()
+            timings[contender.name].append((time.perf_counter() - started) / nodes * 1000)
+            growth[contender.name].append(_size(contender.files()) - before)
+    for contender in contenders:
+        close = getattr(contender, "close", None)
+        if close:
+            close()
+    ours = statistics.median(timings["durable_nb (synchronous=FULL)"])
+    floor = statistics.median(timings["floor (INSERT+COMMIT, FULL)"])
+    rows = []
+    for name, values in timings.items():
+        median = statistics.median(values)
+        rows.append(
+            {
+                "contender": name,
+                "ms_per_node": round(median, 4),
+                "min": round(min(values), 4),
+                "max": round(max(values), 4),
+                "vs_durable_nb": round(median / ours, 2),
+                "vs_floor": round(median / floor, 2),
+                "growth_bytes_per_run": int(statistics.median(growth[name])),
+            }
+        )
+    return {"scenario": title, "nodes": nodes, "reps": reps, "rows": rows}
+
+
+def render(result: dict[str, Any]) -> str:
+    """Format one scenario as a Markdown table."""
+    lines = [
+        f"**{result['scenario']}** ({result['nodes']} nodes, {result['reps']} interleaved runs each, medians)",
+        "",
+        "| contender | ms/node | min-max | x durable_nb | x floor | store growth/run |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in result["rows"]:
+        lines.append(
+            f"| {row['contender']} | {row['ms_per_node']:.3f} | {row['min']:.3f}-{row['max']:.3f} | "
+            f"{row['vs_durable_nb']:.2f} | {row['vs_floor']:.2f} | {row['growth_bytes_per_run'] / 1e6:.2f} MB |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the scenarios and print their tables."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, durable_nb and the floor only (CI)")
+    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--json", default="benchmarks/results.json", help="where to write the results")
+    args = parser.parse_args(argv)
+    nodes = 5 if args.smoke else 50
+    reps = 2 if args.smoke else args.reps
+    results = [
+        scenario("Per-node overhead, small state", nodes, None, reps, args.smoke),
+        scenario("Unchanged 1 MB value carried through the chain", nodes, os.urandom(1_000_000), reps, args.smoke),
+    ]
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}, {platform.system()}"
+    for result in results:
+        print(render(result))
+        print()
+    print(f"machine: {machine}")
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps({"machine": machine, "results": results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,42 @@
+"""The benchmark harness runs end to end at tiny sizes (the real run is `python -m benchmarks`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import env_with_repo
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = [pytest.mark.slow, pytest.mark.sqlite_only]
+
+
+def test_smoke_run_writes_tables_and_json(tmp_path: Path) -> None:
+    """§10: every scenario reports medians and ratios against durable_nb and the floor."""
+    out = tmp_path / "results.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--smoke", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env_with_repo(),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "x floor" in result.stdout
+    data = json.loads(out.read_text())
+    assert [r["scenario"] for r in data["results"]] == [
+        "Per-node overhead, small state",
+        "Unchanged 1 MB value carried through the chain",
+    ]
+    for scenario in data["results"]:
+        names = {row["contender"] for row in scenario["rows"]}
+        assert {"floor (INSERT+COMMIT, FULL)", "durable_nb (synchronous=FULL)"} <= names
+        ours = next(r for r in scenario["rows"] if r["contender"] == "durable_nb (synchronous=FULL)")
+        assert ours["vs_durable_nb"] == 1.0 and ours["ms_per_node"] > 0
+    carried = data["results"][1]["rows"]
+    ours = next(r for r in carried if r["contender"] == "durable_nb (synchronous=FULL)")
+    assert ours["growth_bytes_per_run"] < 1_000_000  # the 1 MB value is never written again
