@@ -49,9 +49,15 @@ INTERRUPT_COLUMNS = "run_id, node_id, checkpoint_id, reason, context, created_at
 EVENT_COLUMNS = "run_id, seq, type, node_id, at, data"
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def dumps(value: Any) -> str:
     """Encode a JSON column compactly."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    # Most optional columns are empty: skip the encoder for them (it is on every commit's path).
+    if not value and type(value) in (dict, list):
+        return "{}" if type(value) is dict else "[]"
+    return _ENCODER.encode(value)
 
 
 def _loads(text: str | None, default: Any = None) -> Any:
