@@ -198,39 +198,13 @@ class CheckpointDraft:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class CheckpointRecord:
-    """One immutable row of the checkpoints table."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointRecord(CheckpointDraft):
+    """One immutable row of the checkpoints table: a written draft with its run, seq and time."""
 
     run_id: str
     seq: int
     created_at: float
-    checkpoint_id: str
-    step: str
-    node_id: str | None
-    status: CheckpointStatus
-    manifest: dict[str, str]
-    completed: list[str]
-    queue: list[str]
-    skipped: list[str] = field(default_factory=list)
-    routes: dict[str, Any] = field(default_factory=dict)
-    iteration: int | None = None
-    item_index: int | None = None
-    branch_key: str | None = None
-    parent_checkpoint_id: str | None = None
-    node_input: Any = None
-    node_output: dict[str, str] | None = None
-    error: str | None = None
-    error_type: str | None = None
-    traceback: str | None = None
-    interrupt: dict[str, Any] | None = None
-    decision: dict[str, Any] | None = None
-    resumes: dict[str, list[Any]] = field(default_factory=dict)
-    counters: dict[str, int] = field(default_factory=dict)
-    agent_path: str | None = None
-    duration: float | None = None
-    attempts: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

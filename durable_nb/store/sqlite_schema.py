@@ -6,110 +6,11 @@ import sqlite3
 import time
 
 from ..errors import SchemaMismatch, StoreUnavailable
+from .ddl import schema_v1
 
 __all__ = ["SCHEMA_VERSION", "check_schema", "ensure_schema"]
 
-_V1 = """
-CREATE TABLE runs (
-    run_id TEXT PRIMARY KEY,
-    name TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    status TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    input_manifest TEXT NOT NULL,
-    error TEXT,
-    error_type TEXT,
-    idempotency_key TEXT,
-    parent_run_id TEXT,
-    parent_checkpoint_id TEXT,
-    owner TEXT,
-    lease_until REAL,
-    head_seq INTEGER NOT NULL DEFAULT 0,
-    event_seq INTEGER NOT NULL DEFAULT 0,
-    meta TEXT NOT NULL DEFAULT '{}'
-);
-CREATE UNIQUE INDEX runs_by_idempotency_key ON runs (name, idempotency_key)
-    WHERE idempotency_key IS NOT NULL;
-CREATE INDEX runs_by_name ON runs (name, run_id);
-CREATE INDEX runs_by_status ON runs (status);
-CREATE INDEX runs_by_parent ON runs (parent_run_id);
-
-CREATE TABLE checkpoints (
-    run_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    checkpoint_id TEXT NOT NULL UNIQUE,
-    created_at REAL NOT NULL,
-    step TEXT NOT NULL,
-    node_id TEXT,
-    status TEXT NOT NULL,
-    manifest TEXT NOT NULL,
-    completed TEXT NOT NULL,
-    queue TEXT NOT NULL,
-    skipped TEXT NOT NULL DEFAULT '[]',
-    routes TEXT NOT NULL DEFAULT '{}',
-    iteration INTEGER,
-    item_index INTEGER,
-    branch_key TEXT,
-    parent_checkpoint_id TEXT,
-    node_input TEXT,
-    node_output TEXT,
-    error TEXT,
-    error_type TEXT,
-    traceback TEXT,
-    interrupt TEXT,
-    decision TEXT,
-    resumes TEXT NOT NULL DEFAULT '{}',
-    counters TEXT NOT NULL DEFAULT '{}',
-    agent_path TEXT,
-    duration REAL,
-    attempts INTEGER,
-    extra TEXT NOT NULL DEFAULT '{}',
-    PRIMARY KEY (run_id, seq)
-);
-CREATE INDEX checkpoints_by_node ON checkpoints (run_id, node_id, seq);
-
-CREATE TABLE pending_interrupts (
-    run_id TEXT NOT NULL,
-    node_id TEXT NOT NULL,
-    checkpoint_id TEXT NOT NULL,
-    reason TEXT NOT NULL,
-    context TEXT NOT NULL,
-    agent_path TEXT,
-    created_at REAL NOT NULL,
-    expires_at REAL,
-    on_timeout TEXT,
-    PRIMARY KEY (run_id, node_id)
-);
-CREATE INDEX pending_by_expiry ON pending_interrupts (expires_at)
-    WHERE expires_at IS NOT NULL;
-
-CREATE TABLE idempotency (
-    run_id TEXT NOT NULL,
-    key TEXT NOT NULL,
-    hash TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    PRIMARY KEY (run_id, key)
-);
-
-CREATE TABLE blobs (
-    hash TEXT PRIMARY KEY,
-    codec TEXT NOT NULL,
-    size INTEGER NOT NULL,
-    created_at REAL NOT NULL,
-    data BLOB NOT NULL
-);
-
-CREATE TABLE events (
-    run_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    type TEXT NOT NULL,
-    node_id TEXT,
-    at REAL NOT NULL,
-    data TEXT NOT NULL DEFAULT '{}',
-    PRIMARY KEY (run_id, seq)
-);
-"""
+_V1 = schema_v1(real="REAL", blob="BLOB", bigint="INTEGER")
 
 # Index i holds the script that takes a store from version i to i + 1.
 _MIGRATIONS: list[str] = [_V1]
