@@ -15,10 +15,9 @@ import concurrent.futures
 import os
 import sqlite3
 import threading
-import time
 import warnings
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -40,7 +39,8 @@ from ..model import (
 )
 from . import rows
 from .protocol import HISTORY_COLUMNS
-from .rules import check_expectations, check_run_id, choose_claim, updated_run
+from .rules import check_expectations, choose_claim, updated_run
+from .sql_store import SQLStore
 from .sqlite_schema import check_schema, ensure_schema
 
 __all__ = ["SQLiteStore"]
@@ -51,7 +51,7 @@ _DURABILITY = {"full": "FULL", "process": "NORMAL"}
 _open_stores: weakref.WeakSet[SQLiteStore] = weakref.WeakSet()
 
 
-class SQLiteStore:
+class SQLiteStore(SQLStore):
     """A store in one SQLite file (WAL, ``synchronous=FULL`` unless durability="process")."""
 
     def __init__(self, url: str, path: str, durability: str = "full") -> None:
@@ -151,98 +151,6 @@ class SQLiteStore:
             warnings.simplefilter("ignore")
             conn.stop()
         conn._thread.join(timeout=5)
-
-    # -- runs -----------------------------------------------------------------------
-
-    async def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
-        """Create a run with its first checkpoints and events, or return the keyed original."""
-        return await self._run(_create_run, new, time.time())
-
-    async def get_run(self, run_id: str) -> RunRecord:
-        """Return a run; raise RunNotFound."""
-        check_run_id(run_id)
-        run = await self._run(_get_run, run_id)
-        if run is None:
-            raise RunNotFound(run_id, self.url)
-        return run
-
-    async def list_runs(self, name: str | None = None, statuses: Iterable[RunStatus] | None = None) -> list[RunRecord]:
-        """Return runs, newest first, optionally of one name and of some statuses."""
-        return await self._run(_list_runs, name, None if statuses is None else [s.value for s in statuses])
-
-    async def commit(self, commit: Commit) -> CommitResult:
-        """Write a commit in one IMMEDIATE transaction."""
-        return await self._run(_commit, commit, time.time(), self.url)
-
-    # -- checkpoints ------------------------------------------------------------------
-
-    async def resume_point(self, run_id: str) -> CheckpointRecord | None:
-        """Return the latest checkpoint that is not a run_end tombstone."""
-        return await self._run(_one_checkpoint, run_id, "AND step != 'run_end'")
-
-    async def head_checkpoint(self, run_id: str) -> CheckpointRecord | None:
-        """Return the run's latest checkpoint."""
-        return await self._run(_one_checkpoint, run_id, "")
-
-    async def node_checkpoint(
-        self, run_id: str, node_id: str, prefix: str = "after:", max_seq: int | None = None
-    ) -> CheckpointRecord | None:
-        """Return a node's latest checkpoint whose step starts with ``prefix``."""
-        return await self._run(_node_checkpoint, run_id, node_id, prefix, max_seq)
-
-    async def get_checkpoint(self, run_id: str, checkpoint_id: str) -> CheckpointRecord:
-        """Return one checkpoint of a run; raise CheckpointNotFound."""
-        from ..errors import CheckpointNotFound
-
-        found = await self._run(_checkpoint_by_id, run_id, checkpoint_id)
-        if found is None:
-            raise CheckpointNotFound(checkpoint_id, run_id)
-        return found
-
-    async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
-        """Return a run's checkpoints in seq order."""
-        return await self._run(_list_checkpoints, run_id)
-
-    async def pending_interrupts(self, run_id: str) -> list[PendingInterrupt]:
-        """Return the gates of a run that wait for a decision."""
-        return await self._run(_pending, run_id)
-
-    async def expired_interrupts(self, now: float, run_id: str | None = None) -> list[PendingInterrupt]:
-        """Return pending interrupts whose timeout has passed."""
-        return await self._run(_expired, now, run_id)
-
-    # -- values -------------------------------------------------------------------------
-
-    async def get_blobs(self, hashes: Iterable[str]) -> dict[str, Blob]:
-        """Return the blobs stored under the given addresses."""
-        wanted = list(dict.fromkeys(hashes))
-        if not wanted:
-            return {}
-        return await self._run(_get_blobs, wanted)
-
-    async def get_idempotent(self, run_id: str, key: str) -> str | None:
-        """Return the address of a stored @idempotent result."""
-        return await self._run(_get_idempotent, run_id, key)
-
-    async def list_events(self, run_id: str, after_seq: int = 0) -> list[EventRecord]:
-        """Return a run's events after ``after_seq`` in order."""
-        return await self._run(_list_events, run_id, after_seq)
-
-    async def history_rows(self, run_id: str) -> list[tuple[Any, ...]]:
-        """Return a run's checkpoints as history rows with the bytes each wrote (one query)."""
-        return await self._run(_history_rows, run_id)
-
-    async def fork_tree(self, run_id: str) -> list[tuple[RunRecord, dict[str, Any]]]:
-        """Return the whole fork tree holding ``run_id``, from its root, with fork details."""
-        return await self._run(_fork_tree, run_id)
-
-    async def head_checkpoints(self, run_ids: list[str]) -> dict[str, CheckpointRecord]:
-        """Return the latest checkpoint of each run (one query)."""
-        return await self._run(_head_checkpoints, list(run_ids)) if run_ids else {}
-
-    async def prune(self, older_than: float) -> PruneReport:
-        """Delete finished history older than the epoch time ``older_than``; collect blobs."""
-        return await self._run(_prune, older_than)
 
 
 # -- functions run on the connection thread ----------------------------------------------

@@ -1,0 +1,134 @@
+"""The store protocol's methods shared by the SQL backends.
+
+Each method is one call of a function of the backend's own module (``_get_run``,
+``_commit``, …), run by the backend's ``_run`` on a connection: SQLite's on aiosqlite's
+thread, PostgreSQL's on a pooled worker thread. The SQL differs; the protocol does not.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterable
+from types import ModuleType
+from typing import Any, TypeVar
+
+from ..errors import CheckpointNotFound, RunNotFound
+from ..model import (
+    Blob,
+    CheckpointRecord,
+    Commit,
+    CommitResult,
+    EventRecord,
+    NewRun,
+    PendingInterrupt,
+    PruneReport,
+    RunRecord,
+    RunStatus,
+)
+from .rules import check_run_id
+
+__all__ = ["SQLStore"]
+
+T = TypeVar("T")
+
+
+class SQLStore:
+    """Base of the SQL stores: subclasses provide ``_run`` and the module functions."""
+
+    url: str
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        raise NotImplementedError
+
+    @property
+    def _sql(self) -> ModuleType:
+        # The backend's module: the first in the class's lineage that defines the functions
+        # (a subclass elsewhere, such as a test probe, keeps its backend's SQL).
+        for klass in type(self).__mro__:
+            module = sys.modules[klass.__module__]
+            if hasattr(module, "_commit"):
+                return module
+        raise TypeError(f"{type(self).__name__} has no SQL backend module")
+
+    async def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
+        """Create a run with its first checkpoints and events, or return the keyed original."""
+        return await self._run(self._sql._create_run, new, time.time())
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        """Return a run; raise RunNotFound."""
+        check_run_id(run_id)
+        run = await self._run(self._sql._get_run, run_id)
+        if run is None:
+            raise RunNotFound(run_id, self.url)
+        return run
+
+    async def list_runs(self, name: str | None = None, statuses: Iterable[RunStatus] | None = None) -> list[RunRecord]:
+        """Return runs, newest first, optionally of one name and of some statuses."""
+        return await self._run(self._sql._list_runs, name, None if statuses is None else [s.value for s in statuses])
+
+    async def commit(self, commit: Commit) -> CommitResult:
+        """Write a commit in one transaction; its checks first, nothing written if one fails."""
+        return await self._run(self._sql._commit, commit, time.time(), self.url)
+
+    async def resume_point(self, run_id: str) -> CheckpointRecord | None:
+        """Return the latest checkpoint that is not a run_end tombstone."""
+        return await self._run(self._sql._one_checkpoint, run_id, "AND step <> 'run_end'")
+
+    async def head_checkpoint(self, run_id: str) -> CheckpointRecord | None:
+        """Return the run's latest checkpoint."""
+        return await self._run(self._sql._one_checkpoint, run_id, "")
+
+    async def node_checkpoint(
+        self, run_id: str, node_id: str, prefix: str = "after:", max_seq: int | None = None
+    ) -> CheckpointRecord | None:
+        """Return a node's latest checkpoint whose step starts with ``prefix`` (an indexed lookup)."""
+        return await self._run(self._sql._node_checkpoint, run_id, node_id, prefix, max_seq)
+
+    async def get_checkpoint(self, run_id: str, checkpoint_id: str) -> CheckpointRecord:
+        """Return one checkpoint of a run; raise CheckpointNotFound."""
+        found = await self._run(self._sql._checkpoint_by_id, run_id, checkpoint_id)
+        if found is None:
+            raise CheckpointNotFound(checkpoint_id, run_id)
+        return found
+
+    async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
+        """Return a run's checkpoints in seq order."""
+        return await self._run(self._sql._list_checkpoints, run_id)
+
+    async def pending_interrupts(self, run_id: str) -> list[PendingInterrupt]:
+        """Return the gates of a run that wait for a decision."""
+        return await self._run(self._sql._pending, run_id)
+
+    async def expired_interrupts(self, now: float, run_id: str | None = None) -> list[PendingInterrupt]:
+        """Return pending interrupts whose timeout has passed."""
+        return await self._run(self._sql._expired, now, run_id)
+
+    async def get_blobs(self, hashes: Iterable[str]) -> dict[str, Blob]:
+        """Return the blobs stored under the given addresses (missing ones left out)."""
+        wanted = list(dict.fromkeys(hashes))
+        return await self._run(self._sql._get_blobs, wanted) if wanted else {}
+
+    async def get_idempotent(self, run_id: str, key: str) -> str | None:
+        """Return the address of a stored @idempotent result."""
+        return await self._run(self._sql._get_idempotent, run_id, key)
+
+    async def list_events(self, run_id: str, after_seq: int = 0) -> list[EventRecord]:
+        """Return a run's events after ``after_seq`` in order."""
+        return await self._run(self._sql._list_events, run_id, after_seq)
+
+    async def history_rows(self, run_id: str) -> list[tuple[Any, ...]]:
+        """Return a run's checkpoints as history rows with the bytes each wrote (one query)."""
+        return await self._run(self._sql._history_rows, run_id)
+
+    async def fork_tree(self, run_id: str) -> list[tuple[RunRecord, dict[str, Any]]]:
+        """Return the whole fork tree holding ``run_id``, from its root, with fork details."""
+        return await self._run(self._sql._fork_tree, run_id)
+
+    async def head_checkpoints(self, run_ids: list[str]) -> dict[str, CheckpointRecord]:
+        """Return the latest checkpoint of each run (one query)."""
+        return await self._run(self._sql._head_checkpoints, list(run_ids)) if run_ids else {}
+
+    async def prune(self, older_than: float) -> PruneReport:
+        """Delete finished history older than the epoch time ``older_than``; collect blobs."""
+        return await self._run(self._sql._prune, older_than)
