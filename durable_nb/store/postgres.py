@@ -220,28 +220,6 @@ def _write_children(
     return written
 
 
-def _run_values(run: RunRecord) -> tuple[Any, ...]:
-    return (
-        run.run_id,
-        run.name,
-        run.kind.value,
-        run.status.value,
-        run.created_at,
-        run.updated_at,
-        rows.dumps(run.input_manifest),
-        run.error,
-        run.error_type,
-        run.idempotency_key,
-        run.parent_run_id,
-        run.parent_checkpoint_id,
-        run.owner,
-        run.lease_until,
-        run.head_seq,
-        run.event_seq,
-        rows.dumps(run.meta),
-    )
-
-
 def _create_run(conn: Any, new: NewRun, now: float) -> tuple[RunRecord, bool]:
     run = RunRecord(
         run_id=new.run_id,
@@ -265,7 +243,7 @@ def _create_run(conn: Any, new: NewRun, now: float) -> tuple[RunRecord, bool]:
         inserted = conn.execute(
             f"INSERT INTO runs ({rows.RUN_COLUMNS}) VALUES ({_RUN_VALUES}) "
             "ON CONFLICT (name, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING run_id",
-            _run_values(run),
+            rows.run_values(run),
         ).fetchone()
         if inserted is None:
             row = conn.execute(
@@ -319,17 +297,7 @@ def _commit(conn: Any, commit: Commit, now: float, url: str) -> CommitResult:
         conn.execute(
             "UPDATE runs SET status = %s, error = %s, error_type = %s, owner = %s, lease_until = %s, "
             "head_seq = %s, event_seq = %s, updated_at = %s WHERE run_id = %s",
-            (
-                after.status.value,
-                after.error,
-                after.error_type,
-                after.owner,
-                after.lease_until,
-                after.head_seq,
-                after.event_seq,
-                after.updated_at,
-                after.run_id,
-            ),
+            rows.run_update_values(after),
         )
     return CommitResult(after, checkpoints, claimed)
 

@@ -30,6 +30,8 @@ __all__ = [
     "interrupt_from_row",
     "interrupt_values",
     "run_from_row",
+    "run_update_values",
+    "run_values",
     "tree_row",
     "FORK_TREE",
 ]
@@ -84,6 +86,44 @@ def run_from_row(row: Sequence[Any]) -> RunRecord:
         head_seq=row[14],
         event_seq=row[15],
         meta=json.loads(row[16]),
+    )
+
+
+def run_values(run: RunRecord) -> tuple[Any, ...]:
+    """Return a run's column values in RUN_COLUMNS order."""
+    return (
+        run.run_id,
+        run.name,
+        run.kind.value,
+        run.status.value,
+        run.created_at,
+        run.updated_at,
+        dumps(run.input_manifest),
+        run.error,
+        run.error_type,
+        run.idempotency_key,
+        run.parent_run_id,
+        run.parent_checkpoint_id,
+        run.owner,
+        run.lease_until,
+        run.head_seq,
+        run.event_seq,
+        dumps(run.meta),
+    )
+
+
+def run_update_values(run: RunRecord) -> tuple[Any, ...]:
+    """Return the values of a commit's UPDATE of the run row (status … updated_at, then run_id)."""
+    return (
+        run.status.value,
+        run.error,
+        run.error_type,
+        run.owner,
+        run.lease_until,
+        run.head_seq,
+        run.event_seq,
+        run.updated_at,
+        run.run_id,
     )
 
 

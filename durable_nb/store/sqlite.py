@@ -246,31 +246,9 @@ def _create_run(conn: sqlite3.Connection, new: NewRun, now: float) -> tuple[RunR
         run = replace(run, head_seq=len(new.checkpoints), event_seq=len(new.events))
         conn.execute(
             f"INSERT INTO runs ({rows.RUN_COLUMNS}) VALUES ({', '.join('?' * 17)})",
-            _run_values(run),
+            rows.run_values(run),
         )
         return run, True
-
-
-def _run_values(run: RunRecord) -> tuple[Any, ...]:
-    return (
-        run.run_id,
-        run.name,
-        run.kind.value,
-        run.status.value,
-        run.created_at,
-        run.updated_at,
-        rows.dumps(run.input_manifest),
-        run.error,
-        run.error_type,
-        run.idempotency_key,
-        run.parent_run_id,
-        run.parent_checkpoint_id,
-        run.owner,
-        run.lease_until,
-        run.head_seq,
-        run.event_seq,
-        rows.dumps(run.meta),
-    )
 
 
 def _commit(conn: sqlite3.Connection, commit: Commit, now: float, url: str) -> CommitResult:
@@ -303,17 +281,7 @@ def _commit(conn: sqlite3.Connection, commit: Commit, now: float, url: str) -> C
         conn.execute(
             "UPDATE runs SET status = ?, error = ?, error_type = ?, owner = ?, lease_until = ?, "
             "head_seq = ?, event_seq = ?, updated_at = ? WHERE run_id = ?",
-            (
-                after.status.value,
-                after.error,
-                after.error_type,
-                after.owner,
-                after.lease_until,
-                after.head_seq,
-                after.event_seq,
-                after.updated_at,
-                after.run_id,
-            ),
+            rows.run_update_values(after),
         )
         return CommitResult(after, checkpoints, claimed)
 
