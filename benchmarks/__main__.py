@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .contenders import available
+from .contenders import available, postgres_contenders
 
 
 def _size(files: list[Path]) -> int:
@@ -30,10 +30,11 @@ def _size(files: list[Path]) -> int:
     return sum(p.stat().st_size for p in files if p.exists())
 
 
-def scenario(title: str, nodes: int, payload: bytes | None, reps: int, smoke: bool) -> dict[str, Any]:
+def scenario(
+    title: str, nodes: int, payload: bytes | None, reps: int, contenders: list[Any], ours: str, floor: str
+) -> dict[str, Any]:
     """Time every contender on one chain, interleaved; return per-node figures and growth."""
     folder = Path(tempfile.mkdtemp(prefix="durable-nb-bench-"))
-    contenders = available(smoke)
     for contender in contenders:
         contender.prepare(folder, nodes, payload)
         contender.run_once()  # warm-up: schema, imports, caches
@@ -50,8 +51,8 @@ def scenario(title: str, nodes: int, payload: bytes | None, reps: int, smoke: bo
         close = getattr(contender, "close", None)
         if close:
             close()
-    ours = statistics.median(timings["durable_nb (synchronous=FULL)"])
-    floor = statistics.median(timings["floor (INSERT+COMMIT, FULL)"])
+    ours_ms = statistics.median(timings[ours])
+    floor_ms = statistics.median(timings[floor])
     rows = []
     for name, values in timings.items():
         median = statistics.median(values)
@@ -61,8 +62,8 @@ def scenario(title: str, nodes: int, payload: bytes | None, reps: int, smoke: bo
                 "ms_per_node": round(median, 4),
                 "min": round(min(values), 4),
                 "max": round(max(values), 4),
-                "vs_durable_nb": round(median / ours, 2),
-                "vs_floor": round(median / floor, 2),
+                "vs_durable_nb": round(median / ours_ms, 2),
+                "vs_floor": round(median / floor_ms, 2),
                 "growth_bytes_per_run": int(statistics.median(growth[name])),
             }
         )
@@ -91,13 +92,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, durable_nb and the floor only (CI)")
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--json", default="benchmarks/results.json", help="where to write the results")
+    parser.add_argument(
+        "--postgres", default=None, help="PostgreSQL URL for its scenario (or $DURABLE_NB_TEST_POSTGRES)"
+    )
     args = parser.parse_args(argv)
     nodes = 5 if args.smoke else 50
     reps = 2 if args.smoke else args.reps
+    sqlite_ours, sqlite_floor = "durable_nb (synchronous=FULL)", "floor (INSERT+COMMIT, FULL)"
     results = [
-        scenario("Per-node overhead, small state", nodes, None, reps, args.smoke),
-        scenario("Unchanged 1 MB value carried through the chain", nodes, os.urandom(1_000_000), reps, args.smoke),
+        scenario("Per-node overhead, small state", nodes, None, reps, available(args.smoke), sqlite_ours, sqlite_floor),
+        scenario(
+            "Unchanged 1 MB value carried through the chain",
+            nodes,
+            os.urandom(1_000_000),
+            reps,
+            available(args.smoke),
+            sqlite_ours,
+            sqlite_floor,
+        ),
     ]
+    postgres = args.postgres or os.environ.get("DURABLE_NB_TEST_POSTGRES")
+    if postgres and not args.smoke:
+        results.append(
+            scenario(
+                "Per-node overhead on PostgreSQL",
+                nodes,
+                None,
+                reps,
+                postgres_contenders(postgres),
+                "durable_nb (PostgreSQL)",
+                "floor (INSERT+COMMIT, PostgreSQL)",
+            )
+        )
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}, {platform.system()}"
     for result in results:
         print(render(result))

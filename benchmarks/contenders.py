@@ -35,17 +35,26 @@ class Floor:
 
 
 class DurableNb:
-    """durable_nb: a Workflow chain on the embedded SQLite store."""
+    """durable_nb: a Workflow chain on the embedded SQLite store (or PostgreSQL with ``postgres=URL``)."""
 
-    def __init__(self, durability: str = "full") -> None:
+    def __init__(self, durability: str = "full", postgres: str | None = None) -> None:
         self.durability = durability
-        self.name = f"durable_nb ({'synchronous=FULL' if durability == 'full' else 'durability=process'})"
+        self.postgres = postgres
+        if postgres:
+            self.name = "durable_nb (PostgreSQL)"
+        else:
+            self.name = f"durable_nb ({'synchronous=FULL' if durability == 'full' else 'durability=process'})"
 
     def prepare(self, folder: Path, nodes: int, payload: bytes | None) -> None:
         import durable_nb as dnb
 
         self.path = folder / f"durable_nb_{self.durability}.db"
-        store = dnb.connect(f"sqlite:///{self.path}", durability=self.durability)
+        if self.postgres:
+            schema = f"bench_{uuid.uuid4().hex[:8]}"
+            url = f"{self.postgres}{'&' if '?' in self.postgres else '?'}schema={schema}"
+            store = dnb.connect(url)
+        else:
+            store = dnb.connect(f"sqlite:///{self.path}", durability=self.durability)
         self.flow = dnb.Workflow(f"chain-{self.durability}", store=store)
         previous = None
         for index in range(nodes):
@@ -71,18 +80,21 @@ class LangGraphSqlite:
 
     name = "LangGraph SqliteSaver (sync)"
 
+    def saver(self, folder: Path) -> Any:
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        self.path = folder / "langgraph.db"
+        return SqliteSaver(sqlite3.connect(self.path, check_same_thread=False))
+
     def prepare(self, folder: Path, nodes: int, payload: bytes | None) -> None:
         from typing import TypedDict
 
-        from langgraph.checkpoint.sqlite import SqliteSaver
         from langgraph.graph import END, START, StateGraph
 
         class State(TypedDict, total=False):
             step: int
             payload: bytes
 
-        self.path = folder / "langgraph.db"
-        self.conn = sqlite3.connect(self.path, check_same_thread=False)
         graph = StateGraph(State)
         previous = START
         for index in range(nodes):
@@ -94,7 +106,7 @@ class LangGraphSqlite:
             graph.add_edge(previous, f"n{index}")
             previous = f"n{index}"
         graph.add_edge(previous, END)
-        self.app = graph.compile(checkpointer=SqliteSaver(self.conn))
+        self.app = graph.compile(checkpointer=self.saver(folder))
         self.input = {"payload": payload} if payload is not None else {"step": -1}
 
     def run_once(self) -> None:
@@ -110,11 +122,14 @@ class Dbos:
 
     name = "DBOS (SQLite system database)"
 
+    def database_url(self, folder: Path) -> str:
+        self.path = folder / "dbos.db"
+        return f"sqlite:///{self.path}"
+
     def prepare(self, folder: Path, nodes: int, payload: bytes | None) -> None:
         from dbos import DBOS
 
-        self.path = folder / "dbos.db"
-        DBOS(config={"name": "bench", "system_database_url": f"sqlite:///{self.path}", "log_level": "ERROR"})
+        DBOS(config={"name": "bench", "system_database_url": self.database_url(folder), "log_level": "ERROR"})
 
         @DBOS.step()
         def step(index: int) -> int:
@@ -141,6 +156,88 @@ class Dbos:
         from dbos import DBOS
 
         DBOS.destroy()
+
+
+class FloorPostgres:
+    """One INSERT + COMMIT round trip per node on the PostgreSQL server."""
+
+    name = "floor (INSERT+COMMIT, PostgreSQL)"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def prepare(self, folder: Path, nodes: int, payload: bytes | None) -> None:
+        import psycopg
+
+        self.nodes = nodes
+        self.conn = psycopg.connect(self.url)
+        self.conn.execute("CREATE TABLE IF NOT EXISTS bench_floor (id BIGSERIAL PRIMARY KEY, run TEXT, v BYTEA)")
+        self.conn.commit()
+        self.row = os.urandom(64)
+
+    def run_once(self) -> None:
+        run = uuid.uuid4().hex
+        for _ in range(self.nodes):
+            self.conn.execute("INSERT INTO bench_floor (run, v) VALUES (%s, %s)", (run, self.row))
+            self.conn.commit()
+
+    def files(self) -> list[Path]:
+        return []
+
+
+class LangGraphPostgres(LangGraphSqlite):
+    """LangGraph with its PostgresSaver, durability="sync"."""
+
+    name = "LangGraph PostgresSaver (sync)"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def saver(self, folder: Path) -> Any:
+        import psycopg
+        from langgraph.checkpoint.postgres import PostgresSaver
+        from psycopg.rows import dict_row
+
+        connection = psycopg.connect(self.url, autocommit=True, prepare_threshold=0, row_factory=dict_row)
+        saver = PostgresSaver(connection)
+        saver.setup()
+        return saver
+
+    def files(self) -> list[Path]:
+        return []
+
+
+class DbosPostgres(Dbos):
+    """DBOS Transact with its PostgreSQL system database."""
+
+    name = "DBOS (PostgreSQL system database)"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def database_url(self, folder: Path) -> str:
+        return self.url
+
+    def files(self) -> list[Path]:
+        return []
+
+
+def postgres_contenders(url: str) -> list[Any]:
+    """Return the PostgreSQL contenders: the floor, durable_nb and the installed peers."""
+    found: list[Any] = [FloorPostgres(url), DurableNb(postgres=url)]
+    try:
+        import langgraph.checkpoint.postgres  # noqa: F401
+
+        found.append(LangGraphPostgres(url))
+    except ImportError:
+        pass
+    try:
+        import dbos  # noqa: F401
+
+        found.append(DbosPostgres(url))
+    except ImportError:
+        pass
+    return found
 
 
 def available(smoke: bool) -> list[Any]:
