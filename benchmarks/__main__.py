@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .contenders import available, postgres_contenders
+from .history import history_scenario, render_history
 
 
 def _size(files: list[Path]) -> int:
@@ -124,13 +125,16 @@ def main(argv: list[str] | None = None) -> int:
                 "floor (INSERT+COMMIT, PostgreSQL)",
             )
         )
+    history = history_scenario(200 if args.smoke else 10_000, reps)
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}, {platform.system()}"
     for result in results:
         print(render(result))
         print()
+    print(render_history(history))
+    print()
     print(f"machine: {machine}")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps({"machine": machine, "results": results}, indent=2))
+    Path(args.json).write_text(json.dumps({"machine": machine, "results": results, "history": history}, indent=2))
     return 0
 
 
