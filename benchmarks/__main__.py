@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .contenders import available, postgres_contenders
+from .correctness import correctness_scenario, render_correctness
 from .history import history_scenario, render_history
 
 
@@ -126,15 +127,21 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     history = history_scenario(200 if args.smoke else 10_000, reps)
+    race = None if args.smoke else correctness_scenario(5)
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}, {platform.system()}"
     for result in results:
         print(render(result))
         print()
     print(render_history(history))
     print()
+    if race is not None:
+        print(render_correctness(race))
+        print()
     print(f"machine: {machine}")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps({"machine": machine, "results": results, "history": history}, indent=2))
+    Path(args.json).write_text(
+        json.dumps({"machine": machine, "results": results, "history": history, "race": race}, indent=2)
+    )
     return 0
 
 
