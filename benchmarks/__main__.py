@@ -22,6 +22,7 @@ from typing import Any
 from .contenders import available, postgres_contenders
 from .correctness import correctness_scenario, render_correctness
 from .history import history_scenario, render_history
+from .notebook import dataframe_scenario, render_dataframe
 
 
 def _size(files: list[Path]) -> int:
@@ -128,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     history = history_scenario(200 if args.smoke else 10_000, reps)
     race = None if args.smoke else correctness_scenario(5)
+    dataframe = dataframe_scenario(1_000 if args.smoke else 1_250_000, reps)
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}, {platform.system()}"
     for result in results:
         print(render(result))
@@ -137,10 +139,14 @@ def main(argv: list[str] | None = None) -> int:
     if race is not None:
         print(render_correctness(race))
         print()
+    print(render_dataframe(dataframe))
+    print()
     print(f"machine: {machine}")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(
-        json.dumps({"machine": machine, "results": results, "history": history, "race": race}, indent=2)
+        json.dumps(
+            {"machine": machine, "results": results, "history": history, "race": race, "dataframe": dataframe}, indent=2
+        )
     )
     return 0
 

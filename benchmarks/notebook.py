@@ -1,0 +1,89 @@
+"""Notebook costs: committing and restoring a cell that defines a 100 MB DataFrame, against the
+floor of pickling it and writing the bytes once (and reading and unpickling them)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+CELL = "%%durable make --rerun\nframe = pd.DataFrame(np.random.default_rng(7).random((ROWS, 10)))\n"
+
+
+def _shell(store: str) -> Any:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell()
+    shell.run_line_magic("load_ext", "durable_nb")
+    shell.run_cell("import numpy as np, pandas as pd")
+    shell.run_line_magic("durable", f"run bench-notebook --store {store}")
+    return shell
+
+
+def dataframe_scenario(rows: int, reps: int) -> dict[str, Any]:
+    """Time commit and restore of a DataFrame cell, and the pickle-and-write floor, interleaved."""
+    import numpy as np
+    import pandas as pd
+
+    folder = Path(tempfile.mkdtemp(prefix="durable-nb-notebook-"))
+    store = f"sqlite:///{folder}/notebook.db"
+    frame = pd.DataFrame(np.random.default_rng(7).random((rows, 10)))
+    size = int(frame.memory_usage().sum())
+    shell = _shell(store)
+    shell.user_ns["ROWS"] = rows
+    times: dict[str, list[float]] = {"commit": [], "restore": [], "floor write": [], "floor read": [], "compute": []}
+    for _ in range(reps):
+        started = time.perf_counter()
+        pd.DataFrame(np.random.default_rng(7).random((rows, 10)))
+        times["compute"].append(time.perf_counter() - started)
+
+        started = time.perf_counter()
+        assert shell.run_cell(CELL).success
+        times["commit"].append(time.perf_counter() - started - times["compute"][-1])
+
+        restorer = _shell(store)  # a new kernel: the cell restores instead of running
+        started = time.perf_counter()
+        assert restorer.run_cell(CELL.replace(" --rerun", "")).success
+        times["restore"].append(time.perf_counter() - started)
+
+        path = folder / "floor.pickle"
+        started = time.perf_counter()
+        data = pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
+        with open(path, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        times["floor write"].append(time.perf_counter() - started)
+        started = time.perf_counter()
+        pickle.loads(path.read_bytes())
+        times["floor read"].append(time.perf_counter() - started)
+    median = {name: statistics.median(values) for name, values in times.items()}
+    return {
+        "scenario": f"A cell defining a {size / 1e6:.0f} MB DataFrame",
+        "commit_s": round(median["commit"], 3),
+        "floor_write_s": round(median["floor write"], 3),
+        "commit_vs_floor": round(median["commit"] / median["floor write"], 2),
+        "restore_s": round(median["restore"], 3),
+        "floor_read_s": round(median["floor read"], 3),
+        "restore_vs_floor": round(median["restore"] / median["floor read"], 2),
+    }
+
+
+def render_dataframe(result: dict[str, Any]) -> str:
+    """Format the DataFrame scenario as a Markdown table."""
+    return "\n".join(
+        [
+            f"**{result['scenario']}** (medians)",
+            "",
+            "| step | durable_nb | floor | x floor |",
+            "|---|---:|---:|---:|",
+            f"| commit (floor: pickle + write + fsync) | {result['commit_s']:.3f} s | {result['floor_write_s']:.3f} s"
+            f" | {result['commit_vs_floor']:.2f} |",
+            f"| restore in a new kernel (floor: read + unpickle) | {result['restore_s']:.3f} s"
+            f" | {result['floor_read_s']:.3f} s | {result['restore_vs_floor']:.2f} |",
+        ]
+    )
