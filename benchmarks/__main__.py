@@ -22,7 +22,7 @@ from typing import Any
 from .contenders import available, postgres_contenders
 from .correctness import correctness_scenario, render_correctness
 from .history import history_scenario, render_history
-from .notebook import dataframe_scenario, render_dataframe
+from .notebook import dataframe_scenario, render_dataframe, render_run_all, run_all_scenario
 
 
 def _size(files: list[Path]) -> int:
@@ -130,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     history = history_scenario(200 if args.smoke else 10_000, reps)
     race = None if args.smoke else correctness_scenario(5)
     dataframe = dataframe_scenario(1_000 if args.smoke else 1_250_000, reps)
+    run_all = None if args.smoke else run_all_scenario(50)
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}, {platform.system()}"
     for result in results:
         print(render(result))
@@ -141,13 +142,14 @@ def main(argv: list[str] | None = None) -> int:
         print()
     print(render_dataframe(dataframe))
     print()
+    if run_all is not None:
+        print(render_run_all(run_all))
+        print()
     print(f"machine: {machine}")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(
-        json.dumps(
-            {"machine": machine, "results": results, "history": history, "race": race, "dataframe": dataframe}, indent=2
-        )
-    )
+    report = {"machine": machine, "results": results, "history": history, "race": race}
+    report.update(dataframe=dataframe, run_all=run_all)
+    Path(args.json).write_text(json.dumps(report, indent=2))
     return 0
 
 
