@@ -281,24 +281,26 @@ def _commit(conn: Any, commit: Commit, now: float, url: str) -> CommitResult:
                 choose_claim(run.run_id, target.node_id, [])  # raises AlreadyResumed
             claimed = rows.interrupt_from_row(row)
             still_pending = len(pending) - 1
-        if commit.release_interrupts:
-            conn.execute("DELETE FROM pending_interrupts WHERE run_id = %s", (run.run_id,))
-        checkpoints = _write_children(conn, run, commit, commit.blobs, now)
-        with conn.cursor() as cursor:
-            if commit.open_interrupts:
-                cursor.executemany(_INSERT_INTERRUPT, [rows.interrupt_values(p) for p in commit.open_interrupts])
-            if commit.idempotent:
-                cursor.executemany(
-                    "INSERT INTO idempotency (run_id, key, hash, created_at) VALUES (%s, %s, %s, %s) "
-                    "ON CONFLICT (run_id, key) DO NOTHING",
-                    [(run.run_id, key, value_hash, now) for key, value_hash in commit.idempotent],
-                )
         after = updated_run(run, commit, now, len(commit.checkpoints), len(commit.events), still_pending)
-        conn.execute(
-            "UPDATE runs SET status = %s, error = %s, error_type = %s, owner = %s, lease_until = %s, "
-            "head_seq = %s, event_seq = %s, updated_at = %s WHERE run_id = %s",
-            rows.run_update_values(after),
-        )
+        # The checks are done: send every write in one pipeline instead of a round trip each.
+        with conn.pipeline():
+            if commit.release_interrupts:
+                conn.execute("DELETE FROM pending_interrupts WHERE run_id = %s", (run.run_id,))
+            checkpoints = _write_children(conn, run, commit, commit.blobs, now)
+            with conn.cursor() as cursor:
+                if commit.open_interrupts:
+                    cursor.executemany(_INSERT_INTERRUPT, [rows.interrupt_values(p) for p in commit.open_interrupts])
+                if commit.idempotent:
+                    cursor.executemany(
+                        "INSERT INTO idempotency (run_id, key, hash, created_at) VALUES (%s, %s, %s, %s) "
+                        "ON CONFLICT (run_id, key) DO NOTHING",
+                        [(run.run_id, key, value_hash, now) for key, value_hash in commit.idempotent],
+                    )
+            conn.execute(
+                "UPDATE runs SET status = %s, error = %s, error_type = %s, owner = %s, lease_until = %s, "
+                "head_seq = %s, event_seq = %s, updated_at = %s WHERE run_id = %s",
+                rows.run_update_values(after),
+            )
     return CommitResult(after, checkpoints, claimed)
 
 
