@@ -35,7 +35,7 @@ from ..model import (
     RunRecord,
 )
 from . import rows
-from .postgres_schema import ensure_schema
+from .postgres_schema import MIGRATION_LOCK, ensure_schema
 from .protocol import HISTORY_COLUMNS
 from .rules import check_expectations, choose_claim, updated_run
 from .sql_store import SQLStore
@@ -102,10 +102,16 @@ class PostgresStore(SQLStore):
 
         try:
             with connect(self.conninfo, autocommit=True, connect_timeout=10) as conn:
-                if self.schema is not None:
-                    conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
-                    conn.execute(f'SET search_path TO "{self.schema}"')
-                ensure_schema(conn, self.url)
+                # CREATE SCHEMA IF NOT EXISTS is not safe against a concurrent twin: every process
+                # that opens a new store takes the migration lock first.
+                conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
+                try:
+                    if self.schema is not None:
+                        conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+                        conn.execute(f'SET search_path TO "{self.schema}"')
+                    ensure_schema(conn, self.url)
+                finally:
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
         except OperationalError as error:
             raise StoreUnavailable(
                 f"Cannot reach the PostgreSQL store {self.url}: {str(error).strip()}. Check the URL, "

@@ -8,7 +8,7 @@ from typing import Any
 from ..errors import SchemaMismatch, StoreUnavailable
 from .ddl import schema_v1
 
-__all__ = ["SCHEMA_VERSION", "ensure_schema"]
+__all__ = ["MIGRATION_LOCK", "SCHEMA_VERSION", "ensure_schema"]
 
 _V1 = schema_v1(real="DOUBLE PRECISION", blob="BYTEA", bigint="BIGINT")
 
@@ -17,7 +17,7 @@ _MIGRATIONS: list[str] = [_V1]
 SCHEMA_VERSION = len(_MIGRATIONS)
 _OUR_TABLES = {"runs", "checkpoints", "pending_interrupts", "idempotency", "blobs", "events"}
 # Any fixed number works: it only has to be the same for every durable_nb process.
-_MIGRATION_LOCK = 0x64757261626C65
+MIGRATION_LOCK = 0x64757261626C65
 
 
 def _tables(conn: Any) -> set[str]:
@@ -47,7 +47,7 @@ def ensure_schema(conn: Any, where: str) -> int:
         raise _newer(where, version)
     with conn.transaction():
         # Serialize migrators across processes and machines; re-read under the lock.
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
         version = _version(conn, where)
         if version > SCHEMA_VERSION:
             raise _newer(where, version)
