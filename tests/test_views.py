@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 import pytest
 from conftest import execute_sql
+from flows import pricing
 from IPython.core.interactiveshell import InteractiveShell
 
 import durable_nb as dnb
@@ -50,24 +51,6 @@ UNKNOWN = "01900000-0000-7000-8000-000000000000"
 
 
 # -- workflows used by the tests ------------------------------------------------------------------
-
-
-def pricing(store_url: str) -> dnb.Workflow:
-    flow = dnb.Workflow("pricing", store=store_url)
-
-    @flow.node()
-    def load(state):
-        return {"prices": [10.0, 20.0, 30.0], "count": 3}
-
-    @flow.node(after="load")
-    def discount(state):
-        return {"discounted": [p * (1 - state["rate"]) for p in state["prices"]]}
-
-    @flow.node(after="discount")
-    def total(state):
-        return {"total": round(sum(state["discounted"]), 2)}
-
-    return flow
 
 
 def failing(store_url: str) -> dnb.Workflow:

@@ -19,6 +19,7 @@ import ipywidgets as widgets
 import pandas as pd
 import pytest
 from conftest import new_store
+from flows import pricing
 from IPython.core.interactiveshell import InteractiveShell
 
 import durable_nb as dnb
@@ -352,24 +353,6 @@ def test_two_panels_deciding_at_once_record_one_decision(kernel: Kernel, store_u
 
 
 # -- inspector -------------------------------------------------------------------------------------------
-
-
-def pricing(store_url: str) -> dnb.Workflow:
-    flow = dnb.Workflow("pricing", store=store_url)
-
-    @flow.node()
-    def load(state):
-        return {"prices": [10.0, 20.0, 30.0], "count": 3}
-
-    @flow.node(after="load")
-    def discount(state):
-        return {"discounted": [p * (1 - state["rate"]) for p in state["prices"]]}
-
-    @flow.node(after="discount")
-    def total(state):
-        return {"total": round(sum(state["discounted"]), 2)}
-
-    return flow
 
 
 def gated(store_url: str) -> dnb.Workflow:

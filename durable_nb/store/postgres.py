@@ -227,23 +227,7 @@ def _write_children(
 
 
 def _create_run(conn: Any, new: NewRun, now: float) -> tuple[RunRecord, bool]:
-    run = RunRecord(
-        run_id=new.run_id,
-        name=new.name,
-        kind=new.kind,
-        status=new.status,
-        created_at=now,
-        updated_at=now,
-        input_manifest=new.input_manifest,
-        idempotency_key=new.idempotency_key,
-        parent_run_id=new.parent_run_id,
-        parent_checkpoint_id=new.parent_checkpoint_id,
-        owner=new.owner,
-        lease_until=new.lease_until,
-        head_seq=len(new.checkpoints),
-        event_seq=len(new.events),
-        meta=new.meta,
-    )
+    run = rows.run_from_new(new, now)
     with conn.transaction():
         # The unique index decides a race of equal keys: the loser inserts nothing.
         inserted = conn.execute(

@@ -11,6 +11,7 @@ from ..model import (
     CheckpointRecord,
     CheckpointStatus,
     EventRecord,
+    NewRun,
     PendingInterrupt,
     RunKind,
     RunRecord,
@@ -29,6 +30,7 @@ __all__ = [
     "event_from_row",
     "interrupt_from_row",
     "interrupt_values",
+    "run_from_new",
     "run_from_row",
     "run_update_values",
     "run_values",
@@ -86,6 +88,27 @@ def run_from_row(row: Sequence[Any]) -> RunRecord:
         head_seq=row[14],
         event_seq=row[15],
         meta=json.loads(row[16]),
+    )
+
+
+def run_from_new(new: NewRun, now: float) -> RunRecord:
+    """Return the run row a NewRun becomes when it is created at ``now``."""
+    return RunRecord(
+        run_id=new.run_id,
+        name=new.name,
+        kind=new.kind,
+        status=new.status,
+        created_at=now,
+        updated_at=now,
+        input_manifest=new.input_manifest,
+        idempotency_key=new.idempotency_key,
+        parent_run_id=new.parent_run_id,
+        parent_checkpoint_id=new.parent_checkpoint_id,
+        owner=new.owner,
+        lease_until=new.lease_until,
+        head_seq=len(new.checkpoints),
+        event_seq=len(new.events),
+        meta=new.meta,
     )
 
 

@@ -227,23 +227,9 @@ def _create_run(conn: sqlite3.Connection, new: NewRun, now: float) -> tuple[RunR
             ).fetchone()
             if row is not None:
                 return rows.run_from_row(row), False
-        run = RunRecord(
-            run_id=new.run_id,
-            name=new.name,
-            kind=new.kind,
-            status=new.status,
-            created_at=now,
-            updated_at=now,
-            input_manifest=new.input_manifest,
-            idempotency_key=new.idempotency_key,
-            parent_run_id=new.parent_run_id,
-            parent_checkpoint_id=new.parent_checkpoint_id,
-            owner=new.owner,
-            lease_until=new.lease_until,
-            meta=new.meta,
-        )
-        _write_children(conn, run, new, new.blobs, now)
-        run = replace(run, head_seq=len(new.checkpoints), event_seq=len(new.events))
+        run = rows.run_from_new(new, now)
+        # Children are numbered from zero; the row then records how many were written.
+        _write_children(conn, replace(run, head_seq=0, event_seq=0), new, new.blobs, now)
         conn.execute(
             f"INSERT INTO runs ({rows.RUN_COLUMNS}) VALUES ({', '.join('?' * 17)})",
             rows.run_values(run),
