@@ -31,7 +31,7 @@ from ..model import (
 from ..store import codec
 from ..store.protocol import Conflict, Store
 from .gates import Suspend
-from .ops import CANCELLED_MESSAGE, create_fork, decisions_of, expire_gates
+from .ops import CANCELLED, create_fork, decisions_of, expire_gates
 from .ownership import lease_deadline, owner_alive, this_owner
 from .values import ValueCodec
 
@@ -370,13 +370,7 @@ class CellRun:
         """Record an interrupted cell: the run is cancelled, nothing of the cell kept (N8)."""
         await self._commit(
             events=[NewEvent("run_cancelled", node, {"was": "running"})],
-            run=RunUpdate(
-                status=RunStatus.CANCELLED,
-                error=CANCELLED_MESSAGE,
-                error_type="Cancelled",
-                owner=None,
-                lease_until=None,
-            ),
+            run=CANCELLED,
         )
 
     async def end(self) -> None:

@@ -34,6 +34,7 @@ from .values import ValueCodec, check_state
 from .watch import notify_cancelled
 
 __all__ = [
+    "CANCELLED",
     "CANCELLED_MESSAGE",
     "cancel_run",
     "create_fork",
@@ -44,6 +45,10 @@ __all__ = [
 ]
 
 CANCELLED_MESSAGE = "Cancelled by user"
+# What every cancel (a call, an interrupted node or cell) does to the run row.
+CANCELLED = RunUpdate(
+    status=RunStatus.CANCELLED, error=CANCELLED_MESSAGE, error_type="Cancelled", owner=None, lease_until=None
+)
 
 
 def _default_by() -> str | None:
@@ -284,13 +289,7 @@ async def cancel_run(store: Store, run_id: str) -> RunRecord:
         commit = Commit(
             run_id=run_id,
             events=[NewEvent("run_cancelled", None, {"was": run.status.value})],
-            run=RunUpdate(
-                status=RunStatus.CANCELLED,
-                error=CANCELLED_MESSAGE,
-                error_type="Cancelled",
-                owner=None,
-                lease_until=None,
-            ),
+            run=CANCELLED,
             release_interrupts=True,
             expect_status=frozenset({run.status}),
             expect_owner=run.owner,

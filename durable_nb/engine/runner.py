@@ -32,7 +32,7 @@ from ..model import (
 from ..store.protocol import Conflict, Store
 from .attempts import Attempter, Outcome
 from .graph import Graph, NodeSpec
-from .ops import CANCELLED_MESSAGE
+from .ops import CANCELLED
 from .ownership import lease_deadline
 from .values import ValueCodec
 from .watch import Watch
@@ -217,7 +217,7 @@ class Runner:
                 Commit(
                     run_id=self.run.run_id,
                     events=[NewEvent("run_cancelled", None, {"was": "running"})],
-                    run=self._finished(RunStatus.CANCELLED, CANCELLED_MESSAGE, "Cancelled"),
+                    run=CANCELLED,
                     expect_status=_RUNNING,
                     expect_owner=self.owner,
                 )

@@ -43,7 +43,6 @@ __all__ = ["Workflow"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 Sleep = Callable[[float], Awaitable[Any]]
-_RESUMABLE = (RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.PENDING, RunStatus.RUNNING)
 
 
 class Workflow:
