@@ -25,7 +25,7 @@ import weakref
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["run_sync"]
+__all__ = ["owns_running_loop", "run_sync"]
 
 T = TypeVar("T")
 
@@ -114,6 +114,14 @@ def _run_on_portal(coro: Coroutine[Any, Any, T]) -> T:
             except BaseException:  # noqa: BLE001 - re-raise the original interruption below
                 pass
         raise
+
+
+def owns_running_loop() -> bool:
+    """Return whether the loop running in this thread is one of durable_nb's own."""
+    try:
+        return asyncio.get_running_loop() in _own
+    except RuntimeError:
+        return False
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:

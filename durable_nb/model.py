@@ -293,7 +293,8 @@ class Commit:
     ``status_after_claim`` (and the owner in ``run``); otherwise it stays paused, unowned.
     ``release_interrupts`` deletes every pending interrupt of the run (cancel, failed gate).
     ``expect_owner`` (UNCHANGED: no check) and ``expect_head_seq`` guard against a run that
-    moved on since the caller read it.
+    moved on since the caller read it. ``seen`` is the run row as the caller last saw it: while
+    the stored row still matches it, a backend may update the row without reading it first.
     """
 
     run_id: str
@@ -309,6 +310,7 @@ class Commit:
     expect_owner: Any = UNCHANGED
     expect_head_seq: int | None = None
     idempotent: list[tuple[str, str]] = field(default_factory=list)
+    seen: RunRecord | None = None
 
 
 @dataclass(frozen=True, slots=True)

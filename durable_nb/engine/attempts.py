@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import queue
 import threading
@@ -12,6 +13,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+from .._loop import owns_running_loop
 from ..errors import InvalidState, NodeTimeout
 from ..model import Decision, NewEvent, format_seconds
 from .gates import Suspend
@@ -71,6 +73,11 @@ class _NodeThreads:
 
 _NODE_THREADS = _NodeThreads()
 
+# How long the loop thread of the sync API waits for a lone sync node before it goes back to
+# its loop: a short node is then collected without the loop's wake-up round trip, and a long
+# one delays the lease renewal and cancel checks by no more than this.
+SHORT_NODE_SECONDS = 0.005
+
 
 def backoff_seconds(retry: int) -> float:
     """Return the sleep before retry ``retry`` (1-based): 1, 2, 4, 8, 16, 30, 30, … (C9)."""
@@ -100,7 +107,7 @@ class Attempter:
         self.sleep = sleep
         self.events = events
 
-    async def _call(self, spec: NodeSpec, args: tuple[Any, ...], scope: NodeScope) -> Any:
+    async def _call(self, spec: NodeSpec, args: tuple[Any, ...], scope: NodeScope, alone: bool) -> Any:
         context = contextvars.copy_context()
         context.run(enter_scope, scope)
         loop = asyncio.get_running_loop()
@@ -108,7 +115,13 @@ class Attempter:
         if spec.is_async:
             call = loop.create_task(spec.fn(*args), context=context)
         else:
-            call = asyncio.wrap_future(_NODE_THREADS.submit(context.run, spec.fn, *args), loop=loop)
+            future = _NODE_THREADS.submit(context.run, spec.fn, *args)
+            if alone and spec.timeout_seconds is None and owns_running_loop():
+                try:
+                    return future.result(timeout=SHORT_NODE_SECONDS)
+                except concurrent.futures.TimeoutError:
+                    pass
+            call = asyncio.wrap_future(future, loop=loop)
         if spec.timeout_seconds is None:
             return await call
         try:
@@ -128,6 +141,7 @@ class Attempter:
         *,
         expect_dict: bool = True,
         item_index: int | None = None,
+        alone: bool = False,
     ) -> Outcome:
         """Run attempts of one node until one succeeds, pauses, or the retries are spent."""
         started = time.perf_counter()
@@ -141,7 +155,7 @@ class Attempter:
                 decisions=list(decisions),
             )
             try:
-                result = await self._call(spec, args, scope)
+                result = await self._call(spec, args, scope, alone)
             except Suspend as suspend:
                 return Outcome(spec.node_id, suspend=suspend, duration=time.perf_counter() - started, attempts=attempt)
             except Exception as error:  # noqa: BLE001 - a node's failure is data, recorded in its checkpoint

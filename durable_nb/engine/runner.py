@@ -146,6 +146,7 @@ class Runner:
             events=carried + events,
             expect_status=_RUNNING,
             expect_owner=self.owner,
+            seen=self.run,
             **fields,
         )
         try:
@@ -225,21 +226,21 @@ class Runner:
         except Conflict:
             pass
 
-    def _start(self, spec: NodeSpec) -> asyncio.Future[Outcome]:
+    def _start(self, spec: NodeSpec, alone: bool) -> asyncio.Future[Outcome]:
         if spec.kind == "map":
             task: asyncio.Future[Outcome] = asyncio.ensure_future(self._run_map(spec))
         elif spec.kind == "switch":
             task = asyncio.ensure_future(self._route(spec))
         else:
             task = asyncio.ensure_future(
-                self.attempter.run(spec, (dict(self.state),), self.resumes.get(spec.node_id, []))
+                self.attempter.run(spec, (dict(self.state),), self.resumes.get(spec.node_id, []), alone=alone)
             )
         self._tasks.add(task)
         return task
 
     async def _wave(self, wave: list[str]) -> None:
         self._announced = False
-        tasks = {self._start(self.graph.nodes[n]): n for n in wave}
+        tasks = {self._start(self.graph.nodes[n], len(wave) == 1): n for n in wave}
         in_flight = set(wave)
         written_by = self.wave_writes
         troubled: list[Outcome] = []

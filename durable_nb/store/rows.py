@@ -23,6 +23,7 @@ __all__ = [
     "EVENT_COLUMNS",
     "INTERRUPT_COLUMNS",
     "RUN_COLUMNS",
+    "SEEN_CONDITION",
     "checkpoint_from_draft",
     "checkpoint_from_row",
     "checkpoint_values",
@@ -34,6 +35,7 @@ __all__ = [
     "run_from_row",
     "run_update_values",
     "run_values",
+    "seen_values",
     "tree_row",
     "FORK_TREE",
 ]
@@ -133,6 +135,20 @@ def run_values(run: RunRecord) -> tuple[Any, ...]:
         run.event_seq,
         dumps(run.meta),
     )
+
+
+# The columns a commit rewrites, as the committer saw them: while they still hold, the run
+# row it computed from them is the one it would compute from a fresh read. ``{same}`` is the
+# dialect's null-safe equality.
+SEEN_CONDITION = (
+    "status = {p} AND error {same} {p} AND error_type {same} {p} AND owner {same} {p} "
+    "AND lease_until {same} {p} AND head_seq = {p} AND event_seq = {p}"
+)
+
+
+def seen_values(run: RunRecord) -> tuple[Any, ...]:
+    """Return the values for SEEN_CONDITION."""
+    return (run.status.value, run.error, run.error_type, run.owner, run.lease_until, run.head_seq, run.event_seq)
 
 
 def run_update_values(run: RunRecord) -> tuple[Any, ...]:

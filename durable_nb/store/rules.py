@@ -8,7 +8,7 @@ from ..errors import AlreadyResumed, InvalidDecision, InvalidInput
 from ..model import UNCHANGED, Commit, PendingInterrupt, RunRecord, RunStatus
 from .protocol import Conflict
 
-__all__ = ["ANY_NODE", "check_expectations", "check_run_id", "choose_claim", "updated_run"]
+__all__ = ["ANY_NODE", "check_expectations", "check_run_id", "choose_claim", "trusted_seen", "updated_run"]
 
 ANY_NODE = "*"
 
@@ -28,6 +28,18 @@ def check_expectations(run: RunRecord, commit: Commit) -> None:
         raise Conflict(run, f"Run {run.run_id} is owned by {run.owner!r}, not {commit.expect_owner!r}.")
     if commit.expect_head_seq is not None and run.head_seq != commit.expect_head_seq:
         raise Conflict(run, f"Run {run.run_id} has checkpoint {run.head_seq}, expected {commit.expect_head_seq}.")
+
+
+def trusted_seen(commit: Commit) -> RunRecord | None:
+    """Return the run the committer saw, if a conditional update on it can replace reading the row."""
+    seen = commit.seen
+    if seen is None or commit.claim is not None:
+        return None
+    try:
+        check_expectations(seen, commit)
+    except Conflict:
+        return None  # read the row to report the conflict as it stands
+    return seen
 
 
 def choose_claim(run_id: str, node_id: str, pending: list[PendingInterrupt]) -> PendingInterrupt:

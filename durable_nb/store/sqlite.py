@@ -1,10 +1,19 @@
 """The embedded SQLite store, on aiosqlite.
 
-Each store operation is one function run on aiosqlite's connection thread, so a
-transaction is a single queue item: it cannot interleave with another coroutine's, even
-when several event loops or threads share the store, and a commit costs one thread hop.
-Writers open IMMEDIATE transactions so that two processes never both read a run row
-and then both write it; ``busy_timeout`` makes the loser wait instead of failing.
+Each store operation is one function that runs with the connection to itself, so a
+transaction cannot interleave with another coroutine's, even when several event loops or
+threads share the store. Writers open IMMEDIATE transactions so that two processes never
+both read a run row and then both write it.
+
+Where an operation runs:
+
+- on aiosqlite's connection thread, queued as one item, with ``busy_timeout`` making it
+  wait for another process's write lock instead of failing. A loop that is not ours (a
+  kernel's, a server's) is never blocked by the store.
+- on the calling thread, when the running loop is one of durable_nb's own (the sync API's):
+  its caller is waiting anyway, and the two thread hops would cost more than a commit
+  without fsync. The connection's busy timeout is zero there, so a lock held by another
+  process never blocks the loop: the operation is rolled back and queued on the thread.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
+from .._loop import owns_running_loop
 from ..errors import RunNotFound, StoreUnavailable
 from ..model import (
     Blob,
@@ -39,7 +49,7 @@ from ..model import (
 )
 from . import rows
 from .protocol import HISTORY_COLUMNS
-from .rules import check_expectations, choose_claim, updated_run
+from .rules import check_expectations, choose_claim, trusted_seen, updated_run
 from .sql_store import SQLStore
 from .sqlite_schema import check_schema, ensure_schema
 
@@ -63,6 +73,8 @@ class SQLiteStore(SQLStore):
         self._conn: aiosqlite.Connection | None = None
         self._opening: concurrent.futures.Future[aiosqlite.Connection] | None = None
         self._open_lock = threading.Lock()
+        # Whoever holds it owns the sqlite3 connection: the connection thread or an inline caller.
+        self._use_lock = threading.Lock()
         self._closed = False
 
     def __repr__(self) -> str:
@@ -88,6 +100,8 @@ class SQLiteStore(SQLStore):
                 conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={_DURABILITY[self.durability]}")
             ensure_schema(conn, self.path)
+            # Inline operations must never wait for a lock; the thread path raises it again.
+            conn.execute("PRAGMA busy_timeout=0")
         except (sqlite3.DatabaseError, OSError) as exc:
             if conn is not None:
                 conn.close()
@@ -131,15 +145,39 @@ class SQLiteStore(SQLStore):
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         conn = await self._connection()
+        if fn in _INLINE and owns_running_loop() and self._use_lock.acquire(blocking=False):
+            try:
+                if self._conn is conn:
+                    return fn(conn._conn, *args)
+            except sqlite3.OperationalError as exc:
+                # Another process holds the write lock: nothing was written, so wait for it
+                # on the connection thread instead.
+                if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
+                    raise
+            finally:
+                self._use_lock.release()
         # One queue item per operation: see the module docstring.
-        return await conn._execute(fn, conn._conn, *args)
+        return await conn._execute(self._patiently, fn, conn._conn, *args)
+
+    def _patiently(self, fn: Callable[..., T], sqlite: sqlite3.Connection, *args: Any) -> T:
+        with self._use_lock:
+            sqlite.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            try:
+                return fn(sqlite, *args)
+            finally:
+                sqlite.execute("PRAGMA busy_timeout=0")
 
     async def close(self) -> None:
         """Close the connection; later calls raise StoreUnavailable."""
         self._closed = True
         conn, self._conn = self._conn, None
         if conn is not None:
-            await conn.close()
+            # Wait for an inline operation of another thread to finish with the connection.
+            await conn._execute(self._use_lock.acquire)
+            try:
+                await conn.close()
+            finally:
+                self._use_lock.release()
 
     def close_at_exit(self) -> None:
         """Close from a thread with no event loop, waiting briefly for queued work."""
@@ -237,8 +275,21 @@ def _create_run(conn: sqlite3.Connection, new: NewRun, now: float) -> tuple[RunR
         return run, True
 
 
+_UPDATE_RUN = (
+    "UPDATE runs SET status = ?, error = ?, error_type = ?, owner = ?, lease_until = ?, "
+    "head_seq = ?, event_seq = ?, updated_at = ? WHERE run_id = ?"
+)
+_UPDATE_SEEN_RUN = f"{_UPDATE_RUN} AND {rows.SEEN_CONDITION.format(p='?', same='IS')}"
+
+
 def _commit(conn: sqlite3.Connection, commit: Commit, now: float, url: str) -> CommitResult:
     with _Transaction(conn):
+        seen = trusted_seen(commit)
+        if seen is not None:
+            # A running node's commit: one conditional UPDATE checks the row and writes it.
+            after = updated_run(seen, commit, now, len(commit.checkpoints), len(commit.events))
+            if conn.execute(_UPDATE_SEEN_RUN, rows.run_update_values(after) + rows.seen_values(seen)).rowcount:
+                return CommitResult(after, _write_rest(conn, seen, commit, now))
         run = _get_run(conn, commit.run_id)
         if run is None:
             raise RunNotFound(commit.run_id, url)
@@ -253,23 +304,24 @@ def _commit(conn: sqlite3.Connection, commit: Commit, now: float, url: str) -> C
                 "DELETE FROM pending_interrupts WHERE run_id = ? AND node_id = ?",
                 (run.run_id, claimed.node_id),
             )
-        if commit.release_interrupts:
-            conn.execute("DELETE FROM pending_interrupts WHERE run_id = ?", (run.run_id,))
-        checkpoints = _write_children(conn, run, commit, commit.blobs, now)
-        if commit.open_interrupts:
-            conn.executemany(_INSERT_INTERRUPT, [rows.interrupt_values(p) for p in commit.open_interrupts])
-        if commit.idempotent:
-            conn.executemany(
-                "INSERT OR IGNORE INTO idempotency (run_id, key, hash, created_at) VALUES (?, ?, ?, ?)",
-                [(run.run_id, key, value_hash, now) for key, value_hash in commit.idempotent],
-            )
+        checkpoints = _write_rest(conn, run, commit, now)
         after = updated_run(run, commit, now, len(commit.checkpoints), len(commit.events), still_pending)
-        conn.execute(
-            "UPDATE runs SET status = ?, error = ?, error_type = ?, owner = ?, lease_until = ?, "
-            "head_seq = ?, event_seq = ?, updated_at = ? WHERE run_id = ?",
-            rows.run_update_values(after),
-        )
+        conn.execute(_UPDATE_RUN, rows.run_update_values(after))
         return CommitResult(after, checkpoints, claimed)
+
+
+def _write_rest(conn: sqlite3.Connection, run: RunRecord, commit: Commit, now: float) -> list[CheckpointRecord]:
+    if commit.release_interrupts:
+        conn.execute("DELETE FROM pending_interrupts WHERE run_id = ?", (run.run_id,))
+    checkpoints = _write_children(conn, run, commit, commit.blobs, now)
+    if commit.open_interrupts:
+        conn.executemany(_INSERT_INTERRUPT, [rows.interrupt_values(p) for p in commit.open_interrupts])
+    if commit.idempotent:
+        conn.executemany(
+            "INSERT OR IGNORE INTO idempotency (run_id, key, hash, created_at) VALUES (?, ?, ?, ?)",
+            [(run.run_id, key, value_hash, now) for key, value_hash in commit.idempotent],
+        )
+    return checkpoints
 
 
 def _one_checkpoint(conn: sqlite3.Connection, run_id: str, condition: str) -> CheckpointRecord | None:
@@ -427,6 +479,24 @@ def _prune(conn: sqlite3.Connection, older_than: float) -> PruneReport:
         conn.execute(f"DELETE FROM blobs WHERE hash NOT IN ({_LIVE_BLOBS})")
         conn.execute("DELETE FROM prunable")
     return PruneReport(checkpoints, events, idempotency, int(freed[0]), int(freed[1]))
+
+
+# Operations that are short or whose caller waits for the bytes anyway; the rest (history,
+# listings, prune) always run on the connection thread.
+_INLINE = frozenset(
+    {
+        _create_run,
+        _commit,
+        _get_run,
+        _one_checkpoint,
+        _node_checkpoint,
+        _checkpoint_by_id,
+        _pending,
+        _expired,
+        _get_blobs,
+        _get_idempotent,
+    }
+)
 
 
 @atexit.register
