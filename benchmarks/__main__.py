@@ -24,6 +24,8 @@ from .correctness import correctness_scenario, render_correctness
 from .history import history_scenario, render_history
 from .notebook import dataframe_scenario, render_dataframe, render_run_all, run_all_scenario
 
+SCENARIOS = ("chain", "large", "postgres", "history", "race", "dataframe", "run_all")
+
 
 def _size(files: list[Path]) -> int:
     for path in files:
@@ -98,24 +100,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--postgres", default=None, help="PostgreSQL URL for its scenario (or $DURABLE_NB_TEST_POSTGRES)"
     )
+    parser.add_argument(
+        "--only",
+        default=",".join(SCENARIOS),
+        help=f"comma-separated scenarios to run (default: all of {','.join(SCENARIOS)})",
+    )
     args = parser.parse_args(argv)
+    only = set(args.only.split(","))
+    if only - set(SCENARIOS):
+        parser.error(f"unknown scenario(s) {sorted(only - set(SCENARIOS))}; choose from {', '.join(SCENARIOS)}")
     nodes = 5 if args.smoke else 50
     reps = 2 if args.smoke else args.reps
     sqlite_ours, sqlite_floor = "durable_nb (synchronous=FULL)", "floor (INSERT+COMMIT, FULL)"
-    results = [
-        scenario("Per-node overhead, small state", nodes, None, reps, available(args.smoke), sqlite_ours, sqlite_floor),
-        scenario(
-            "Unchanged 1 MB value carried through the chain",
-            nodes,
-            os.urandom(1_000_000),
-            reps,
-            available(args.smoke),
-            sqlite_ours,
-            sqlite_floor,
-        ),
-    ]
+    results = []
+    if "chain" in only:
+        small = scenario(
+            "Per-node overhead, small state", nodes, None, reps, available(args.smoke), sqlite_ours, sqlite_floor
+        )
+        results.append(small)
+    if "large" in only:
+        results.append(
+            scenario(
+                "Unchanged 1 MB value carried through the chain",
+                nodes,
+                os.urandom(1_000_000),
+                reps,
+                available(args.smoke),
+                sqlite_ours,
+                sqlite_floor,
+            )
+        )
     postgres = args.postgres or os.environ.get("DURABLE_NB_TEST_POSTGRES")
-    if postgres and not args.smoke:
+    if postgres and not args.smoke and "postgres" in only:
         results.append(
             scenario(
                 "Per-node overhead on PostgreSQL",
@@ -127,21 +143,23 @@ def main(argv: list[str] | None = None) -> int:
                 "floor (INSERT+COMMIT, PostgreSQL)",
             )
         )
-    history = history_scenario(200 if args.smoke else 10_000, reps)
-    race = None if args.smoke else correctness_scenario(5)
-    dataframe = dataframe_scenario(1_000 if args.smoke else 1_250_000, reps)
-    run_all = None if args.smoke else run_all_scenario(50)
+    history = history_scenario(200 if args.smoke else 10_000, reps) if "history" in only else None
+    race = correctness_scenario(5) if "race" in only and not args.smoke else None
+    dataframe = dataframe_scenario(1_000 if args.smoke else 1_250_000, reps) if "dataframe" in only else None
+    run_all = run_all_scenario(50) if "run_all" in only and not args.smoke else None
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}, {platform.system()}"
     for result in results:
         print(render(result))
         print()
-    print(render_history(history))
-    print()
+    if history is not None:
+        print(render_history(history))
+        print()
     if race is not None:
         print(render_correctness(race))
         print()
-    print(render_dataframe(dataframe))
-    print()
+    if dataframe is not None:
+        print(render_dataframe(dataframe))
+        print()
     if run_all is not None:
         print(render_run_all(run_all))
         print()

@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
+import threading
+import time
 from pathlib import Path
 
 import pytest
+from conftest import db_path
 
 import durable_nb as dnb
 from durable_nb._loop import run_sync
@@ -131,3 +134,34 @@ def test_closed_store_refuses_work(store_url: str) -> None:
     with pytest.raises(dnb.StoreUnavailable, match="closed"):
         touch(store)
     assert os.path.exists(store.path)
+
+
+def test_sync_api_waits_for_a_write_lock_held_elsewhere(store_url: str) -> None:
+    """§3: the sync API runs SQLite work on its own thread with no busy wait; a lock held by another
+    connection sends that work to the connection thread, which waits for it instead of failing."""
+    flow = dnb.Workflow("locked", store=dnb.connect(store_url))
+    holder = sqlite3.connect(db_path(store_url), isolation_level=None, check_same_thread=False)
+    released: list[float] = []
+
+    def release() -> None:
+        released.append(time.monotonic())
+        holder.execute("COMMIT")
+
+    @flow.node
+    def take_lock(state: dict) -> dict:
+        # Another writer takes the lock while this node runs: its commit must wait for it.
+        holder.execute("BEGIN IMMEDIATE")
+        threading.Timer(0.4, release).start()
+        return {"a": 1}
+
+    @flow.node(after="take_lock")
+    def after(state: dict) -> dict:
+        return {"b": state["a"] + 1}
+
+    run = flow.run({})
+    assert released, "the commit of take_lock did not wait for the other writer"
+    assert run.status == "completed"
+    assert run.state == {"a": 1, "b": 2}
+    steps = [c.step for c in run_sync(flow.store.list_checkpoints(run.id))]
+    assert steps == ["after:take_lock", "after:after", "run_end"]
+    holder.close()

@@ -11,6 +11,7 @@ import pytest
 
 import durable_nb as dnb
 from durable_nb._ids import new_id
+from durable_nb._loop import run_sync
 from durable_nb.model import (
     Blob,
     CheckpointDraft,
@@ -444,3 +445,48 @@ def test_prune_keeps_fork_points(store: dnb.Store) -> None:
         assert [c.step for c in await store.list_checkpoints(done.run_id)] == ["after:a", "after:b", "run_end"]
 
     sync(main())
+
+
+@pytest.mark.parametrize("driver", ["asyncio.run", "run_sync"])
+def test_commit_from_a_stale_view_of_the_run(store: dnb.Store, driver: str) -> None:
+    """§3: a commit that passes the run as its writer saw it (``seen``) is numbered and checked
+    against the stored row, never against that view: a moved-on run still gets gap-free seqs,
+    and a run settled elsewhere raises Conflict and keeps nothing. ``run_sync`` drives the
+    store from durable_nb's own loop, where SQLite runs the work on the calling thread."""
+
+    async def main() -> None:
+        record, _ = await store.create_run(new_run())
+        running = frozenset({RunStatus.RUNNING})
+
+        def node_commit(node: str, seen: Any) -> Commit:
+            return Commit(
+                run_id=record.run_id,
+                checkpoints=[draft(f"after:{node}", node)],
+                events=[NewEvent("node_finished", node)],
+                expect_status=running,
+                expect_owner="me",
+                seen=seen,
+            )
+
+        first = await store.commit(node_commit("a", record))
+        assert (first.run.head_seq, first.run.event_seq) == (1, 2)
+        # Another writer renews the lease: the view of ``first`` is now stale.
+        await store.commit(Commit(run_id=record.run_id, run=RunUpdate(lease_until=time.time() + 60)))
+        second = await store.commit(node_commit("b", first.run))
+        third = await store.commit(node_commit("c", record))  # older still
+        assert [c.seq for c in second.checkpoints + third.checkpoints] == [2, 3]
+        assert (third.run.head_seq, third.run.event_seq) == (3, 4)
+        assert third.run.lease_until is not None
+        # Cancelled elsewhere: a commit from the last view is refused.
+        await store.commit(Commit(run_id=record.run_id, run=RunUpdate(status=RunStatus.CANCELLED, owner=None)))
+        with pytest.raises(Conflict) as raised:
+            await store.commit(node_commit("d", third.run))
+        assert raised.value.run.status is RunStatus.CANCELLED
+        stored = await store.list_checkpoints(record.run_id)
+        assert [(c.seq, c.step) for c in stored] == [(1, "after:a"), (2, "after:b"), (3, "after:c")]
+        assert [e.seq for e in await store.list_events(record.run_id)] == [1, 2, 3, 4]
+
+    if driver == "run_sync":
+        run_sync(main())
+    else:
+        sync(main())

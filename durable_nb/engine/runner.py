@@ -247,7 +247,7 @@ class Runner:
         try:
             pending = set(tasks)
             while pending:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                done, pending = await self._next_done(pending)
                 if self._abandoned:
                     raise RunCancelled(f"Run {self.run.run_id} was cancelled mid-node; nothing of it was kept.")
                 for task in sorted(done, key=lambda t: wave.index(tasks[t])):
@@ -272,6 +272,20 @@ class Runner:
         if not self._announced:
             # Only routing ran (no commit to ride): the next wave's start rides with its first commit.
             self.carry.extend(NewEvent("node_started", n) for n in self.ready())
+
+    async def _next_done(self, pending: set[asyncio.Future[Outcome]]) -> tuple[set[Any], set[Any]]:
+        if len(pending) > 1:
+            return await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        # A lone node (a chain's every step): awaiting it costs less than asyncio.wait's waiter.
+        (only,) = pending
+        try:
+            await only
+        except asyncio.CancelledError:
+            if not self._abandoned:
+                raise  # this run itself was interrupted
+        except BaseException:  # noqa: BLE001 - read from the task by the caller, as asyncio.wait would leave it
+            pass
+        return {only}, set()
 
     # -- node kinds -------------------------------------------------------------------------
 

@@ -37,7 +37,7 @@ from ..model import (
 from . import rows
 from .postgres_schema import MIGRATION_LOCK, ensure_schema
 from .protocol import HISTORY_COLUMNS
-from .rules import check_expectations, choose_claim, updated_run
+from .rules import check_expectations, choose_claim, trusted_seen, updated_run
 from .sql_store import SQLStore
 
 __all__ = ["PostgresStore"]
@@ -252,7 +252,46 @@ def _pending(conn: Any, run_id: str) -> list[PendingInterrupt]:
     return [rows.interrupt_from_row(row) for row in cursor]
 
 
+_UPDATE_RUN = (
+    "UPDATE runs SET status = %s, error = %s, error_type = %s, owner = %s, lease_until = %s, "
+    "head_seq = %s, event_seq = %s, updated_at = %s WHERE run_id = %s"
+)
+_UPDATE_SEEN_RUN = f"{_UPDATE_RUN} AND {rows.SEEN_CONDITION.format(p='%s', same='IS NOT DISTINCT FROM')}"
+
+
+class _Stale(Exception):
+    """The run row moved on from what the committer saw: roll back and read it."""
+
+
 def _commit(conn: Any, commit: Commit, now: float, url: str) -> CommitResult:
+    from psycopg.errors import UniqueViolation
+
+    seen = trusted_seen(commit)
+    if seen is not None:
+        try:
+            return _commit_seen(conn, seen, commit, now)
+        except (_Stale, UniqueViolation):
+            # Rolled back. A stale view numbers children that exist already; a real clash of
+            # ids is raised again below.
+            pass
+    return _commit_read(conn, commit, now, url)
+
+
+def _commit_seen(conn: Any, seen: RunRecord, commit: Commit, now: float) -> CommitResult:
+    # A running node's commit: one pipeline, one round trip. The UPDATE's condition does the
+    # checks (re-evaluated after any concurrent writer commits); when it matches nothing, the
+    # transaction is rolled back.
+    after = updated_run(seen, commit, now, len(commit.checkpoints), len(commit.events))
+    with conn.transaction():
+        with conn.pipeline():
+            updated = conn.execute(_UPDATE_SEEN_RUN, rows.run_update_values(after) + rows.seen_values(seen))
+            checkpoints = _write_rest(conn, seen, commit, now)
+        if updated.rowcount != 1:
+            raise _Stale
+    return CommitResult(after, checkpoints)
+
+
+def _commit_read(conn: Any, commit: Commit, now: float, url: str) -> CommitResult:
     with conn.transaction():
         run = _get_run(conn, commit.run_id, True)
         if run is None:
@@ -274,24 +313,25 @@ def _commit(conn: Any, commit: Commit, now: float, url: str) -> CommitResult:
         after = updated_run(run, commit, now, len(commit.checkpoints), len(commit.events), still_pending)
         # The checks are done: send every write in one pipeline instead of a round trip each.
         with conn.pipeline():
-            if commit.release_interrupts:
-                conn.execute("DELETE FROM pending_interrupts WHERE run_id = %s", (run.run_id,))
-            checkpoints = _write_children(conn, run, commit, commit.blobs, now)
-            with conn.cursor() as cursor:
-                if commit.open_interrupts:
-                    cursor.executemany(_INSERT_INTERRUPT, [rows.interrupt_values(p) for p in commit.open_interrupts])
-                if commit.idempotent:
-                    cursor.executemany(
-                        "INSERT INTO idempotency (run_id, key, hash, created_at) VALUES (%s, %s, %s, %s) "
-                        "ON CONFLICT (run_id, key) DO NOTHING",
-                        [(run.run_id, key, value_hash, now) for key, value_hash in commit.idempotent],
-                    )
-            conn.execute(
-                "UPDATE runs SET status = %s, error = %s, error_type = %s, owner = %s, lease_until = %s, "
-                "head_seq = %s, event_seq = %s, updated_at = %s WHERE run_id = %s",
-                rows.run_update_values(after),
-            )
+            checkpoints = _write_rest(conn, run, commit, now)
+            conn.execute(_UPDATE_RUN, rows.run_update_values(after))
     return CommitResult(after, checkpoints, claimed)
+
+
+def _write_rest(conn: Any, run: RunRecord, commit: Commit, now: float) -> list[CheckpointRecord]:
+    if commit.release_interrupts:
+        conn.execute("DELETE FROM pending_interrupts WHERE run_id = %s", (run.run_id,))
+    checkpoints = _write_children(conn, run, commit, commit.blobs, now)
+    with conn.cursor() as cursor:
+        if commit.open_interrupts:
+            cursor.executemany(_INSERT_INTERRUPT, [rows.interrupt_values(p) for p in commit.open_interrupts])
+        if commit.idempotent:
+            cursor.executemany(
+                "INSERT INTO idempotency (run_id, key, hash, created_at) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (run_id, key) DO NOTHING",
+                [(run.run_id, key, value_hash, now) for key, value_hash in commit.idempotent],
+            )
+    return checkpoints
 
 
 def _landed(conn: Any, commit: Commit) -> CommitResult | None:
