@@ -75,6 +75,59 @@ if __name__ == "__main__":
         app.invoke(Command(resume=True), config)
 """
 
+# A DBOS user's human approval: the workflow publishes "awaiting approval" with set_event and blocks in
+# DBOS.recv; an Approve click is DBOS.send to the workflow. The process that started the run goes away
+# while it waits (os._exit: a plain exit would block on DBOS's non-daemon executor thread until recv times
+# out), leaving the run PENDING under the default executor id "local". Each approver is an app server on
+# its own machine: DBOS.launch() recovers that pending run (DBOS's recovery-on-launch, no explicit resume
+# call), and at the shared instant it sends the approval and waits for the run to finish.
+DBOS_RACE = """
+import os, sys, threading, time
+from dbos import DBOS, SetWorkflowID
+
+DBOS(config={{"name": "race", "system_database_url": "sqlite:///{folder}/dbos.db", "log_level": "ERROR"}})
+
+
+@DBOS.step()
+def send_effect():
+    with open("{folder}/dbos-effects.txt", "a") as handle:
+        handle.write("sent\\n")
+
+
+@DBOS.workflow()
+def review():
+    DBOS.set_event("status", "awaiting approval")
+    if DBOS.recv("approval", timeout_seconds=3600):
+        send_effect()
+        return True
+    return False
+
+
+if __name__ == "__main__":
+    DBOS.launch()
+    if sys.argv[1] == "start":
+        with SetWorkflowID(sys.argv[2]):
+            DBOS.start_workflow(review)
+        DBOS.get_event(sys.argv[2], "status", timeout_seconds=30)
+        print(sys.argv[2], flush=True)
+        os._exit(0)
+    while time.time() < float(sys.argv[3]):
+        time.sleep(0.0005)
+    DBOS.send(sys.argv[2], True, topic="approval")
+    deadline = time.time() + 60
+    while DBOS.get_workflow_status(sys.argv[2]).status in ("PENDING", "ENQUEUED") and time.time() < deadline:
+        time.sleep(0.05)
+    DBOS.destroy()
+    # Let a second copy of the run that is mid-step in this process finish its effect, then exit without
+    # joining one that still blocks in recv (which would hang until its timeout).
+    for thread in threading.enumerate():
+        if thread.name.startswith("dbos-executor"):
+            thread.join(timeout=5)
+            if thread.is_alive():
+                print("dbos: a copy of the run is still waiting in recv", file=sys.stderr, flush=True)
+    os._exit(0)
+"""
+
 
 def _race(folder: Path, name: str, source: str, trials: int) -> list[int]:
     script = folder / f"{name}_race.py"
@@ -105,6 +158,12 @@ def correctness_scenario(trials: int) -> dict[str, Any]:
         rows.append(
             {"contender": "LangGraph SqliteSaver", "effects_per_race": _race(folder, "langgraph", LANGGRAPH, trials)}
         )
+    except ImportError:
+        pass
+    try:
+        import dbos  # noqa: F401
+
+        rows.append({"contender": "DBOS", "effects_per_race": _race(folder, "dbos", DBOS_RACE, trials)})
     except ImportError:
         pass
     return {"scenario": "Two processes approve the same paused run at once", "trials": trials, "rows": rows}

@@ -105,6 +105,8 @@ class Blob:
     hash: str
     codec: str
     data: bytes
+    # The SHA-256 of ``data`` when the store computed it while reading (saves a second pass).
+    sha256: bytes | None = field(default=None, compare=False, repr=False)
 
     @property
     def size(self) -> int:
