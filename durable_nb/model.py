@@ -105,8 +105,9 @@ class Blob:
     hash: str
     codec: str
     data: bytes
-    # The SHA-256 of ``data`` when the store computed it while reading (saves a second pass).
-    sha256: bytes | None = field(default=None, compare=False, repr=False)
+    # (key, hex digest of the address form of ``data``) when the store hashed the bytes as it
+    # read them: loading then needs no second pass over a large value.
+    read_digest: tuple[bytes, str] | None = field(default=None, compare=False, repr=False)
 
     @property
     def size(self) -> int:

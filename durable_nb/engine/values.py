@@ -54,7 +54,7 @@ class ValueCodec:
 
     async def load(self, manifest: Mapping[str, str]) -> dict[str, Any]:
         """Load every value of a manifest."""
-        found = await self.store.get_blobs(manifest.values())
+        found = await self.store.get_blobs(manifest.values(), self.secret)
         missing = sorted(name for name, value_hash in manifest.items() if value_hash not in found)
         if missing:
             raise StoreError(
@@ -66,7 +66,7 @@ class ValueCodec:
 
     async def load_one(self, value_hash: str) -> Any:
         """Load one value by its address."""
-        found = await self.store.get_blobs([value_hash])
+        found = await self.store.get_blobs([value_hash], self.secret)
         if value_hash not in found:
             raise StoreError(f"The store lacks the stored value {value_hash[:14]}…; it was pruned or edited.")
         self._stored.add(value_hash)

@@ -3,10 +3,8 @@
 Plain data (None, bool, int, finite float, str, lists and str-keyed dicts of those) is
 stored as JSON, which runs no code on load. Everything else is pickled with cloudpickle,
 so functions and classes defined in a notebook survive. A pickled blob's address is the
-HMAC-SHA256, under the secret key, of the SHA-256 of its bytes: it both names and signs the
-value, a blob whose address does not verify is never unpickled, and a store can hash a large
-value while it reads it (hashing is then no second pass). Stores written before that used
-the HMAC of the bytes themselves, under another prefix; they still load.
+HMAC-SHA256 of its bytes under the secret key: one pass both names and signs it, and a
+blob whose address does not verify is never unpickled.
 """
 
 from __future__ import annotations
@@ -23,13 +21,12 @@ import cloudpickle
 from ..errors import SerializationError, TamperedValueError
 from ..model import Blob
 
-__all__ = ["JSON", "PICKLE", "decode", "encode", "encode_json", "is_plain"]
+__all__ = ["JSON", "PICKLE", "address_hasher", "decode", "encode", "encode_json", "is_plain"]
 
 JSON = "json"
 PICKLE = "pickle"
 _JSON_PREFIX = "j-"
-_PICKLE_PREFIX = "s-"
-_LEGACY_PICKLE_PREFIX = "p-"
+_PICKLE_PREFIX = "p-"
 _MAX_DEPTH = 64
 
 
@@ -75,15 +72,26 @@ def encode(value: Any, key: bytes, name: str = "value") -> Blob:
             name=name,
             type_name=type_name,
         ) from exc
-    return Blob(_PICKLE_PREFIX + _signature(key, hashlib.sha256(data).digest()), PICKLE, data)
+    digest = hmac.new(key, data, hashlib.sha256).hexdigest()
+    return Blob(_PICKLE_PREFIX + digest, PICKLE, data)
 
 
-def _signature(key: bytes, digest: bytes) -> str:
-    return hmac.new(key, digest, hashlib.sha256).hexdigest()
+def address_hasher(address: str, key: bytes) -> Any:
+    """Return a fresh hash object that computes ``address``'s digest from the bytes, or None."""
+    if address.startswith(_PICKLE_PREFIX):
+        return hmac.new(key, digestmod=hashlib.sha256)
+    if address.startswith(_JSON_PREFIX):
+        return hashlib.sha256()
+    return None
 
 
-def _sha256(blob: Blob) -> bytes:
-    return blob.sha256 if blob.sha256 is not None else hashlib.sha256(blob.data).digest()
+def _digest(blob: Blob, key: bytes) -> str:
+    # The digest the store computed while reading, if it used this key; else one pass now.
+    if blob.read_digest is not None and hmac.compare_digest(blob.read_digest[0], key):
+        return blob.read_digest[1]
+    hasher = address_hasher(blob.hash, key)
+    hasher.update(blob.data)
+    return str(hasher.hexdigest())
 
 
 def _matches(expected: str, address: str) -> bool:
@@ -94,12 +102,8 @@ def _matches(expected: str, address: str) -> bool:
 def decode(blob: Blob, key: bytes) -> Any:
     """Load a blob's value after checking its address; raise TamperedValueError if it fails."""
     data = blob.data
-    if blob.hash.startswith((_PICKLE_PREFIX, _LEGACY_PICKLE_PREFIX)):
-        if blob.hash.startswith(_PICKLE_PREFIX):
-            expected = _signature(key, _sha256(blob))
-        else:
-            expected = hmac.new(key, data, hashlib.sha256).hexdigest()
-        if not _matches(expected, blob.hash[2:]):
+    if blob.hash.startswith(_PICKLE_PREFIX):
+        if not _matches(_digest(blob, key), blob.hash[len(_PICKLE_PREFIX) :]):
             raise TamperedValueError(
                 f"Stored value {blob.hash[:14]}… failed its signature check, so it was not "
                 "loaded: either the store was modified outside durable_nb, or it was "
@@ -108,7 +112,7 @@ def decode(blob: Blob, key: bytes) -> Any:
             )
         return pickle.loads(data)
     if blob.hash.startswith(_JSON_PREFIX):
-        if not _matches(_sha256(blob).hex(), blob.hash[len(_JSON_PREFIX) :]):
+        if not _matches(_digest(blob, key), blob.hash[len(_JSON_PREFIX) :]):
             raise TamperedValueError(
                 f"Stored value {blob.hash[:14]}… does not match its content hash, so it was "
                 "not loaded: the store was modified outside durable_nb."

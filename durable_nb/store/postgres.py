@@ -392,7 +392,8 @@ def _expired(conn: Any, now: float, run_id: str | None) -> list[PendingInterrupt
     return [rows.interrupt_from_row(row) for row in conn.execute(sql + " ORDER BY expires_at", params)]
 
 
-def _get_blobs(conn: Any, hashes: list[str]) -> dict[str, Blob]:
+def _get_blobs(conn: Any, hashes: list[str], key: bytes | None) -> dict[str, Blob]:
+    # psycopg hands over each value whole: the loader hashes it.
     cursor = conn.execute("SELECT hash, codec, data FROM blobs WHERE hash = ANY(%s)", (hashes,))
     return {value_hash: Blob(value_hash, codec, bytes(data)) for value_hash, codec, data in cursor}
 

@@ -94,8 +94,12 @@ class Store(Protocol):
         """Return pending interrupts whose timeout has passed, of one run or of all."""
         ...
 
-    async def get_blobs(self, hashes: Iterable[str]) -> dict[str, Blob]:
-        """Return the blobs stored under the given addresses (missing ones are left out)."""
+    async def get_blobs(self, hashes: Iterable[str], key: bytes | None = None) -> dict[str, Blob]:
+        """Return the blobs stored under the given addresses (missing ones are left out).
+
+        With the secret ``key``, a store may hash a blob's bytes as it reads them and hand the
+        digest on in ``Blob.read_digest``, sparing the loader a second pass.
+        """
         ...
 
     async def get_idempotent(self, run_id: str, key: str) -> str | None:

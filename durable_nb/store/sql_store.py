@@ -104,10 +104,10 @@ class SQLStore:
         """Return pending interrupts whose timeout has passed."""
         return await self._run(self._sql._expired, now, run_id)
 
-    async def get_blobs(self, hashes: Iterable[str]) -> dict[str, Blob]:
+    async def get_blobs(self, hashes: Iterable[str], key: bytes | None = None) -> dict[str, Blob]:
         """Return the blobs stored under the given addresses (missing ones left out)."""
         wanted = list(dict.fromkeys(hashes))
-        return await self._run(self._sql._get_blobs, wanted) if wanted else {}
+        return await self._run(self._sql._get_blobs, wanted, key) if wanted else {}
 
     async def get_idempotent(self, run_id: str, key: str) -> str | None:
         """Return the address of a stored @idempotent result."""

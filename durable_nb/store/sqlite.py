@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
-import hashlib
 import os
 import sqlite3
 import threading
@@ -49,6 +48,7 @@ from ..model import (
     RunStatus,
 )
 from . import rows
+from .codec import address_hasher
 from .protocol import HISTORY_COLUMNS
 from .rules import check_expectations, choose_claim, trusted_seen, updated_run
 from .sql_store import SQLStore
@@ -374,7 +374,7 @@ def _expired(conn: sqlite3.Connection, now: float, run_id: str | None) -> list[P
     return [rows.interrupt_from_row(row) for row in conn.execute(sql + " ORDER BY expires_at", params)]
 
 
-def _get_blobs(conn: sqlite3.Connection, hashes: list[str]) -> dict[str, Blob]:
+def _get_blobs(conn: sqlite3.Connection, hashes: list[str], key: bytes | None) -> dict[str, Blob]:
     found: dict[str, Blob] = {}
     # Stay under SQLite's limit on bound parameters.
     for start in range(0, len(hashes), 500):
@@ -386,38 +386,43 @@ def _get_blobs(conn: sqlite3.Connection, hashes: list[str]) -> dict[str, Blob]:
         )
         for value_hash, codec, rowid, size, data in cursor.fetchall():
             if data is None:
-                found[value_hash] = _read_streamed(conn, value_hash, codec, rowid, size)
+                found[value_hash] = _read_streamed(conn, value_hash, codec, rowid, size, key)
             else:
                 found[value_hash] = Blob(value_hash, codec, bytes(data))
     return found
 
 
 # Values from this size on are read in chunks with incremental blob I/O (no copy of the whole
-# row by the SELECT), each chunk hashed on another thread while the next one is read.
+# row by the SELECT) and, given the key, each chunk is hashed on another thread while the
+# next one is read.
 _STREAMED_BYTES = 4 << 20
 _CHUNK_BYTES = 8 << 20
 _hashing: concurrent.futures.ThreadPoolExecutor | None = None
 
 
-def _read_streamed(conn: sqlite3.Connection, value_hash: str, codec: str, rowid: int, size: int) -> Blob:
+def _read_streamed(
+    conn: sqlite3.Connection, value_hash: str, codec: str, rowid: int, size: int, key: bytes | None
+) -> Blob:
     global _hashing
     if _hashing is None:
         _hashing = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="durable-nb-hash")
+    hasher = None if key is None else address_hasher(value_hash, key)
     data = bytearray(size)
     view = memoryview(data)
-    digest = hashlib.sha256()
     hashed: concurrent.futures.Future[None] | None = None
     with conn.blobopen("blobs", "data", rowid, readonly=True) as stored:
         for offset in range(0, size, _CHUNK_BYTES):
             piece = stored.read(_CHUNK_BYTES)
             view[offset : offset + len(piece)] = piece
-            if hashed is not None:
-                hashed.result()
-            hashed = _hashing.submit(digest.update, view[offset : offset + len(piece)])
+            if hasher is not None:
+                if hashed is not None:
+                    hashed.result()
+                hashed = _hashing.submit(hasher.update, view[offset : offset + len(piece)])
     if hashed is not None:
         hashed.result()
-    # A bytearray: pickle and json load it as they would bytes, without another 100 MB copy.
-    return Blob(value_hash, codec, data, sha256=digest.digest())  # type: ignore[arg-type]
+    digest = None if key is None or hasher is None else (key, str(hasher.hexdigest()))
+    # A bytearray: pickle and json load it as they would bytes, without another full copy.
+    return Blob(value_hash, codec, data, read_digest=digest)  # type: ignore[arg-type]
 
 
 def _get_idempotent(conn: sqlite3.Connection, run_id: str, key: str) -> str | None:

@@ -163,7 +163,7 @@ async def aforks(run: Any, *, store: Any = None) -> pd.DataFrame:
     loaded: dict[str, Any] = {}
     if wanted:
         secret = load_secret()
-        loaded = {h: codec.decode(blob, secret) for h, blob in (await resolved.get_blobs(wanted)).items()}
+        loaded = {h: codec.decode(blob, secret) for h, blob in (await resolved.get_blobs(wanted, secret)).items()}
     depth: dict[str, int] = {}
     for record, _ in tree:  # ids sort by creation, so a parent comes before its forks
         depth[record.run_id] = depth.get(record.parent_run_id or "", -1) + 1 if record.parent_run_id else 0
