@@ -24,9 +24,10 @@ import concurrent.futures
 import os
 import sqlite3
 import threading
+import time
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -48,7 +49,7 @@ from ..model import (
     RunStatus,
 )
 from . import rows
-from .codec import address_hasher
+from .blob_files import FILE_BYTES, BlobFolder, FileBlob, FileVanished, read_hashed
 from .protocol import HISTORY_COLUMNS
 from .rules import check_expectations, choose_claim, trusted_seen, updated_run
 from .sql_store import SQLStore
@@ -63,7 +64,8 @@ _open_stores: weakref.WeakSet[SQLiteStore] = weakref.WeakSet()
 
 
 class SQLiteStore(SQLStore):
-    """A store in one SQLite file (WAL, ``synchronous=FULL`` unless durability="process")."""
+    """A store in one SQLite file (WAL, ``synchronous=FULL`` unless durability="process"),
+    with values of 4 MB or more as files in the folder ``<file>-blobs`` beside it."""
 
     def __init__(self, url: str, path: str, durability: str = "full") -> None:
         if durability not in _DURABILITY:
@@ -77,6 +79,7 @@ class SQLiteStore(SQLStore):
         # Whoever holds it owns the sqlite3 connection: the connection thread or an inline caller.
         self._use_lock = threading.Lock()
         self._closed = False
+        self.blob_folder = None if path == ":memory:" else BlobFolder(Path(f"{path}-blobs"), durability == "full")
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.url!r}, durability={self.durability!r})"
@@ -168,6 +171,61 @@ class SQLiteStore(SQLStore):
             finally:
                 sqlite.execute("PRAGMA busy_timeout=0")
 
+    # -- values kept as files ---------------------------------------------------------
+
+    async def _off_loop(self, fn: Callable[..., T], *args: Any) -> T:
+        # File work of a large value: on the caller's thread under the sync API (it waits
+        # anyway), on a worker thread when the loop belongs to someone else.
+        if owns_running_loop():
+            return fn(*args)
+        return await asyncio.to_thread(fn, *args)
+
+    async def _with_files(self, blobs: list[Blob]) -> list[Blob]:
+        folder = self.blob_folder
+        if folder is None or not any(b.size >= FILE_BYTES for b in blobs):
+            return blobs
+        return [await self._off_loop(folder.write, b) if b.size >= FILE_BYTES else b for b in blobs]
+
+    async def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
+        """Create a run with its first checkpoints and events, or return the keyed original."""
+        for _ in range(_FILE_ATTEMPTS - 1):
+            try:
+                return await super().create_run(replace(new, blobs=await self._with_files(new.blobs)))
+            except FileVanished:
+                continue  # pruned between writing and committing: write it again
+        return await super().create_run(replace(new, blobs=await self._with_files(new.blobs)))
+
+    async def commit(self, commit: Commit) -> CommitResult:
+        """Write a commit in one transaction, its large values first as files."""
+        for _ in range(_FILE_ATTEMPTS - 1):
+            try:
+                return await super().commit(replace(commit, blobs=await self._with_files(commit.blobs)))
+            except FileVanished:
+                continue
+        return await super().commit(replace(commit, blobs=await self._with_files(commit.blobs)))
+
+    async def get_blobs(self, hashes: Iterable[str], key: bytes | None = None) -> dict[str, Blob]:
+        """Return the blobs stored under the given addresses (missing ones left out)."""
+        wanted = list(dict.fromkeys(hashes))
+        if not wanted:
+            return {}
+        found, in_files = await self._run(_get_blobs, wanted, key)
+        folder = self.blob_folder
+        for value_hash, codec, size in in_files if folder is not None else []:
+            blob = await self._off_loop(folder.read, value_hash, codec, size, key)
+            if blob is not None:  # a missing file is a missing value: the loader says so
+                found[value_hash] = blob
+        return found
+
+    async def prune(self, older_than: float) -> PruneReport:
+        """Delete old checkpoints and events of finished runs, unreferenced values and their files."""
+        report = await super().prune(older_than)
+        if self.blob_folder is not None:
+            files = [str(f) for f in self.blob_folder.files()]
+            if files:
+                await self._run(_delete_unreferenced, files, time.time() - _STALE_WRITE_SECONDS)
+        return report
+
     async def close(self) -> None:
         """Close the connection; later calls raise StoreUnavailable."""
         self._closed = True
@@ -240,6 +298,10 @@ def _write_children(
     conn: sqlite3.Connection, run: RunRecord, commit: Commit | NewRun, blobs: list[Blob], now: float
 ) -> list[CheckpointRecord]:
     if blobs:
+        for blob in blobs:
+            # Holding the write lock: a prune cannot delete the file between this check and the row.
+            if isinstance(blob, FileBlob) and not os.path.exists(blob.path):
+                raise FileVanished(blob.path)
         conn.executemany(_INSERT_BLOB, [(b.hash, b.codec, b.size, now, b.data) for b in blobs])
     written = []
     for offset, draft in enumerate(commit.checkpoints, start=1):
@@ -374,55 +436,47 @@ def _expired(conn: sqlite3.Connection, now: float, run_id: str | None) -> list[P
     return [rows.interrupt_from_row(row) for row in conn.execute(sql + " ORDER BY expires_at", params)]
 
 
-def _get_blobs(conn: sqlite3.Connection, hashes: list[str], key: bytes | None) -> dict[str, Blob]:
+def _get_blobs(
+    conn: sqlite3.Connection, hashes: list[str], key: bytes | None
+) -> tuple[dict[str, Blob], list[tuple[str, str, int]]]:
+    """Return the blobs stored in the database, and (hash, codec, size) of those kept as files."""
     found: dict[str, Blob] = {}
+    in_files: list[tuple[str, str, int]] = []
     # Stay under SQLite's limit on bound parameters.
     for start in range(0, len(hashes), 500):
         chunk = hashes[start : start + 500]
         cursor = conn.execute(
-            "SELECT hash, codec, rowid, size, CASE WHEN size < ? THEN data END FROM blobs "
+            "SELECT hash, codec, rowid, size, length(data), CASE WHEN size < ? THEN data END FROM blobs "
             f"WHERE hash IN ({', '.join('?' * len(chunk))})",
             [_STREAMED_BYTES, *chunk],
         )
-        for value_hash, codec, rowid, size, data in cursor.fetchall():
-            if data is None:
-                found[value_hash] = _read_streamed(conn, value_hash, codec, rowid, size, key)
+        for value_hash, codec, rowid, size, length, data in cursor.fetchall():
+            if length == 0 and size > 0:
+                in_files.append((value_hash, codec, size))
+            elif data is None:
+                # Large, and stored in the database (by a version before value files): read in chunks.
+                with conn.blobopen("blobs", "data", rowid, readonly=True) as stored:
+                    found[value_hash] = read_hashed(_reader(stored), size, value_hash, codec, key)
             else:
                 found[value_hash] = Blob(value_hash, codec, bytes(data))
-    return found
+    return found, in_files
 
 
-# Values from this size on are read in chunks with incremental blob I/O (no copy of the whole
-# row by the SELECT) and, given the key, each chunk is hashed on another thread while the
-# next one is read.
+# Writes of a value file before giving up on a folder where files keep disappearing.
+_FILE_ATTEMPTS = 3
+# A temporary value file this old belongs to a write that died (a write takes seconds).
+_STALE_WRITE_SECONDS = 3600.0
+# Large values in the database are read with incremental blob I/O: no copy of the whole row.
 _STREAMED_BYTES = 4 << 20
-_CHUNK_BYTES = 8 << 20
-_hashing: concurrent.futures.ThreadPoolExecutor | None = None
 
 
-def _read_streamed(
-    conn: sqlite3.Connection, value_hash: str, codec: str, rowid: int, size: int, key: bytes | None
-) -> Blob:
-    global _hashing
-    if _hashing is None:
-        _hashing = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="durable-nb-hash")
-    hasher = None if key is None else address_hasher(value_hash, key)
-    data = bytearray(size)
-    view = memoryview(data)
-    hashed: concurrent.futures.Future[None] | None = None
-    with conn.blobopen("blobs", "data", rowid, readonly=True) as stored:
-        for offset in range(0, size, _CHUNK_BYTES):
-            piece = stored.read(_CHUNK_BYTES)
-            view[offset : offset + len(piece)] = piece
-            if hasher is not None:
-                if hashed is not None:
-                    hashed.result()
-                hashed = _hashing.submit(hasher.update, view[offset : offset + len(piece)])
-    if hashed is not None:
-        hashed.result()
-    digest = None if key is None or hasher is None else (key, str(hasher.hexdigest()))
-    # A bytearray: pickle and json load it as they would bytes, without another full copy.
-    return Blob(value_hash, codec, data, read_digest=digest)  # type: ignore[arg-type]
+def _reader(stored: sqlite3.Blob) -> Callable[[memoryview], int]:
+    def read_into(view: memoryview) -> int:
+        piece = stored.read(len(view))
+        view[: len(piece)] = piece
+        return len(piece)
+
+    return read_into
 
 
 def _get_idempotent(conn: sqlite3.Connection, run_id: str, key: str) -> str | None:
@@ -465,6 +519,19 @@ def _head_checkpoints(conn: sqlite3.Connection, run_ids: list[str]) -> dict[str,
             record = rows.checkpoint_from_row(row)
             found[record.run_id] = record
     return found
+
+
+def _delete_unreferenced(conn: sqlite3.Connection, paths: list[str], stale_before: float) -> None:
+    # Under the write lock: a commit checks its files under it too, so a file deleted here was
+    # either unreferenced for good or is written again by the commit that wanted it.
+    with _Transaction(conn):
+        for path in paths:
+            name = os.path.basename(path)
+            if name.startswith("."):
+                if BlobFolder.older_than(Path(path), stale_before):
+                    Path(path).unlink(missing_ok=True)  # a write interrupted long ago
+            elif conn.execute("SELECT 1 FROM blobs WHERE hash = ?", (name,)).fetchone() is None:
+                Path(path).unlink(missing_ok=True)
 
 
 _PRUNABLE = (RunStatus.COMPLETED.value, RunStatus.FAILED.value)
