@@ -180,14 +180,18 @@ class SQLiteStore(SQLStore):
             return fn(*args)
         return await asyncio.to_thread(fn, *args)
 
+    def _has_large(self, blobs: list[Blob]) -> bool:
+        return self.blob_folder is not None and any(b.size >= FILE_BYTES for b in blobs)
+
     async def _with_files(self, blobs: list[Blob]) -> list[Blob]:
         folder = self.blob_folder
-        if folder is None or not any(b.size >= FILE_BYTES for b in blobs):
-            return blobs
+        assert folder is not None
         return [await self._off_loop(folder.write, b) if b.size >= FILE_BYTES else b for b in blobs]
 
     async def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
         """Create a run with its first checkpoints and events, or return the keyed original."""
+        if not self._has_large(new.blobs):
+            return await super().create_run(new)
         for _ in range(_FILE_ATTEMPTS - 1):
             try:
                 return await super().create_run(replace(new, blobs=await self._with_files(new.blobs)))
@@ -197,6 +201,8 @@ class SQLiteStore(SQLStore):
 
     async def commit(self, commit: Commit) -> CommitResult:
         """Write a commit in one transaction, its large values first as files."""
+        if not self._has_large(commit.blobs):
+            return await super().commit(commit)
         for _ in range(_FILE_ATTEMPTS - 1):
             try:
                 return await super().commit(replace(commit, blobs=await self._with_files(commit.blobs)))
