@@ -27,6 +27,40 @@ from .notebook import dataframe_scenario, render_dataframe, render_run_all, run_
 SCENARIOS = ("chain", "large", "postgres", "history", "race", "dataframe", "run_all")
 
 
+def describe_machine() -> str:
+    """CPU, cores, memory, OS and Python of this machine, in one line."""
+    cpu = platform.processor() or platform.machine()
+    memory = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                memory = f", {int(line.split()[1]) / 2**20:.0f} GiB"
+                break
+    except OSError:
+        pass
+    return (
+        f"{cpu} ({platform.machine()}), {os.cpu_count()} cores{memory}, {platform.system()} {platform.release()}, "
+        f"Python {sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}"
+    )
+
+
+def versions() -> str:
+    """The installed versions of durable_nb and its peers."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = []
+    for package in ("durable-nb", "langgraph", "langgraph-checkpoint-sqlite", "langgraph-checkpoint-postgres", "dbos"):
+        try:
+            found.append(f"{package} {version(package)}")
+        except PackageNotFoundError:
+            found.append(f"{package} (not installed)")
+    return ", ".join(found)
+
+
 def _size(files: list[Path]) -> int:
     for path in files:
         if path.suffix == ".db" and path.exists():
@@ -147,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     race = correctness_scenario(5) if "race" in only and not args.smoke else None
     dataframe = dataframe_scenario(1_000 if args.smoke else 1_250_000, reps) if "dataframe" in only else None
     run_all = run_all_scenario(50) if "run_all" in only and not args.smoke else None
-    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}, {platform.system()}"
+    machine = describe_machine()
     for result in results:
         print(render(result))
         print()
@@ -164,8 +198,9 @@ def main(argv: list[str] | None = None) -> int:
         print(render_run_all(run_all))
         print()
     print(f"machine: {machine}")
+    print(f"versions: {versions()}")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    report = {"machine": machine, "results": results, "history": history, "race": race}
+    report = {"machine": machine, "versions": versions(), "results": results, "history": history, "race": race}
     report.update(dataframe=dataframe, run_all=run_all)
     Path(args.json).write_text(json.dumps(report, indent=2))
     return 0
