@@ -324,3 +324,38 @@ def test_terminated_backends_mid_run_then_resume(pg_url: str) -> None:
     assert seqs == list(range(1, len(seqs) + 1))
     steps = list(dnb.history(run.id, store=pg_url)["step"])
     assert steps.count("after:cut") == 1 and steps[-1] == "run_end"
+
+
+def test_sync_api_waits_on_a_worker_when_every_connection_is_busy(pg_url: str) -> None:
+    """§3: under the sync API a store call runs on the caller's thread when a pooled connection
+    is free at once; when the pool is exhausted, it waits for one on a worker thread instead of
+    failing or blocking for good."""
+    import threading
+
+    from durable_nb._loop import run_sync
+    from durable_nb.store.postgres import PostgresStore
+
+    store = PostgresStore(f"{pg_url}&pool_max=1")
+    try:
+        flow = dnb.Workflow("busy-pool", store=store)
+
+        @flow.node()
+        def only(state):
+            return {"done": True}
+
+        run = flow.run({})
+        pool = store._pool_or_open()
+        held = pool.getconn()  # the pool's only connection
+        released: list[float] = []
+
+        def release() -> None:
+            released.append(time.monotonic())
+            pool.putconn(held)
+
+        threading.Timer(0.4, release).start()
+        fetched = run_sync(store.get_run(run.id))
+        assert released, "the call ran without a connection"
+        assert fetched.status.value == "completed"
+        assert flow.run({}).status == "completed"
+    finally:
+        run_sync(store.close())

@@ -4,7 +4,8 @@ Each store operation is one function run with a pooled connection on a worker th
 the SQLite store does on aiosqlite's thread. The async core is driven from many event
 loops (a thread-local loop per thread for sync calls, the kernel's loop, worker threads),
 and a connection of an async driver belongs to the loop that opened it; worker threads keep
-the store usable from all of them with one bounded pool.
+the store usable from all of them with one bounded pool. Under the sync API (durable_nb's
+own loop), an operation runs on the calling thread when a connection is free at once.
 
 Writers lock the run row (``SELECT … FOR UPDATE``) before anything else, so commits of one
 run are serialized while different runs commit in parallel; a gate is claimed with one
@@ -22,6 +23,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from .._loop import owns_running_loop
 from ..errors import RunNotFound, StoreUnavailable
 from ..model import (
     Blob,
@@ -144,6 +146,22 @@ class PostgresStore(SQLStore):
             return fn(conn, *args)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        if owns_running_loop():
+            # The sync API's own loop: its caller waits anyway, and two thread hops cost about
+            # as much as a round trip. No transaction of ours waits on a loop, so a row lock
+            # held by another one is released within its own few statements.
+            from psycopg_pool import PoolTimeout
+
+            pool = self._pool_or_open()
+            try:
+                conn = pool.getconn(timeout=_INLINE_WAIT_SECONDS)
+            except PoolTimeout:
+                pass  # every connection is busy: wait for one on a worker thread
+            else:
+                try:
+                    return fn(conn, *args)
+                finally:
+                    pool.putconn(conn)
         return await asyncio.wrap_future(self._threads.submit(self._call, fn, *args))
 
     async def close(self) -> None:
@@ -169,6 +187,10 @@ class PostgresStore(SQLStore):
                 if landed is not None:
                     return landed
         raise AssertionError("unreachable")
+
+
+# How long the sync API waits for a free connection on its own thread before queueing.
+_INLINE_WAIT_SECONDS = 0.001
 
 
 # -- functions run on a worker thread with a pooled connection ----------------------------------
