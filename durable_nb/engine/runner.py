@@ -93,12 +93,20 @@ class Runner:
         # Keys written by the wave in progress, kept in checkpoints so a clash survives a resume.
         self.wave_writes: dict[str, str] = dict(head_wave_writes or {})
         self._lock: asyncio.Lock | None = None
+        self._ready: list[str] = []
+        self._ready_key: tuple[int, int] | None = None
 
     # -- state of the run ---------------------------------------------------------------
 
     def ready(self) -> list[str]:
         """Return the next wave."""
-        return self.graph.ready(self.completed, self.skipped)
+        # completed and skipped only grow, so their lengths say whether the wave can differ;
+        # the graph scan is otherwise repeated for every commit and every wave.
+        key = (len(self.completed), len(self.skipped))
+        if self._ready_key != key:
+            self._ready = self.graph.ready(self.completed, self.skipped)
+            self._ready_key = key
+        return list(self._ready)
 
     def abandon(self) -> None:
         """Stop at once: the run was cancelled or taken over; in-flight work is discarded."""
