@@ -25,13 +25,13 @@ def new_id() -> str:
             ms = _last_ms
             _counter += 1
         else:
-            _counter = secrets.randbits(11)
+            _counter = int.from_bytes(os.urandom(2), "big") >> 5  # 11 random bits
         if _counter >= 1 << 12:
             ms += 1
             _counter = 0
         _last_ms = ms
         counter = _counter
-    rand_b = secrets.randbits(62)
+    rand_b = int.from_bytes(os.urandom(8), "big") >> 2  # 62 random bits, as secrets would draw them
     value = (ms & ((1 << 48) - 1)) << 80
     value |= 0x7 << 76
     value |= counter << 64

@@ -118,10 +118,13 @@ def _run_on_portal(coro: Coroutine[Any, Any, T]) -> T:
 
 def owns_running_loop() -> bool:
     """Return whether the loop running in this thread is one of durable_nb's own."""
+    # Our loops are this thread's (``_thread_loop``) and the portal; comparing with those two
+    # is exact and cheaper than the weak set (this runs several times per node).
     try:
-        return asyncio.get_running_loop() in _own
+        loop = asyncio.get_running_loop()
     except RuntimeError:
         return False
+    return loop is getattr(_local, "loop", None) or loop is _portal
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
