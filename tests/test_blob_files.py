@@ -184,3 +184,71 @@ def test_files_that_keep_vanishing_raise_a_store_error(store_url: str, monkeypat
     with pytest.raises(dnb.StoreError, match="deleted before the commit that needed it"):
         big_flow(store_url).run({})
     assert execute_sql(store_url, "SELECT COUNT(*) FROM blobs WHERE length(data) = 0")[0][0] == 0
+
+
+CRASHING_FLOW = """
+import os, signal, sys
+import durable_nb as dnb
+from durable_nb.store import blob_files
+
+flow = dnb.Workflow("big-crash", store={store!r})
+
+
+@flow.node(retry_count=0)
+def make(state):
+    with open({count!r}, "a") as handle:
+        handle.write("make\\n")
+    return {{"payload": os.urandom({size})}}
+
+
+@flow.node(after="make", retry_count=0)
+def use(state):
+    return {{"length": len(state["payload"])}}
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "run":
+        original = blob_files.BlobFolder.write
+
+        def write_then_die(self, blob):
+            stand_in = original(self, blob)
+            os.kill(os.getpid(), signal.SIGKILL)  # the file is on disk; its commit never happens
+            return stand_in
+
+        blob_files.BlobFolder.write = write_then_die
+        flow.run({{}})
+    else:
+        print(dnb.recover([flow]), flush=True)
+"""
+
+
+def test_a_kill_between_the_file_and_its_commit_loses_nothing(store_url: str, tmp_path: Path) -> None:
+    """C6/C7 with value files: a process killed after writing a value's file but before the
+    commit leaves an orphan file and no row; recovery runs the node again (once) and commits, and
+    prune then removes the orphan."""
+    import subprocess
+    import sys
+
+    from conftest import env_with_repo
+
+    count = tmp_path / "count.txt"
+    script = tmp_path / "big_crash.py"
+    script.write_text(CRASHING_FLOW.format(store=store_url, count=str(count), size=BIG))
+    killed = subprocess.run([sys.executable, str(script), "run"], env=env_with_repo(), timeout=120)
+    assert killed.returncode == -9
+    assert len(value_files(store_url)) == 1  # written, never referenced
+    assert execute_sql(store_url, "SELECT COUNT(*) FROM blobs WHERE length(data) = 0")[0][0] == 0
+    [(run_id, status)] = execute_sql(store_url, "SELECT run_id, status FROM runs")
+    assert status == "running"
+
+    recovered = subprocess.run(
+        [sys.executable, str(script), "recover"], env=env_with_repo(), capture_output=True, text=True, timeout=120
+    )
+    assert recovered.returncode == 0, recovered.stderr
+    run = dnb.get_run(run_id, store=store_url)
+    assert run.status == "completed" and run.state["length"] == BIG
+    assert count.read_text().splitlines() == ["make", "make"]  # the one node in flight, run again once
+    assert len(value_files(store_url)) == 2
+    dnb.prune(0, store=store_url)
+    [kept] = value_files(store_url)
+    assert kept.name == head_hash(store_url, run_id, "payload")
