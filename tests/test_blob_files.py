@@ -252,3 +252,16 @@ def test_a_kill_between_the_file_and_its_commit_loses_nothing(store_url: str, tm
     dnb.prune(0, store=store_url)
     [kept] = value_files(store_url)
     assert kept.name == head_hash(store_url, run_id, "payload")
+
+
+def test_a_value_folder_that_cannot_be_written_is_a_store_error(store_url: str) -> None:
+    """§8: when the value file cannot be written (here a plain file stands where the folder
+    should be), the commit fails with a StoreError naming the file and what to do; no row
+    refers to a missing file, and once the folder can be made the same store works."""
+    blocker = folder(store_url)
+    blocker.write_text("not a folder")
+    with pytest.raises(dnb.StoreError, match=r"Cannot write the value file .*then run again"):
+        big_flow(store_url).run({})
+    assert execute_sql(store_url, "SELECT COUNT(*) FROM blobs WHERE length(data) = 0")[0][0] == 0
+    blocker.unlink()
+    assert big_flow(store_url, "big-again").run({}).status == "completed"

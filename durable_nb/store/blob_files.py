@@ -15,9 +15,12 @@ A file whose commit never happened (a crash, a conflict) is an orphan that ``pru
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import re
 import secrets
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +36,7 @@ _CHUNK_BYTES = 8 << 20
 # point the store at another file.
 _ADDRESS = re.compile(r"^[pj]-[0-9a-f]{64}$")
 _hashing: concurrent.futures.ThreadPoolExecutor | None = None
+_hashing_lock = threading.Lock()
 
 
 class FileVanished(StoreError):
@@ -59,12 +63,15 @@ class FileBlob(Blob):
 
 def _hash_pool() -> concurrent.futures.ThreadPoolExecutor:
     global _hashing
-    if _hashing is None:
-        _hashing = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="durable-nb-hash")
-    return _hashing
+    with _hashing_lock:
+        if _hashing is None:
+            _hashing = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="durable-nb-hash")
+        return _hashing
 
 
-def read_hashed(read_into: object, size: int, value_hash: str, codec: str, key: bytes | None) -> Blob:
+def read_hashed(
+    read_into: Callable[[memoryview], int], size: int, value_hash: str, codec: str, key: bytes | None
+) -> Blob:
     """Read ``size`` bytes in chunks with ``read_into(view) -> count``, hashing each chunk on
     another thread while the next one is read (the digest rides in ``Blob.read_digest``)."""
     hasher = None if key is None else address_hasher(value_hash, key)
@@ -73,7 +80,7 @@ def read_hashed(read_into: object, size: int, value_hash: str, codec: str, key: 
     hashed: concurrent.futures.Future[None] | None = None
     offset = 0
     while offset < size:
-        count = read_into(view[offset : offset + _CHUNK_BYTES])  # type: ignore[operator]
+        count = read_into(view[offset : offset + _CHUNK_BYTES])
         if not count:
             raise TamperedValueError(
                 f"Stored value {value_hash[:14]}… has {offset} of its {size} bytes, so it was not "
@@ -111,22 +118,30 @@ class BlobFolder:
         try:
             if target.stat().st_size == blob.size:
                 return stand_in  # the same value, written before (the commit checks it is still there)
-        except FileNotFoundError:
-            pass
-        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError:
+            pass  # not there (or no folder yet): write it
         temporary = self.folder / f".{blob.hash}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-        handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            view = memoryview(blob.data)
-            while view:
-                view = view[os.write(handle, view) :]
+            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                view = memoryview(blob.data)
+                while view:
+                    view = view[os.write(handle, view) :]
+                if self.sync:
+                    os.fsync(handle)
+            finally:
+                os.close(handle)
+            os.replace(temporary, target)
             if self.sync:
-                os.fsync(handle)
-        finally:
-            os.close(handle)
-        os.replace(temporary, target)
-        if self.sync:
-            self._sync_folder()
+                self._sync_folder()
+        except OSError as error:
+            with contextlib.suppress(OSError):
+                temporary.unlink()
+            raise StoreError(
+                f"Cannot write the value file {target}: {error.strerror or error}. Nothing was committed; "
+                f"free some disk space or make {self.folder} writable, then run again."
+            ) from error
         return stand_in
 
     def read(self, value_hash: str, codec: str, size: int, key: bytes | None) -> Blob | None:
@@ -139,6 +154,11 @@ class BlobFolder:
                 return read_hashed(handle.readinto, size, value_hash, codec, key)
         except FileNotFoundError:
             return None
+        except OSError as error:
+            raise StoreError(
+                f"Cannot read the value file {target}: {error.strerror or error}. "
+                f"Check that {self.folder} is readable by this user."
+            ) from error
 
     def files(self) -> list[Path]:
         """Return every value file and leftover temporary file in the folder."""
