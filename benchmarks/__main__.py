@@ -198,9 +198,10 @@ def main(argv: list[str] | None = None) -> int:
         print(render_run_all(run_all))
         print()
     print(f"machine: {machine}")
-    print(f"versions: {versions()}")
+    peers = versions()
+    print(f"versions: {peers}")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    report = {"machine": machine, "versions": versions(), "results": results, "history": history, "race": race}
+    report = {"machine": machine, "versions": peers, "results": results, "history": history, "race": race}
     report.update(dataframe=dataframe, run_all=run_all)
     Path(args.json).write_text(json.dumps(report, indent=2))
     return 0

@@ -140,9 +140,9 @@ class PostgresStore(SQLStore):
                     self._pool = self._open()
         return self._pool
 
-    def _call(self, fn: Callable[..., T], *args: Any) -> T:
+    def _call(self, fn: Callable[..., T], *args: Any, wait: float | None = None) -> T:
         pool = self._pool_or_open()
-        with pool.connection() as conn:
+        with pool.connection(timeout=wait) as conn:
             return fn(conn, *args)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
@@ -152,16 +152,10 @@ class PostgresStore(SQLStore):
             # held by another one is released within its own few statements.
             from psycopg_pool import PoolTimeout
 
-            pool = self._pool_or_open()
             try:
-                conn = pool.getconn(timeout=_INLINE_WAIT_SECONDS)
+                return self._call(fn, *args, wait=_INLINE_WAIT_SECONDS)
             except PoolTimeout:
-                pass  # every connection is busy: wait for one on a worker thread
-            else:
-                try:
-                    return fn(conn, *args)
-                finally:
-                    pool.putconn(conn)
+                pass  # every connection is busy (nothing ran): wait for one on a worker thread
         return await asyncio.wrap_future(self._threads.submit(self._call, fn, *args))
 
     async def close(self) -> None:
@@ -274,10 +268,7 @@ def _pending(conn: Any, run_id: str) -> list[PendingInterrupt]:
     return [rows.interrupt_from_row(row) for row in cursor]
 
 
-_UPDATE_RUN = (
-    "UPDATE runs SET status = %s, error = %s, error_type = %s, owner = %s, lease_until = %s, "
-    "head_seq = %s, event_seq = %s, updated_at = %s WHERE run_id = %s"
-)
+_UPDATE_RUN = rows.UPDATE_RUN.format(p="%s")
 _UPDATE_SEEN_RUN = f"{_UPDATE_RUN} AND {rows.SEEN_CONDITION.format(p='%s', same='IS NOT DISTINCT FROM')}"
 
 

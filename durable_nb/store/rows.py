@@ -24,6 +24,7 @@ __all__ = [
     "INTERRUPT_COLUMNS",
     "RUN_COLUMNS",
     "SEEN_CONDITION",
+    "UPDATE_RUN",
     "checkpoint_from_draft",
     "checkpoint_from_row",
     "checkpoint_values",
@@ -136,6 +137,12 @@ def run_values(run: RunRecord) -> tuple[Any, ...]:
         dumps(run.meta),
     )
 
+
+# A commit's UPDATE of the run row, in run_update_values order; ``{p}`` is the placeholder.
+UPDATE_RUN = (
+    "UPDATE runs SET status = {p}, error = {p}, error_type = {p}, owner = {p}, lease_until = {p}, "
+    "head_seq = {p}, event_seq = {p}, updated_at = {p} WHERE run_id = {p}"
+)
 
 # The columns a commit rewrites, as the committer saw them: while they still hold, the run
 # row it computed from them is the one it would compute from a fresh read. ``{same}`` is the

@@ -27,7 +27,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -188,27 +188,30 @@ class SQLiteStore(SQLStore):
         assert folder is not None
         return [await self._off_loop(folder.write, b) if b.size >= FILE_BYTES else b for b in blobs]
 
+    async def _writing_files(self, blobs: list[Blob], write: Callable[[list[Blob]], Awaitable[T]]) -> T:
+        # Large values go to their files first; a file pruned before its commit took the
+        # write lock is written again, a bounded number of times.
+        for attempt in range(1, _FILE_ATTEMPTS + 1):
+            try:
+                return await write(await self._with_files(blobs))
+            except FileVanished:
+                if attempt == _FILE_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
+
     async def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
         """Create a run with its first checkpoints and events, or return the keyed original."""
         if not self._has_large(new.blobs):
             return await super().create_run(new)
-        for _ in range(_FILE_ATTEMPTS - 1):
-            try:
-                return await super().create_run(replace(new, blobs=await self._with_files(new.blobs)))
-            except FileVanished:
-                continue  # pruned between writing and committing: write it again
-        return await super().create_run(replace(new, blobs=await self._with_files(new.blobs)))
+        create = super().create_run
+        return await self._writing_files(new.blobs, lambda blobs: create(replace(new, blobs=blobs)))
 
     async def commit(self, commit: Commit) -> CommitResult:
         """Write a commit in one transaction, its large values first as files."""
         if not self._has_large(commit.blobs):
             return await super().commit(commit)
-        for _ in range(_FILE_ATTEMPTS - 1):
-            try:
-                return await super().commit(replace(commit, blobs=await self._with_files(commit.blobs)))
-            except FileVanished:
-                continue
-        return await super().commit(replace(commit, blobs=await self._with_files(commit.blobs)))
+        write = super().commit
+        return await self._writing_files(commit.blobs, lambda blobs: write(replace(commit, blobs=blobs)))
 
     async def get_blobs(self, hashes: Iterable[str], key: bytes | None = None) -> dict[str, Blob]:
         """Return the blobs stored under the given addresses (missing ones left out)."""
@@ -344,10 +347,7 @@ def _create_run(conn: sqlite3.Connection, new: NewRun, now: float) -> tuple[RunR
         return run, True
 
 
-_UPDATE_RUN = (
-    "UPDATE runs SET status = ?, error = ?, error_type = ?, owner = ?, lease_until = ?, "
-    "head_seq = ?, event_seq = ?, updated_at = ? WHERE run_id = ?"
-)
+_UPDATE_RUN = rows.UPDATE_RUN.format(p="?")
 _UPDATE_SEEN_RUN = f"{_UPDATE_RUN} AND {rows.SEEN_CONDITION.format(p='?', same='IS')}"
 
 
@@ -454,13 +454,14 @@ def _get_blobs(
         cursor = conn.execute(
             "SELECT hash, codec, rowid, size, length(data), CASE WHEN size < ? THEN data END FROM blobs "
             f"WHERE hash IN ({', '.join('?' * len(chunk))})",
-            [_STREAMED_BYTES, *chunk],
+            [FILE_BYTES, *chunk],
         )
         for value_hash, codec, rowid, size, length, data in cursor.fetchall():
             if length == 0 and size > 0:
                 in_files.append((value_hash, codec, size))
             elif data is None:
-                # Large, and stored in the database (by a version before value files): read in chunks.
+                # Large, and stored in the database (by a version before value files): read it in
+                # chunks with incremental blob I/O, without a copy of the whole row.
                 with conn.blobopen("blobs", "data", rowid, readonly=True) as stored:
                     found[value_hash] = read_hashed(_reader(stored), size, value_hash, codec, key)
             else:
@@ -472,8 +473,6 @@ def _get_blobs(
 _FILE_ATTEMPTS = 3
 # A temporary value file this old belongs to a write that died (a write takes seconds).
 _STALE_WRITE_SECONDS = 3600.0
-# Large values in the database are read with incremental blob I/O: no copy of the whole row.
-_STREAMED_BYTES = 4 << 20
 
 
 def _reader(stored: sqlite3.Blob) -> Callable[[memoryview], int]:
