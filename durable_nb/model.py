@@ -108,6 +108,9 @@ class Blob:
     # (key, hex digest of the address form of ``data``) when the store hashed the bytes as it
     # read them: loading then needs no second pass over a large value.
     read_digest: tuple[bytes, str] | None = field(default=None, compare=False, repr=False)
+    # Addresses of other blobs this one is made of (a namespace group's array buffers): what
+    # keeps this blob alive keeps them alive too.
+    parts: tuple[str, ...] = ()
 
     @property
     def size(self) -> int:

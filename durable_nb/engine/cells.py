@@ -8,16 +8,19 @@ finds what a re-executed cell can restore, and keeps the kernel's ownership of t
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .._ids import new_id
-from ..errors import NotResumable, RunOwnedElsewhere, SerializationError
+from ..errors import NotResumable, RunOwnedElsewhere
 from ..model import (
+    Blob,
     CheckpointDraft,
     CheckpointRecord,
     CheckpointStatus,
     Commit,
+    CommitResult,
     Decision,
     NewEvent,
     NewRun,
@@ -31,6 +34,7 @@ from ..model import (
 from ..store import codec
 from ..store.protocol import Conflict, Store
 from .gates import Suspend
+from .namespace import NamespaceTracker
 from .ops import CANCELLED, create_fork, decisions_of, expire_gates
 from .ownership import lease_deadline, owner_alive, this_owner
 from .values import ValueCodec
@@ -42,25 +46,34 @@ _UNFINISHED = [RunStatus.RUNNING, RunStatus.PENDING, RunStatus.PAUSED, RunStatus
 
 @dataclass(slots=True)
 class CellOutcome:
-    """What a cell that finished hands over to be committed."""
+    """What a cell that finished hands over to be committed.
+
+    ``touched`` are the names the cell mentioned or bound; the namespace tracker pickles those
+    and whatever shares objects with them. ``bound`` are the names the cell (re)bound: a value
+    among them that cannot be stored is reported. ``extra`` rides in the checkpoint as is.
+    """
 
     node_id: str
-    values: dict[str, Any]
+    namespace: dict[str, Any]
+    touched: frozenset[str]
+    storable: Callable[[str], bool]
     deleted: list[str]
     outputs: list[dict[str, Any]]
     source_hash: str
     duration: float
     attempts: int = 1
-    unstored: dict[str, str] = field(default_factory=dict)
-    maybe_changed: frozenset[str] = frozenset()
+    bound: frozenset[str] = frozenset()
+    open_figures: frozenset[int] = frozenset()
+    extra: dict[str, Any] = field(default_factory=dict)
+    blobs: list[Blob] = field(default_factory=list)
 
 
 @dataclass(slots=True)
 class Restorable:
-    """A committed cell: its values, its outputs and when it ran."""
+    """A committed cell, restored: the names it set, its outputs, what it could not store."""
 
     checkpoint: CheckpointRecord
-    values: dict[str, Any]
+    names: list[str]
     outputs: list[dict[str, Any]]
     unstored: dict[str, str]
 
@@ -72,9 +85,18 @@ class Restorable:
 class CellRun:
     """The run a kernel is attached to, and the durable state its cells have committed."""
 
-    def __init__(self, store: Store, values: ValueCodec, run: RunRecord, head: CheckpointRecord | None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        values: ValueCodec,
+        run: RunRecord,
+        head: CheckpointRecord | None,
+        tracker: NamespaceTracker | None = None,
+    ) -> None:
         self.store = store
         self.values = values
+        # The kernel's namespace as the store holds it: it follows the kernel from run to run.
+        self.tracker = tracker if tracker is not None else NamespaceTracker(values.secret)
         self.run = run
         self.owner = this_owner()
         self.manifest: dict[str, str] = dict(head.manifest if head else run.input_manifest)
@@ -98,6 +120,7 @@ class CellRun:
         new: bool = False,
         run_id: str | None = None,
         key: str | None = None,
+        tracker: NamespaceTracker | None = None,
     ) -> CellRun:
         """Attach to ``run_id``, else the latest unfinished run of ``name``, else a new run (N1)."""
         run: RunRecord | None = None
@@ -120,7 +143,7 @@ class CellRun:
                     events=[NewEvent("run_started")],
                 )
             )
-        cell_run = cls(store, values, run, await store.resume_point(run.run_id))
+        cell_run = cls(store, values, run, await store.resume_point(run.run_id), tracker)
         if run.status in (RunStatus.RUNNING, RunStatus.PENDING, RunStatus.FAILED, RunStatus.CANCELLED):
             await cell_run.take()
         return cell_run
@@ -197,12 +220,52 @@ class CellRun:
             max_seq = fork_point.seq
             run = await self.store.get_run(run.parent_run_id)
 
-    async def restore(self, checkpoint: CheckpointRecord) -> Restorable:
-        """Load a committed cell's values and outputs."""
-        values = await self.values.load(checkpoint.node_output or {})
+    async def matching_run(self, node_id: str, source_hash: str) -> str | None:
+        """Return another run of this fork tree whose cell ``node_id`` ran this code from the state
+        this run had before the cell, so that going back to old code returns to that run."""
+        here = await self.lookup(node_id)
+        start = await self._state_before(here, node_id) if here is not None else self.manifest
+        for run, _ in reversed(await self.store.fork_tree(self.run_id)):
+            if run.run_id == self.run_id or run.status is RunStatus.COMPLETED:
+                continue
+            if run.status is RunStatus.RUNNING and run.owner != self.owner and owner_alive(
+                run.run_id, run.owner, run.lease_until
+            ):
+                continue
+            found = await self.store.node_checkpoint(run.run_id, node_id, "after:")
+            if found is None or found.extra.get("source_hash") != source_hash:
+                continue
+            if await self._state_before(found, node_id) == start:
+                return run.run_id
+        return None
+
+    async def _state_before(self, checkpoint: CheckpointRecord, node: str) -> dict[str, str] | None:
+        before_id = await self._before(checkpoint, node)
+        if before_id is None:
+            run = await self.store.get_run(checkpoint.run_id)
+            if run.parent_run_id and run.parent_checkpoint_id:
+                return dict((await self.store.get_checkpoint(run.parent_run_id, run.parent_checkpoint_id)).manifest)
+            return dict(run.input_manifest)
+        return dict((await self.store.get_checkpoint(checkpoint.run_id, before_id)).manifest)
+
+    async def restore(
+        self, checkpoint: CheckpointRecord, namespace: dict[str, Any], exclude: frozenset[str] = frozenset()
+    ) -> Restorable:
+        """Load a committed cell's values into ``namespace`` (its variables that share objects
+        are loaded together) and return its outputs."""
+        manifest = {k: v for k, v in (checkpoint.node_output or {}).items() if k not in exclude}
+        values = await self.values.load(manifest, namespace)
         outputs_hash = checkpoint.extra.get("outputs")
         outputs = await self.values.load_one(outputs_hash) if outputs_hash else []
-        return Restorable(checkpoint, values, outputs, dict(checkpoint.extra.get("unstored", {})))
+        namespace.update(values)
+        fingerprints = checkpoint.extra.get("fingerprints", {})
+        for name, address in manifest.items():
+            self.tracker.restored(name, address, fingerprints.get(name))
+        deleted = [name for name in checkpoint.extra.get("deleted", []) if name not in exclude]
+        for name in deleted:
+            namespace.pop(name, None)
+        self.tracker.drop(deleted)
+        return Restorable(checkpoint, list(values), outputs, dict(checkpoint.extra.get("unstored", {})))
 
     async def pending_gate(self, node_id: str) -> PendingInterrupt | None:
         """Return the open gate of a cell, if the run waits at one there."""
@@ -229,7 +292,7 @@ class CellRun:
         self.head_id = draft.checkpoint_id
         return draft
 
-    async def _commit(self, **fields: Any) -> None:
+    async def _commit(self, **fields: Any) -> CommitResult:
         try:
             result = await self.store.commit(
                 Commit(
@@ -243,55 +306,48 @@ class CellRun:
                 "this cell's result was not committed. Run it again to take the run back."
             ) from None
         self.run = result.run
+        return result
 
-    def encode_values(self, values: dict[str, Any]) -> tuple[dict[str, str], list[Any], dict[str, str]]:
-        """Serialize each value on its own; return the manifest, new blobs and the names left unstored."""
-        manifest: dict[str, str] = {}
-        blobs: list[Any] = []
-        unstored: dict[str, str] = {}
-        for name, value in values.items():
-            try:
-                delta, new = self.values.encode({name: value})
-            except SerializationError as error:
-                unstored[name] = error.type_name
-                continue
-            manifest.update(delta)
-            blobs.extend(new)
-        return manifest, blobs, unstored
+    async def commit_cell(self, outcome: CellOutcome, *, only_if_changed: bool = False) -> CheckpointRecord | None:
+        """Commit a finished cell as ``after:<node>``: what it changed, its outputs, one transaction (N2).
 
-    async def commit_cell(self, outcome: CellOutcome) -> CheckpointRecord:
-        """Commit a finished cell as ``after:<node>``: its values, its outputs, one transaction (N2)."""
+        With ``only_if_changed`` (a cell run again on restore), nothing is committed when the
+        cell changed no stored value; None is returned then.
+        """
         node = outcome.node_id
-        delta, blobs, unstored = self.encode_values(outcome.values)
-        unstored.update(outcome.unstored)
-        for name in outcome.maybe_changed:
-            # Used, not assigned: it changed only if its bytes did.
-            if name in delta and delta[name] == self.manifest.get(name):
-                del delta[name]
+        plan = self.tracker.plan(
+            outcome.namespace, self.manifest, outcome.touched, outcome.storable, outcome.open_figures
+        )
+        # Report what the cell made or what the run held; a name only used and never storable is not news.
+        unstored = {n: t for n, t in plan.unstored.items() if n in outcome.bound or n in self.manifest}
+        if only_if_changed and not plan.manifest and not unstored and not outcome.deleted:
+            self.tracker.committed(plan)
+            return None
         outputs = codec.encode(outcome.outputs, self.values.secret, f"outputs of {node}")
-        if outputs.hash not in {b.hash for b in blobs}:
-            blobs.append(outputs)
+        blobs = [*plan.blobs, *outcome.blobs, outputs]
         for name in [*outcome.deleted, *unstored]:
             self.manifest.pop(name, None)
-        self.manifest.update(delta)
+        self.manifest.update(plan.manifest)
         self.completed = [n for n in self.completed if n != node] + [node]
         self.resumes.pop(node, None)
         draft = self._draft(
             "after",
             node,
             CheckpointStatus.OK,
-            node_output=delta,
+            node_output=plan.manifest,
             duration=outcome.duration,
             attempts=outcome.attempts,
             extra={
+                **outcome.extra,
                 "source_hash": outcome.source_hash,
                 "outputs": outputs.hash,
-                "blobs": [outputs.hash],
+                "blobs": [outputs.hash, *(b.hash for b in outcome.blobs)],
                 "unstored": unstored,
                 "deleted": sorted(outcome.deleted),
+                "fingerprints": plan.fingerprints,
             },
         )
-        await self._commit(
+        result = await self._commit(
             checkpoints=[draft],
             blobs=blobs,
             events=[
@@ -300,10 +356,10 @@ class CellRun:
             ],
             run=RunUpdate(lease_until=lease_deadline()),
         )
+        self.tracker.committed(plan)
+        self.tracker.drop(outcome.deleted)
         self.values.mark_stored(blobs)
-        checkpoint = await self.store.head_checkpoint(self.run_id)
-        assert checkpoint is not None
-        return checkpoint
+        return result.checkpoints[-1]
 
     async def fail_cell(
         self, node: str, error: BaseException, trace: str, duration: float, attempts: int, source_hash: str
@@ -410,7 +466,7 @@ class CellRun:
             owner=self.owner,
             lease_until=lease_deadline(),
         )
-        forked = CellRun(self.store, self.values, fork.run, fork.checkpoint)
+        forked = CellRun(self.store, self.values, fork.run, fork.checkpoint, self.tracker)
         forked.resumes.pop(node, None)
         return forked
 
@@ -438,4 +494,4 @@ class CellRun:
                 events=[NewEvent("fork_created", None, {"parent_run_id": source.run_id, "parent_checkpoint_id": None})],
             )
         )
-        return CellRun(self.store, self.values, run, None)
+        return CellRun(self.store, self.values, run, None, self.tracker)

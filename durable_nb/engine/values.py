@@ -9,6 +9,7 @@ from ..errors import InvalidState, StoreError
 from ..model import Blob
 from ..store import codec
 from ..store.protocol import Store
+from .pickling import restoring_into, unpickle
 
 __all__ = ["ValueCodec", "check_state"]
 
@@ -23,6 +24,16 @@ def check_state(value: Any, what: str) -> dict[str, Any]:
     if bad:
         raise InvalidState(f"{what} has keys that are not strings: {bad[:5]!r}. State names are strings.")
     return dict(value)
+
+
+def _buffer(data: Any, readonly: bool, taken: bool) -> Any:
+    # Each writable array gets memory of its own: two arrays that only held equal bytes must
+    # not become one (pandas' copy-on-write would no longer see writes between them).
+    if readonly:
+        return memoryview(data).toreadonly()
+    if isinstance(data, bytearray) and not taken:
+        return data
+    return bytearray(data)
 
 
 class ValueCodec:
@@ -52,9 +63,12 @@ class ValueCodec:
         """Remember blobs a committed transaction wrote."""
         self._stored.update(b.hash for b in blobs)
 
-    async def load(self, manifest: Mapping[str, str]) -> dict[str, Any]:
-        """Load every value of a manifest."""
-        found = await self.store.get_blobs(manifest.values(), self.secret)
+    async def load(self, manifest: Mapping[str, str], namespace: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Load every value of a manifest; notebook functions among them read ``namespace`` as their globals.
+
+        The variables of one group are unpickled together, so the objects they share are shared again.
+        """
+        found = await self.store.get_blobs(set(manifest.values()), self.secret)
         missing = sorted(name for name, value_hash in manifest.items() if value_hash not in found)
         if missing:
             raise StoreError(
@@ -62,7 +76,37 @@ class ValueCodec:
                 "outside durable_nb. Fork from another checkpoint to go on."
             )
         self._stored.update(found)
-        return {name: codec.decode(found[value_hash], self.secret) for name, value_hash in manifest.items()}
+        groups = await self._load_groups([found[h] for h in found if codec.is_group(h)], namespace)
+        return {
+            name: groups[value_hash][name] if value_hash in groups else codec.decode(found[value_hash], self.secret)
+            for name, value_hash in manifest.items()
+        }
+
+    async def _load_groups(self, blobs: list[Blob], namespace: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+        opened = {blob.hash: codec.open_group(blob, self.secret) for blob in blobs}
+        wanted = {part.address for group in opened.values() for part in group.parts}
+        parts = await self.store.get_blobs(wanted, self.secret) if wanted else {}
+        lacking = sorted(wanted - parts.keys())
+        if lacking:
+            raise StoreError(
+                f"The store lacks {len(lacking)} array buffer(s) of stored variables (e.g. {lacking[0][:14]}…); "
+                "it was pruned or edited outside durable_nb. Fork from another checkpoint to go on."
+            )
+        for part in parts.values():
+            codec.verify_raw(part)
+        self._stored.update(parts)
+        loaded: dict[str, dict[str, Any]] = {}
+        taken: set[str] = set()
+        with restoring_into(namespace):
+            for address, group in opened.items():
+                buffers = []
+                for part in group.parts:
+                    buffers.append(_buffer(parts[part.address].data, part.readonly, part.address in taken))
+                    if not part.readonly:
+                        taken.add(part.address)
+                values = unpickle(group.stream, buffers)
+                loaded[address] = dict(zip(group.names, [values] if len(group.names) == 1 else values, strict=True))
+        return loaded
 
     async def load_one(self, value_hash: str) -> Any:
         """Load one value by its address."""

@@ -1,18 +1,28 @@
-"""Record what a cell prints and displays while still showing it live, and replay it later."""
+"""Record what a cell prints and displays while still showing it live, and replay it later.
+
+The records are JSON-ready dicts, in the order the notebook showed them: ``stream`` (stdout,
+stderr), ``display`` (display data: ``display()``, figures drawn by the inline backend) and
+``result`` (the cell's value, shown as ``Out[n]``).
+"""
 
 from __future__ import annotations
 
+import base64
 import sys
 from types import TracebackType
-from typing import Any, TextIO
+from typing import Any
 
-__all__ = ["Capture", "replay"]
+__all__ = ["Capture", "RestoredResult", "close_restored_figures", "open_figure_ids", "replay"]
+
+_INLINE = ("inline", "module://matplotlib_inline.backend_inline")
+# Backends that draw nothing by themselves: a figure left open there is only a leftover.
+_NON_INTERACTIVE = {"agg", "cairo", "pdf", "pgf", "ps", "svg", "template"}
 
 
 class _Tee:
     """A text stream that writes through to the real one and keeps a copy."""
 
-    def __init__(self, name: str, real: TextIO, sink: list[dict[str, Any]]) -> None:
+    def __init__(self, name: str, real: Any, sink: list[dict[str, Any]]) -> None:
         self._name = name
         self._real = real
         self._sink = sink
@@ -24,17 +34,53 @@ class _Tee:
                 last["text"] += text
             else:
                 self._sink.append({"type": "stream", "name": self._name, "text": text})
-        return self._real.write(text)
+        return int(self._real.write(text))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
 
 
-class Capture:
-    """Context manager that records stdout, stderr and rich displays of one cell.
+class RestoredResult:
+    """Stands for a cell's value that could not be stored: it shows as the value did."""
 
-    Output goes on to the notebook as usual; the records are JSON-ready dicts
-    (``stream``, ``display``, ``result``) for the checkpoint.
+    def __init__(self, data: dict[str, Any], metadata: dict[str, Any]) -> None:
+        self._data = data
+        self._metadata = metadata
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+        return self._data, self._metadata
+
+    def __repr__(self) -> str:
+        return str(self._data.get("text/plain", "<restored output>"))
+
+
+def _show_result(shell: Any, value: Any, data: dict[str, Any] | None, metadata: dict[str, Any]) -> Any:
+    """Show ``value`` as the cell's ``Out[n]`` (setting ``_`` and ``Out``); return its format data.
+
+    With ``data``, that stored representation is shown instead of formatting the value again.
+    These are the steps of IPython's display hook, which a cell magic cannot reach otherwise:
+    its own return value is shown after the figures the cell drew, not before.
+    """
+    hook = shell.displayhook
+    if value is None or hook.quiet():
+        return None
+    hook.start_displayhook()
+    hook.write_output_prompt()
+    if data is None:
+        data, metadata = hook.compute_format_data(value)
+    hook.update_user_ns(value)
+    hook.fill_exec_result(value)
+    if data:
+        hook.write_format_data(data, metadata)
+        hook.log_output(data)
+    hook.finish_displayhook()
+    return data, metadata
+
+
+class Capture:
+    """Context manager that records stdout, stderr, rich displays and the value of one cell.
+
+    Output goes on to the notebook as usual.
     """
 
     def __init__(self, shell: Any) -> None:
@@ -52,23 +98,20 @@ class Capture:
             return original_publish(data, metadata, *args, **kwargs)
 
         self._saved = (sys.stdout, sys.stderr, publisher, "publish" in vars(publisher), original_publish)
-        sys.stdout = _Tee("stdout", sys.stdout, outputs)  # type: ignore[assignment]
-        sys.stderr = _Tee("stderr", sys.stderr, outputs)  # type: ignore[assignment]
+        sys.stdout = _Tee("stdout", sys.stdout, outputs)
+        sys.stderr = _Tee("stderr", sys.stderr, outputs)
         publisher.publish = publish
         return self
 
-    def flush_figures(self) -> None:
-        """Show (and so record) matplotlib figures the inline backend would draw after the cell."""
+    def finish(self, value: Any) -> None:
+        """Show the cell's value as ``Out[n]``, then the figures the inline backend would draw after it."""
+        shown = _show_result(self.shell, value, None, {})
+        if shown is not None:
+            data, metadata = shown
+            self.outputs.append({"type": "result", "data": _jsonable(data), "metadata": _jsonable(metadata)})
         backend = sys.modules.get("matplotlib_inline.backend_inline")
-        if backend is not None and getattr(backend, "_draw_called", False):
+        if backend is not None:
             backend.flush_figures()
-
-    def result(self, value: Any) -> None:
-        """Record the value the cell ends with, formatted as the notebook shows it."""
-        if value is None:
-            return
-        data, metadata = self.shell.display_formatter.format(value)
-        self.outputs.append({"type": "result", "data": _jsonable(data), "metadata": _jsonable(metadata)})
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
@@ -88,16 +131,18 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_jsonable(v) for v in value]
     if isinstance(value, bytes):
-        import base64
-
         return base64.b64encode(value).decode("ascii")
     if value is None or isinstance(value, bool | int | float | str):
         return value
     return repr(value)
 
 
-def replay(outputs: list[dict[str, Any]]) -> None:
-    """Show recorded outputs again, in order, as they were shown the first time."""
+def replay(shell: Any, outputs: list[dict[str, Any]], result: Any) -> None:
+    """Show recorded outputs again, in order, as they were shown the first time.
+
+    The cell's value is shown as ``Out[n]`` again: ``result`` is the value itself when it
+    could be stored (so ``_`` is that object), else a stand-in showing the stored form.
+    """
     from IPython.display import publish_display_data
 
     for output in outputs:
@@ -105,5 +150,35 @@ def replay(outputs: list[dict[str, Any]]) -> None:
             stream = sys.stderr if output["name"] == "stderr" else sys.stdout
             stream.write(output["text"])
             stream.flush()
+        elif output["type"] == "result":
+            metadata = output.get("metadata") or {}
+            value = result if result is not None else RestoredResult(output["data"], metadata)
+            _show_result(shell, value, output["data"], metadata)
         else:
             publish_display_data(output["data"], output.get("metadata") or {})
+
+
+def open_figure_ids() -> frozenset[int]:
+    """Return the ids of the matplotlib figures pyplot keeps open (none if pyplot is not in use)."""
+    helpers = sys.modules.get("matplotlib._pylab_helpers")
+    if helpers is None:
+        return frozenset()
+    return frozenset(id(manager.canvas.figure) for manager in helpers.Gcf.get_all_fig_managers())
+
+
+def close_restored_figures(before: frozenset[int]) -> None:
+    """Close figures a restore re-registered with pyplot: their images are replayed from the store.
+
+    Left open, the inline backend would draw them again at the end of the cell. Only done
+    where the backend closes or never shows figures by itself (inline, or a file backend).
+    """
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is None:
+        return
+    backend = str(pyplot.get_backend())
+    if backend not in _INLINE and backend.lower() not in _NON_INTERACTIVE:
+        return
+    helpers = sys.modules["matplotlib._pylab_helpers"]
+    for manager in list(helpers.Gcf.get_all_fig_managers()):
+        if id(manager.canvas.figure) not in before:
+            pyplot.close(manager.canvas.figure)

@@ -1,166 +1,87 @@
-"""What a cell's code defines and may change, found by reading its syntax tree (N2, N5)."""
+"""What a cell's code mentions and what effects outside its variables it may have (N2, N5).
+
+Which variables a cell changed is decided by their content after it runs (see the namespace
+tracker); the syntax tree only says where to look (the names the cell mentions) and which
+statements act on the process rather than on variables: configuration magics, assignments
+to a module's attributes, and calls that look like they set something up.
+"""
 
 from __future__ import annotations
 
 import ast
 import hashlib
+import re
 from dataclasses import dataclass, field
 
-__all__ = ["CellCode", "analyze"]
+__all__ = ["SETTING_MAGICS", "CellCode", "analyze"]
+
+# Line magics that configure the kernel, and are cheap and safe to run again on restore.
+SETTING_MAGICS = frozenset(
+    "matplotlib config load_ext reload_ext autoreload aimport precision xmode pylab colors doctest_mode "
+    "alias unalias autocall automagic".split()
+)
+# Calls whose names say they set process-wide state (seeds, configuration, registration).
+_SETTING_CALL = re.compile(
+    r"^(set_\w+|\w*seed\w*|use|enable\w*|disable\w*|config\w*|\w*configure\w*|register\w*|init\w*|"
+    r"setup\w*|basicConfig|setLevel|switch_backend|ion|ioff|interactive|login|load_dotenv|putenv|"
+    r"setrecursionlimit|set_printoptions|install)$"
+)
 
 
 @dataclass(slots=True)
 class CellCode:
-    """A parsed cell: its body, the expression it ends with, and the names it touches."""
+    """A parsed cell: its statements, the expression it ends with, and what it mentions."""
 
-    body: ast.Module
+    statements: list[ast.stmt]
     last_expr: ast.Expression | None
     source_hash: str
-    assigned: set[str] = field(default_factory=set)
-    mutated: set[str] = field(default_factory=set)
-    deleted: set[str] = field(default_factory=set)
-
-    @property
-    def candidates(self) -> set[str]:
-        """Names whose values are new or may have changed: the ones worth serializing."""
-        return (self.assigned | self.mutated) - self.deleted
+    names: frozenset[str] = frozenset()
+    magics: list[tuple[str, str]] = field(default_factory=list)
+    module_attributes: list[str] = field(default_factory=list)
+    setting_calls: list[tuple[str, str]] = field(default_factory=list)
 
 
-# Builtins that never change their arguments, so passing a value to them is only a use.
-_READ_ONLY_BUILTINS = frozenset(
-    "abs all any ascii bin bool bytes callable chr complex dict dir divmod enumerate float format "
-    "frozenset getattr hasattr hash hex id int isinstance issubclass len list max min oct ord pow "
-    "print range repr reversed round set sorted str sum tuple type zip".split()
-)
-
-
-def _root(node: ast.AST) -> str | None:
-    # The variable at the bottom of ``a.b[0].c``: changing any part of it changes ``a``.
-    while isinstance(node, ast.Attribute | ast.Subscript | ast.Starred):
+def _dotted(node: ast.AST) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
         node = node.value
-    return node.id if isinstance(node, ast.Name) else None
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))
 
 
-class _Names(ast.NodeVisitor):
-    """Collect top-level bindings; function and class bodies have scopes of their own."""
+def _line_magic(node: ast.stmt) -> tuple[str, str] | None:
+    # IPython turns ``%name line`` into ``get_ipython().run_line_magic('name', 'line')``.
+    if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)):
+        return None
+    call = node.value
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and func.attr == "run_line_magic"):
+        return None
+    if not (isinstance(func.value, ast.Call) and isinstance(func.value.func, ast.Name)):
+        return None
+    if func.value.func.id != "get_ipython" or len(call.args) < 2:
+        return None
+    name, line = call.args[0], call.args[1]
+    if isinstance(name, ast.Constant) and isinstance(line, ast.Constant):
+        return str(name.value), str(line.value)
+    return None
 
-    def __init__(self) -> None:
-        self.assigned: set[str] = set()
-        self.mutated: set[str] = set()
-        self.deleted: set[str] = set()
 
-    def _target(self, target: ast.AST) -> None:
-        if isinstance(target, ast.Name):
-            self.assigned.add(target.id)
-        elif isinstance(target, ast.Tuple | ast.List):
-            for item in target.elts:
-                self._target(item)
-        elif isinstance(target, ast.Starred):
-            self._target(target.value)
-        else:
-            root = _root(target)
-            if root is not None:
-                self.mutated.add(root)
-
-    def visit_Assign(self, node: ast.Assign) -> None:
-        for target in node.targets:
-            self._target(target)
-        self.visit(node.value)
-
-    def visit_AugAssign(self, node: ast.AugAssign) -> None:
-        self._target(node.target)
-        root = _root(node.target)
-        if root is not None:
-            self.mutated.add(root)
-        self.visit(node.value)
-
-    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
-        if node.value is not None:
-            self._target(node.target)
-            self.visit(node.value)
-
-    def visit_NamedExpr(self, node: ast.NamedExpr) -> None:
-        self._target(node.target)
-        self.visit(node.value)
-
-    def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
-        self._target(node.target)
-        self.generic_visit(node)
-
-    visit_AsyncFor = visit_For
-
-    def visit_With(self, node: ast.With | ast.AsyncWith) -> None:
-        for item in node.items:
-            if item.optional_vars is not None:
-                self._target(item.optional_vars)
-        self.generic_visit(node)
-
-    visit_AsyncWith = visit_With
-
-    def visit_Import(self, node: ast.Import | ast.ImportFrom) -> None:
-        for alias in node.names:
-            if alias.name != "*":
-                self.assigned.add(alias.asname or alias.name.split(".")[0])
-
-    visit_ImportFrom = visit_Import
-
-    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> None:
-        self.assigned.add(node.name)
-        for decorator in node.decorator_list:
-            self.visit(decorator)
-
-    visit_AsyncFunctionDef = visit_FunctionDef
-    visit_ClassDef = visit_FunctionDef
-
-    def visit_Lambda(self, node: ast.Lambda) -> None:
-        return None  # its parameters are its own
-
-    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
-        if node.name:
-            self.assigned.add(node.name)
-        self.generic_visit(node)
-
-    def visit_Delete(self, node: ast.Delete) -> None:
-        for target in node.targets:
-            if isinstance(target, ast.Name):
-                self.deleted.add(target.id)
-                self.assigned.discard(target.id)
-            else:
-                root = _root(target)
-                if root is not None:
-                    self.mutated.add(root)
-
-    def visit_Global(self, node: ast.Global) -> None:
-        self.assigned.update(node.names)
-
-    def visit_Call(self, node: ast.Call) -> None:
-        # A method call or a call that receives a value may change it in place.
-        if isinstance(node.func, ast.Name) and node.func.id in _READ_ONLY_BUILTINS:
-            self.generic_visit(node)
-            return
-        if isinstance(node.func, ast.Attribute):
-            root = _root(node.func.value)
-            if root is not None:
-                self.mutated.add(root)
-        for argument in [*node.args, *(k.value for k in node.keywords)]:
-            root = _root(argument)
-            if root is not None:
-                self.mutated.add(root)
-        self.generic_visit(node)
-
-    def visit_MatchAs(self, node: ast.MatchAs) -> None:
-        if node.name:
-            self.assigned.add(node.name)
-        self.generic_visit(node)
-
-    def visit_MatchStar(self, node: ast.MatchStar) -> None:
-        if node.name:
-            self.assigned.add(node.name)
-
-    def visit_MatchMapping(self, node: ast.MatchMapping) -> None:
-        if node.rest:
-            self.assigned.add(node.rest)
-        self.generic_visit(node)
+def _top_level(statements: list[ast.stmt]) -> list[ast.stmt]:
+    """Statements that run when the cell runs: into if/for/while/with/try bodies, not into defs."""
+    found = []
+    for statement in statements:
+        found.append(statement)
+        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
+        for block in ("body", "orelse", "finalbody"):
+            found.extend(_top_level(getattr(statement, block, []) or []))
+        for handler in getattr(statement, "handlers", []) or []:
+            found.extend(_top_level(handler.body))
+    return found
 
 
 def analyze(source: str) -> CellCode:
@@ -168,20 +89,35 @@ def analyze(source: str) -> CellCode:
     tree = ast.parse(source)
     # Comments and formatting do not change the tree: its dump names the code (N5).
     source_hash = hashlib.sha256(ast.dump(tree, include_attributes=False).encode()).hexdigest()
-    names = _Names()
-    for statement in tree.body:
-        names.visit(statement)
+    names = frozenset(node.id for node in ast.walk(tree) if isinstance(node, ast.Name))
+    magics: list[tuple[str, str]] = []
+    module_attributes: list[str] = []
+    setting_calls: list[tuple[str, str]] = []
+    for statement in _top_level(tree.body):
+        magic = _line_magic(statement)
+        if magic is not None:
+            if magic[0] in SETTING_MAGICS:
+                magics.append(magic)
+            continue
+        if isinstance(statement, ast.Assign | ast.AugAssign | ast.AnnAssign):
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            module_attributes.extend(d for t in targets if isinstance(t, ast.Attribute) and (d := _dotted(t)))
+        if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+            called = _dotted(statement.value.func)
+            if called and _SETTING_CALL.match(called.rsplit(".", 1)[-1]):
+                setting_calls.append((called, ast.get_source_segment(source, statement) or called))
+    statements = list(tree.body)
     last_expr = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
-        last = tree.body.pop()
+    if statements and isinstance(statements[-1], ast.Expr):
+        last = statements.pop()
         last_expr = ast.Expression(body=last.value)  # type: ignore[attr-defined]
         ast.copy_location(last_expr, last)
-        names.visit(last)
     return CellCode(
-        body=tree,
+        statements=statements,
         last_expr=last_expr,
         source_hash=source_hash,
-        assigned=names.assigned,
-        mutated=names.mutated - names.assigned,
-        deleted=names.deleted,
+        names=names,
+        magics=magics,
+        module_attributes=module_attributes,
+        setting_calls=setting_calls,
     )

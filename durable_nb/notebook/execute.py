@@ -1,9 +1,10 @@
 """Run a cell's code in the user's namespace so its exceptions reach us (not via run_cell).
 
 ``shell.run_cell`` swallows exceptions, so a wrapper built on it would record failures as
-successes (DESIGN.md §9). Here the code is compiled and executed directly; top-level
-``await`` is allowed and driven on the kernel's own loop; ``timeout`` is a hard limit
-enforced with SIGALRM in the main thread.
+successes. Here the code is compiled and executed directly, one top-level statement at a
+time (so that settings a library has right after its import can be read before the cell
+changes them); top-level ``await`` is allowed and driven on the kernel's own loop;
+``timeout`` is a hard limit enforced with SIGALRM in the main thread.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import ast
 import inspect
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -54,11 +55,29 @@ def _run(code: Any, namespace: dict[str, Any]) -> Any:
     return result
 
 
-def run_code(cell: CellCode, namespace: dict[str, Any], filename: str, *, timeout: float | None, node: str) -> Any:
-    """Execute the cell in ``namespace``; return the value of its last expression (or None)."""
+def run_code(
+    cell: CellCode,
+    namespace: dict[str, Any],
+    filename: str,
+    *,
+    timeout: float | None,
+    node: str,
+    after_statement: Callable[[], None] | None = None,
+    flags: int = 0,
+) -> Any:
+    """Execute the cell in ``namespace``; return the value of its last expression (or None).
+
+    ``flags`` are the shell's compiler flags (the ``__future__`` imports the user made).
+    """
     __tracebackhide__ = True
-    body = compile(cell.body, filename, "exec", flags=_FLAGS)
-    last = compile(cell.last_expr, filename, "eval", flags=_FLAGS) if cell.last_expr is not None else None
+    flags |= _FLAGS
+    codes = [compile(ast.Module([s], []), filename, "exec", flags=flags, dont_inherit=True) for s in cell.statements]
+    last = None
+    if cell.last_expr is not None:
+        last = compile(cell.last_expr, filename, "eval", flags=flags, dont_inherit=True)
     with _deadline(timeout, node):
-        _run(body, namespace)
+        for code in codes:
+            _run(code, namespace)
+            if after_statement is not None:
+                after_statement()
         return _run(last, namespace) if last is not None else None

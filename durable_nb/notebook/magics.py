@@ -33,6 +33,12 @@ class DurableMagics(Magics):
     @argument("--timeout", type=float, default=None, help="Hard limit in seconds for each attempt.")
     @argument("--rerun", action="store_true", help="Run it again even if committed: forks the run at this cell.")
     @argument("--exclude", default=None, help="Comma-separated names never to store, e.g. --exclude conn,lock.")
+    @argument(
+        "--replay",
+        action="store_true",
+        help="On restore, run the cell again instead of loading it (for set-up whose effect lives outside "
+        "its variables).",
+    )
     @cell_magic
     def durable(self, line: str, cell: str) -> Any:
         """Run the cell durably: commit what it defines and shows; restore it when run again.
@@ -44,6 +50,9 @@ class DurableMagics(Magics):
 
             %%durable train --retries 2 --timeout 600
             model = fit(df)
+
+            %%durable setup --replay
+            tf.random.set_seed(0)
         """
         __tracebackhide__ = True
         args = parse_argstring(self.durable, line)
@@ -54,7 +63,11 @@ class DurableMagics(Magics):
         if args.timeout is not None and args.timeout <= 0:
             raise UsageError("--timeout takes a number of seconds > 0.")
         options = CellOptions(
-            retries=args.retries, timeout=args.timeout, rerun=args.rerun, exclude=_names(args.exclude)
+            retries=args.retries,
+            timeout=args.timeout,
+            rerun=args.rerun,
+            exclude=_names(args.exclude),
+            replay=args.replay,
         )
         return session_for(self.shell).run_cell(args.node, cell, options)
 
@@ -143,7 +156,6 @@ class DurableMagics(Magics):
 
     def _fork(self, rest: str) -> None:
         from ..engine.calls import fork
-        from ..engine.cells import CellRun
 
         args = parse_argstring(self._fork_args, rest)
         session = session_for(self.shell)
@@ -157,7 +169,7 @@ class DurableMagics(Magics):
             run_id = forked.run_id
         else:
             run_id = fork(cell_run.run_id, state=overrides, store=cell_run.store).id
-        session.cell_run = run_sync(CellRun.attach(cell_run.store, cell_run.values, cell_run.run.name, run_id=run_id))
+        session.attach(cell_run.run.name, run_id=run_id, quiet=True)
         self.shell.user_ns.update(overrides)
         print(
             f"durable_nb: forked run {cell_run.run_id} into {run_id}; this kernel now works in the fork "

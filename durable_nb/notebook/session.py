@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import sys
 import time
 import traceback
-import types
 import weakref
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,37 +18,28 @@ from .._loop import run_sync
 from ..engine.attempts import backoff_seconds
 from ..engine.cells import CellOutcome, CellRun
 from ..engine.gates import Suspend
+from ..engine.namespace import NamespaceTracker
 from ..engine.ops import load_run, make_decision, record_decision
 from ..engine.scope import NodeScope, enter_scope, leave_scope
 from ..engine.values import ValueCodec
-from ..errors import AlreadyResumed, DurableError
-from ..model import CheckpointRecord, RunStatus, format_seconds
-from ..store import Store, connect
+from ..errors import AlreadyResumed, DurableError, SerializationError
+from ..model import Blob, CheckpointRecord, RunStatus, format_seconds
+from ..store import Store, codec, connect
 from ..store.secret import load_secret
-from .capture import Capture, replay
+from .capture import Capture, close_restored_figures, open_figure_ids, replay
 from .cellcode import CellCode, analyze
 from .execute import run_code
+from .settings import SettingsWatch, apply_changes
 
 __all__ = ["CellOptions", "GatePending", "KernelSession", "session_for"]
 
-# Values a call or a method cannot change in place: used, never worth storing again.
-_UNCHANGEABLE = (
-    str,
-    bytes,
-    int,
-    float,
-    complex,
-    bool,
-    type(None),
-    frozenset,
-    tuple,
-    range,
-    type,
-    types.ModuleType,
-    types.FunctionType,
-    types.BuiltinFunctionType,
-)
 _HIDDEN_NAMES = {"In", "Out", "get_ipython", "exit", "quit", "_", "__", "___"}
+# A cell's value is stored with it (for ``_`` and ``Out[n]`` after a restore) up to this size.
+_RESULT_BYTES = 1 << 20
+# Top-level packages whose settings the settings watch reads: a set-up call into them is covered.
+_WATCHED_PACKAGES = frozenset(
+    "numpy sklearn pandas matplotlib seaborn random warnings logging os sys torch dotenv".split()
+)
 
 
 class GatePending(DurableError):
@@ -68,6 +59,7 @@ class CellOptions:
     timeout: float | None = None
     rerun: bool = False
     exclude: frozenset[str] = frozenset()
+    replay: bool = False
 
 
 def _hidden(shell: Any, name: str) -> bool:
@@ -92,6 +84,8 @@ class KernelSession:
         self.shell = shell
         self.store: Store | None = None
         self.cell_run: CellRun | None = None
+        self.tracker: NamespaceTracker | None = None
+        self._unstorable_warned: dict[str, int] = {}
         atexit.register(self._release_at_exit)
 
     # -- attaching -----------------------------------------------------------------------
@@ -108,14 +102,25 @@ class KernelSession:
         run_id: str | None = None,
         key: str | None = None,
         store: str | None = None,
+        quiet: bool = False,
     ) -> CellRun:
-        """Attach the kernel to a run (N1) and print one line saying what can be restored."""
+        """Attach the kernel to a run (N1) and print one line saying what can be restored.
+
+        The kernel's variables stay as they are; the run's cells restore when they run.
+        """
         if store is not None or self.store is None:
             self.store = connect(store)
+            self.tracker = None
         if self.cell_run is not None and self.cell_run.run_id != run_id:
             run_sync(self.cell_run.release())
-        self.cell_run = run_sync(CellRun.attach(self.store, self._values(), name, new=new, run_id=run_id, key=key))
-        print(self.describe(), flush=True)
+        values = self._values()
+        if self.tracker is None:
+            self.tracker = NamespaceTracker(values.secret)
+        self.cell_run = run_sync(
+            CellRun.attach(self.store, values, name, new=new, run_id=run_id, key=key, tracker=self.tracker)
+        )
+        if not quiet:
+            print(self.describe(), flush=True)
         return self.cell_run
 
     def describe(self) -> str:
@@ -168,8 +173,17 @@ class KernelSession:
         cell = analyze(source)
         run = run_sync(cell_run.refresh())
         committed = run_sync(cell_run.lookup(node))
+        if committed is not None and not options.rerun and committed.extra.get("source_hash") not in (
+            None,
+            cell.source_hash,
+        ):
+            match = run_sync(cell_run.matching_run(node, cell.source_hash))
+            if match is not None:
+                cell_run, committed, run = self._return_to(cell_run, match, node)
         if committed is not None and not options.rerun:
             if committed.extra.get("source_hash") in (None, cell.source_hash):
+                if options.replay:
+                    return self._replay_cell(cell_run, node, source, cell, options)
                 # Restoring reads the store only: allowed whatever the run waits for.
                 return self._restore(cell_run, committed, options)
         if run.status is RunStatus.PAUSED:
@@ -178,6 +192,14 @@ class KernelSession:
             cell_run = self._fork_for(cell_run, node, "re-run with --rerun" if options.rerun else "changed")
         run_sync(cell_run.take())
         return self._execute(cell_run, node, source, cell, options)
+
+    def _return_to(self, current: CellRun, match: str, node: str) -> tuple[CellRun, CheckpointRecord | None, Any]:
+        cell_run = self.attach(current.run.name, run_id=match, quiet=True)
+        _note(
+            f"cell '{node}' matches run {match} at this cell: continuing there "
+            f"(switch back with %durable switch {current.run_id})"
+        )
+        return cell_run, run_sync(cell_run.lookup(node)), run_sync(cell_run.refresh())
 
     def _while_paused(self, cell_run: CellRun, node: str) -> Any:
         pending = run_sync(cell_run.pending_gate(node))
@@ -198,13 +220,28 @@ class KernelSession:
         )
 
     def _restore(self, cell_run: CellRun, committed: CheckpointRecord, options: CellOptions) -> None:
-        restored = run_sync(cell_run.restore(committed))
-        for name, value in restored.values.items():
-            if name not in options.exclude:
-                self.shell.user_ns[name] = value
-        for name in committed.extra.get("deleted", []):
-            self.shell.user_ns.pop(name, None)
-        replay(restored.outputs)
+        namespace = self.shell.user_ns
+        figures = open_figure_ids()
+        restored = run_sync(cell_run.restore(committed, namespace, options.exclude))
+        extra = committed.extra
+        problems = []
+        for magic, line in extra.get("magics", []):
+            try:
+                self.shell.run_line_magic(magic, line)
+            except Exception as error:  # noqa: BLE001 - reported below, the restore goes on
+                problems.append(f"%{magic} {line}: {type(error).__name__}: {error}")
+        if extra.get("settings"):
+            effects = run_sync(cell_run.values.load_one(extra["settings"]))
+            problems += apply_changes(effects.get("settings", {}))
+            problems += _set_attributes(namespace, effects.get("attributes", {}))
+        close_restored_figures(figures)
+        result = None
+        if extra.get("result_name"):
+            result = namespace.get(extra["result_name"])
+        elif extra.get("result"):
+            result = run_sync(cell_run.values.load_one(extra["result"]))
+            close_restored_figures(figures)
+        replay(self.shell, restored.outputs, result)
         took = f", took {format_seconds(committed.duration)}" if committed.duration else ""
         _note(f"restored '{committed.node_id}' from checkpoint (committed {_ago(committed)}{took})")
         if restored.unstored:
@@ -213,6 +250,26 @@ class KernelSession:
                 f"not restored, since they could not be stored: {names}. Create such objects in a "
                 "plain cell, or leave them out with --exclude."
             )
+        if problems:
+            _note("could not re-apply what this cell set: " + "; ".join(problems))
+        if extra.get("effects"):
+            _note(
+                f"cell '{committed.node_id}' ran {', '.join(extra['effects'])}, whose effect outside its "
+                "variables durable_nb cannot restore. If later cells depend on it, add --replay to the "
+                "cell's %%durable line so that it runs again on restore."
+            )
+
+    def _replay_cell(self, cell_run: CellRun, node: str, source: str, cell: CellCode, options: CellOptions) -> Any:
+        """Run a committed --replay cell again; commit it only if its values changed and the run can take it."""
+        run = run_sync(cell_run.refresh())
+        if run.status is RunStatus.PAUSED:
+            filename = self.shell.compile.cache(source)
+            value = run_code(cell, self.shell.user_ns, filename, timeout=options.timeout, node=node)
+            _note(f"replayed '{node}' (not committed: the run waits at a gate)")
+            return _show_value(self.shell, value)
+        run_sync(cell_run.take())
+        _note(f"replaying '{node}' (--replay)")
+        return self._execute(cell_run, node, source, cell, options, only_if_changed=True)
 
     def _fork_for(self, cell_run: CellRun, node: str, why: str) -> CellRun:
         forked = run_sync(cell_run.fork_before(node))
@@ -223,11 +280,22 @@ class KernelSession:
         )
         return forked
 
-    def _execute(self, cell_run: CellRun, node: str, source: str, cell: CellCode, options: CellOptions) -> Any:
+    def _execute(
+        self,
+        cell_run: CellRun,
+        node: str,
+        source: str,
+        cell: CellCode,
+        options: CellOptions,
+        *,
+        only_if_changed: bool = False,
+    ) -> Any:
         __tracebackhide__ = True
         filename = self.shell.compile.cache(source)
+        flags = getattr(self.shell.compile, "flags", 0)
         started = time.perf_counter()
         attempts = options.retries + 1
+        namespace = self.shell.user_ns
         for attempt in range(1, attempts + 1):
             scope = NodeScope(
                 run_id=cell_run.run_id,
@@ -236,12 +304,21 @@ class KernelSession:
                 secret=cell_run.values.secret,
                 decisions=list(cell_run.resumes.get(node, [])),
             )
+            before = {name: id(value) for name, value in namespace.items()}
+            watch = SettingsWatch()
             token = enter_scope(scope)
             try:
                 with Capture(self.shell) as capture:
-                    value = run_code(cell, self.shell.user_ns, filename, timeout=options.timeout, node=node)
-                    capture.flush_figures()
-                    capture.result(value)
+                    value = run_code(
+                        cell,
+                        namespace,
+                        filename,
+                        timeout=options.timeout,
+                        node=node,
+                        after_statement=watch.after_statement,
+                        flags=flags,
+                    )
+                    capture.finish(value)
             except Suspend as suspend:
                 run_sync(cell_run.pause_cell(node, suspend, source, cell.source_hash, time.perf_counter() - started))
                 self.show_gate(cell_run.run_id, node, suspend.reason, suspend.context)
@@ -268,46 +345,82 @@ class KernelSession:
                 raise
             finally:
                 leave_scope(token)
-            self._commit(cell_run, node, cell, capture.outputs, time.perf_counter() - started, attempt, options)
-            return value
+            outcome = self._outcome(cell_run, node, cell, capture.outputs, before, watch, value, options)
+            outcome.duration = time.perf_counter() - started
+            outcome.attempts = attempt
+            self._commit(cell_run, outcome, only_if_changed=only_if_changed)
+            return None
         raise AssertionError("unreachable")
 
-    def _commit(
+    def _storable(self, exclude: frozenset[str], name: str) -> bool:
+        return name not in exclude and not _hidden(self.shell, name)
+
+    def _outcome(
         self,
         cell_run: CellRun,
         node: str,
         cell: CellCode,
         outputs: list[dict[str, Any]],
-        duration: float,
-        attempts: int,
+        before: dict[str, int],
+        watch: SettingsWatch,
+        value: Any,
         options: CellOptions,
-    ) -> None:
+    ) -> CellOutcome:
         namespace = self.shell.user_ns
-        values = {
-            name: namespace[name]
-            for name in sorted(cell.candidates)
-            if name in namespace
-            and name not in options.exclude
-            and not _hidden(self.shell, name)
-            and (name in cell.assigned or not isinstance(namespace[name], _UNCHANGEABLE))
-        }
-        deleted = [name for name in cell.deleted if name not in namespace]
-        outcome = CellOutcome(
+        storable = functools.partial(self._storable, options.exclude)
+        bound = frozenset(n for n, v in namespace.items() if before.get(n) != id(v) and storable(n))
+        deleted = sorted(n for n in before if n not in namespace and storable(n))
+        extra: dict[str, Any] = {}
+        blobs: list[Blob] = []
+        settings = watch.changes()
+        attributes, effects = _attributes(namespace, cell.module_attributes)
+        if settings or attributes:
+            try:
+                effects_of_cell = {"settings": settings, "attributes": attributes}
+                blob = codec.encode(effects_of_cell, cell_run.values.secret, "settings")
+            except SerializationError as error:
+                effects.append(f"settings that cannot be stored ({error})")
+            else:
+                blobs.append(blob)
+                extra["settings"] = blob.hash
+        effects += _uncovered_calls(namespace, cell.setting_calls, bool(settings))
+        if effects and not options.replay:
+            extra["effects"] = effects
+        if cell.magics:
+            extra["magics"] = [list(m) for m in cell.magics]
+        if options.replay:
+            extra["replay"] = True
+        result = _result_blob(cell, value, cell_run.values.secret)
+        if isinstance(result, str):
+            extra["result_name"] = result
+        elif result is not None:
+            blobs.append(result)
+            extra["result"] = result.hash
+        return CellOutcome(
             node,
-            values,
-            deleted,
-            outputs,
-            cell.source_hash,
-            duration,
-            attempts,
-            maybe_changed=frozenset(values) - cell.assigned,
+            namespace,
+            touched=cell.names | bound,
+            storable=storable,
+            deleted=deleted,
+            outputs=outputs,
+            source_hash=cell.source_hash,
+            duration=0.0,
+            bound=bound,
+            open_figures=open_figure_ids(),
+            extra=extra,
+            blobs=blobs,
         )
-        checkpoint = run_sync(cell_run.commit_cell(outcome))
-        unstored = checkpoint.extra.get("unstored", {})
-        if unstored:
-            names = ", ".join(f"{n} ({t})" for n, t in sorted(unstored.items()))
+
+    def _commit(self, cell_run: CellRun, outcome: CellOutcome, *, only_if_changed: bool = False) -> None:
+        checkpoint = run_sync(cell_run.commit_cell(outcome, only_if_changed=only_if_changed))
+        unstored = checkpoint.extra.get("unstored", {}) if checkpoint is not None else {}
+        fresh = {n: t for n, t in unstored.items() if self._unstorable_warned.get(n) != id(self.shell.user_ns.get(n))}
+        for name in fresh:
+            self._unstorable_warned[name] = id(self.shell.user_ns.get(name))
+        if fresh:
+            names = ", ".join(f"{n} ({t})" for n, t in sorted(fresh.items()))
             _note(
-                f"committed '{node}' without {names}: they cannot be stored, so a restart will not "
+                f"committed '{outcome.node_id}' without {names}: they cannot be stored, so a restart will not "
                 "bring them back. Create such objects in a plain cell, or --exclude them."
             )
 
@@ -373,6 +486,82 @@ class KernelSession:
         """Return a run's status text."""
         assert self.store is not None
         return run_sync(load_run(self.store, run_id)).status
+
+
+def _show_value(shell: Any, value: Any) -> None:
+    if value is not None:
+        shell.displayhook(value)
+
+
+def _attributes(namespace: dict[str, Any], paths: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """Return the values the cell assigned to modules' attributes (``openai.api_key = …``)."""
+    import types
+
+    found: dict[str, Any] = {}
+    effects: list[str] = []
+    for path in paths:
+        root, *rest = path.split(".")
+        if not isinstance(namespace.get(root), types.ModuleType):
+            continue
+        target = namespace[root]
+        try:
+            for name in rest:
+                target = getattr(target, name)
+        except AttributeError:
+            effects.append(path)
+            continue
+        found[path] = target
+    return found, effects
+
+
+def _set_attributes(namespace: dict[str, Any], attributes: dict[str, Any]) -> list[str]:
+    problems = []
+    for path, value in attributes.items():
+        root, *rest = path.split(".")
+        try:
+            target = namespace[root]
+            for name in rest[:-1]:
+                target = getattr(target, name)
+            setattr(target, rest[-1], value)
+        except Exception as error:  # noqa: BLE001 - reported to the user, the restore goes on
+            problems.append(f"{path} = …: {type(error).__name__}: {error}")
+    return problems
+
+
+def _uncovered_calls(namespace: dict[str, Any], calls: list[tuple[str, str]], settings_changed: bool) -> list[str]:
+    """Return set-up calls into libraries whose settings durable_nb does not read."""
+    if settings_changed:
+        return []
+    found = []
+    for path, text in calls:
+        package = _package_of(namespace.get(path.split(".")[0]))
+        if package and package not in _WATCHED_PACKAGES and package != "__main__":
+            found.append(text if len(text) <= 80 else text[:79] + "…")
+    return found
+
+
+def _package_of(value: Any) -> str:
+    import types
+
+    name = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
+    return str(name or "").split(".")[0]
+
+
+def _result_blob(cell: CellCode, value: Any, secret: bytes) -> Blob | str | None:
+    """Return how to bring the cell's value back: its variable's name, or a small stored copy."""
+    import ast
+
+    if value is None or cell.last_expr is None:
+        return None
+    if isinstance(cell.last_expr.body, ast.Name):
+        return cell.last_expr.body.id
+    if type(value).__module__.startswith("matplotlib"):
+        return None  # an artist: its figure is replayed as an image; a stand-in shows its text
+    try:
+        blob = codec.encode(value, secret, "the cell's value")
+    except SerializationError:
+        return None
+    return blob if blob.size <= _RESULT_BYTES else None
 
 
 def _notebook_name(shell: Any) -> str | None:

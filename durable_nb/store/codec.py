@@ -5,6 +5,11 @@ stored as JSON, which runs no code on load. Everything else is pickled with clou
 so functions and classes defined in a notebook survive. A pickled blob's address is the
 HMAC-SHA256 of its bytes under the secret key: one pass both names and signs it, and a
 blob whose address does not verify is never unpickled.
+
+A notebook's values are stored in groups: one pickle of the variables that share objects,
+whose large array buffers are blobs of their own (raw bytes addressed by their SHA-256, so an
+unchanged array is never written twice). A group blob lists its buffers' addresses under its
+HMAC, so a buffer edited in the store is refused like a tampered pickle.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import hmac
 import json
 import math
 import pickle
+from dataclasses import dataclass
 from typing import Any
 
 import cloudpickle
@@ -21,12 +27,35 @@ import cloudpickle
 from ..errors import SerializationError, TamperedValueError
 from ..model import Blob
 
-__all__ = ["JSON", "PICKLE", "address_hasher", "decode", "encode", "encode_json", "is_plain"]
+__all__ = [
+    "GROUP",
+    "JSON",
+    "PICKLE",
+    "RAW",
+    "GroupPart",
+    "OpenGroup",
+    "address_hasher",
+    "decode",
+    "encode",
+    "encode_group",
+    "encode_json",
+    "encode_raw",
+    "is_group",
+    "is_plain",
+    "open_group",
+    "raw_address",
+    "verify_raw",
+]
 
 JSON = "json"
 PICKLE = "pickle"
+RAW = "raw"
+GROUP = "group"
 _JSON_PREFIX = "j-"
 _PICKLE_PREFIX = "p-"
+_RAW_PREFIX = "r-"
+_GROUP_PREFIX = "g-"
+_GROUP_MAGIC = b"DNBG"
 _MAX_DEPTH = 64
 
 
@@ -76,11 +105,84 @@ def encode(value: Any, key: bytes, name: str = "value") -> Blob:
     return Blob(_PICKLE_PREFIX + digest, PICKLE, data)
 
 
+def raw_address(data: Any) -> str:
+    """Return the address of raw bytes (anything with the buffer protocol): its SHA-256."""
+    return _RAW_PREFIX + hashlib.sha256(data).hexdigest()
+
+
+def encode_raw(data: Any, address: str | None = None) -> Blob:
+    """Wrap raw bytes (an array's buffer, not copied) as a blob; ``address`` if already known."""
+    view = memoryview(data).cast("B")
+    return Blob(address or raw_address(view), RAW, view)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPart:
+    """One out-of-band buffer of a group: its address and whether the array was read-only."""
+
+    address: str
+    readonly: bool
+
+
+@dataclass(frozen=True, slots=True)
+class OpenGroup:
+    """A verified group blob: the names it holds, its buffers in order, and its pickle stream."""
+
+    names: list[str]
+    parts: list[GroupPart]
+    stream: memoryview
+
+
+def encode_group(names: list[str], parts: list[GroupPart], stream: bytes, key: bytes) -> Blob:
+    """Build the blob of a group of variables pickled together, signed with ``key``."""
+    header = encode_json({"names": names, "parts": [[p.address, p.readonly] for p in parts]})
+    data = b"".join((_GROUP_MAGIC, len(header).to_bytes(4, "big"), header, stream))
+    digest = hmac.new(key, data, hashlib.sha256).hexdigest()
+    return Blob(_GROUP_PREFIX + digest, GROUP, data, parts=tuple(dict.fromkeys(p.address for p in parts)))
+
+
+def is_group(address: str) -> bool:
+    """Tell whether an address names a group of variables."""
+    return address.startswith(_GROUP_PREFIX)
+
+
+def _tampered(address: str) -> TamperedValueError:
+    return TamperedValueError(
+        f"Stored value {address[:14]}… failed its signature check, so it was not "
+        "loaded: either the store was modified outside durable_nb, or it was "
+        "written with a different secret key. Use the key it was written with "
+        "(DURABLE_NB_SECRET or the key file), or fork from an earlier checkpoint."
+    )
+
+
+def open_group(blob: Blob, key: bytes) -> OpenGroup:
+    """Check a group blob's signature and split it into names, parts and stream."""
+    if not _matches(_digest(blob, key), blob.hash[len(_GROUP_PREFIX) :]):
+        raise _tampered(blob.hash)
+    view = memoryview(blob.data)
+    if bytes(view[:4]) != _GROUP_MAGIC:
+        raise TamperedValueError(f"Stored value {blob.hash[:14]}… is not a group of variables.")
+    length = int.from_bytes(view[4:8], "big")
+    header = json.loads(bytes(view[8 : 8 + length]))
+    parts = [GroupPart(str(address), bool(readonly)) for address, readonly in header["parts"]]
+    return OpenGroup([str(n) for n in header["names"]], parts, view[8 + length :])
+
+
+def verify_raw(blob: Blob) -> None:
+    """Raise TamperedValueError unless a raw blob's bytes match its address."""
+    digest = blob.read_digest[1] if blob.read_digest is not None else hashlib.sha256(blob.data).hexdigest()
+    if not _matches(digest, blob.hash[len(_RAW_PREFIX) :]):
+        raise TamperedValueError(
+            f"Stored array data {blob.hash[:14]}… does not match its content hash, so it was not "
+            "loaded: the store was modified outside durable_nb. Fork from an earlier checkpoint."
+        )
+
+
 def address_hasher(address: str, key: bytes) -> Any:
     """Return a fresh hash object that computes ``address``'s digest from the bytes, or None."""
-    if address.startswith(_PICKLE_PREFIX):
+    if address.startswith((_PICKLE_PREFIX, _GROUP_PREFIX)):
         return hmac.new(key, digestmod=hashlib.sha256)
-    if address.startswith(_JSON_PREFIX):
+    if address.startswith((_JSON_PREFIX, _RAW_PREFIX)):
         return hashlib.sha256()
     return None
 
@@ -104,12 +206,7 @@ def decode(blob: Blob, key: bytes) -> Any:
     data = blob.data
     if blob.hash.startswith(_PICKLE_PREFIX):
         if not _matches(_digest(blob, key), blob.hash[len(_PICKLE_PREFIX) :]):
-            raise TamperedValueError(
-                f"Stored value {blob.hash[:14]}… failed its signature check, so it was not "
-                "loaded: either the store was modified outside durable_nb, or it was "
-                "written with a different secret key. Use the key it was written with "
-                "(DURABLE_NB_SECRET or the key file), or fork from an earlier checkpoint."
-            )
+            raise _tampered(blob.hash)
         return pickle.loads(data)
     if blob.hash.startswith(_JSON_PREFIX):
         if not _matches(_digest(blob, key), blob.hash[len(_JSON_PREFIX) :]):

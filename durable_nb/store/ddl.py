@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["schema_v1"]
+__all__ = ["BLOB_PARTS_V2", "live_blobs", "schema_v1"]
 
 _V1 = """
 CREATE TABLE runs (
@@ -110,3 +110,19 @@ CREATE TABLE events (
 def schema_v1(real: str, blob: str, bigint: str) -> str:
     """Return version 1 of the schema for a dialect (its float, binary and 64-bit integer types)."""
     return _V1.format(real=real, blob=blob, bigint=bigint)
+
+
+# Version 2: a blob may be made of other blobs (a namespace group and its array buffers).
+BLOB_PARTS_V2 = "ALTER TABLE blobs ADD COLUMN parts TEXT"
+
+
+def live_blobs(referenced: str, parts_of: str) -> str:
+    """Return the query of every live blob address: those ``referenced`` and their parts.
+
+    ``parts_of`` is the dialect's table function over a blob's JSON list of parts, written
+    with ``b`` as the blob's alias (e.g. ``json_each(b.parts)``).
+    """
+    return (
+        f"{referenced} UNION SELECT p.value FROM blobs AS b, {parts_of} AS p "
+        f"WHERE b.parts IS NOT NULL AND b.hash IN ({referenced})"
+    )

@@ -37,6 +37,7 @@ from ..model import (
     RunRecord,
 )
 from . import rows
+from .ddl import live_blobs
 from .postgres_schema import MIGRATION_LOCK, ensure_schema
 from .protocol import HISTORY_COLUMNS
 from .rules import check_expectations, choose_claim, trusted_seen, updated_run
@@ -190,7 +191,8 @@ _INLINE_WAIT_SECONDS = 0.001
 # -- functions run on a worker thread with a pooled connection ----------------------------------
 
 _INSERT_BLOB = (
-    "INSERT INTO blobs (hash, codec, size, created_at, data) VALUES (%s, %s, %s, %s, %s) ON CONFLICT (hash) DO NOTHING"
+    "INSERT INTO blobs (hash, codec, size, created_at, data, parts) VALUES (%s, %s, %s, %s, %s, %s) "
+    "ON CONFLICT (hash) DO NOTHING"
 )
 _INSERT_CHECKPOINT = f"INSERT INTO checkpoints ({rows.CHECKPOINT_COLUMNS}) VALUES ({', '.join(['%s'] * 29)})"
 _INSERT_EVENT = f"INSERT INTO events ({rows.EVENT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s)"
@@ -222,7 +224,7 @@ def _write_children(
 ) -> list[CheckpointRecord]:
     with conn.cursor() as cursor:
         if blobs:
-            cursor.executemany(_INSERT_BLOB, [(b.hash, b.codec, b.size, now, b.data) for b in blobs])
+            cursor.executemany(_INSERT_BLOB, [rows.blob_values(b, now) for b in blobs])
         written = []
         values = []
         for offset, draft in enumerate(commit.checkpoints, start=1):
@@ -451,7 +453,7 @@ def _head_checkpoints(conn: Any, run_ids: list[str]) -> dict[str, CheckpointReco
 _PRUNABLE = "SELECT run_id FROM runs WHERE status IN ('completed', 'failed') AND updated_at < %(cutoff)s"
 # Blobs still reachable from anything kept: manifests, node outputs, run inputs,
 # @idempotent results, and blobs a front end lists under extra.blobs.
-_LIVE_BLOBS = """
+_REFERENCED_BLOBS = """
     SELECT j.value FROM checkpoints AS c, jsonb_each_text(c.manifest::jsonb) AS j
     UNION SELECT j.value FROM checkpoints AS c, jsonb_each_text(c.node_output::jsonb) AS j
         WHERE c.node_output IS NOT NULL
@@ -460,6 +462,7 @@ _LIVE_BLOBS = """
     UNION SELECT j.value FROM runs AS r, jsonb_each_text(r.input_manifest::jsonb) AS j
     UNION SELECT hash FROM idempotency
 """
+_LIVE_BLOBS = live_blobs(_REFERENCED_BLOBS, "jsonb_array_elements_text(b.parts::jsonb)")
 
 
 def _prune(conn: Any, older_than: float) -> PruneReport:

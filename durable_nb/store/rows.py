@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..model import (
+    Blob,
     CheckpointDraft,
     CheckpointRecord,
     CheckpointStatus,
@@ -20,6 +21,7 @@ from ..model import (
 
 __all__ = [
     "CHECKPOINT_COLUMNS",
+    "blob_values",
     "EVENT_COLUMNS",
     "INTERRUPT_COLUMNS",
     "RUN_COLUMNS",
@@ -65,6 +67,11 @@ def dumps(value: Any) -> str:
     if not value and type(value) in (dict, list):
         return "{}" if type(value) is dict else "[]"
     return _ENCODER.encode(value)
+
+
+def blob_values(blob: Blob, created_at: float) -> tuple[Any, ...]:
+    """Return a blobs row: hash, codec, size, created_at, data, parts."""
+    return (blob.hash, blob.codec, blob.size, created_at, blob.data, dumps(list(blob.parts)) if blob.parts else None)
 
 
 def _loads(text: str | None, default: Any = None) -> Any:

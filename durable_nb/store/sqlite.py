@@ -50,6 +50,7 @@ from ..model import (
 )
 from . import rows
 from .blob_files import FILE_BYTES, BlobFolder, FileBlob, FileVanished, read_hashed
+from .ddl import live_blobs
 from .protocol import HISTORY_COLUMNS
 from .rules import check_expectations, choose_claim, trusted_seen, updated_run
 from .sql_store import SQLStore
@@ -297,7 +298,7 @@ def _list_runs(conn: sqlite3.Connection, name: str | None, statuses: list[str] |
     return [rows.run_from_row(row) for row in cursor]
 
 
-_INSERT_BLOB = "INSERT OR IGNORE INTO blobs (hash, codec, size, created_at, data) VALUES (?, ?, ?, ?, ?)"
+_INSERT_BLOB = "INSERT OR IGNORE INTO blobs (hash, codec, size, created_at, data, parts) VALUES (?, ?, ?, ?, ?, ?)"
 _INSERT_CHECKPOINT = f"INSERT INTO checkpoints ({rows.CHECKPOINT_COLUMNS}) VALUES ({', '.join('?' * 29)})"
 _INSERT_EVENT = f"INSERT INTO events ({rows.EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
 _INSERT_INTERRUPT = f"INSERT INTO pending_interrupts ({rows.INTERRUPT_COLUMNS}) VALUES ({', '.join('?' * 9)})"
@@ -311,7 +312,7 @@ def _write_children(
             # Holding the write lock: a prune cannot delete the file between this check and the row.
             if isinstance(blob, FileBlob) and not os.path.exists(blob.path):
                 raise FileVanished(blob.path)
-        conn.executemany(_INSERT_BLOB, [(b.hash, b.codec, b.size, now, b.data) for b in blobs])
+        conn.executemany(_INSERT_BLOB, [rows.blob_values(b, now) for b in blobs])
     written = []
     for offset, draft in enumerate(commit.checkpoints, start=1):
         seq = run.head_seq + offset
@@ -543,7 +544,7 @@ _PRUNABLE = (RunStatus.COMPLETED.value, RunStatus.FAILED.value)
 
 # Blobs still reachable from anything kept: manifests, node outputs, run inputs,
 # @idempotent results, and blobs a front end lists under extra.blobs.
-_LIVE_BLOBS = """
+_REFERENCED_BLOBS = """
     SELECT j.value FROM checkpoints AS c, json_each(c.manifest) AS j
     UNION SELECT j.value FROM checkpoints AS c, json_each(c.node_output) AS j
         WHERE c.node_output IS NOT NULL
@@ -551,6 +552,7 @@ _LIVE_BLOBS = """
     UNION SELECT j.value FROM runs AS r, json_each(r.input_manifest) AS j
     UNION SELECT hash FROM idempotency
 """
+_LIVE_BLOBS = live_blobs(_REFERENCED_BLOBS, "json_each(b.parts)")
 
 
 def _prune(conn: sqlite3.Connection, older_than: float) -> PruneReport:

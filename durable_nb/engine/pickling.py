@@ -1,0 +1,308 @@
+"""Pickle a notebook's variables so that a restore gives back the same objects.
+
+Three things plain pickling gets wrong for a namespace, and what this module does instead:
+
+- Functions and classes defined in the notebook read their globals from the namespace they
+  were defined in. cloudpickle gives each restored function a private copy of the globals it
+  used, frozen at pickling time; here they are rebuilt over the namespace they are restored
+  into, so they see later assignments as they did before.
+- A numpy view of an array that is itself a variable is rebuilt as a view of that array, so
+  that writing through one is seen through the other (views of arrays that are not variables,
+  as inside pandas objects, are stored as copies, which is what pandas' copy-on-write expects).
+- Large array buffers go out of band: they are hashed quickly to tell whether a value
+  changed, and stored as blobs of their own, written once however many times the value is.
+
+Pickling also reports what a value reaches: the ids of the mutable objects in it (two
+variables that reach a common object must be stored together), the global names its
+functions read, and the matplotlib figures it holds.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextvars
+import functools
+import io
+import pickle
+import sys
+import types
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+import xxhash
+
+__all__ = ["Pickled", "buffer_digest", "pickle_values", "restoring_into", "unpickle"]
+
+_target: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("durable_nb_restore_into", default=None)
+
+# Objects whose identity cannot matter: they cannot change, or are looked up by name on load.
+_IMMUTABLE = (
+    str,
+    bytes,
+    int,
+    float,
+    complex,
+    bool,
+    tuple,
+    frozenset,
+    range,
+    slice,
+    type,
+    types.ModuleType,
+    types.BuiltinFunctionType,
+    types.CodeType,
+    types.MethodType,
+    type(None),
+)
+
+
+@dataclass(slots=True)
+class Pickled:
+    """One pickle of one or more values, with what it reaches and a fingerprint of its content."""
+
+    stream: bytes
+    buffers: list[pickle.PickleBuffer]
+    reach: Any  # sorted numpy int64 array of the ids of the mutable objects reached
+    uses: frozenset[str]
+    figures: frozenset[int]
+    fingerprint: str
+    buffer_digests: list[str]
+    # The pickler's memo, kept while a plan compares pickles: objects made while pickling stay
+    # alive, so no two pickles of one plan can see the same id for different objects.
+    memo: Any = None
+
+
+# -- what a restore calls ---------------------------------------------------------------------
+
+
+def _namespace() -> dict[str, Any]:
+    target = _target.get()
+    # Outside a restore (a view loading values in a script) a function gets globals of its own.
+    return target if target is not None else {"__builtins__": builtins}
+
+
+def _make_function(code: types.CodeType, name: str, cells: tuple[Any, ...]) -> types.FunctionType:
+    return types.FunctionType(code, _namespace(), name, None, cells)
+
+
+_FUNCTION_ATTRIBUTES = ("__defaults__", "__kwdefaults__", "__qualname__", "__doc__", "__annotations__", "__module__")
+
+
+def _set_function_state(function: types.FunctionType, state: tuple[Any, ...]) -> types.FunctionType:
+    *attributes, namespace, contents = state
+    for name, value in zip(_FUNCTION_ATTRIBUTES, attributes, strict=True):
+        setattr(function, name, value)
+    function.__dict__.update(namespace)
+    for cell, value in zip(function.__closure__ or (), contents, strict=True):
+        if value is not _EMPTY_MARK:
+            cell.cell_contents = value
+    return function
+
+
+def _empty_cell() -> Any:
+    return types.CellType()
+
+
+def _array_view(
+    root: Any, offset: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype: Any, writeable: bool
+) -> Any:
+    import numpy as np
+
+    view = np.ndarray(shape, dtype, buffer=root, offset=offset, strides=strides)
+    if not writeable:
+        view.flags.writeable = False
+    return view
+
+
+class _EmptyMark:
+    """Stands for an empty closure cell in a pickled function's state."""
+
+    def __reduce__(self) -> str:
+        return "_EMPTY_MARK"
+
+
+_EMPTY_MARK = _EmptyMark()
+
+
+@contextmanager
+def restoring_into(namespace: dict[str, Any] | None) -> Iterator[None]:
+    """Rebuild notebook functions over ``namespace`` while unpickling inside this block."""
+    token = _target.set(namespace)
+    try:
+        yield
+    finally:
+        _target.reset(token)
+
+
+def unpickle(stream: Any, buffers: list[Any]) -> Any:
+    """Load a stream written by ``pickle_values`` with its out-of-band buffers."""
+    return pickle.loads(stream, buffers=buffers)
+
+
+# -- pickling --------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=4096)
+def _names_read(code: types.CodeType) -> frozenset[str]:
+    # co_names holds attribute names as well as globals: an over-estimate, which is safe here.
+    names = set(code.co_names)
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            names |= _names_read(constant)
+    return frozenset(names)
+
+
+def _bottom(array: Any, ndarray: type) -> Any:
+    # numpy keeps a view's base pointing at the array that holds the memory, not at the
+    # view it was taken from: one step is usually all there is.
+    while isinstance(array.base, ndarray):
+        array = array.base
+    return array
+
+
+def _address(array: Any) -> int:
+    return int(array.__array_interface__["data"][0])
+
+
+class _NamespacePickler(cloudpickle.Pickler):
+    """cloudpickle, with notebook functions bound to their namespace and views kept as views."""
+
+    def __init__(
+        self, file: io.BytesIO, namespace: Mapping[str, Any], arrays: frozenset[int], shared: frozenset[int]
+    ) -> None:
+        self.buffers: list[pickle.PickleBuffer] = []
+        super().__init__(file, protocol=5, buffer_callback=self.buffers.append)
+        self.namespace = namespace
+        self.arrays = arrays
+        self.shared = shared
+        self.uses: set[str] = set()
+        self.figures: set[int] = set()
+        self.extra_reach: list[int] = []
+        self._closure_cells: set[int] = set()
+        numpy = sys.modules.get("numpy")
+        self._ndarray: type | None = numpy.ndarray if numpy is not None else None
+        figure_module = sys.modules.get("matplotlib.figure")
+        self._figure: type | None = getattr(figure_module, "Figure", None)
+
+    def reducer_override(self, obj: Any) -> Any:
+        kind = type(obj)
+        if kind is types.FunctionType and obj.__globals__ is self.namespace:
+            return self._reduce_function(obj)
+        if kind is types.CellType and id(obj) in self._closure_cells:
+            return (_empty_cell, ())
+        if kind is self._ndarray and obj.base is not None:
+            reduced = self._reduce_view(obj)
+            if reduced is not None:
+                return reduced
+        if self._figure is not None and isinstance(obj, self._figure):
+            self.figures.add(id(obj))
+        return super().reducer_override(obj)
+
+    def _reduce_function(self, function: types.FunctionType) -> Any:
+        self.uses |= _names_read(function.__code__)
+        cells = function.__closure__ or ()
+        self._closure_cells.update(id(cell) for cell in cells)
+        contents = []
+        for cell in cells:
+            try:
+                contents.append(cell.cell_contents)
+            except ValueError:  # a cell not yet filled (a name assigned after the function)
+                contents.append(_EMPTY_MARK)
+        # A tuple of the function's own objects: a container made here would be a temporary
+        # whose id could pass for another value's object.
+        state = (*(getattr(function, name) for name in _FUNCTION_ATTRIBUTES), function.__dict__, tuple(contents))
+        return (_make_function, (function.__code__, function.__name__, cells), state, None, None, _set_function_state)
+
+    def _reduce_view(self, array: Any) -> Any:
+        bottom = _bottom(array, self._ndarray)  # type: ignore[arg-type]
+        # Two values viewing the same memory share it: they must be stored together.
+        self.extra_reach.append(id(bottom))
+        # Rebuilt as a view when the memory is a variable's, or when two variables view it.
+        kept = id(bottom) in self.arrays or (id(array) in self.arrays and id(bottom) in self.shared)
+        if not kept or type(bottom) is not self._ndarray or array.dtype.hasobject:
+            return None
+        if not (bottom.flags.c_contiguous or bottom.flags.f_contiguous):
+            return None
+        offset = _address(array) - _address(bottom)
+        return (_array_view, (bottom, offset, array.shape, array.strides, array.dtype, bool(array.flags.writeable)))
+
+
+def _mutable(obj: Any, namespace: Mapping[str, Any]) -> bool:
+    if isinstance(obj, _IMMUTABLE):
+        return False
+    kind = type(obj)
+    if kind is types.FunctionType:
+        # A function from a module is pickled by name and comes back as itself.
+        return obj.__globals__ is namespace
+    return kind.__hash__ is None or kind.__dictoffset__ != 0 or kind is types.CellType
+
+
+def buffer_digest(raw: memoryview) -> str:
+    """Return a fast digest of a buffer's bytes and writability (to recognise it, not to sign it)."""
+    hasher = xxhash.xxh3_128(raw)
+    hasher.update(b"R" if raw.readonly else b"W")
+    return hasher.hexdigest()
+
+
+def _reached(memo: dict[int, tuple[int, Any]], namespace: Mapping[str, Any]) -> list[int]:
+    """Return the ids of the mutable objects a pickle met, leaving out the pickler's own temporaries."""
+    found = []
+    for key, entry in memo.items():
+        # An object only the memo holds was made while pickling (a reducer's state dict): its id
+        # is reused as soon as it is freed and must not make two values look shared.
+        if sys.getrefcount(entry[1]) > _MEMO_ONLY and _mutable(entry[1], namespace):
+            found.append(key)
+    return found
+
+
+def _memo_only_references() -> int:
+    file = io.BytesIO()
+    pickler = pickle.Pickler(file, protocol=5)
+    pickler.dump([{}])  # the list and the dict are held by nothing but the memo once dumped
+    counts = [sys.getrefcount(entry[1]) for entry in pickler.memo.copy().values()]
+    return max(counts) - 1  # the dict is also held by the list
+
+
+_MEMO_ONLY = _memo_only_references()
+
+
+def _fingerprint(stream: bytes, digests: list[str]) -> str:
+    hasher = xxhash.xxh3_128(stream)
+    for digest in digests:
+        hasher.update(digest.encode())
+    return hasher.hexdigest()
+
+
+def pickle_values(values: list[Any], namespace: Mapping[str, Any]) -> Pickled:
+    """Pickle ``values`` together (one value alone is pickled as itself, several as a tuple).
+
+    Raises what pickling raises when a value cannot be pickled.
+    """
+    import numpy as np
+
+    file = io.BytesIO()
+    arrays = [v for v in values if type(v) is np.ndarray]
+    bottoms = Counter(id(_bottom(a, np.ndarray)) for a in arrays if a.base is not None)
+    shared = frozenset(key for key, count in bottoms.items() if count > 1)
+    pickler = _NamespacePickler(file, namespace, frozenset(id(a) for a in arrays), shared)
+    pickler.dump(values[0] if len(values) == 1 else tuple(values))
+    memo = pickler.memo.copy()
+    ids = _reached(memo, namespace)
+    ids.extend(pickler.extra_reach)
+    reach = np.unique(np.fromiter(ids, dtype=np.int64, count=len(ids)))
+    stream = file.getvalue()
+    digests = [buffer_digest(buffer.raw()) for buffer in pickler.buffers]
+    return Pickled(
+        stream=stream,
+        buffers=pickler.buffers,
+        reach=reach,
+        uses=frozenset(pickler.uses),
+        figures=frozenset(pickler.figures),
+        fingerprint=_fingerprint(stream, digests),
+        buffer_digests=digests,
+        memo=memo,
+    )
