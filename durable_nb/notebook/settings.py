@@ -198,7 +198,6 @@ def _apply_styles(changed: dict[str, Any]) -> None:
             style.library.pop(name, None)
         else:
             style.library[name] = params
-    style.available[:] = sorted(style.library)
 
 
 # -- warnings, logging, environment, paths --------------------------------------------------------

@@ -1,0 +1,250 @@
+"""A restored notebook is the session that was saved: same objects, same settings, same outputs.
+
+Every test runs notebooks in real kernels: the first runs the cells (and is killed with
+SIGKILL where the test says so), a new kernel runs them again (Run All) against the same
+store, and what the restored session holds is compared with what the first one held.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kernelkit import CellResult, Kernel
+
+import durable_nb as dnb
+
+pytestmark = pytest.mark.slow
+
+SETUP = "%load_ext durable_nb\n%durable run faithful"
+
+
+@pytest.fixture
+def start(tmp_path: Path, store_url: str) -> Iterator[Callable[[], Kernel]]:
+    started: list[Kernel] = []
+
+    def new_kernel() -> Kernel:
+        kernel = Kernel(tmp_path, env={"DURABLE_NB_STORE": store_url})
+        started.append(kernel)
+        return kernel
+
+    yield new_kernel
+    for kernel in started:
+        kernel.close()
+
+
+def run_all(kernel: Kernel, cells: list[str]) -> list[CellResult]:
+    results = kernel.run_all([SETUP, *cells])
+    assert all(r.status == "ok" for r in results), [(r.status, r.text) for r in results]
+    return results[1:]
+
+
+def probe(kernel: Kernel, expression: str) -> Any:
+    """Evaluate an expression in the kernel and return it through JSON."""
+    result = kernel.run(f"import json as _json\nprint('PROBE' + _json.dumps({expression}))")
+    assert result.status == "ok", result.text
+    line = next(line for line in result.text.splitlines() if line.startswith("PROBE"))
+    return json.loads(line[len("PROBE") :])
+
+
+def restored(results: list[CellResult]) -> list[bool]:
+    return ["restored '" in r.text for r in results]
+
+
+def images(result: CellResult) -> list[str]:
+    return [o["data"]["image/png"] for o in result.outputs if "image/png" in o.get("data", {})]
+
+
+def test_models_fitted_in_a_loop_come_back_fitted(start: Callable[[], Kernel]) -> None:
+    """Identity: objects shared between variables are restored shared, and a change made in
+    place through a loop variable is committed (the issue's reproduction)."""
+    cells = [
+        "%%durable a\nfrom sklearn.datasets import load_iris\nfrom sklearn.linear_model import LogisticRegression\n"
+        "X, y = load_iris(return_X_y=True)\nlr = LogisticRegression(max_iter=500); models = [(lr, 'lr')]",
+        "%%durable b\nfor m, name in models:\n    m.fit(X, y)",
+    ]
+    first = start()
+    run_all(first, cells)
+    expected = probe(first, "round(lr.score(X, y), 6)")
+    first.kill()
+    second = start()
+    assert restored(run_all(second, cells)) == [True, True]
+    assert probe(second, "round(lr.score(X, y), 6)") == expected
+    assert probe(second, "[models[0][0] is lr, m is lr]") == [True, True]
+
+
+SHAPES = [
+    "%%durable make\nimport numpy as np, pandas as pd\n"
+    "inner = [1]\nouter = {'k': [inner]}\n"
+    "class Box:\n    def __init__(self, v=0):\n        self.v = v\n"
+    "child = Box(); holder = Box(); holder.child = child\n"
+    "points = [Box(1), Box(2)]; first = points[0]\n"
+    "d = {'x': Box()}\n"
+    "base = np.arange(10.0); view = base[2:5]\n"
+    "frame = pd.DataFrame({'a': [1, 2, 3]})\n"
+    "s = {1}; owner = [s]\n"
+    "a = [0]\n"
+    "def make():\n    c = []\n    def add(x):\n        c.append(x)\n"
+    "    def get():\n        return c\n    return add, get\n"
+    "add, get = make()\n"
+    "registry = []\ndef register(x):\n    registry.append(x)\n"
+    "def twice():\n    return late * 2",
+    "%%durable alias\nb = a",
+    "%%durable change\n"
+    "outer['k'][0].append(2)\n"
+    "holder.child.v = 9\n"
+    "for p in points:\n    p.v += 10\n"
+    "d['x'].v = 5\n"
+    "base[3] = 99.0\n"
+    "frame['c'] = frame['a'] * 2\n"
+    "owner[0].add(2)\n"
+    "b.append(1)\n"
+    "add(1)\n"
+    "register(5)\n"
+    "late = 21",
+]
+SHAPE_CHECKS = (
+    "{'inner': inner, 'inner_shared': outer['k'][0] is inner, 'child': child.v, 'child_shared': holder.child is child,"
+    " 'points': [p.v for p in points], 'first_shared': first is points[0], 'd': d['x'].v,"
+    " 'view': view.tolist(), 'view_shares': bool(np.shares_memory(view, base)),"
+    " 'frame': frame['c'].tolist(), 's': sorted(s), 's_shared': owner[0] is s,"
+    " 'alias': b is a, 'a': a, 'closure': get(), 'registry': registry, 'twice': twice()}"
+)
+
+
+def test_identity_and_in_place_changes_over_many_shapes(start: Callable[[], Kernel]) -> None:
+    """Identity holds across cells, and changes made through any path are committed: nested
+    containers, dict values, objects in lists, attributes, numpy views, DataFrame columns,
+    sets, aliases, closures and a function that changes a global."""
+    first = start()
+    run_all(first, SHAPES)
+    expected = probe(first, SHAPE_CHECKS)
+    assert expected["view"] == [2.0, 99.0, 4.0] and expected["closure"] == [1] and expected["twice"] == 42
+    first.kill()
+    second = start()
+    assert restored(run_all(second, SHAPES)) == [True, True, True]
+    assert probe(second, SHAPE_CHECKS) == expected
+    # The restored objects behave as the saved ones did: a view still views, a closure still
+    # shares its cell, a function reads the namespace it lives in.
+    assert probe(second, "[base.__setitem__(2, -1.0), view[0]][1]") == -1.0
+    assert probe(second, "[add(7), get()][1]") == [1, 7]
+    assert probe(second, "[globals().__setitem__('late', 5), twice()][1]") == 10
+
+
+SETTINGS = [
+    "%%durable imports\nimport os, sys, warnings\nimport numpy as np, pandas as pd, sklearn\n"
+    "import matplotlib, matplotlib.pyplot as plt",
+    "%%durable configure\nsklearn.set_config(enable_metadata_routing=True)\nnp.random.seed(7)\n"
+    "pd.set_option('display.max_rows', 7)\nplt.rcParams['lines.linewidth'] = 4.5\n"
+    "os.environ['DNB_TEST_SETTING'] = 'on'\nos.makedirs('work', exist_ok=True)\nos.chdir('work')\n"
+    "sys.path.append('/opt/dnb-test-path')\nwarnings.filterwarnings('ignore', message='dnb test warning')\n"
+    "matplotlib.style.library['dnb-style'] = {'axes.titlesize': 31.0}",
+    "%%durable draw\nfirst_draw = float(np.random.rand())",
+    "%%durable use_style\nplt.style.use('dnb-style')",
+]
+SETTINGS_CHECKS = (
+    "{'routing': sklearn.get_config()['enable_metadata_routing'], 'rand': float(np.random.rand()),"
+    " 'rows': pd.get_option('display.max_rows'), 'width': plt.rcParams['lines.linewidth'],"
+    " 'title': plt.rcParams['axes.titlesize'], 'env': os.environ.get('DNB_TEST_SETTING'),"
+    " 'cwd': os.path.basename(os.getcwd()), 'path': '/opt/dnb-test-path' in sys.path,"
+    " 'style': 'dnb-style' in plt.style.available,"
+    " 'filtered': any(getattr(f[1], 'pattern', None) == 'dnb test warning' for f in warnings.filters)}"
+)
+
+
+def test_settings_a_restored_cell_made_are_applied_again(start: Callable[[], Kernel]) -> None:
+    """Process-wide settings made by committed cells hold in a new kernel after Run All: the
+    cells that execute after a restore see the same scikit-learn config, random state,
+    options, rcParams, environment, working directory, path, filters and styles."""
+    first = start()
+    run_all(first, SETTINGS)
+    expected = probe(first, SETTINGS_CHECKS)
+    assert expected["routing"] is True and expected["cwd"] == "work" and expected["title"] == 31.0
+    first.kill()
+    second = start()
+    assert restored(run_all(second, SETTINGS)) == [True] * len(SETTINGS)
+    assert probe(second, SETTINGS_CHECKS) == expected
+    # A cell that executes now needs the setting: metadata routing must be on.
+    code = (
+        "from sklearn.linear_model import LogisticRegression\n"
+        "LogisticRegression().set_fit_request(sample_weight=True)\nprint('routing works')"
+    )
+    assert "routing works" in second.run(code).text
+
+
+FIGURES = [
+    "%%durable implicit\nimport matplotlib.pyplot as plt\nplt.plot([1, 2, 3])",
+    "%%durable subplots\nfig, ax = plt.subplots()\nax.plot([3, 1, 2])\nax.set_title('kept')",
+    "%%durable loop\nfor i in range(3):\n    plt.figure()\n    plt.plot([i, i + 1])",
+    "%%durable shown\nfig2, ax2 = plt.subplots()\nax2.bar([1, 2], [3, 4])\ndisplay(fig2)",
+    "%%durable none\nsummary = 'no figure here'",
+]
+
+
+def test_figures_restore_as_they_were_drawn(start: Callable[[], Kernel]) -> None:
+    """Outputs: each cell shows the same images executed durably as run plainly, and the same
+    again when restored (from the stored images: none drawn twice, none lost)."""
+    plain = start()
+    plain_results = plain.run_all([c.split("\n", 1)[1] for c in FIGURES])
+    executed = start()
+    durable_results = run_all(executed, FIGURES)
+    executed.kill()
+    restorer = start()
+    restored_results = run_all(restorer, FIGURES)
+    counts = [len(images(r)) for r in plain_results]
+    assert counts == [1, 1, 3, 2, 0]
+    assert [len(images(r)) for r in durable_results] == counts
+    assert [images(r) for r in restored_results] == [images(r) for r in durable_results]
+    assert probe(restorer, "[ax.figure is fig, ax.get_title(), ax2.figure is fig2]") == [True, "kept", True]
+
+
+def test_the_cell_value_is_out_n_and_underscore(start: Callable[[], Kernel]) -> None:
+    """Outputs: a cell's value is shown as execute_result, with Out[n] and _ set, after a restore too."""
+    cells = ["%%durable value\nnumbers = [3, 1, 2]\nsorted(numbers)", "%%durable name\nnumbers"]
+    first = start()
+    results = run_all(first, cells)
+    assert [o["type"] for o in results[0].outputs] == ["execute_result"]
+    first.kill()
+    second = start()
+    results = run_all(second, cells)
+    assert [o["type"] for o in results[0].outputs] == ["execute_result", "stream"]
+    assert results[0].outputs[0]["data"]["text/plain"] == "[1, 2, 3]"
+    assert probe(second, "[_ is numbers, Out[max(Out)] is numbers, Out[min(Out)]]") == [True, True, [1, 2, 3]]
+
+
+def test_going_back_to_old_code_returns_to_its_run(start: Callable[[], Kernel], store_url: str) -> None:
+    """Going back: after an edit forks the run, running the original code again returns to the
+    original run (which ran that code from the same state) instead of forking once more."""
+    cells = ["%%durable base\nx = 1", "%%durable step\ny = x + 1"]
+    kernel = start()
+    run_all(kernel, cells)
+    original = dnb.runs("faithful", store=store_url)["run_id"].iloc[0]
+    edited = kernel.run("%%durable step\ny = x + 100")
+    assert "continuing in fork" in edited.text
+    back = kernel.run(cells[1])
+    assert f"matches run {original}" in back.text and "restored 'step'" in back.text
+    assert probe(kernel, "y") == 2
+    assert len(dnb.runs("faithful", store=store_url)) == 2  # no third run
+
+
+def test_replay_cells_run_again_and_unknown_effects_are_named(
+    start: Callable[[], Kernel], tmp_path: Path
+) -> None:
+    """Settings durable_nb cannot read: a --replay cell runs again on restore; a set-up call into
+    a library it does not watch is named in a warning when its cell is restored."""
+    (tmp_path / "fakelib.py").write_text("STATE = {'seed': None}\ndef set_seed(n):\n    STATE['seed'] = n\n")
+    cells = [
+        "%%durable replayed --replay\nimport fakelib\nfakelib.set_seed(11)",
+        "%%durable warned\nfakelib.set_seed(12)",
+    ]
+    first = start()
+    run_all(first, cells)
+    first.kill()
+    second = start()
+    results = run_all(second, cells)
+    assert "replaying 'replayed'" in results[0].text
+    assert "fakelib.set_seed(12)" in results[1].text and "--replay" in results[1].text
+    assert probe(second, "fakelib.STATE['seed']") == 11
