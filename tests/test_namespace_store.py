@@ -1,0 +1,206 @@
+"""How a notebook's variables sit in the store (§3 notebook state, content-addressed values).
+
+Variables that share objects are one group blob; a group's array buffers are raw blobs of their
+own, written once however often the group is stored again, kept alive by the group (schema
+version 2: ``blobs.parts``), checked against their address before use, and pruned with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import db_path, execute_sql, is_postgres
+from IPython.core.interactiveshell import InteractiveShell
+
+import durable_nb as dnb
+from durable_nb._loop import run_sync
+from durable_nb.store import ddl
+
+
+class Shell:
+    """An IPython shell with the extension loaded, attached to a run of the test's store."""
+
+    def __init__(self, store_url: str) -> None:
+        self.shell = InteractiveShell()
+        self.shell.run_line_magic("load_ext", "durable_nb")
+        self.ok(f"%durable run groups --store {store_url}")
+
+    def ok(self, source: str) -> Any:
+        result = self.shell.run_cell(source)
+        assert result.success, result.error_in_exec or result.error_before_exec
+        return result.result
+
+    @property
+    def ns(self) -> dict[str, Any]:
+        return self.shell.user_ns
+
+    def release(self) -> None:
+        from durable_nb.notebook.session import session_for
+
+        session = session_for(self.shell)
+        if session.cell_run is not None:
+            run_sync(session.cell_run.release())
+
+
+@pytest.fixture
+def shell(store_url: str) -> Iterator[Shell]:
+    yield Shell(store_url)
+
+
+def raw_blobs(store_url: str) -> list[tuple[str, int]]:
+    return [(h, int(size)) for h, size in execute_sql(store_url, "SELECT hash, size FROM blobs WHERE codec = 'raw'")]
+
+
+def head_manifest(store_url: str) -> dict[str, str]:
+    [(text,)] = execute_sql(store_url, "SELECT manifest FROM checkpoints ORDER BY created_at DESC, seq DESC LIMIT 1")
+    return dict(json.loads(text))
+
+
+def test_shared_variables_are_one_group_and_buffers_are_written_once(shell: Shell, store_url: str) -> None:
+    """An alias joins its target's group (stored again, with the same identity); the array's
+    bytes are not written again for it."""
+    cells = [
+        "%%durable make\nimport numpy as np\nbig = np.arange(200_000, dtype=np.float64)\nother = [1, 2]",
+        "%%durable alias\nsame = big",
+        "%%durable grow\nbig[0] = -1.0",
+    ]
+    shell.ok(cells[0])
+    assert [size for _, size in raw_blobs(store_url)] == [1_600_000]
+    shell.ok(cells[1])
+    manifest = head_manifest(store_url)
+    assert manifest["same"] == manifest["big"] != manifest["other"]
+    assert len(raw_blobs(store_url)) == 1  # the alias cost a new group, not a new copy of the bytes
+    shell.ok(cells[2])
+    assert len(raw_blobs(store_url)) == 2  # changed bytes: a new buffer
+    shell.release()
+    restored = Shell(store_url)
+    for cell in cells:
+        restored.ok(cell)
+    assert restored.ns["same"] is restored.ns["big"] and restored.ns["big"][0] == -1.0
+
+
+def test_cells_restore_with_their_own_code_hash(store_url: str) -> None:
+    """The restored session holds exactly what the cells committed, in cell order."""
+    first = Shell(store_url)
+    cells = ["%%durable one\nimport numpy as np\nx = np.ones(3)", "%%durable two\ny = x[1:]\nx *= 2"]
+    for cell in cells:
+        first.ok(cell)
+    first.release()
+    second = Shell(store_url)
+    for cell in cells:
+        second.ok(cell)
+    assert second.ns["x"].tolist() == [2.0, 2.0, 2.0] and second.ns["y"].tolist() == [2.0, 2.0]
+    assert np.shares_memory(second.ns["x"], second.ns["y"])
+
+
+def test_an_edited_array_buffer_is_refused(shell: Shell, store_url: str) -> None:
+    """§3 Codecs: array bytes changed in the store do not match their address: the restore
+    fails with TamperedValueError and the variable is not loaded."""
+    shell.ok("%%durable make\nimport numpy as np\nvalues = np.arange(1000, dtype=np.int64)")
+    [(address, _)] = raw_blobs(store_url)
+    forged = np.arange(1000, dtype=np.int64)
+    forged[0] = 666
+    execute_sql(store_url, "UPDATE blobs SET data = ? WHERE hash = ?", (forged.tobytes(), address))
+    shell.release()
+    restorer = InteractiveShell()
+    restorer.run_line_magic("load_ext", "durable_nb")
+    restorer.run_cell(f"%durable run groups --store {store_url}")
+    result = restorer.run_cell("%%durable make\nimport numpy as np\nvalues = np.arange(1000, dtype=np.int64)")
+    assert isinstance(result.error_in_exec, dnb.TamperedValueError)
+    assert "values" not in restorer.user_ns
+
+
+def test_an_edited_group_never_runs_code(shell: Shell, store_url: str, tmp_path: Path) -> None:
+    """§3 Codecs: a group blob replaced by a pickle that runs code fails its signature check."""
+    shell.ok("%%durable make\nitems = [1, 2, 3]\ntwin = items")
+    address = head_manifest(store_url)["items"]
+    marker = tmp_path / "pwned"
+    payload = pickle.dumps(_Evil(str(marker)))
+    [(data,)] = execute_sql(store_url, "SELECT data FROM blobs WHERE hash = ?", (address,))
+    header_end = 8 + int.from_bytes(bytes(data)[4:8], "big")
+    execute_sql(store_url, "UPDATE blobs SET data = ? WHERE hash = ?", (bytes(data)[:header_end] + payload, address))
+    shell.release()
+    restorer = InteractiveShell()
+    restorer.run_line_magic("load_ext", "durable_nb")
+    restorer.run_cell(f"%durable run groups --store {store_url}")
+    result = restorer.run_cell("%%durable make\nitems = [1, 2, 3]\ntwin = items")
+    assert isinstance(result.error_in_exec, dnb.TamperedValueError)
+    assert not marker.exists()
+
+
+class _Evil:
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.mkdir, (self.path,))
+
+
+def test_prune_keeps_the_buffers_of_kept_groups_and_drops_the_rest(shell: Shell, store_url: str) -> None:
+    """§3 prune: a buffer lives while a kept checkpoint's group refers to it, and goes with it."""
+    shell.ok("%%durable make\nimport numpy as np\narr = np.zeros(50_000)")
+    first_buffer = raw_blobs(store_url)
+    shell.ok("%%durable change\narr += 1")
+    shell.ok("%%durable other\nnote = 'x'")
+    shell.ok("%durable end")
+    report = dnb.prune(older_than=datetime.now(UTC) + timedelta(hours=1), store=store_url)
+    assert report.blobs >= 1
+    kept = raw_blobs(store_url)
+    assert len(kept) == 1 and kept != first_buffer  # the first version of arr had no checkpoint left
+    run_id = dnb.runs("groups", store=store_url)["run_id"].iloc[0]
+    state = dnb.get_run(run_id, store=store_url).state
+    assert state["arr"].tolist()[:3] == [1.0, 1.0, 1.0] and state["note"] == "x"
+
+
+def test_a_large_buffer_is_a_value_file(shell: Shell, store_url: str) -> None:
+    """§10: an array of 4 MB or more is written once as a file beside a SQLite store."""
+    if is_postgres(store_url):
+        pytest.skip("value files are a SQLite store's")
+    shell.ok("%%durable make\nimport numpy as np\nhuge = np.ones(700_000)")
+    [(address, size)] = raw_blobs(store_url)
+    file = Path(f"{db_path(store_url)}-blobs") / address
+    assert file.stat().st_size == size == 5_600_000
+    shell.ok("%%durable alias\nhuge_again = huge")
+    assert len(raw_blobs(store_url)) == 1
+
+
+def test_a_schema_1_store_is_migrated_with_its_data(store_url: str) -> None:
+    """§3 Schema: a store written by the previous schema is migrated forward on open, its data kept."""
+    types = ("DOUBLE PRECISION", "BYTEA", "BIGINT") if is_postgres(store_url) else ("REAL", "BLOB", "INTEGER")
+    real, blob, bigint = types
+    if is_postgres(store_url):
+        import psycopg
+
+        from durable_nb.store.postgres import _split
+
+        conninfo, options = _split(store_url)
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute(f'CREATE SCHEMA "{options["schema"]}"')
+    statements = [s for s in ddl.schema_v1(real, blob, bigint).split(";") if s.strip()]
+    statements.insert(0, f"CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at {real} NOT NULL)")
+    statements.append("INSERT INTO schema_version VALUES (1, 0)")
+    for statement in statements:
+        execute_sql(store_url, statement)
+    execute_sql(
+        store_url,
+        "INSERT INTO blobs (hash, codec, size, created_at, data) VALUES (?, ?, ?, ?, ?)",
+        ("j-old", "json", 2, 0.0, b"42"),
+    )
+    flow = dnb.Workflow("after-migration", store=store_url)
+
+    @flow.node()
+    def step(state: dict[str, Any]) -> dict[str, Any]:
+        return {"done": True}
+
+    assert flow.run({}).status == "completed"
+    versions = sorted(v for (v,) in execute_sql(store_url, "SELECT version FROM schema_version"))
+    assert versions == [1, 2]
+    assert execute_sql(store_url, "SELECT data, parts FROM blobs WHERE hash = 'j-old'") == [(b"42", None)]
