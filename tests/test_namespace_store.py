@@ -80,6 +80,11 @@ def test_shared_variables_are_one_group_and_buffers_are_written_once(shell: Shel
     assert len(raw_blobs(store_url)) == 1  # the alias cost a new group, not a new copy of the bytes
     shell.ok(cells[2])
     assert len(raw_blobs(store_url)) == 2  # changed bytes: a new buffer
+    run_id = dnb.runs("groups", store=store_url)["run_id"].iloc[0]
+    written = dnb.history(run_id, store=store_url).set_index("step")["bytes_written"]
+    assert 1_600_000 < written["after:make"] < 1_610_000
+    assert written["after:alias"] < 10_000  # a group of two names, counted once; no bytes of the array
+    assert 1_600_000 < written["after:grow"] < 1_610_000
     shell.release()
     restored = Shell(store_url)
     for cell in cells:

@@ -425,12 +425,15 @@ def _list_events(conn: Any, run_id: str, after_seq: int) -> list[EventRecord]:
     return [rows.event_from_row(row) for row in cursor]
 
 
+_BYTES_WRITTEN = rows.BYTES_WRITTEN.format(
+    outputs="SELECT value FROM jsonb_each_text(c.node_output::jsonb)", parts="jsonb_array_elements_text(g.parts::jsonb)"
+)
+
+
 def _history_rows(conn: Any, run_id: str) -> list[tuple[Any, ...]]:
     return conn.execute(
         # An index lookup per value written (a join would scan every blob for every checkpoint).
-        f"SELECT {HISTORY_COLUMNS}, (SELECT COALESCE(SUM(b.size), 0) FROM blobs AS b WHERE b.hash = ANY(ARRAY("
-        "SELECT value FROM jsonb_each_text(c.node_output::jsonb)))) FROM checkpoints AS c WHERE c.run_id = %s "
-        "ORDER BY c.seq",
+        f"SELECT {HISTORY_COLUMNS}, {_BYTES_WRITTEN} FROM checkpoints AS c WHERE c.run_id = %s ORDER BY c.seq",
         (run_id,),
     ).fetchall()
 

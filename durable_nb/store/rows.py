@@ -20,6 +20,7 @@ from ..model import (
 )
 
 __all__ = [
+    "BYTES_WRITTEN",
     "CHECKPOINT_COLUMNS",
     "blob_values",
     "EVENT_COLUMNS",
@@ -57,6 +58,14 @@ CHECKPOINT_COLUMNS = (
 INTERRUPT_COLUMNS = "run_id, node_id, checkpoint_id, reason, context, created_at, agent_path, expires_at, on_timeout"
 EVENT_COLUMNS = "run_id, seq, type, node_id, at, data"
 
+
+# The bytes a checkpoint wrote: its values (each blob once), and the parts of its groups that
+# its own commit stored (a buffer written earlier and referred to again costs nothing).
+BYTES_WRITTEN = (
+    "((SELECT COALESCE(SUM(b.size), 0) FROM blobs AS b WHERE b.hash IN ({outputs})) + "
+    "(SELECT COALESCE(SUM(r.size), 0) FROM blobs AS r WHERE r.created_at = c.created_at AND r.hash IN ("
+    "SELECT p.value FROM blobs AS g, {parts} AS p WHERE g.parts IS NOT NULL AND g.hash IN ({outputs}))))"
+)
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 

@@ -498,10 +498,14 @@ def _list_events(conn: sqlite3.Connection, run_id: str, after_seq: int) -> list[
     return [rows.event_from_row(row) for row in cursor]
 
 
+_BYTES_WRITTEN = rows.BYTES_WRITTEN.format(
+    outputs="SELECT value FROM json_each(c.node_output)", parts="json_each(g.parts)"
+)
+
+
 def _history_rows(conn: sqlite3.Connection, run_id: str) -> list[tuple[Any, ...]]:
     return conn.execute(
-        f"SELECT {HISTORY_COLUMNS}, (SELECT COALESCE(SUM(b.size), 0) FROM json_each(c.node_output) AS j "
-        "JOIN blobs AS b ON b.hash = j.value) FROM checkpoints AS c WHERE c.run_id = ? ORDER BY c.seq",
+        f"SELECT {HISTORY_COLUMNS}, {_BYTES_WRITTEN} FROM checkpoints AS c WHERE c.run_id = ? ORDER BY c.seq",
         (run_id,),
     ).fetchall()
 
