@@ -20,6 +20,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ..errors import DurableError
+
 __all__ = ["run_demo"]
 
 
@@ -38,6 +40,7 @@ class _Kernel:
         self.client = self.manager.client()
         self.client.start_channels()
         self.client.wait_for_ready(timeout=60)
+        self.closed = False
 
     def run(self, code: str, timeout: float = 120) -> tuple[str, str]:
         """Run one cell; return its status (ok, error, dead) and the text it printed."""
@@ -62,8 +65,17 @@ class _Kernel:
                 text.append(f"{content['ename']}: {content['evalue']}\n")
             elif kind == "status" and content["execution_state"] == "idle":
                 break
-        reply = self.client.get_shell_msg(timeout=30)
-        return reply["content"]["status"], "".join(text)
+        # The shell channel may also hold replies to other requests: wait_for_ready sends a new
+        # kernel_info request each second until one is answered and leaves the late replies
+        # queued (a slow start), and a timed-out cell's reply comes late. Take this cell's reply.
+        reply_deadline = time.monotonic() + 30
+        while True:
+            try:
+                reply = self.client.get_shell_msg(timeout=max(0.0, reply_deadline - time.monotonic()))
+            except queue.Empty:
+                return "timeout", "".join(text)
+            if reply["parent_header"].get("msg_id") == msg_id:
+                return reply["content"]["status"], "".join(text)
 
     def kill(self) -> None:
         pid = self.manager.provisioner.process.pid  # type: ignore[union-attr]
@@ -72,6 +84,9 @@ class _Kernel:
             time.sleep(0.05)
 
     def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
         self.client.stop_channels()
         if self.manager.is_alive():
             self.manager.shutdown_kernel(now=True)
@@ -131,15 +146,17 @@ def run_demo(folder: str | None = None, keep: bool = False) -> None:
     env["DURABLE_NB_STORE"] = store
     cells = [c for c in _cells() if not c[1].startswith("%durable approve")]
     _say(f"durable_nb demo — store {store}\n")
+    kernels: list[_Kernel] = []
     try:
         _say("1. Run All in a kernel; the kernel is killed in the middle of the slow 'classify' cell:")
-        first = _Kernel(work, env)
+        kernels.append(first := _Kernel(work, env))
         _run_all(first, cells, kill_in="classify")
         first.close()
 
         _say("\n2. A new kernel, Run All again: committed cells are restored, the rest runs, the gate pauses:")
-        second = _Kernel(work, env)
-        _run_all(second, cells)
+        kernels.append(second := _Kernel(work, env))
+        if _run_all(second, cells) != "stopped":
+            raise DurableError("the demo did not stop at the approval gate as it should have")
 
         import durable_nb as dnb
 
@@ -153,6 +170,8 @@ def run_demo(folder: str | None = None, keep: bool = False) -> None:
             timeout=120,
         )
         _say("   " + (approve.stdout.strip().splitlines() or [approve.stderr.strip()])[0])
+        if approve.returncode != 0:
+            raise DurableError(f"durable-nb approve failed (exit code {approve.returncode}): {approve.stderr.strip()}")
 
         _say("\n4. Run All once more: the decided gate continues, the run finishes:")
         _run_all(second, cells)
@@ -163,7 +182,11 @@ def run_demo(folder: str | None = None, keep: bool = False) -> None:
         _say(history[["seq", "step", "status", "duration", "changed"]].to_string(index=False))
         final = dnb.get_run(run_id, store=store)
         _say(f"\nrun {run_id} is {final.status}; the demo took {time.perf_counter() - begun:.1f} s")
+        if final.status != dnb.RunStatus.COMPLETED:
+            raise DurableError(f"the demo did not complete: run {run_id} is {final.status}")
     finally:
+        for kernel in kernels:
+            kernel.close()
         if folder is None and not keep:
             shutil.rmtree(work, ignore_errors=True)
         elif folder is None:
