@@ -258,9 +258,8 @@ class CellRun:
         outputs_hash = checkpoint.extra.get("outputs")
         outputs = await self.values.load_one(outputs_hash) if outputs_hash else []
         namespace.update(values)
-        fingerprints = checkpoint.extra.get("fingerprints", {})
         for name, address in manifest.items():
-            self.tracker.restored(name, address, fingerprints.get(name))
+            self.tracker.restored(name, address)
         deleted = [name for name in checkpoint.extra.get("deleted", []) if name not in exclude]
         for name in deleted:
             namespace.pop(name, None)
@@ -344,7 +343,6 @@ class CellRun:
                 "blobs": [outputs.hash, *(b.hash for b in outcome.blobs)],
                 "unstored": unstored,
                 "deleted": sorted(outcome.deleted),
-                "fingerprints": plan.fingerprints,
             },
         )
         result = await self._commit(

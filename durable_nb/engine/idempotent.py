@@ -82,6 +82,7 @@ def idempotent(fn: Any = None, *, key: Callable[..., Any] | None = None) -> Any:
             await _remember(scope, digest, fn, value)
             return value
 
+        async_wrapper.__durable_nb_rebuild__ = (_rebuild, (fn, key))  # type: ignore[attr-defined]
         return async_wrapper
 
     @functools.wraps(fn)
@@ -97,4 +98,10 @@ def idempotent(fn: Any = None, *, key: Callable[..., Any] | None = None) -> Any:
         run_sync(_remember(scope, digest, fn, value))
         return value
 
+    wrapper.__durable_nb_rebuild__ = (_rebuild, (fn, key))  # type: ignore[attr-defined]
     return wrapper
+
+
+def _rebuild(fn: Callable[..., Any], key: Callable[..., Any] | None) -> Any:
+    # A stored notebook variable holding a wrapper comes back by wrapping its function again.
+    return idempotent(fn, key=key)

@@ -9,7 +9,9 @@ a loop variable, an alias, a closure). Variables that share objects form one com
 are stored as one group, so that every identity between them holds after a restore.
 
 Variables the cell could not reach are not pickled at all. A variable restored from the store
-has no record of what it reaches yet, so the first cell after a restore pickles it once.
+is pickled once before the next cell runs (``baseline``): pickling an unpickled object need not
+give the bytes of the first pickle (strings shared by identity before may not be after), so
+what counts as unchanged is what this kernel holds right after the restore.
 """
 
 from __future__ import annotations
@@ -41,7 +43,6 @@ class StorePlan:
     """What one cell's commit writes for the namespace."""
 
     manifest: dict[str, str] = field(default_factory=dict)
-    fingerprints: dict[str, str] = field(default_factory=dict)
     groups: dict[str, list[str]] = field(default_factory=dict)
     blobs: list[Blob] = field(default_factory=list)
     unstored: dict[str, str] = field(default_factory=dict)
@@ -127,9 +128,25 @@ class NamespaceTracker:
         self.known.clear()
         self._reach = None
 
-    def restored(self, name: str, address: str, fingerprint: str | None) -> None:
+    def restored(self, name: str, address: str) -> None:
         """Record a variable just loaded from the store."""
-        self.known[name] = Known(address, fingerprint)
+        self.known[name] = Known(address, None)
+        self._reach = None
+
+    def baseline(self, namespace: Mapping[str, Any]) -> None:
+        """Pickle the variables restored since the last cell, before the next cell can change them."""
+        for name, entry in list(self.known.items()):
+            if entry.reach is not None:
+                continue
+            if name not in namespace:
+                self.known.pop(name)
+                continue
+            try:
+                result = pickle_values([namespace[name]], namespace)
+            except Exception:  # noqa: BLE001 - no longer picklable: it will be stored again if it can be
+                self.known.pop(name)
+                continue
+            self.known[name] = self._entry(entry.address, result)
         self._reach = None
 
     def drop(self, names: Iterable[str]) -> None:
@@ -218,7 +235,6 @@ class NamespaceTracker:
         plan.groups[blob.hash] = members
         for name in members:
             plan.manifest[name] = blob.hash
-            plan.fingerprints[name] = pickled[name].fingerprint
             plan.known[name] = self._entry(blob.hash, pickled[name])
 
     @staticmethod

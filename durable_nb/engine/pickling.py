@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import builtins
 import contextvars
+import enum
 import functools
 import io
 import pickle
@@ -143,6 +144,22 @@ def unpickle(stream: Any, buffers: list[Any]) -> Any:
     return pickle.loads(stream, buffers=buffers)
 
 
+def _load_sealed(stream: bytes, *buffers: Any) -> Any:
+    return pickle.loads(stream, buffers=buffers)
+
+
+def _seal(obj: Any) -> Any:
+    """Pickle an immutable library object on its own, so that what is inside it (a pandas Index
+    shared by a frame and a row taken from it) never makes two variables look shared."""
+    file = io.BytesIO()
+    buffers: list[pickle.PickleBuffer] = []
+    try:
+        pickle.Pickler(file, protocol=5, buffer_callback=buffers.append).dump(obj)
+    except Exception:  # noqa: BLE001 - not picklable alone (a notebook class inside): pickled as usual
+        return NotImplemented
+    return (_load_sealed, (file.getvalue(), *buffers))
+
+
 # -- pickling --------------------------------------------------------------------------------------
 
 
@@ -187,11 +204,17 @@ class _NamespacePickler(cloudpickle.Pickler):
         self._ndarray: type | None = numpy.ndarray if numpy is not None else None
         figure_module = sys.modules.get("matplotlib.figure")
         self._figure: type | None = getattr(figure_module, "Figure", None)
+        pandas = sys.modules.get("pandas")
+        self._sealed: tuple[type, ...] = (pandas.Index,) if pandas is not None else ()
 
     def reducer_override(self, obj: Any) -> Any:
         kind = type(obj)
-        if kind is types.FunctionType and obj.__globals__ is self.namespace:
-            return self._reduce_function(obj)
+        if kind is types.FunctionType:
+            if obj.__globals__ is self.namespace:
+                return self._reduce_function(obj)
+            rebuild = obj.__dict__.get("__durable_nb_rebuild__")
+            if rebuild is not None:  # a wrapper of durable_nb's own (@idempotent): rebuilt by wrapping again
+                return rebuild
         if kind is types.CellType and id(obj) in self._closure_cells:
             return (_empty_cell, ())
         if kind is self._ndarray and obj.base is not None:
@@ -200,6 +223,8 @@ class _NamespacePickler(cloudpickle.Pickler):
                 return reduced
         if self._figure is not None and isinstance(obj, self._figure):
             self.figures.add(id(obj))
+        if self._sealed and isinstance(obj, self._sealed):
+            return _seal(obj)
         return super().reducer_override(obj)
 
     def _reduce_function(self, function: types.FunctionType) -> Any:
@@ -231,14 +256,41 @@ class _NamespacePickler(cloudpickle.Pickler):
         return (_array_view, (bottom, offset, array.shape, array.strides, array.dtype, bool(array.flags.writeable)))
 
 
-def _mutable(obj: Any, namespace: Mapping[str, Any]) -> bool:
-    if isinstance(obj, _IMMUTABLE):
+def _mutable(obj: Any, namespace: Mapping[str, Any], immutable: tuple[type, ...]) -> bool:
+    """Tell whether two values holding ``obj`` must be stored together for a restore to keep it one object."""
+    if isinstance(obj, immutable):
         return False
     kind = type(obj)
     if kind is types.FunctionType:
         # A function from a module is pickled by name and comes back as itself.
         return obj.__globals__ is namespace
-    return kind.__hash__ is None or kind.__dictoffset__ != 0 or kind is types.CellType
+    if not (kind.__hash__ is None or kind.__dictoffset__ != 0 or kind is types.CellType):
+        return False
+    return not _importable(obj)
+
+
+def _importable(obj: Any) -> bool:
+    # Objects pickled by name (a compiled library function, say) come back as themselves.
+    qualname = getattr(obj, "__qualname__", None)
+    module = sys.modules.get(getattr(obj, "__module__", None) or "")
+    if not isinstance(qualname, str) or module is None:
+        return False
+    found: Any = module
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return found is obj
+
+
+def _immutable_types() -> tuple[type, ...]:
+    # Library types whose instances never change: sharing one between two variables needs no care.
+    extra: list[type] = [enum.Enum]
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        extra += [numpy.dtype, numpy.generic]
+    pandas = sys.modules.get("pandas")
+    if pandas is not None:
+        extra += [pandas.api.extensions.ExtensionDtype, pandas.Index]
+    return (*_IMMUTABLE, *extra)
 
 
 def buffer_digest(raw: memoryview) -> str:
@@ -251,10 +303,11 @@ def buffer_digest(raw: memoryview) -> str:
 def _reached(memo: dict[int, tuple[int, Any]], namespace: Mapping[str, Any]) -> list[int]:
     """Return the ids of the mutable objects a pickle met, leaving out the pickler's own temporaries."""
     found = []
+    immutable = _immutable_types()
     for key, entry in memo.items():
         # An object only the memo holds was made while pickling (a reducer's state dict): its id
         # is reused as soon as it is freed and must not make two values look shared.
-        if sys.getrefcount(entry[1]) > _MEMO_ONLY and _mutable(entry[1], namespace):
+        if sys.getrefcount(entry[1]) > _MEMO_ONLY and _mutable(entry[1], namespace, immutable):
             found.append(key)
     return found
 

@@ -296,6 +296,7 @@ class KernelSession:
         started = time.perf_counter()
         attempts = options.retries + 1
         namespace = self.shell.user_ns
+        cell_run.tracker.baseline(namespace)
         for attempt in range(1, attempts + 1):
             scope = NodeScope(
                 run_id=cell_run.run_id,
