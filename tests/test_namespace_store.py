@@ -209,3 +209,23 @@ def test_a_schema_1_store_is_migrated_with_its_data(store_url: str) -> None:
     versions = sorted(v for (v,) in execute_sql(store_url, "SELECT version FROM schema_version"))
     assert versions == [1, 2]
     assert execute_sql(store_url, "SELECT data, parts FROM blobs WHERE hash = 'j-old'") == [(b"42", None)]
+
+
+def test_restored_values_are_not_stored_again_unless_changed(store_url: str) -> None:
+    """§10: after a restart, a cell that uses restored values without changing them stores only
+    what it made; one that changes a restored value in place stores that value."""
+    cells = [
+        "%%durable make\nimport numpy as np\ndef scale(v):\n    return v * factor\nfactor = 3\n"
+        "table = {'a': np.arange(5)}\nnames = ['x', 'y']",
+    ]
+    first = Shell(store_url)
+    first.ok(cells[0])
+    first.release()
+    second = Shell(store_url)
+    second.ok(cells[0])
+    second.ok("%%durable use\nresult = scale(table['a']).sum() + len(names)")
+    second.ok("%%durable change\ntable['b'] = names")
+    run_id = dnb.runs("groups", store=store_url)["run_id"].iloc[0]
+    changed = dnb.history(run_id, store=store_url).set_index("step")["changed"]
+    assert sorted(changed["after:use"]) == ["result"]
+    assert sorted(changed["after:change"]) == ["names", "table"]  # now sharing a list: one group
