@@ -144,6 +144,24 @@ def unpickle(stream: Any, buffers: list[Any]) -> Any:
     return pickle.loads(stream, buffers=buffers)
 
 
+def _new_instance(kind: type) -> Any:
+    return kind.__new__(kind)
+
+
+def _reduce_callbacks(registry: Any) -> Any:
+    """Pickle a matplotlib callback registry the same way each time.
+
+    Its own pickling draws a fresh callback id from a counter, so every figure pickles to new
+    bytes and would look changed at every cell. The id a restored registry counts on from only
+    has to be above the ids it keeps.
+    """
+    state = registry.__getstate__()
+    kept = [cid for callbacks in state.get("callbacks", {}).values() for cid in callbacks]
+    if "_cid_gen" in state:
+        state["_cid_gen"] = max(kept, default=-1) + 1
+    return (_new_instance, (type(registry),), state)
+
+
 def _load_sealed(stream: bytes, *buffers: Any) -> Any:
     return pickle.loads(stream, buffers=buffers)
 
@@ -206,6 +224,7 @@ class _NamespacePickler(cloudpickle.Pickler):
         self._figure: type | None = getattr(figure_module, "Figure", None)
         pandas = sys.modules.get("pandas")
         self._sealed: tuple[type, ...] = (pandas.Index,) if pandas is not None else ()
+        self._callbacks: type | None = getattr(sys.modules.get("matplotlib.cbook"), "CallbackRegistry", None)
 
     def reducer_override(self, obj: Any) -> Any:
         kind = type(obj)
@@ -225,6 +244,8 @@ class _NamespacePickler(cloudpickle.Pickler):
             self.figures.add(id(obj))
         if self._sealed and isinstance(obj, self._sealed):
             return _seal(obj)
+        if kind is self._callbacks:
+            return _reduce_callbacks(obj)
         return super().reducer_override(obj)
 
     def _reduce_function(self, function: types.FunctionType) -> Any:
