@@ -229,3 +229,27 @@ def test_restored_values_are_not_stored_again_unless_changed(store_url: str) -> 
     changed = dnb.history(run_id, store=store_url).set_index("step")["changed"]
     assert sorted(changed["after:use"]) == ["result"]
     assert sorted(changed["after:change"]) == ["names", "table"]  # now sharing a list: one group
+
+
+def test_figures_are_stored_again_only_when_they_change(store_url: str) -> None:
+    """§3: a figure kept in a variable is not stored again by cells that leave it alone, even
+    while pyplot keeps it open (a file backend); a change made through pyplot's current figure
+    is committed with the variable that holds it."""
+    cells = [
+        "%%durable draw\nimport matplotlib\nmatplotlib.use('agg')\nimport matplotlib.pyplot as plt\n"
+        "fig, ax = plt.subplots()\nax.plot([1, 2, 3])",
+        "%%durable other\nn = 1",
+        "%%durable title\nplt.title('set through pyplot')",
+    ]
+    shell = Shell(store_url)
+    for cell in cells:
+        shell.ok(cell)
+    run_id = dnb.runs("groups", store=store_url)["run_id"].iloc[0]
+    changed = dnb.history(run_id, store=store_url).set_index("step")["changed"]
+    assert sorted(changed["after:other"]) == ["n"]
+    assert sorted(changed["after:title"]) == ["ax", "fig"]
+    shell.release()
+    restored = Shell(store_url)
+    for cell in cells:
+        restored.ok(cell)
+    assert restored.ns["ax"].get_title() == "set through pyplot" and restored.ns["ax"].figure is restored.ns["fig"]
