@@ -2,12 +2,14 @@
 
 After each durable cell the tracker pickles the variables the cell could have reached: the
 names its code mentions or binds, the globals read by the functions among them, and any
-variable sharing an object with one of those (found from the ids each pickle reached). A
-variable whose pickle is byte for byte what was stored (its fingerprint) is unchanged and
-costs nothing more; a changed one is stored again, whatever path changed it (a method call,
-a loop variable, an alias, a closure). Variables that share objects form one component and
-are stored as one group, so that every identity between them holds after a restore.
+variable sharing an object with one of those (found from the ids each pickle reached).
+Variables that share objects form one unit, pickled and stored together as one group, so that
+every identity between them holds after a restore. A unit whose pickle is byte for byte what
+was stored (its fingerprint) is unchanged and costs nothing more; a changed one is stored
+again, whatever path changed it (a method call, a loop variable, an alias, a closure).
 
+A variable whose object lies inside a unit already pickled (``ax`` after ``fig``) joins that
+unit without a pickle of its own, so a large shared graph is walked twice, not once per name.
 Variables the cell could not reach are not pickled at all. A variable restored from the store
 is pickled once before the next cell runs (``baseline``): pickling an unpickled object need not
 give the bytes of the first pickle (strings shared by identity before may not be after), so
@@ -16,8 +18,10 @@ what counts as unchanged is what this kernel holds right after the restore.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 from ..model import Blob
@@ -32,10 +36,11 @@ class Known:
     """What the store holds for one variable, and what its value reached when last pickled."""
 
     address: str
-    fingerprint: str | None
-    reach: Any = None  # sorted ids of the mutable objects reached; None until pickled here
+    fingerprint: str | None  # of the pickle of its whole unit (``members``, in name order)
+    reach: Any = None  # sorted ids of the mutable objects its unit reached; None until pickled here
     uses: frozenset[str] = frozenset()
     figures: frozenset[int] = frozenset()
+    members: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -79,12 +84,53 @@ class _Reach:
         return {self.names[i] for i in np.unique(self.owners[hit])}
 
 
-def _components(pickled: Mapping[str, Pickled]) -> list[list[str]]:
-    """Group names whose values reach a common mutable object (union-find over shared ids)."""
+@dataclass(slots=True)
+class _Unit:
+    """Names pickled together; ``dirty`` until their joint pickle covers every one of them."""
+
+    names: list[str]
+    pickled: Pickled
+    dirty: bool = False
+
+    def holds(self, object_id: int) -> bool:
+        import numpy as np
+
+        reach = self.pickled.reach
+        position = int(np.searchsorted(reach, object_id))
+        return position < len(reach) and int(reach[position]) == object_id
+
+
+_SCAN_SKIP = (str, bytes, int, float, complex, bool, type, ModuleType, type(None))
+
+
+def _reaches_any(value: Any, covered: set[int], budget: int = 256) -> int | None:
+    """Return the id of an object in ``covered`` that a short walk of ``value``'s references finds.
+
+    A cheap look before a full pickle: ``axs`` or a display object holding a figure already
+    pickled joins that figure's unit instead of walking the whole figure again. A miss only
+    costs a pickle; sharing is still found from the pickles' reach.
+    """
+    pending = [value]
+    seen: set[int] = set()
+    while pending and len(seen) < budget:
+        obj = pending.pop()
+        if id(obj) in seen or isinstance(obj, _SCAN_SKIP):
+            continue
+        if id(obj) in covered:
+            return id(obj)
+        seen.add(id(obj))
+        referents = gc.get_referents(obj)
+        if getattr(obj, "dtype", None) is not None and getattr(obj.dtype, "hasobject", False) and obj.size <= budget:
+            referents = [*referents, *obj.flat]  # numpy does not report an object array's items
+        pending.extend(referents)
+    return None
+
+
+def _merge_sharing(units: list[_Unit]) -> list[_Unit]:
+    """Join units whose pickles reached a common mutable object (union-find over shared ids)."""
     import numpy as np
 
-    names = sorted(pickled)
-    parent = list(range(len(names)))
+    parent = list(range(len(units)))
 
     def find(i: int) -> int:
         while parent[i] != i:
@@ -92,21 +138,25 @@ def _components(pickled: Mapping[str, Pickled]) -> list[list[str]]:
             i = parent[i]
         return i
 
-    arrays = [pickled[name].reach for name in names]
-    if names and sum(len(a) for a in arrays):
+    arrays = [unit.pickled.reach for unit in units]
+    if len(units) > 1 and sum(len(a) for a in arrays):
         ids = np.concatenate(arrays)
-        owners = np.repeat(np.arange(len(names)), [len(a) for a in arrays])
+        owners = np.repeat(np.arange(len(units)), [len(a) for a in arrays])
         order = np.argsort(ids, kind="stable")
         ids, owners = ids[order], owners[order]
-        same = np.flatnonzero(ids[1:] == ids[:-1])
-        for position in same:
+        for position in np.flatnonzero(ids[1:] == ids[:-1]):
             a, b = find(int(owners[position])), find(int(owners[position + 1]))
             if a != b:
                 parent[max(a, b)] = min(a, b)
-    groups: dict[int, list[str]] = {}
-    for index, name in enumerate(names):
-        groups.setdefault(find(index), []).append(name)
-    return list(groups.values())
+    merged: dict[int, _Unit] = {}
+    for index, unit in enumerate(units):
+        root = find(index)
+        if root not in merged:
+            merged[root] = unit
+        else:
+            merged[root].names.extend(unit.names)
+            merged[root].dirty = True
+    return list(merged.values())
 
 
 def _type_name(value: Any) -> str:
@@ -135,18 +185,22 @@ class NamespaceTracker:
 
     def baseline(self, namespace: Mapping[str, Any]) -> None:
         """Pickle the variables restored since the last cell, before the next cell can change them."""
+        restored: dict[str, list[str]] = {}
         for name, entry in list(self.known.items()):
-            if entry.reach is not None:
-                continue
-            if name not in namespace:
-                self.known.pop(name)
-                continue
+            if entry.reach is None:
+                if name in namespace:
+                    restored.setdefault(entry.address, []).append(name)
+                else:
+                    self.known.pop(name)
+        for address, names in restored.items():
+            names.sort()
             try:
-                result = pickle_values([namespace[name]], namespace)
-            except Exception:  # noqa: BLE001 - no longer picklable: it will be stored again if it can be
-                self.known.pop(name)
+                result = pickle_values([namespace[n] for n in names], namespace)
+            except Exception:  # noqa: BLE001 - no longer picklable: stored again if it can be
+                self.drop(names)
                 continue
-            self.known[name] = self._entry(entry.address, result)
+            for name in names:
+                self.known[name] = self._entry(address, result, names)
         self._reach = None
 
     def drop(self, names: Iterable[str]) -> None:
@@ -172,55 +226,77 @@ class NamespaceTracker:
         ``stored`` is the run's manifest: a value counts as unchanged only if that is where the
         run already holds it (after a fork or a switch the kernel may hold another run's value).
         """
-        live = [name for name in namespace if storable(name)]
         todo = {name for name in touched if name in namespace and storable(name)}
-        for name in live:
-            entry = self.known.get(name)
-            if entry is not None and (entry.reach is None or entry.figures & open_figures):
+        for name, entry in self.known.items():
+            if name in namespace and (entry.reach is None or entry.figures & open_figures) and storable(name):
                 todo.add(name)
         if self._reach is None:
             self._reach = _Reach(self.known)
         plan = StorePlan()
-        pickled: dict[str, Pickled] = {}
-        while todo:
-            name = todo.pop()
-            if name in pickled or name in plan.unstored:
-                continue
-            try:
-                result = pickle_values([namespace[name]], namespace)
-            except Exception:  # noqa: BLE001 - any failure to pickle means the value cannot be stored
-                plan.unstored[name] = _type_name(namespace[name])
-                continue
-            pickled[name] = result
-            for other in result.uses | self._reach.holders(result.reach):
-                if other in namespace and other not in pickled and storable(other):
-                    todo.add(other)
-        for members in _components(pickled):
-            self._plan_component(members, pickled, namespace, stored, plan)
-        for result in pickled.values():
-            result.memo = None
+        units: list[_Unit] = []
+        covered: set[int] = set()
+        seen: set[str] = set()
+        queue = sorted(todo, reverse=True)
+
+        def visit(result: Pickled) -> None:
+            assert self._reach is not None
+            for other in sorted(result.uses | self._reach.holders(result.reach)):
+                if other in namespace and other not in seen and storable(other):
+                    queue.append(other)
+
+        while True:
+            while queue:
+                name = queue.pop()
+                if name in seen:
+                    continue
+                seen.add(name)
+                value = namespace[name]
+                found = _reaches_any(value, covered) if covered else None
+                holder = None if found is None else next(u for u in units if u.holds(found))
+                if holder is not None:
+                    holder.names.append(name)
+                    holder.dirty = True
+                    continue
+                try:
+                    result = pickle_values([namespace[name]], namespace)
+                except Exception:  # noqa: BLE001 - any failure to pickle means the value cannot be stored
+                    plan.unstored[name] = _type_name(namespace[name])
+                    continue
+                units.append(_Unit([name], result))
+                covered.update(result.reach.tolist())
+                visit(result)
+            units = _merge_sharing(units)
+            dirty = [unit for unit in units if unit.dirty]
+            if not dirty:
+                break
+            for unit in dirty:
+                unit.names.sort()
+                unit.pickled = pickle_values([namespace[n] for n in unit.names], namespace)
+                unit.dirty = False
+                covered.update(unit.pickled.reach.tolist())
+                visit(unit.pickled)
+        for unit in units:
+            unit.names.sort()
+            self._plan_unit(unit, stored, plan)
+            unit.pickled.memo = None
         return plan
 
-    def _plan_component(
-        self,
-        members: list[str],
-        pickled: Mapping[str, Pickled],
-        namespace: Mapping[str, Any],
-        stored: Mapping[str, str],
-        plan: StorePlan,
-    ) -> None:
+    def _plan_unit(self, unit: _Unit, stored: Mapping[str, str], plan: StorePlan) -> None:
+        members = tuple(unit.names)
         entries = [self.known.get(name) for name in members]
-        addresses = {stored.get(name) for name in members}
         unchanged = all(
-            entry is not None and entry.fingerprint == pickled[name].fingerprint and entry.address == stored.get(name)
+            entry is not None
+            and entry.members == members
+            and entry.fingerprint == unit.pickled.fingerprint
+            and entry.address == stored.get(name)
             for name, entry in zip(members, entries, strict=True)
-        ) and len(addresses) == 1
+        )
         if unchanged:
             for name, entry in zip(members, entries, strict=True):
                 assert entry is not None
-                plan.known[name] = self._entry(entry.address, pickled[name])
+                plan.known[name] = self._entry(entry.address, unit.pickled, members)
             return
-        group = pickled[members[0]] if len(members) == 1 else pickle_values([namespace[n] for n in members], namespace)
+        group = unit.pickled
         parts = []
         for buffer, digest in zip(group.buffers, group.buffer_digests, strict=True):
             raw = buffer.raw()
@@ -230,16 +306,16 @@ class NamespaceTracker:
             if address not in self._stored_raw and all(b.hash != address for b in plan.blobs):
                 plan.blobs.append(codec.encode_raw(raw, address))
             parts.append(codec.GroupPart(address, raw.readonly))
-        blob = codec.encode_group(members, parts, group.stream, self.secret)
+        blob = codec.encode_group(list(members), parts, group.stream, self.secret)
         plan.blobs.append(blob)
-        plan.groups[blob.hash] = members
+        plan.groups[blob.hash] = list(members)
         for name in members:
             plan.manifest[name] = blob.hash
-            plan.known[name] = self._entry(blob.hash, pickled[name])
+            plan.known[name] = self._entry(blob.hash, group, members)
 
     @staticmethod
-    def _entry(address: str, pickled: Pickled) -> Known:
-        return Known(address, pickled.fingerprint, pickled.reach, pickled.uses, pickled.figures)
+    def _entry(address: str, pickled: Pickled, members: Iterable[str]) -> Known:
+        return Known(address, pickled.fingerprint, pickled.reach, pickled.uses, pickled.figures, tuple(members))
 
     def committed(self, plan: StorePlan) -> None:
         """Take a plan's view of the namespace as the stored one, once its commit succeeded."""
