@@ -19,6 +19,8 @@ what counts as unchanged is what this kernel holds right after the restore.
 from __future__ import annotations
 
 import gc
+import sys
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -103,27 +105,55 @@ class _Unit:
 _SCAN_SKIP = (str, bytes, int, float, complex, bool, type, ModuleType, type(None))
 
 
-def _reaches_any(value: Any, covered: set[int], budget: int = 256) -> int | None:
+def _reaches_any(value: Any, covered: set[int], namespace: Mapping[str, Any], budget: int = 256) -> int | None:
     """Return the id of an object in ``covered`` that a short walk of ``value``'s references finds.
 
     A cheap look before a full pickle: ``axs`` or a display object holding a figure already
     pickled joins that figure's unit instead of walking the whole figure again. A miss only
     costs a pickle; sharing is still found from the pickles' reach.
     """
-    pending = [value]
+    numpy = sys.modules.get("numpy")
+    ndarray = numpy.ndarray if numpy is not None else ()
+    # Breadth first: an attribute such as ``ax.figure`` is two steps away, however deep the rest goes.
+    pending = deque([value])
     seen: set[int] = set()
     while pending and len(seen) < budget:
-        obj = pending.pop()
-        if id(obj) in seen or isinstance(obj, _SCAN_SKIP):
-            continue
+        obj = pending.popleft()
+        if id(obj) in seen or isinstance(obj, _SCAN_SKIP) or obj is namespace:
+            continue  # a function's globals are the namespace: every variable, shared with none
         if id(obj) in covered:
             return id(obj)
         seen.add(id(obj))
         referents = gc.get_referents(obj)
-        if getattr(obj, "dtype", None) is not None and getattr(obj.dtype, "hasobject", False) and obj.size <= budget:
+        if isinstance(obj, ndarray) and obj.dtype.hasobject and obj.size <= budget:
             referents = [*referents, *obj.flat]  # numpy does not report an object array's items
         pending.extend(referents)
     return None
+
+
+def _likely_units(names: list[str], namespace: Mapping[str, Any]) -> list[list[str]]:
+    """Group names whose values a short walk finds referring to one another (``ax`` and ``fig``),
+    so that each group is pickled once, together; sharing a short walk misses is found later."""
+    tops = {id(namespace[n]): n for n in names if not isinstance(namespace[n], _SCAN_SKIP)}
+    parent = {n: n for n in names}
+
+    def find(name: str) -> str:
+        while parent[name] != name:
+            name = parent[name]
+        return name
+
+    for name in names:
+        value = namespace[name]
+        others = tops.keys() - {id(value)}
+        found = _reaches_any(value, others, namespace) if others else None
+        if found is not None:
+            a, b = find(name), find(tops[found])
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        groups.setdefault(find(name), []).append(name)
+    return list(groups.values())
 
 
 def _merge_sharing(units: list[_Unit]) -> list[_Unit]:
@@ -236,7 +266,7 @@ class NamespaceTracker:
         units: list[_Unit] = []
         covered: set[int] = set()
         seen: set[str] = set()
-        queue = sorted(todo, reverse=True)
+        queue: list[str] = []
 
         def visit(result: Pickled) -> None:
             assert self._reach is not None
@@ -244,6 +274,17 @@ class NamespaceTracker:
                 if other in namespace and other not in seen and storable(other):
                     queue.append(other)
 
+        for names in _likely_units(sorted(todo), namespace):
+            seen.update(names)
+            try:
+                result = pickle_values([namespace[n] for n in names], namespace)
+            except Exception:  # noqa: BLE001 - one of them cannot be pickled: each is tried alone below
+                seen.difference_update(names)
+                queue.extend(reversed(names))
+                continue
+            units.append(_Unit(names, result))
+            covered.update(result.reach.tolist())
+            visit(result)
         while True:
             while queue:
                 name = queue.pop()
@@ -251,7 +292,7 @@ class NamespaceTracker:
                     continue
                 seen.add(name)
                 value = namespace[name]
-                found = _reaches_any(value, covered) if covered else None
+                found = _reaches_any(value, covered, namespace) if covered else None
                 holder = None if found is None else next(u for u in units if u.holds(found))
                 if holder is not None:
                     holder.names.append(name)

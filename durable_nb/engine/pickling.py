@@ -277,17 +277,34 @@ class _NamespacePickler(cloudpickle.Pickler):
         return (_array_view, (bottom, offset, array.shape, array.strides, array.dtype, bool(array.flags.writeable)))
 
 
-def _mutable(obj: Any, namespace: Mapping[str, Any], immutable: tuple[type, ...]) -> bool:
-    """Tell whether two values holding ``obj`` must be stored together for a restore to keep it one object."""
-    if isinstance(obj, immutable):
+def _type_verdict(kind: type, immutable: tuple[type, ...]) -> bool | None:
+    """What a type alone says of sharing its instances: never matters, matters, or ask the instance."""
+    if issubclass(kind, immutable):
         return False
+    if kind is types.FunctionType:
+        return None
+    if not (kind.__hash__ is None or kind.__dictoffset__ != 0 or kind is types.CellType):
+        return False
+    # Objects pickled by name (a compiled library function, say) come back as themselves.
+    named = any("__qualname__" in vars(base) for base in kind.__mro__ if base is not object)
+    return None if named else True
+
+
+def _mutable(obj: Any, namespace: Mapping[str, Any], immutable: tuple[type, ...], verdicts: dict[type, Any]) -> bool:
+    """Tell whether two values holding ``obj`` must be stored together for a restore to keep it one object."""
     kind = type(obj)
+    verdict = verdicts.get(kind, _UNKNOWN)
+    if verdict is _UNKNOWN:
+        verdict = verdicts[kind] = _type_verdict(kind, immutable)
+    if verdict is not None:
+        return bool(verdict)
     if kind is types.FunctionType:
         # A function from a module is pickled by name and comes back as itself.
         return obj.__globals__ is namespace
-    if not (kind.__hash__ is None or kind.__dictoffset__ != 0 or kind is types.CellType):
-        return False
     return not _importable(obj)
+
+
+_UNKNOWN = object()
 
 
 def _importable(obj: Any) -> bool:
@@ -325,10 +342,11 @@ def _reached(memo: dict[int, tuple[int, Any]], namespace: Mapping[str, Any]) -> 
     """Return the ids of the mutable objects a pickle met, leaving out the pickler's own temporaries."""
     found = []
     immutable = _immutable_types()
+    verdicts: dict[type, Any] = {}
     for key, entry in memo.items():
         # An object only the memo holds was made while pickling (a reducer's state dict): its id
         # is reused as soon as it is freed and must not make two values look shared.
-        if sys.getrefcount(entry[1]) > _MEMO_ONLY and _mutable(entry[1], namespace, immutable):
+        if sys.getrefcount(entry[1]) > _MEMO_ONLY and _mutable(entry[1], namespace, immutable, verdicts):
             found.append(key)
     return found
 
