@@ -362,5 +362,5 @@ class NamespaceTracker:
         """Take a plan's view of the namespace as the stored one, once its commit succeeded."""
         self.known.update(plan.known)
         self.drop(plan.unstored)
-        self._stored_raw.update(b.hash for b in plan.blobs if b.codec == codec.RAW)
+        self._stored_raw.update(b.hash for b in plan.blobs if b.codec in (codec.RAW, codec.RAW_ZSTD))
         self._reach = None

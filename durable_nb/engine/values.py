@@ -92,8 +92,7 @@ class ValueCodec:
                 f"The store lacks {len(lacking)} array buffer(s) of stored variables (e.g. {lacking[0][:14]}…); "
                 "it was pruned or edited outside durable_nb. Fork from another checkpoint to go on."
             )
-        for part in parts.values():
-            codec.verify_raw(part)
+        contents = {address: codec.open_raw(part) for address, part in parts.items()}
         self._stored.update(parts)
         loaded: dict[str, dict[str, Any]] = {}
         taken: set[str] = set()
@@ -101,7 +100,7 @@ class ValueCodec:
             for address, group in opened.items():
                 buffers = []
                 for part in group.parts:
-                    buffers.append(_buffer(parts[part.address].data, part.readonly, part.address in taken))
+                    buffers.append(_buffer(contents[part.address], part.readonly, part.address in taken))
                     if not part.readonly:
                         taken.add(part.address)
                 values = unpickle(group.stream, buffers)
