@@ -23,8 +23,9 @@ from .contenders import available, postgres_contenders
 from .correctness import correctness_scenario, render_correctness
 from .history import history_scenario, render_history
 from .notebook import dataframe_scenario, render_dataframe, render_run_all, run_all_scenario
+from .realnb import realnb_scenario, render_realnb
 
-SCENARIOS = ("chain", "large", "postgres", "history", "race", "dataframe", "run_all")
+SCENARIOS = ("chain", "large", "postgres", "history", "race", "dataframe", "run_all", "realnb")
 
 
 def describe_machine() -> str:
@@ -181,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     race = correctness_scenario(5) if "race" in only and not args.smoke else None
     dataframe = dataframe_scenario(1_000 if args.smoke else 1_250_000, reps) if "dataframe" in only else None
     run_all = run_all_scenario(50) if "run_all" in only and not args.smoke else None
+    # Real notebooks in real kernels: 5 interleaved runs each (about 10 minutes); the tests run
+    # two of them end to end, and `python -m benchmarks.realnb --reps N` runs them alone.
+    real = realnb_scenario(5) if "realnb" in only and not args.smoke else None
     machine = describe_machine()
     for result in results:
         print(render(result))
@@ -197,12 +201,15 @@ def main(argv: list[str] | None = None) -> int:
     if run_all is not None:
         print(render_run_all(run_all))
         print()
+    if real is not None:
+        print(render_realnb(real))
+        print()
     print(f"machine: {machine}")
     peers = versions()
     print(f"versions: {peers}")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     report = {"machine": machine, "versions": peers, "results": results, "history": history, "race": race}
-    report.update(dataframe=dataframe, run_all=run_all)
+    report.update(dataframe=dataframe, run_all=run_all, realnb=real)
     Path(args.json).write_text(json.dumps(report, indent=2))
     return 0
 
