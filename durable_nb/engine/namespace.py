@@ -8,8 +8,9 @@ every identity between them holds after a restore. A unit whose pickle is byte f
 was stored (its fingerprint) is unchanged and costs nothing more; a changed one is stored
 again, whatever path changed it (a method call, a loop variable, an alias, a closure).
 
-A variable whose object lies inside a unit already pickled (``ax`` after ``fig``) joins that
-unit without a pickle of its own, so a large shared graph is walked twice, not once per name.
+Names whose values refer to one another (``fig``, ``ax``, a display object holding them) are
+found by a short walk before pickling and pickled once, together; a name a short walk misses
+joins its unit when the pickles' ids show the sharing, at the cost of one more pickle.
 Variables the cell could not reach are not pickled at all. A variable restored from the store
 is pickled once before the next cell runs (``baseline``): pickling an unpickled object need not
 give the bytes of the first pickle (strings shared by identity before may not be after), so
@@ -50,15 +51,9 @@ class StorePlan:
     """What one cell's commit writes for the namespace."""
 
     manifest: dict[str, str] = field(default_factory=dict)
-    groups: dict[str, list[str]] = field(default_factory=dict)
     blobs: list[Blob] = field(default_factory=list)
     unstored: dict[str, str] = field(default_factory=dict)
     known: dict[str, Known] = field(default_factory=dict)
-
-    @property
-    def bytes_written(self) -> int:
-        """Bytes of the blobs this plan writes."""
-        return sum(blob.size for blob in self.blobs)
 
 
 class _Reach:
@@ -131,28 +126,38 @@ def _reaches_any(value: Any, covered: set[int], namespace: Mapping[str, Any], bu
     return None
 
 
+class _Sets:
+    """Disjoint sets of indexes 0..n-1 (union-find), each named by its smallest member."""
+
+    def __init__(self, size: int) -> None:
+        self.parent = list(range(size))
+
+    def find(self, index: int) -> int:
+        while self.parent[index] != index:
+            self.parent[index] = self.parent[self.parent[index]]
+            index = self.parent[index]
+        return index
+
+    def join(self, a: int, b: int) -> None:
+        a, b = self.find(a), self.find(b)
+        if a != b:
+            self.parent[max(a, b)] = min(a, b)
+
+
 def _likely_units(names: list[str], namespace: Mapping[str, Any]) -> list[list[str]]:
     """Group names whose values a short walk finds referring to one another (``ax`` and ``fig``),
     so that each group is pickled once, together; sharing a short walk misses is found later."""
-    tops = {id(namespace[n]): n for n in names if not isinstance(namespace[n], _SCAN_SKIP)}
-    parent = {n: n for n in names}
-
-    def find(name: str) -> str:
-        while parent[name] != name:
-            name = parent[name]
-        return name
-
-    for name in names:
+    tops = {id(namespace[n]): i for i, n in enumerate(names) if not isinstance(namespace[n], _SCAN_SKIP)}
+    sets = _Sets(len(names))
+    for index, name in enumerate(names):
         value = namespace[name]
         others = tops.keys() - {id(value)}
         found = _reaches_any(value, others, namespace) if others else None
         if found is not None:
-            a, b = find(name), find(tops[found])
-            if a != b:
-                parent[max(a, b)] = min(a, b)
-    groups: dict[str, list[str]] = {}
-    for name in names:
-        groups.setdefault(find(name), []).append(name)
+            sets.join(index, tops[found])
+    groups: dict[int, list[str]] = {}
+    for index, name in enumerate(names):
+        groups.setdefault(sets.find(index), []).append(name)
     return list(groups.values())
 
 
@@ -160,14 +165,7 @@ def _merge_sharing(units: list[_Unit]) -> list[_Unit]:
     """Join units whose pickles reached a common mutable object (union-find over shared ids)."""
     import numpy as np
 
-    parent = list(range(len(units)))
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
+    sets = _Sets(len(units))
     arrays = [unit.pickled.reach for unit in units]
     if len(units) > 1 and sum(len(a) for a in arrays):
         ids = np.concatenate(arrays)
@@ -175,12 +173,10 @@ def _merge_sharing(units: list[_Unit]) -> list[_Unit]:
         order = np.argsort(ids, kind="stable")
         ids, owners = ids[order], owners[order]
         for position in np.flatnonzero(ids[1:] == ids[:-1]):
-            a, b = find(int(owners[position])), find(int(owners[position + 1]))
-            if a != b:
-                parent[max(a, b)] = min(a, b)
+            sets.join(int(owners[position]), int(owners[position + 1]))
     merged: dict[int, _Unit] = {}
     for index, unit in enumerate(units):
-        root = find(index)
+        root = sets.find(index)
         if root not in merged:
             merged[root] = unit
         else:
@@ -202,11 +198,6 @@ class NamespaceTracker:
         self._raw_addresses: dict[str, str] = {}
         self._stored_raw: set[str] = set()
         self._reach: _Reach | None = None
-
-    def forget(self) -> None:
-        """Drop everything known (the kernel now works in another run)."""
-        self.known.clear()
-        self._reach = None
 
     def restored(self, name: str, address: str) -> None:
         """Record a variable just loaded from the store."""
@@ -238,10 +229,6 @@ class NamespaceTracker:
         for name in names:
             self.known.pop(name, None)
         self._reach = None
-
-    def note_raw_stored(self, addresses: Iterable[str]) -> None:
-        """Remember buffers the store holds, so they are never sent to it again."""
-        self._stored_raw.update(addresses)
 
     def plan(
         self,
@@ -349,7 +336,6 @@ class NamespaceTracker:
             parts.append(codec.GroupPart(address, raw.readonly))
         blob = codec.encode_group(list(members), parts, group.stream, self.secret)
         plan.blobs.append(blob)
-        plan.groups[blob.hash] = list(members)
         for name in members:
             plan.manifest[name] = blob.hash
             plan.known[name] = self._entry(blob.hash, group, members)
