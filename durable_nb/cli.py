@@ -224,7 +224,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
 COMMANDS: list[tuple[str, Callable[[argparse.Namespace], None], str, str]] = [
     ("runs", cmd_runs, "List runs, newest first.", "durable-nb runs --name support-triage --status paused"),
-    ("show", cmd_show, "Show a run's status (C16) and its last checkpoints.", "durable-nb show 0192f0c1-…"),
+    ("show", cmd_show, "Show a run's status and its last checkpoints.", "durable-nb show 0192f0c1-…"),
     ("history", cmd_history, "Show every checkpoint of a run.", "durable-nb history 0192f0c1-… --json"),
     (
         "approve",

@@ -31,7 +31,7 @@ __all__ = [
 
 
 class RunStatus(enum.StrEnum):
-    """Lifecycle of a run (C19)."""
+    """Lifecycle of a run."""
 
     PENDING = "pending"
     RUNNING = "running"
@@ -249,7 +249,7 @@ class PendingInterrupt:
     on_timeout: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """Return the caller-facing form of C2."""
+        """Return what a caller sees of a pending gate: reason, context, node and agent path."""
         return {
             "reason": self.reason,
             "context": self.context,

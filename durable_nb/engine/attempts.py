@@ -1,4 +1,4 @@
-"""Calling a node function: its scope, a hard timeout per attempt, retries with backoff (C8, C9)."""
+"""Calling a node function: its scope, a hard timeout per attempt, retries with backoff."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ SHORT_NODE_SECONDS = 0.005
 
 
 def backoff_seconds(retry: int) -> float:
-    """Return the sleep before retry ``retry`` (1-based): 1, 2, 4, 8, 16, 30, 30, … (C9)."""
+    """Return the sleep before retry ``retry`` (1-based): 1, 2, 4, 8, 16, 30, 30, … seconds."""
     return float(min(2 ** (retry - 1), 30))
 
 

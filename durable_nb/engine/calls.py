@@ -1,4 +1,4 @@
-"""Module-level calls on stored runs, usable without the workflow's code (W3)."""
+"""Module-level calls on stored runs, usable without the workflow's code."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ async def astatus(run_id: str, *, store: Any = None) -> dict[str, Any]:
 
 
 def status(run_id: str, *, store: Any = None) -> dict[str, Any]:
-    """Return ``{run_id, status, node_counts, executions}`` (C16), without the workflow's code."""
+    """Return ``{run_id, status, node_counts, executions}``, without the workflow's code."""
     return run_sync(astatus(run_id, store=store))
 
 

@@ -1,6 +1,6 @@
 """Notebook runs: each durable cell is a node, committed in the order a person runs the cells.
 
-This is the engine half of the notebook front end (N1-N8); it knows nothing of IPython.
+This is the engine half of the notebook front end; it knows nothing of IPython.
 The front end hands over what a cell defined and displayed; this module commits it,
 finds what a re-executed cell can restore, and keeps the kernel's ownership of the run.
 """
@@ -122,7 +122,7 @@ class CellRun:
         key: str | None = None,
         tracker: NamespaceTracker | None = None,
     ) -> CellRun:
-        """Attach to ``run_id``, else the latest unfinished run of ``name``, else a new run (N1)."""
+        """Attach to ``run_id``, else the latest unfinished run of ``name``, else a new run."""
         run: RunRecord | None = None
         if run_id is not None:
             run = await store.get_run(run_id)
@@ -157,7 +157,7 @@ class CellRun:
         return self.run
 
     async def take(self) -> None:
-        """Own the run in this kernel; a run owned by another live process is never taken (C7)."""
+        """Own the run in this kernel; a run owned by another live process is never taken."""
         run = await self.refresh()
         if run.status is RunStatus.RUNNING and run.owner == self.owner:
             return
@@ -308,7 +308,7 @@ class CellRun:
         return result
 
     async def commit_cell(self, outcome: CellOutcome, *, only_if_changed: bool = False) -> CheckpointRecord | None:
-        """Commit a finished cell as ``after:<node>``: what it changed, its outputs, one transaction (N2).
+        """Commit a finished cell as ``after:<node>``: what it changed, its outputs, one transaction.
 
         With ``only_if_changed`` (a cell run again on restore), nothing is committed when the
         cell changed no stored value; None is returned then.
@@ -362,7 +362,7 @@ class CellRun:
     async def fail_cell(
         self, node: str, error: BaseException, trace: str, duration: float, attempts: int, source_hash: str
     ) -> None:
-        """Commit ``failed:<node>``; the run is failed and resumes when the fixed cell runs (N4)."""
+        """Commit ``failed:<node>``; the run is failed and resumes when the fixed cell runs."""
         message = f"Node '{node}' failed: {type(error).__name__}: {error}"
         draft = self._draft(
             "failed",
@@ -384,7 +384,7 @@ class CellRun:
         )
 
     async def pause_cell(self, node: str, suspend: Suspend, source: str, source_hash: str, duration: float) -> None:
-        """Commit ``gate:<node>`` with its pending row; the run waits for a decision (C2, N6)."""
+        """Commit ``gate:<node>`` with its pending row; the run waits for a decision."""
         now = time.time()
         detail = {
             "reason": suspend.reason,
@@ -421,7 +421,7 @@ class CellRun:
         )
 
     async def cancel_cell(self, node: str) -> None:
-        """Record an interrupted cell: the run is cancelled, nothing of the cell kept (N8)."""
+        """Record an interrupted cell: the run is cancelled, nothing of the cell kept."""
         await self._commit(
             events=[NewEvent("run_cancelled", node, {"was": "running"})],
             run=CANCELLED,
@@ -446,7 +446,7 @@ class CellRun:
     # -- forks --------------------------------------------------------------------------------
 
     async def fork_before(self, node: str, overrides: dict[str, Any] | None = None) -> CellRun:
-        """Branch a new run from the state just before ``node`` was committed; this run is untouched (N5)."""
+        """Branch a new run from the state just before ``node`` was committed; this run is untouched."""
         committed = await self.lookup(node)
         source_run = self.run
         source_id: str | None = None

@@ -39,7 +39,7 @@ class NodeSpec:
 
     @property
     def loop_key(self) -> str:
-        """The state key holding a loop's iteration counter (C10)."""
+        """The state key holding a loop's iteration counter."""
         return f"__loop_{self.node_id}"
 
     def item_key(self, index: int) -> str:

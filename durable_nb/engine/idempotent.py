@@ -1,4 +1,4 @@
-"""@idempotent: a call's result is stored per run, so a repeat in the same run never re-runs it (C13)."""
+"""@idempotent: a call's result is stored per run, so a repeat in the same run never re-runs it."""
 
 from __future__ import annotations
 

@@ -102,7 +102,7 @@ TIMEOUT_BY = "durable_nb (gate timeout)"
 
 
 async def expire_gates(store: Store, run_id: str | None = None) -> list[PendingInterrupt]:
-    """Apply the on_timeout policy of every expired gate (of one run, or all); return them (C18).
+    """Apply the on_timeout policy of every expired gate (of one run, or all); return them.
 
     Nothing waits for a gate to expire: whoever next looks at the run applies its deadline.
     """
@@ -204,7 +204,7 @@ async def record_decision(
     lease_until: float | None = None,
     allow_expired: bool = False,
 ) -> CommitResult:
-    """Claim the run's pending gate and write ``approved:<node>`` in one transaction (C4).
+    """Claim the run's pending gate and write ``approved:<node>`` in one transaction.
 
     With ``continue_as`` (an owner token), the same transaction hands the run to that owner
     to continue; otherwise the run waits as ``pending`` for a process that has its code.
@@ -278,7 +278,7 @@ def _decision_commit(
 
 
 async def cancel_run(store: Store, run_id: str) -> RunRecord:
-    """Cancel a run (C11): settle a paused or pending one, abandon the node of a running one."""
+    """Cancel a run: settle a paused or pending one, abandon the node of a running one."""
     await expire_gates(store, run_id)
     while True:
         run = await store.get_run(run_id)
@@ -322,7 +322,7 @@ async def create_fork(
     lease_until: float | None = None,
     first_events: list[NewEvent] | None = None,
 ) -> Fork:
-    """Create a run branched from a checkpoint of ``run_id`` (C14); the original is untouched."""
+    """Create a run branched from a checkpoint of ``run_id``; the original is untouched."""
     source_run = await store.get_run(run_id)
     if checkpoint_id is None:
         source = await store.resume_point(run_id)

@@ -1,4 +1,4 @@
-"""Who owns a running run, and whether that owner is still alive (C7)."""
+"""Who owns a running run, and whether that owner is still alive."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Recovery after crashes (C7): find runs whose owner is gone, resume or fail them."""
+"""Recovery after crashes: find runs whose owner is gone, resume or fail them."""
 
 from __future__ import annotations
 

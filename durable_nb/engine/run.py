@@ -1,4 +1,4 @@
-"""The Run handle users hold (W4): a run's identity, status and state."""
+"""The Run handle users hold: a run's identity, status and state."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ class Run:
 
     @property
     def pending_interrupt(self) -> dict[str, Any] | None:
-        """``{reason, context, node_id, agent_path}`` of the gate the run waits at (C2), else None."""
+        """``{reason, context, node_id, agent_path}`` of the gate the run waits at, else None."""
         return self.pending[0].as_dict() if self.pending else None
 
     @property

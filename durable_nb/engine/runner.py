@@ -1,8 +1,8 @@
-"""Drive a workflow run: waves of nodes, one commit per finished node (C1, W1, W2).
+"""Drive a workflow run: waves of nodes, one commit per finished node.
 
 The runner owns the run (status ``running``, its owner token) while it works. Every commit
 it makes expects exactly that, so a run cancelled or taken over meanwhile stops here
-without writing: a late result is discarded (C6). A node's start marker rides with the
+without writing: a late result is discarded. A node's start marker rides with the
 commit before it, so the hot path costs one commit per node.
 """
 
@@ -44,7 +44,7 @@ _RUNNING = frozenset({RunStatus.RUNNING})
 
 
 def failure_text(label: str, error: BaseException) -> str:
-    """Return the run error of C3: ``Node '<label>' failed: <reason>``."""
+    """Return the error of a run whose node failed: ``Node '<label>' failed: <reason>``."""
     if isinstance(error, NodeFailed):
         return str(error)
     return f"Node '{label}' failed: {type(error).__name__}: {error}"
@@ -298,7 +298,7 @@ class Runner:
     # -- node kinds -------------------------------------------------------------------------
 
     async def _finish_node(self, outcome: Outcome, written_by: dict[str, str], wave_busy: bool) -> Outcome:
-        """Commit a node's updates, unless they clash with another node of the wave (W1)."""
+        """Commit a node's updates, unless they clash with another node of the wave."""
         node_id = outcome.node_id
         spec = self.graph.nodes[node_id]
         updates = dict(outcome.updates or {})
@@ -356,7 +356,7 @@ class Runner:
         return self._lock
 
     async def _route(self, spec: NodeSpec) -> Outcome:
-        """Run a switch (C17): choose branches, skip the others; no checkpoint of its own."""
+        """Run a switch: choose branches, skip the others; no checkpoint of its own."""
         started = time.perf_counter()
         try:
             result = spec.fn(dict(self.state))
@@ -395,7 +395,7 @@ class Runner:
         return key, nodes
 
     async def _run_map(self, spec: NodeSpec) -> Outcome:
-        """Run a map node: once per item, each item committed on its own (W2)."""
+        """Run a map node: once per item, each item committed on its own."""
         started = time.perf_counter()
         try:
             items = list(self.state[spec.items] if isinstance(spec.items, str) else spec.items(dict(self.state)))  # type: ignore[misc]

@@ -1,4 +1,4 @@
-"""A run's status in the shape of C16: counts per node status and every execution's address."""
+"""A run's status: counts per node status and every execution's address."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""While nodes run: renew the run's lease, and notice a cancel from anywhere (C7, C11).
+"""While nodes run: renew the run's lease, and notice a cancel from anywhere.
 
 A cancel from this process reaches the runner at once through ``notify_cancelled``; a cancel
 from another process or machine is seen by polling the run row, which costs one indexed

@@ -1,4 +1,4 @@
-"""Workflow: node functions over a state dict, run durably (DESIGN.md §6)."""
+"""Workflow: node functions over a state dict, run durably."""
 
 from __future__ import annotations
 
@@ -94,9 +94,9 @@ class Workflow:
         """Register a node function ``fn(state) -> dict of updates`` (sync or async).
 
         ``after`` names the nodes (or node functions) it waits for; ``retry_count`` extra
-        attempts follow a failure (C9); each attempt may run ``timeout_seconds`` (C8).
+        attempts follow a failure; each attempt may run ``timeout_seconds``.
         ``writes`` optionally declares the keys it returns, so that two nodes of one wave
-        writing one key are refused before anything runs (W1).
+        writing one key are refused before anything runs.
         """
         return self._register("node", fn, after, retry_count, timeout_seconds, label, name, writes=tuple(writes))
 
@@ -112,7 +112,7 @@ class Workflow:
         label: str | None = None,
         name: str | None = None,
     ) -> Any:
-        """Register a loop node: its body runs, then runs again while ``condition(state)`` holds (C10).
+        """Register a loop node: its body runs, then runs again while ``condition(state)`` holds.
 
         Each iteration is committed on its own; the counter is kept in state as
         ``__loop_<node>``, and ``max_iterations`` (default 5) ends the loop whatever the condition.
@@ -142,7 +142,7 @@ class Workflow:
         label: str | None = None,
         name: str | None = None,
     ) -> Any:
-        """Register a routing node: ``fn(state)`` picks which of the nodes after it run (C17).
+        """Register a routing node: ``fn(state)`` picks which of the nodes after it run.
 
         It returns a node name, a list of them or None; with ``branches`` it returns a key of
         that mapping instead. Untaken branches are ``skipped``; a switch writes no checkpoint.
@@ -263,7 +263,7 @@ class Workflow:
             return await self._finish(runner)
 
     def resume(self, run_id: str, value: Resume | None = None) -> Run:
-        """Continue a failed, cancelled, crashed or new (forked) run from its last checkpoint (C5).
+        """Continue a failed, cancelled, crashed or new (forked) run from its last checkpoint.
 
         Pass ``Resume(value)`` to answer the interrupt a paused run waits at.
         """
@@ -340,7 +340,7 @@ class Workflow:
         by: str | None = None,
         node: str | None = None,
     ) -> Run:
-        """Record a decision on the run's gate (atomically, once) and continue the run (C4)."""
+        """Record a decision on the run's gate (atomically, once) and continue the run."""
         return run_sync(self.aapprove(run_id, approved, value=value, comment=comment, by=by, node=node))
 
     async def aapprove(
@@ -383,7 +383,7 @@ class Workflow:
         return await self.aapprove(run_id, False, value=value, comment=comment, by=by, node=node)
 
     def fork(self, run_id: str, checkpoint_id: str | None = None, state: dict[str, Any] | None = None) -> Run:
-        """Branch a new run from a checkpoint (default: the latest) with ``state`` overrides, and run it (C14)."""
+        """Branch a new run from a checkpoint (default: the latest) with ``state`` overrides, and run it."""
         return run_sync(self.afork(run_id, checkpoint_id, state))
 
     async def afork(self, run_id: str, checkpoint_id: str | None = None, state: dict[str, Any] | None = None) -> Run:
@@ -417,7 +417,7 @@ class Workflow:
             return await self._finish(runner)
 
     def cancel(self, run_id: str) -> Run:
-        """Cancel a run (C11); it keeps its checkpoints and stays resumable."""
+        """Cancel a run; it keeps its checkpoints and stays resumable."""
         return run_sync(self.acancel(run_id))
 
     async def acancel(self, run_id: str) -> Run:
@@ -426,7 +426,7 @@ class Workflow:
         return await load_run(self.store, run_id, record)
 
     def status(self, run_id: str) -> dict[str, Any]:
-        """Return the run's status in the shape of C16, with nodes not reached yet as pending."""
+        """Return the run's status (node counts, every execution's address); nodes not reached are pending."""
         return run_sync(self.astatus(run_id))
 
     async def astatus(self, run_id: str) -> dict[str, Any]:

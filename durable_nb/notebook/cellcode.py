@@ -1,4 +1,4 @@
-"""What a cell's code mentions and what effects outside its variables it may have (N2, N5).
+"""What a cell's code mentions and what effects outside its variables it may have.
 
 Which variables a cell changed is decided by their content after it runs (see the namespace
 tracker); the syntax tree only says where to look (the names the cell mentions) and which
@@ -87,7 +87,7 @@ def _top_level(statements: list[ast.stmt]) -> list[ast.stmt]:
 def analyze(source: str) -> CellCode:
     """Parse Python source (IPython syntax already transformed) into a CellCode."""
     tree = ast.parse(source)
-    # Comments and formatting do not change the tree: its dump names the code (N5).
+    # Comments and formatting do not change the tree: its dump names the code.
     source_hash = hashlib.sha256(ast.dump(tree, include_attributes=False).encode()).hexdigest()
     names = frozenset(node.id for node in ast.walk(tree) if isinstance(node, ast.Name))
     magics: list[tuple[str, str]] = []

@@ -1,4 +1,4 @@
-"""One kernel's durable session: the run it is attached to, and how a %%durable cell runs (N1-N8)."""
+"""One kernel's durable session: the run it is attached to, and how a %%durable cell runs."""
 
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ class KernelSession:
         store: str | None = None,
         quiet: bool = False,
     ) -> CellRun:
-        """Attach the kernel to a run (N1) and print one line saying what can be restored.
+        """Attach the kernel to a run and print one line saying what can be restored.
 
         The kernel's variables stay as they are; the run's cells restore when they run.
         """

@@ -212,7 +212,7 @@ async def aevents(run: Any, *, store: Any = None) -> pd.DataFrame:
 
 
 def events(run: Any, *, store: Any = None) -> pd.DataFrame:
-    """Return a run's event log (C15): seq, type, node, time, details."""
+    """Return a run's event log: seq, type, node, time, details."""
     return run_sync(aevents(run, store=store))
 
 
@@ -285,5 +285,5 @@ async def astatus(run: Any, *, store: Any = None) -> pd.DataFrame:
 
 
 def status(run: Any, *, store: Any = None) -> pd.DataFrame:
-    """Return a run's status as a one-row DataFrame (``durable_nb.status`` gives the C16 dict)."""
+    """Return a run's status as a one-row DataFrame (``durable_nb.status`` gives it as a dict)."""
     return run_sync(astatus(run, store=store))

@@ -1,4 +1,4 @@
-"""The gate panel: a paused cell's frozen context, Approve / Reject, a comment (N6).
+"""The gate panel: a paused cell's frozen context, Approve / Reject, a comment.
 
 A click records the decision atomically; a decision someone made elsewhere is shown instead
 of an error. Everything a callback prints or raises goes to the panel's own Output area,
