@@ -180,6 +180,7 @@ FIGURES = [
     "%%durable subplots\nfig, ax = plt.subplots()\nax.plot([3, 1, 2])\nax.set_title('kept')",
     "%%durable loop\nfor i in range(3):\n    plt.figure()\n    plt.plot([i, i + 1])",
     "%%durable shown\nfig2, ax2 = plt.subplots()\nax2.bar([1, 2], [3, 4])\ndisplay(fig2)",
+    "%%durable explicit\nplt.plot([5, 6])\nplt.show()\nprint('after show')",
     "%%durable none\nsummary = 'no figure here'",
 ]
 
@@ -195,7 +196,7 @@ def test_figures_restore_as_they_were_drawn(start: Callable[[], Kernel]) -> None
     restorer = start()
     restored_results = run_all(restorer, FIGURES)
     counts = [len(images(r)) for r in plain_results]
-    assert counts == [1, 1, 3, 2, 0]
+    assert counts == [1, 1, 3, 2, 1, 0]
     assert [len(images(r)) for r in durable_results] == counts
     assert [images(r) for r in restored_results] == [images(r) for r in durable_results]
     assert probe(restorer, "[ax.figure is fig, ax.get_title(), ax2.figure is fig2]") == [True, "kept", True]
