@@ -11,6 +11,7 @@ __all__ = [
     "Blob",
     "CheckpointDraft",
     "CheckpointRecord",
+    "CheckpointState",
     "CheckpointStatus",
     "Commit",
     "CommitResult",
@@ -173,16 +174,36 @@ class RunRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class CheckpointState:
+    """The state of a run at a checkpoint: its values (name to address) and completed nodes.
+
+    ``since_snapshot`` counts the checkpoints since the last one that stored the whole state.
+    """
+
+    manifest: dict[str, str]
+    completed: list[str]
+    since_snapshot: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class CheckpointDraft:
-    """A checkpoint about to be written; the store assigns its seq and time."""
+    """A checkpoint about to be written; the store assigns its seq and time.
+
+    A checkpoint stores what it changed: ``changes`` (name to address, None for a name
+    removed) and the nodes it added to or removed from ``completed``. Now and then it also
+    carries the whole state (``snapshot``), so that the state at any checkpoint is rebuilt from
+    a bounded number of changes (``Store.state_at``).
+    """
 
     checkpoint_id: str
     step: str
     node_id: str | None
     status: CheckpointStatus
-    manifest: dict[str, str]
-    completed: list[str]
-    queue: list[str]
+    queue: list[str] = field(default_factory=list)
+    changes: dict[str, str | None] = field(default_factory=dict)
+    completed_added: list[str] = field(default_factory=list)
+    completed_removed: list[str] = field(default_factory=list)
+    snapshot: CheckpointState | None = None
     skipped: list[str] = field(default_factory=list)
     routes: dict[str, Any] = field(default_factory=dict)
     iteration: int | None = None

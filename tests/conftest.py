@@ -157,3 +157,23 @@ def env_with_repo() -> dict[str, str]:
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     return env
+
+
+class Stated:
+    """A checkpoint with the state at it (rebuilt by the store), for tests that look at both."""
+
+    def __init__(self, record: Any, state: Any) -> None:
+        self.record = record
+        self.manifest = state.manifest
+        self.completed = state.completed
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.record, name)
+
+
+def stated(store: dnb.Store, run_id: str) -> list[Stated]:
+    """Return a run's checkpoints, each with its state (values' addresses, completed nodes)."""
+    from durable_nb._loop import run_sync
+
+    records = run_sync(store.list_checkpoints(run_id))
+    return [Stated(r, run_sync(store.state_at(run_id, r.seq))) for r in records]

@@ -65,11 +65,7 @@ def _steps(url: str, run_id: str) -> list[str]:
 
 
 def _head_manifest(url: str, run_id: str) -> dict[str, str]:
-    with closing(_sql(url)) as conn:
-        row = conn.execute(
-            "SELECT manifest FROM checkpoints WHERE run_id = ? ORDER BY seq DESC LIMIT 1", (run_id,)
-        ).fetchone()
-    return json.loads(row[0])
+    return run_sync(dnb.connect(url).state_at(run_id)).manifest
 
 
 def _blob(url: str, value_hash: str) -> tuple[str, bytes]:
@@ -91,8 +87,9 @@ def _rename_blob(url: str, old: str, new: str) -> None:
         conn.execute("BEGIN")
         conn.execute("UPDATE blobs SET hash = ? WHERE hash = ?", (new, old))
         conn.execute(
-            "UPDATE checkpoints SET manifest = replace(manifest, ?, ?), node_output = replace(node_output, ?, ?)",
-            (old, new, old, new),
+            "UPDATE checkpoints SET changes = replace(changes, ?, ?), snapshot = replace(snapshot, ?, ?), "
+            "node_output = replace(node_output, ?, ?)",
+            (old, new, old, new, old, new),
         )
         conn.execute("UPDATE runs SET input_manifest = replace(input_manifest, ?, ?)", (old, new))
         conn.execute("COMMIT")

@@ -19,6 +19,7 @@ import pytest
 from conftest import db_path, execute_sql
 
 import durable_nb as dnb
+from durable_nb._loop import run_sync
 from durable_nb.store import blob_files
 
 pytestmark = pytest.mark.sqlite_only
@@ -57,12 +58,7 @@ def value_files(store_url: str) -> list[Path]:
 
 
 def head_hash(store_url: str, run_id: str, name: str) -> str:
-    manifest = execute_sql(
-        store_url, "SELECT manifest FROM checkpoints WHERE run_id = ? ORDER BY seq DESC LIMIT 1", (run_id,)
-    )[0][0]
-    import json
-
-    return str(json.loads(manifest)[name])
+    return str(run_sync(dnb.connect(store_url).state_at(run_id)).manifest[name])
 
 
 def test_a_large_value_is_written_once_as_a_private_file(store_url: str) -> None:
@@ -126,10 +122,7 @@ def test_prune_deletes_only_files_no_row_refers_to(store_url: str) -> None:
 
     run = flow.run({})
     assert run.status == "completed"
-    first, second = (
-        execute_sql(store_url, "SELECT manifest FROM checkpoints WHERE run_id = ? AND seq = ?", (run.id, seq))[0][0]
-        for seq in (1, 2)
-    )
+    first, second = (run_sync(dnb.connect(store_url).state_at(run.id, seq)).manifest for seq in (1, 2))
     assert len(value_files(store_url)) == 2
     orphan = folder(store_url) / ("p-" + "0" * 64)
     orphan.write_bytes(b"left by a commit that never happened")

@@ -15,6 +15,7 @@ from durable_nb._ids import new_id
 from durable_nb._loop import run_sync
 from durable_nb.model import (
     CheckpointDraft,
+    CheckpointState,
     CheckpointStatus,
     Commit,
     NewEvent,
@@ -60,8 +61,6 @@ def draft(
         step=step,
         node_id=node,
         status=status,
-        manifest=fields.pop("manifest", {}),
-        completed=[],
         queue=[],
         **fields,
     )
@@ -321,8 +320,10 @@ def test_checkpoint_fields_round_trip(store: dnb.Store) -> None:
             step="failed:a",
             node_id="a",
             status=CheckpointStatus.FAILED,
-            manifest={"x": "j-1", "y": "p-2"},
-            completed=["s"],
+            changes={"x": "j-1", "y": "p-2", "gone": None},
+            completed_added=["s"],
+            completed_removed=["t"],
+            snapshot=CheckpointState({"x": "j-1", "y": "p-2"}, ["s"]),
             queue=["a", "b"],
             parent_checkpoint_id="parent",
             node_input={"in": [1, "2"]},
@@ -382,10 +383,10 @@ def test_prune_keeps_what_paused_runs_resume_and_forks_need(store: dnb.Store) ->
         kept_value = encode(("kept", 2), KEY, "v")
         done, _ = await store.create_run(new_run())
         steps = [
-            draft(f"after:n{i}", f"n{i}", manifest={"v": old_value.hash if i < 2 else kept_value.hash})
+            draft(f"after:n{i}", f"n{i}", changes={"v": old_value.hash if i < 2 else kept_value.hash})
             for i in range(4)
         ]
-        gate = draft("gate:g", "g", CheckpointStatus.INTERRUPTED, manifest={"v": old_value.hash})
+        gate = draft("gate:g", "g", CheckpointStatus.INTERRUPTED, changes={"v": old_value.hash})
         await store.commit(
             Commit(
                 run_id=done.run_id,
@@ -394,7 +395,7 @@ def test_prune_keeps_what_paused_runs_resume_and_forks_need(store: dnb.Store) ->
                     steps[0],
                     gate,
                     *steps[1:],
-                    draft("run_end", None, CheckpointStatus.COMPLETED, manifest={"v": kept_value.hash}),
+                    draft("run_end", None, CheckpointStatus.COMPLETED),
                 ],
                 events=[NewEvent("node_finished")],
                 idempotent=[("k", kept_value.hash)],
@@ -406,8 +407,14 @@ def test_prune_keeps_what_paused_runs_resume_and_forks_need(store: dnb.Store) ->
         orphan = encode(("orphan", 3), KEY, "v")
         await store.commit(Commit(run_id=paused.run_id, blobs=[orphan]))
 
+        states = {c.seq: await store.state_at(done.run_id, c.seq) for c in await store.list_checkpoints(done.run_id)}
+        before = {seq: (state.manifest, state.completed) for seq, state in states.items()}
         report = await store.prune(time.time() + 10)
         remaining = [c.step for c in await store.list_checkpoints(done.run_id)]
+        # What stays is rebuilt as it was: the rows it was rebuilt from went, a snapshot replaced them.
+        for checkpoint in await store.list_checkpoints(done.run_id):
+            after = await store.state_at(done.run_id, checkpoint.seq)
+            assert (after.manifest, after.completed) == before[checkpoint.seq]
         # The gate checkpoint, the resume point and the tombstone stay.
         assert remaining == ["gate:g", "after:n3", "run_end"]
         assert report.checkpoints == 3
@@ -496,3 +503,81 @@ def test_commit_from_a_stale_view_of_the_run(store: dnb.Store, driver: str) -> N
         run_sync(main())
     else:
         sync(main())
+
+
+def test_state_at_any_checkpoint_is_rebuilt_from_changes(store: dnb.Store) -> None:
+    """§3: a checkpoint stores what it changed; the state at any checkpoint equals a replay of
+    every change from the run's input, with or without snapshots on the way."""
+
+    async def main() -> None:
+        record, _ = await store.create_run(
+            NewRun(
+                run_id=new_id(),
+                name="t",
+                kind=RunKind.WORKFLOW,
+                status=RunStatus.RUNNING,
+                input_manifest={"seed": "j-0"},
+                events=[NewEvent("run_started")],
+            )
+        )
+        manifest: dict[str, str] = {"seed": "j-0"}
+        completed: list[str] = []
+        expected: list[tuple[dict[str, str], list[str]]] = []
+        drafts = []
+        for i in range(40):
+            changes: dict[str, str | None] = {f"k{i % 7}": f"j-{i}"}
+            if i % 5 == 4:
+                changes[f"k{(i + 3) % 7}"] = None
+            added = [f"n{i % 9}"]
+            for name, address in changes.items():
+                if address is None:
+                    manifest.pop(name, None)
+                else:
+                    manifest[name] = address
+            completed = [n for n in completed if n not in added] + added
+            snapshot = CheckpointState(dict(manifest), list(completed)) if i in (13, 14, 30) else None
+            drafts.append(draft(f"after:n{i}", f"n{i}", changes=changes, completed_added=added, snapshot=snapshot))
+            expected.append((dict(manifest), list(completed)))
+        for start in range(0, 40, 8):
+            await store.commit(Commit(run_id=record.run_id, checkpoints=drafts[start : start + 8]))
+        for seq, (want_manifest, want_completed) in enumerate(expected, start=1):
+            state = await store.state_at(record.run_id, seq)
+            assert (state.manifest, state.completed) == (want_manifest, want_completed), seq
+        latest = await store.state_at(record.run_id)
+        assert (latest.manifest, latest.completed) == expected[-1]
+        assert latest.since_snapshot == 40 - 31  # rows after the last snapshot (seq 31)
+
+    sync(main())
+
+
+def test_a_fork_reads_its_parents_state_without_copying_it(store: dnb.Store) -> None:
+    """§3, C14: a fork's state is its parent's at the fork point plus its own changes; what the
+    parent does later is not seen by the fork, and the fork's first row holds only its overrides."""
+
+    async def main() -> None:
+        parent, _ = await store.create_run(new_run())
+        first = draft("after:a", "a", changes={"x": "j-1", "y": "j-2"}, completed_added=["a"])
+        await store.commit(Commit(run_id=parent.run_id, checkpoints=[first]))
+        fork_point = (await store.list_checkpoints(parent.run_id))[-1]
+        fork_first = draft("fork:a", "a", CheckpointStatus.FORK, changes={"y": "j-9"})
+        fork, _ = await store.create_run(
+            NewRun(
+                run_id=new_id(),
+                name="t",
+                kind=RunKind.WORKFLOW,
+                status=RunStatus.PENDING,
+                input_manifest={},
+                parent_run_id=parent.run_id,
+                parent_checkpoint_id=fork_point.checkpoint_id,
+                checkpoints=[fork_first],
+            )
+        )
+        later = draft("after:b", "b", changes={"x": "j-3", "z": "j-4"}, completed_added=["b"])
+        await store.commit(Commit(run_id=parent.run_id, checkpoints=[later]))
+        forked = await store.state_at(fork.run_id)
+        assert forked.manifest == {"x": "j-1", "y": "j-9"} and forked.completed == ["a"]
+        assert (await store.state_at(parent.run_id)).manifest == {"x": "j-3", "y": "j-2", "z": "j-4"}
+        [row] = await store.list_checkpoints(fork.run_id)
+        assert row.changes == {"y": "j-9"} and row.snapshot is None
+
+    sync(main())

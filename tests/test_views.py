@@ -328,7 +328,7 @@ def test_each_view_costs_the_same_queries_for_3_and_50_rows(store_url: str, monk
             "forks": (lambda w=world: dnb.forks(w["forks"][-1], store=store_url), "fork_tree", size + 1),
             "compare": (
                 lambda w=world: dnb.compare(w["ids"] + w["forks"], store=store_url),
-                "head_checkpoints",
+                "latest_states",
                 2 * size,
             ),
         }
@@ -512,8 +512,7 @@ def test_history_of_10000_checkpoints(store_url: str) -> None:
                     step=f"after:n{i}",
                     node_id=f"n{i}",
                     status=CheckpointStatus.OK,
-                    manifest={"v": blob.hash},
-                    completed=[],
+                    changes={"v": blob.hash},
                     queue=[],
                     node_output={"v": blob.hash},
                     duration=0.5 + i / 1000,

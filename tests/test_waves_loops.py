@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import env_with_repo, execute_sql
+from conftest import Stated, env_with_repo, execute_sql, stated
 
 import durable_nb as dnb
 from durable_nb._loop import run_sync
-from durable_nb.model import CheckpointRecord, EventRecord
+from durable_nb.model import EventRecord
 
 NODE_COUNT_KEYS = {"pending", "running", "ok", "failed", "skipped", "suspended", "cancelled"}
 
@@ -40,8 +40,8 @@ def make_flow(name: str, store_url: str) -> dnb.Workflow:
     return dnb.Workflow(name, store=store_url, sleep=FakeSleep())
 
 
-def checkpoints(store_url: str, run_id: str) -> list[CheckpointRecord]:
-    return run_sync(dnb.connect(store_url).list_checkpoints(run_id))
+def checkpoints(store_url: str, run_id: str) -> list[Stated]:
+    return stated(dnb.connect(store_url), run_id)
 
 
 def events(store_url: str, run_id: str) -> list[EventRecord]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from conftest import stated
+
 import durable_nb as dnb
 
 
@@ -72,10 +74,8 @@ def test_checkpoint_state_grows_node_by_node(store_url: str) -> None:
     flow = build(store_url, [])
     run = flow.run({"ticket": "t"})
     store = dnb.connect(store_url)
-    from durable_nb._loop import run_sync
 
-    checkpoints = run_sync(store.list_checkpoints(run.id))
-    by_step = {c.step: c for c in checkpoints}
+    by_step = {c.step: c for c in stated(store, run.id)}
     assert set(by_step["after:classify"].manifest) == {"ticket", "category"}
     assert set(by_step["after:draft"].manifest) == {"ticket", "category", "draft_reply"}
     assert by_step["after:classify"].completed == ["classify"]

@@ -18,6 +18,7 @@ from ..model import (
     Blob,
     CheckpointDraft,
     CheckpointRecord,
+    CheckpointState,
     CheckpointStatus,
     Commit,
     CommitResult,
@@ -37,6 +38,7 @@ from .gates import Suspend
 from .namespace import NamespaceTracker
 from .ops import CANCELLED, create_fork, decisions_of, expire_gates
 from .ownership import lease_deadline, owner_alive, this_owner
+from .statelog import StateLog
 from .values import ValueCodec
 
 __all__ = ["CellOutcome", "CellRun", "Restorable"]
@@ -91,6 +93,7 @@ class CellRun:
         values: ValueCodec,
         run: RunRecord,
         head: CheckpointRecord | None,
+        at: CheckpointState,
         tracker: NamespaceTracker | None = None,
     ) -> None:
         self.store = store
@@ -99,14 +102,23 @@ class CellRun:
         self.tracker = tracker if tracker is not None else NamespaceTracker(values.secret)
         self.run = run
         self.owner = this_owner()
-        self.manifest: dict[str, str] = dict(head.manifest if head else run.input_manifest)
-        self.completed: list[str] = list(head.completed) if head else []
+        self.log = StateLog(at)
         self.resumes: dict[str, list[Decision]] = decisions_of(head)
         self.head_id = head.checkpoint_id if head else None
 
     @property
     def run_id(self) -> str:
         return self.run.run_id
+
+    @property
+    def manifest(self) -> dict[str, str]:
+        """The run's values as stored: name to address."""
+        return self.log.manifest
+
+    @property
+    def completed(self) -> list[str]:
+        """The cells committed in this run (and the runs it was forked from), in order."""
+        return self.log.completed
 
     # -- attaching -----------------------------------------------------------------------
 
@@ -143,7 +155,9 @@ class CellRun:
                     events=[NewEvent("run_started")],
                 )
             )
-        cell_run = cls(store, values, run, await store.resume_point(run.run_id), tracker)
+        cell_run = cls(
+            store, values, run, await store.resume_point(run.run_id), await store.state_at(run.run_id), tracker
+        )
         if run.status in (RunStatus.RUNNING, RunStatus.PENDING, RunStatus.FAILED, RunStatus.CANCELLED):
             await cell_run.take()
         return cell_run
@@ -199,8 +213,7 @@ class CellRun:
 
     async def _reload_head(self) -> None:
         head = await self.store.resume_point(self.run_id)
-        self.manifest = dict(head.manifest if head else self.run.input_manifest)
-        self.completed = list(head.completed) if head else []
+        self.log = StateLog(await self.store.state_at(self.run_id))
         self.resumes = decisions_of(head)
         self.head_id = head.checkpoint_id if head else None
 
@@ -224,12 +237,14 @@ class CellRun:
         """Return another run of this fork tree whose cell ``node_id`` ran this code from the state
         this run had before the cell, so that going back to old code returns to that run."""
         here = await self.lookup(node_id)
-        start = await self._state_before(here, node_id) if here is not None else self.manifest
+        start = await self._state_before(here, node_id) if here is not None else dict(self.manifest)
         for run, _ in reversed(await self.store.fork_tree(self.run_id)):
             if run.run_id == self.run_id or run.status is RunStatus.COMPLETED:
                 continue
-            if run.status is RunStatus.RUNNING and run.owner != self.owner and owner_alive(
-                run.run_id, run.owner, run.lease_until
+            if (
+                run.status is RunStatus.RUNNING
+                and run.owner != self.owner
+                and owner_alive(run.run_id, run.owner, run.lease_until)
             ):
                 continue
             found = await self.store.node_checkpoint(run.run_id, node_id, "after:")
@@ -244,9 +259,11 @@ class CellRun:
         if before_id is None:
             run = await self.store.get_run(checkpoint.run_id)
             if run.parent_run_id and run.parent_checkpoint_id:
-                return dict((await self.store.get_checkpoint(run.parent_run_id, run.parent_checkpoint_id)).manifest)
+                fork_point = await self.store.get_checkpoint(run.parent_run_id, run.parent_checkpoint_id)
+                return (await self.store.state_at(run.parent_run_id, fork_point.seq)).manifest
             return dict(run.input_manifest)
-        return dict((await self.store.get_checkpoint(checkpoint.run_id, before_id)).manifest)
+        before = await self.store.get_checkpoint(checkpoint.run_id, before_id)
+        return (await self.store.state_at(checkpoint.run_id, before.seq)).manifest
 
     async def restore(
         self, checkpoint: CheckpointRecord, namespace: dict[str, Any], exclude: frozenset[str] = frozenset()
@@ -281,9 +298,7 @@ class CellRun:
             step=step_name(kind, node_id),
             node_id=node_id,
             status=status,
-            manifest=dict(self.manifest),
-            completed=list(self.completed),
-            queue=[],
+            **self.log.draft_fields(),
             parent_checkpoint_id=self.head_id,
             resumes={k: [d.to_json() for d in v] for k, v in self.resumes.items()},
             **fields,
@@ -324,10 +339,9 @@ class CellRun:
             return None
         outputs = codec.encode(outcome.outputs, self.values.secret, f"outputs of {node}")
         blobs = [*plan.blobs, *outcome.blobs, outputs]
-        for name in [*outcome.deleted, *unstored]:
-            self.manifest.pop(name, None)
-        self.manifest.update(plan.manifest)
-        self.completed = [n for n in self.completed if n != node] + [node]
+        self.log.remove([*outcome.deleted, *unstored])
+        self.log.update(plan.manifest)
+        self.log.complete(node)
         self.resumes.pop(node, None)
         draft = self._draft(
             "after",
@@ -464,7 +478,9 @@ class CellRun:
             owner=self.owner,
             lease_until=lease_deadline(),
         )
-        forked = CellRun(self.store, self.values, fork.run, fork.checkpoint, self.tracker)
+        forked = CellRun(
+            self.store, self.values, fork.run, fork.checkpoint, await self.store.state_at(fork.run.run_id), self.tracker
+        )
         forked.resumes.pop(node, None)
         return forked
 
@@ -492,4 +508,6 @@ class CellRun:
                 events=[NewEvent("fork_created", None, {"parent_run_id": source.run_id, "parent_checkpoint_id": None})],
             )
         )
-        return CellRun(self.store, self.values, run, None, self.tracker)
+        return CellRun(
+            self.store, self.values, run, None, CheckpointState(dict(source.input_manifest), []), self.tracker
+        )

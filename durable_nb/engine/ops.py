@@ -91,9 +91,7 @@ async def load_run(store: Store, run_id: str, record: RunRecord | None = None) -
     pending = await store.pending_interrupts(run_id) if record.status is RunStatus.PAUSED else []
 
     async def load_state() -> dict[str, Any]:
-        head = await store.head_checkpoint(run_id)
-        manifest = head.manifest if head is not None else record.input_manifest
-        return await ValueCodec(store, load_secret()).load(manifest)
+        return await ValueCodec(store, load_secret()).load((await store.state_at(run_id)).manifest)
 
     return Run(record, pending=pending, load_state=load_state)
 
@@ -132,8 +130,6 @@ async def _fail_on_timeout(store: Store, pending: PendingInterrupt, note: str) -
         return
     message = f"Node '{pending.node_id}' failed: {note}"
     common = {
-        "manifest": head.manifest,
-        "completed": head.completed,
         "skipped": head.skipped,
         "routes": head.routes,
         "resumes": head.resumes,
@@ -247,8 +243,6 @@ def _decision_commit(
         step=step_name("approved", target.node_id),
         node_id=target.node_id,
         status=CheckpointStatus.APPROVED,
-        manifest=head.manifest,
-        completed=head.completed,
         queue=head.queue,
         skipped=head.skipped,
         routes=head.routes,
@@ -334,15 +328,14 @@ async def create_fork(
         source = await store.get_checkpoint(run_id, checkpoint_id)
     changes = check_state(overrides, "Fork state overrides")
     delta, blobs = values.encode(changes)
-    manifest = {**source.manifest, **delta}
     new_run_id = new_id()
+    # The fork's state is its parent's at the fork point (read through it, never copied) and this.
     draft = CheckpointDraft(
         checkpoint_id=new_id(),
         step=step_name("fork", source.node_id or "run_end"),
         node_id=source.node_id,
         status=CheckpointStatus.FORK,
-        manifest=manifest,
-        completed=source.completed,
+        changes=dict(delta),
         queue=source.queue,
         skipped=source.skipped,
         routes=source.routes,

@@ -34,6 +34,7 @@ from .attempts import Attempter, Outcome
 from .graph import Graph, NodeSpec
 from .ops import CANCELLED
 from .ownership import lease_deadline
+from .statelog import StateLog
 from .values import ValueCodec
 from .watch import Watch
 
@@ -62,8 +63,7 @@ class Runner:
         run: RunRecord,
         owner: str,
         state: dict[str, Any],
-        manifest: dict[str, str],
-        completed: list[str],
+        log: StateLog,
         skipped: list[str],
         routes: dict[str, Any],
         resumes: dict[str, list[Decision]],
@@ -77,8 +77,9 @@ class Runner:
         self.run = run
         self.owner = owner
         self.state = state
-        self.manifest = manifest
-        self.completed = completed
+        # The values' addresses and the completed nodes, with what changed since the last checkpoint.
+        self.log = log
+        self.manifest = log.manifest
         self.skipped = skipped
         self.routes = routes
         self.resumes = resumes
@@ -102,9 +103,9 @@ class Runner:
         """Return the next wave."""
         # completed and skipped only grow, so their lengths say whether the wave can differ;
         # the graph scan is otherwise repeated for every commit and every wave.
-        key = (len(self.completed), len(self.skipped))
+        key = (self.log.count_completed(), len(self.skipped))
         if self._ready_key != key:
-            self._ready = self.graph.ready(self.completed, self.skipped)
+            self._ready = self.graph.ready(self.log.done, self.skipped)
             self._ready_key = key
         return list(self._ready)
 
@@ -131,9 +132,8 @@ class Runner:
             step=step_name(kind, node_id),
             node_id=node_id,
             status=status,
-            manifest=dict(self.manifest),
-            completed=list(self.completed),
             queue=queue,
+            **self.log.draft_fields(),
             skipped=list(self.skipped),
             routes=dict(self.routes),
             branch_key=self._branch_key(node_id) if node_id in self.graph.nodes else None,
@@ -333,10 +333,10 @@ class Runner:
         delta = {k: h for k, h in delta.items() if self.manifest.get(k) != h}
         async with self._guard():
             self.state.update(updates)
-            self.manifest.update(delta)
+            self.log.update(delta)
             self.resumes.pop(node_id, None)
             if finished:
-                self.completed.append(node_id)
+                self.log.complete(node_id)
             events = [NewEvent("node_finished", node_id, {"duration": outcome.duration, "attempts": outcome.attempts})]
             await self._commit_node(
                 node_id,
@@ -367,9 +367,9 @@ class Runner:
             return Outcome(spec.node_id, error=error, duration=time.perf_counter() - started)
         async with self._guard():
             self.routes[spec.node_id] = {"key": key, "nodes": chosen}
-            self.completed.append(spec.node_id)
+            self.log.complete(spec.node_id)
             self.skipped.extend(n for n in self.graph.dependents(spec.node_id) if n not in chosen)
-            self.graph.propagate_skips(self.completed, self.skipped)
+            self.graph.propagate_skips(self.log.done, self.skipped)
             self.carry.append(NewEvent("node_finished", spec.node_id, {"route": key, "chosen": chosen}))
         return Outcome(spec.node_id, duration=time.perf_counter() - started)
 
@@ -433,7 +433,7 @@ class Runner:
             async with self._guard():
                 remaining.discard(index)
                 self.state[spec.item_key(index)] = outcome.value
-                self.manifest.update(delta)
+                self.log.update(delta)
                 if not remaining and not failures:
                     last[0] = index
                     return  # the last item's commit is the node's: see _complete_map
@@ -463,8 +463,7 @@ class Runner:
 
     async def _complete_map(self, spec: NodeSpec, count: int, started: float, last: int | None = None) -> Outcome:
         results = [self.state.pop(spec.item_key(i)) for i in range(count)]
-        for i in range(count):
-            self.manifest.pop(spec.item_key(i), None)
+        self.log.remove(spec.item_key(i) for i in range(count))
         into = spec.into or spec.node_id
         return Outcome(spec.node_id, updates={into: results}, duration=time.perf_counter() - started, value=last)
 

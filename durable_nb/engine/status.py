@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from ..model import CheckpointRecord, RunRecord, RunStatus
+from ..model import CheckpointRecord, CheckpointState, RunRecord, RunStatus
 
 __all__ = ["NODE_STATUSES", "describe"]
 
@@ -21,8 +21,10 @@ def _address(node_id: str, branch_key: str | None, iteration: int | None, item_i
     return {"node_id": node_id, "branch_key": branch_key, "iteration": iteration, "item_index": item_index}
 
 
-def describe(run: RunRecord, checkpoints: list[CheckpointRecord], nodes: Iterable[str] = ()) -> dict[str, Any]:
-    """Build ``{run_id, status, node_counts, executions}`` from a run's checkpoints (one query)."""
+def describe(
+    run: RunRecord, checkpoints: list[CheckpointRecord], now: CheckpointState, nodes: Iterable[str] = ()
+) -> dict[str, Any]:
+    """Build ``{run_id, status, node_counts, executions}`` from a run's checkpoints and its state ``now``."""
     executions: dict[Address, str] = {}
     resume_point: CheckpointRecord | None = None
     latest: CheckpointRecord | None = None
@@ -42,7 +44,7 @@ def describe(run: RunRecord, checkpoints: list[CheckpointRecord], nodes: Iterabl
         elif kind in _OPEN:
             executions[(node, checkpoint.branch_key, None, checkpoint.item_index)] = _OPEN[kind]
     if latest is not None:
-        completed = set(latest.completed)
+        completed = set(now.completed)
         open_nodes = {key[0] for key, status in executions.items() if status != "ok"}
         for node in resume_point.queue if resume_point is not None else []:
             if node not in completed and node not in open_nodes:
@@ -50,7 +52,7 @@ def describe(run: RunRecord, checkpoints: list[CheckpointRecord], nodes: Iterabl
         for node in latest.skipped:
             executions[(node, None, None, None)] = "skipped"
         finished = {key[0] for key in executions}
-        for node in latest.completed:
+        for node in now.completed:
             if node not in finished:
                 executions[(node, None, None, None)] = "ok"  # a switch: routed, never checkpointed
     if run.status is not RunStatus.PAUSED:

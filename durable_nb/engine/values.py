@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import InvalidState, StoreError
 from ..model import Blob
@@ -12,6 +12,8 @@ from ..store.protocol import Store
 from .pickling import restoring_into, unpickle
 
 __all__ = ["ValueCodec", "check_state"]
+
+K = TypeVar("K")
 
 
 def check_state(value: Any, what: str) -> dict[str, Any]:
@@ -68,8 +70,14 @@ class ValueCodec:
 
         The variables of one group are unpickled together, so the objects they share are shared again.
         """
-        found = await self.store.get_blobs(set(manifest.values()), self.secret)
-        missing = sorted(name for name, value_hash in manifest.items() if value_hash not in found)
+        return (await self.load_many({0: manifest}, namespace))[0]
+
+    async def load_many(
+        self, manifests: Mapping[K, Mapping[str, str]], namespace: dict[str, Any] | None = None
+    ) -> dict[K, dict[str, Any]]:
+        """Load the values of several manifests (several runs' states) with one read of the store."""
+        found = await self.store.get_blobs({h for m in manifests.values() for h in m.values()}, self.secret)
+        missing = sorted({name for m in manifests.values() for name, address in m.items() if address not in found})
         if missing:
             raise StoreError(
                 f"The store lacks the stored values of {missing[:5]}; it was pruned or edited "
@@ -77,9 +85,13 @@ class ValueCodec:
             )
         self._stored.update(found)
         groups = await self._load_groups([found[h] for h in found if codec.is_group(h)], namespace)
+        plain = {h: codec.decode(blob, self.secret) for h, blob in found.items() if h not in groups}
         return {
-            name: groups[value_hash][name] if value_hash in groups else codec.decode(found[value_hash], self.secret)
-            for name, value_hash in manifest.items()
+            key: {
+                name: groups[value_hash][name] if value_hash in groups else plain[value_hash]
+                for name, value_hash in manifest.items()
+            }
+            for key, manifest in manifests.items()
         }
 
     async def _load_groups(self, blobs: list[Blob], namespace: dict[str, Any] | None) -> dict[str, dict[str, Any]]:

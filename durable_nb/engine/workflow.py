@@ -19,6 +19,7 @@ from ..errors import (
 )
 from ..model import (
     CheckpointRecord,
+    CheckpointState,
     Commit,
     NewEvent,
     NewRun,
@@ -36,6 +37,7 @@ from .ops import cancel_run, create_fork, decisions_of, expire_gates, load_run, 
 from .ownership import active, lease_deadline, owner_alive, this_owner
 from .run import Run
 from .runner import Runner
+from .statelog import StateLog
 from .status import describe
 from .values import ValueCodec, check_state
 
@@ -259,7 +261,7 @@ class Workflow:
             if not created:
                 return await load_run(self.store, record.run_id, record)
             values.mark_stored(blobs)
-            runner = self._runner(values, record, owner, state, manifest, None)
+            runner = self._runner(values, record, owner, state, CheckpointState(dict(manifest), []), None)
             return await self._finish(runner)
 
     def resume(self, run_id: str, value: Resume | None = None) -> Run:
@@ -298,14 +300,13 @@ class Workflow:
             )
         owner = this_owner()
         checkpoint = await self.store.resume_point(run_id)
-        completed = checkpoint.completed if checkpoint else []
+        at = await self.store.state_at(run_id)
         skipped = checkpoint.skipped if checkpoint else []
-        self._check_fits(run, completed)
+        self._check_fits(run, at.completed)
         # Load before taking the run: a value that fails to load must leave the run as it was.
         values = self._values()
-        manifest = dict(checkpoint.manifest if checkpoint is not None else run.input_manifest)
-        state = await values.load(manifest)
-        wave = self._graph.ready(completed, skipped)
+        state = await values.load(at.manifest)
+        wave = self._graph.ready(at.completed, skipped)
         with active(run_id):
             try:
                 taken = await self.store.commit(
@@ -328,7 +329,7 @@ class Workflow:
                     f"Run {run_id} changed while resuming it (now {conflict.run.status.value}): "
                     "another process resumed or decided it first."
                 ) from None
-            return await self._finish(self._runner(values, taken.run, owner, state, manifest, checkpoint))
+            return await self._finish(self._runner(values, taken.run, owner, state, at, checkpoint))
 
     def approve(
         self,
@@ -399,20 +400,20 @@ class Workflow:
         values = self._values()
         loaded: dict[str, Any] = {}
         if point is not None:
-            self._check_fits(source, point.completed)
+            at = await self.store.state_at(run_id, point.seq)
+            self._check_fits(source, at.completed)
             # Load before creating: a value that fails to load leaves no half-made fork behind.
-            kept = {k: v for k, v in point.manifest.items() if k not in overrides}
+            kept = {k: v for k, v in at.manifest.items() if k not in overrides}
             loaded = await values.load(kept)
         owner = this_owner()
         fork = await create_fork(
             self.store, values, run_id, checkpoint_id, overrides, owner=owner, lease_until=lease_deadline()
         )
-        started = [
-            NewEvent("node_started", n) for n in self._graph.ready(fork.checkpoint.completed, fork.checkpoint.skipped)
-        ]
+        forked = await self.store.state_at(fork.run.run_id)
+        started = [NewEvent("node_started", n) for n in self._graph.ready(forked.completed, fork.checkpoint.skipped)]
         with active(fork.run.run_id):
             state_now = {**loaded, **overrides}
-            runner = self._runner(values, fork.run, owner, state_now, dict(fork.checkpoint.manifest), fork.checkpoint)
+            runner = self._runner(values, fork.run, owner, state_now, forked, fork.checkpoint)
             runner.carry.extend(started)
             return await self._finish(runner)
 
@@ -436,7 +437,9 @@ class Workflow:
             # Re-read even when another looker applied the deadline first.
             await expire_gates(self.store, run_id)
             run = await self._own_run(run_id)
-        return describe(run, await self.store.list_checkpoints(run_id), self._graph.nodes)
+        return describe(
+            run, await self.store.list_checkpoints(run_id), await self.store.state_at(run_id), self._graph.nodes
+        )
 
     def get(self, run_id: str) -> Run:
         """Return a run of this workflow."""
@@ -478,20 +481,16 @@ class Workflow:
     async def _decide(self, run_id: str, decision: Any, node: str | None) -> Run:
         owner = this_owner()
         # Load before deciding: a value that fails to load must leave the gate open.
-        point = await self.store.resume_point(run_id)
         values = self._values()
-        manifest = dict(point.manifest) if point is not None else {}
-        state = await values.load(manifest)
+        state = await values.load((await self.store.state_at(run_id)).manifest)
         with active(run_id):
             result = await record_decision(
                 self.store, run_id, decision, node, continue_as=owner, lease_until=lease_deadline()
             )
             if result.run.status is not RunStatus.RUNNING:
                 return await load_run(self.store, run_id, result.run)
-            checkpoint = result.checkpoints[-1]
-            return await self._finish(
-                self._runner(values, result.run, owner, state, dict(checkpoint.manifest), checkpoint)
-            )
+            at = await self.store.state_at(run_id)
+            return await self._finish(self._runner(values, result.run, owner, state, at, result.checkpoints[-1]))
 
     def _runner(
         self,
@@ -499,7 +498,7 @@ class Workflow:
         run: RunRecord,
         owner: str,
         state: dict[str, Any],
-        manifest: dict[str, str],
+        at: CheckpointState,
         checkpoint: CheckpointRecord | None,
     ) -> Runner:
         return Runner(
@@ -509,8 +508,7 @@ class Workflow:
             run=run,
             owner=owner,
             state=state,
-            manifest=manifest,
-            completed=list(checkpoint.completed) if checkpoint else [],
+            log=StateLog(at),
             skipped=list(checkpoint.skipped) if checkpoint else [],
             routes=dict(checkpoint.routes) if checkpoint else {},
             resumes=decisions_of(checkpoint),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["BLOB_PARTS_V2", "live_blobs", "schema_v1"]
+__all__ = ["BLOB_PARTS_V2", "live_blobs", "schema_v1", "state_changes_v3"]
 
 _V1 = """
 CREATE TABLE runs (
@@ -126,3 +126,20 @@ def live_blobs(referenced: str, parts_of: str) -> str:
         f"{referenced} UNION SELECT p.value FROM blobs AS b, {parts_of} AS p "
         f"WHERE b.parts IS NOT NULL AND b.hash IN ({referenced})"
     )
+
+
+# Version 3: a checkpoint stores what it changed, and now and then the whole state (a snapshot).
+# A checkpoint written before keeps its whole state as its snapshot.
+_STATE_CHANGES_V3 = """
+ALTER TABLE checkpoints ADD COLUMN changes TEXT NOT NULL DEFAULT '{{}}';
+ALTER TABLE checkpoints ADD COLUMN completed_changes TEXT NOT NULL DEFAULT '{{}}';
+ALTER TABLE checkpoints ADD COLUMN snapshot TEXT;
+UPDATE checkpoints SET snapshot = {snapshot};
+ALTER TABLE checkpoints DROP COLUMN manifest;
+ALTER TABLE checkpoints DROP COLUMN completed
+"""
+
+
+def state_changes_v3(snapshot: str) -> str:
+    """Return version 3 for a dialect: ``snapshot`` builds the JSON of a row's manifest and completed."""
+    return _STATE_CHANGES_V3.format(snapshot=snapshot)

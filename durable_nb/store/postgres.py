@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -28,6 +29,7 @@ from ..errors import RunNotFound, StoreUnavailable
 from ..model import (
     Blob,
     CheckpointRecord,
+    CheckpointState,
     Commit,
     CommitResult,
     EventRecord,
@@ -42,6 +44,7 @@ from .postgres_schema import MIGRATION_LOCK, ensure_schema
 from .protocol import HISTORY_COLUMNS
 from .rules import check_expectations, choose_claim, trusted_seen, updated_run
 from .sql_store import SQLStore
+from .state import keep_rebuildable, state_from_sql
 
 __all__ = ["PostgresStore"]
 
@@ -194,7 +197,9 @@ _INSERT_BLOB = (
     "INSERT INTO blobs (hash, codec, size, created_at, data, parts) VALUES (%s, %s, %s, %s, %s, %s) "
     "ON CONFLICT (hash) DO NOTHING"
 )
-_INSERT_CHECKPOINT = f"INSERT INTO checkpoints ({rows.CHECKPOINT_COLUMNS}) VALUES ({', '.join(['%s'] * 29)})"
+_INSERT_CHECKPOINT = (
+    f"INSERT INTO checkpoints ({rows.CHECKPOINT_COLUMNS}) VALUES ({', '.join(['%s'] * rows.CHECKPOINT_COUNT)})"
+)
 _INSERT_EVENT = f"INSERT INTO events ({rows.EVENT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s)"
 _INSERT_INTERRUPT = f"INSERT INTO pending_interrupts ({rows.INTERRUPT_COLUMNS}) VALUES ({', '.join(['%s'] * 9)})"
 _RUN_VALUES = ", ".join(["%s"] * 17)
@@ -391,6 +396,10 @@ def _checkpoint_by_id(conn: Any, run_id: str, checkpoint_id: str) -> CheckpointR
     return None if row is None else rows.checkpoint_from_row(row)
 
 
+def _latest_states(conn: Any, run_ids: list[str]) -> dict[str, CheckpointState]:
+    return {run_id: _state_at(conn, run_id, None) for run_id in run_ids}
+
+
 def _list_checkpoints(conn: Any, run_id: str) -> list[CheckpointRecord]:
     cursor = conn.execute(
         f"SELECT {rows.CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = %s ORDER BY seq", (run_id,)
@@ -411,6 +420,12 @@ def _get_blobs(conn: Any, hashes: list[str], key: bytes | None) -> dict[str, Blo
     # psycopg hands over each value whole: the loader hashes it.
     cursor = conn.execute("SELECT hash, codec, data FROM blobs WHERE hash = ANY(%s)", (hashes,))
     return {value_hash: Blob(value_hash, codec, bytes(data)) for value_hash, codec, data in cursor}
+
+
+def _state_at(conn: Any, run_id: str, seq: int | None) -> CheckpointState:
+    return state_from_sql(
+        lambda sql, params: conn.execute(sql, params).fetchall(), partial(_get_run, conn), "%s", run_id, seq
+    )
 
 
 def _get_idempotent(conn: Any, run_id: str, key: str) -> str | None:
@@ -443,21 +458,13 @@ def _fork_tree(conn: Any, run_id: str) -> list[tuple[RunRecord, dict[str, Any]]]
     return [rows.tree_row(row) for row in conn.execute(rows.FORK_TREE.format(p="%s", columns=columns), (run_id,))]
 
 
-def _head_checkpoints(conn: Any, run_ids: list[str]) -> dict[str, CheckpointRecord]:
-    cursor = conn.execute(
-        f"SELECT {', '.join('c.' + c.strip() for c in rows.CHECKPOINT_COLUMNS.split(','))} "
-        "FROM checkpoints AS c JOIN runs AS r ON r.run_id = c.run_id AND c.seq = r.head_seq "
-        "WHERE r.run_id = ANY(%s)",
-        (run_ids,),
-    )
-    return {record.run_id: record for record in map(rows.checkpoint_from_row, cursor)}
-
-
 _PRUNABLE = "SELECT run_id FROM runs WHERE status IN ('completed', 'failed') AND updated_at < %(cutoff)s"
-# Blobs still reachable from anything kept: manifests, node outputs, run inputs,
-# @idempotent results, and blobs a front end lists under extra.blobs.
+# Blobs still reachable from anything kept: the values checkpoints changed or hold in snapshots,
+# node outputs, run inputs, @idempotent results, and blobs a front end lists under extra.blobs.
 _REFERENCED_BLOBS = """
-    SELECT j.value FROM checkpoints AS c, jsonb_each_text(c.manifest::jsonb) AS j
+    SELECT j.value FROM checkpoints AS c, jsonb_each_text(c.changes::jsonb) AS j WHERE j.value IS NOT NULL
+    UNION SELECT j.value FROM checkpoints AS c, jsonb_each_text(c.snapshot::jsonb -> 'manifest') AS j
+        WHERE c.snapshot IS NOT NULL
     UNION SELECT j.value FROM checkpoints AS c, jsonb_each_text(c.node_output::jsonb) AS j
         WHERE c.node_output IS NOT NULL
     UNION SELECT j.value FROM checkpoints AS c,
@@ -473,18 +480,26 @@ def _prune(conn: Any, older_than: float) -> PruneReport:
     with conn.transaction():
         # Keep what resume and fork still need: each run's resume point and tombstone,
         # gate checkpoints, and checkpoints other runs were forked from.
-        checkpoints = conn.execute(
-            f"""
-            DELETE FROM checkpoints AS c
-            WHERE c.run_id IN ({_PRUNABLE})
+        doomed = f"""
+            c.run_id IN ({_PRUNABLE})
               AND c.created_at < %(cutoff)s
               AND c.status <> 'interrupted'
               AND c.checkpoint_id NOT IN (
                   SELECT parent_checkpoint_id FROM runs WHERE parent_checkpoint_id IS NOT NULL)
               AND c.seq < (SELECT MAX(k.seq) FROM checkpoints AS k WHERE k.run_id = c.run_id AND k.step <> 'run_end')
-            """,
-            params,
-        ).rowcount
+        """
+        keep_rebuildable(
+            conn.execute(f"SELECT c.run_id, c.seq FROM checkpoints AS c WHERE {doomed}", params).fetchall(),
+            lambda run_id: conn.execute(
+                "SELECT seq, snapshot IS NOT NULL FROM checkpoints WHERE run_id = %s ORDER BY seq", (run_id,)
+            ).fetchall(),
+            partial(_state_at, conn),
+            lambda run_id, seq, state: conn.execute(
+                "UPDATE checkpoints SET snapshot = %s WHERE run_id = %s AND seq = %s",
+                (rows.snapshot_json(state), run_id, seq),
+            ),
+        )
+        checkpoints = conn.execute(f"DELETE FROM checkpoints AS c WHERE {doomed}", params).rowcount
         events = conn.execute(f"DELETE FROM events WHERE run_id IN ({_PRUNABLE}) AND at < %(cutoff)s", params).rowcount
         idempotency = conn.execute(
             f"DELETE FROM idempotency WHERE run_id IN ({_PRUNABLE}) AND created_at < %(cutoff)s", params

@@ -6,14 +6,18 @@ import time
 from typing import Any
 
 from ..errors import SchemaMismatch, StoreUnavailable
-from .ddl import BLOB_PARTS_V2, schema_v1
+from .ddl import BLOB_PARTS_V2, schema_v1, state_changes_v3
 
 __all__ = ["MIGRATION_LOCK", "SCHEMA_VERSION", "ensure_schema"]
 
 _V1 = schema_v1(real="DOUBLE PRECISION", blob="BYTEA", bigint="BIGINT")
 
 # Index i holds the script that takes a store from version i to i + 1.
-_MIGRATIONS: list[str] = [_V1, BLOB_PARTS_V2]
+_MIGRATIONS: list[str] = [
+    _V1,
+    BLOB_PARTS_V2,
+    state_changes_v3("json_build_object('manifest', manifest::json, 'completed', completed::json)::text"),
+]
 SCHEMA_VERSION = len(_MIGRATIONS)
 _OUR_TABLES = {"runs", "checkpoints", "pending_interrupts", "idempotency", "blobs", "events"}
 # Any fixed number works: it only has to be the same for every durable_nb process.

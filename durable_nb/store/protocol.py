@@ -14,6 +14,7 @@ from ..errors import StoreError
 from ..model import (
     Blob,
     CheckpointRecord,
+    CheckpointState,
     Commit,
     CommitResult,
     EventRecord,
@@ -82,6 +83,18 @@ class Store(Protocol):
         """Return one checkpoint of a run; raise CheckpointNotFound."""
         ...
 
+    async def state_at(self, run_id: str, seq: int | None = None) -> CheckpointState:
+        """Return a run's state at checkpoint ``seq`` (None: its latest), rebuilt from stored changes.
+
+        It costs about as many rows as the state has entries, whatever the length of the run; a
+        fork's state starts from its parent's at the fork point.
+        """
+        ...
+
+    async def latest_states(self, run_ids: list[str]) -> dict[str, CheckpointState]:
+        """Return the latest state of each run, in one call."""
+        ...
+
     async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
         """Return a run's checkpoints in seq order."""
         ...
@@ -116,10 +129,6 @@ class Store(Protocol):
 
     async def fork_tree(self, run_id: str) -> list[tuple[RunRecord, dict[str, Any]]]:
         """Return every run of the fork tree holding ``run_id`` (from its root), with fork details."""
-        ...
-
-    async def head_checkpoints(self, run_ids: list[str]) -> dict[str, CheckpointRecord]:
-        """Return the latest checkpoint of each run (one query)."""
         ...
 
     async def prune(self, older_than: float) -> PruneReport:

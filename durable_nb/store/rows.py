@@ -10,6 +10,7 @@ from ..model import (
     Blob,
     CheckpointDraft,
     CheckpointRecord,
+    CheckpointState,
     CheckpointStatus,
     EventRecord,
     NewRun,
@@ -22,6 +23,7 @@ from ..model import (
 __all__ = [
     "BYTES_WRITTEN",
     "CHECKPOINT_COLUMNS",
+    "CHECKPOINT_COUNT",
     "blob_values",
     "EVENT_COLUMNS",
     "INTERRUPT_COLUMNS",
@@ -31,6 +33,8 @@ __all__ = [
     "checkpoint_from_draft",
     "checkpoint_from_row",
     "checkpoint_values",
+    "snapshot_from_json",
+    "snapshot_json",
     "dumps",
     "event_from_row",
     "interrupt_from_row",
@@ -50,11 +54,12 @@ RUN_COLUMNS = (
     "event_seq, meta"
 )
 CHECKPOINT_COLUMNS = (
-    "run_id, seq, created_at, checkpoint_id, step, node_id, status, manifest, completed, queue, "
-    "skipped, routes, iteration, item_index, branch_key, parent_checkpoint_id, node_input, "
+    "run_id, seq, created_at, checkpoint_id, step, node_id, status, changes, completed_changes, snapshot, "
+    "queue, skipped, routes, iteration, item_index, branch_key, parent_checkpoint_id, node_input, "
     "node_output, error, error_type, traceback, interrupt, decision, resumes, counters, "
     "agent_path, duration, attempts, extra"
 )
+CHECKPOINT_COUNT = CHECKPOINT_COLUMNS.count(",") + 1
 INTERRUPT_COLUMNS = "run_id, node_id, checkpoint_id, reason, context, created_at, agent_path, expires_at, on_timeout"
 EVENT_COLUMNS = "run_id, seq, type, node_id, at, data"
 
@@ -199,8 +204,9 @@ def checkpoint_values(run_id: str, seq: int, created_at: float, draft: Checkpoin
         draft.step,
         draft.node_id,
         draft.status.value,
-        dumps(draft.manifest),
-        dumps(draft.completed),
+        dumps(draft.changes),
+        _completed_changes(draft),
+        None if draft.snapshot is None else snapshot_json(draft.snapshot),
         dumps(draft.queue),
         dumps(draft.skipped),
         dumps(draft.routes),
@@ -224,6 +230,25 @@ def checkpoint_values(run_id: str, seq: int, created_at: float, draft: Checkpoin
     )
 
 
+def _completed_changes(draft: CheckpointDraft) -> str:
+    if not draft.completed_added and not draft.completed_removed:
+        return "{}"
+    return dumps({"added": draft.completed_added, "removed": draft.completed_removed})
+
+
+def snapshot_json(state: CheckpointState) -> str:
+    """Encode the whole state stored with a checkpoint now and then."""
+    return _ENCODER.encode({"manifest": state.manifest, "completed": state.completed})
+
+
+def snapshot_from_json(text: str | None) -> CheckpointState | None:
+    """Decode a checkpoint's stored snapshot, if it has one."""
+    if text is None:
+        return None
+    data = json.loads(text)
+    return CheckpointState(dict(data["manifest"]), list(data["completed"]))
+
+
 def checkpoint_from_draft(run_id: str, seq: int, created_at: float, draft: CheckpointDraft) -> CheckpointRecord:
     """Build the record a draft becomes once written, without a JSON round trip."""
     fields = {name: getattr(draft, name) for name in CheckpointDraft.__slots__}  # type: ignore[attr-defined]
@@ -240,28 +265,30 @@ def checkpoint_from_row(row: Sequence[Any]) -> CheckpointRecord:
         step=row[4],
         node_id=row[5],
         status=CheckpointStatus(row[6]),
-        manifest=json.loads(row[7]),
-        completed=json.loads(row[8]),
-        queue=json.loads(row[9]),
-        skipped=json.loads(row[10]),
-        routes=json.loads(row[11]),
-        iteration=row[12],
-        item_index=row[13],
-        branch_key=row[14],
-        parent_checkpoint_id=row[15],
-        node_input=_loads(row[16]),
-        node_output=_loads(row[17]),
-        error=row[18],
-        error_type=row[19],
-        traceback=row[20],
-        interrupt=_loads(row[21]),
-        decision=_loads(row[22]),
-        resumes=_loads(row[23], {}),
-        counters=_loads(row[24], {}),
-        agent_path=row[25],
-        duration=row[26],
-        attempts=row[27],
-        extra=_loads(row[28], {}),
+        changes=json.loads(row[7]),
+        completed_added=(completed := json.loads(row[8])).get("added", []),
+        completed_removed=completed.get("removed", []),
+        snapshot=snapshot_from_json(row[9]),
+        queue=json.loads(row[10]),
+        skipped=json.loads(row[11]),
+        routes=json.loads(row[12]),
+        iteration=row[13],
+        item_index=row[14],
+        branch_key=row[15],
+        parent_checkpoint_id=row[16],
+        node_input=_loads(row[17]),
+        node_output=_loads(row[18]),
+        error=row[19],
+        error_type=row[20],
+        traceback=row[21],
+        interrupt=_loads(row[22]),
+        decision=_loads(row[23]),
+        resumes=_loads(row[24], {}),
+        counters=_loads(row[25], {}),
+        agent_path=row[26],
+        duration=row[27],
+        attempts=row[28],
+        extra=_loads(row[29], {}),
     )
 
 
@@ -310,7 +337,7 @@ down(run_id) AS (
     SELECT run_id FROM up WHERE parent_run_id IS NULL
     UNION SELECT r.run_id FROM runs AS r JOIN down ON r.parent_run_id = down.run_id
 )
-SELECT {columns}, p.step, p.seq, f.extra, f.manifest
+SELECT {columns}, p.step, p.seq, f.extra, f.node_output
 FROM runs
 LEFT JOIN checkpoints AS p ON p.checkpoint_id = runs.parent_checkpoint_id
 LEFT JOIN checkpoints AS f ON f.run_id = runs.run_id AND f.seq = 1
@@ -323,6 +350,6 @@ def tree_row(row: Sequence[Any]) -> tuple[RunRecord, dict[str, Any]]:
     """Split a FORK_TREE row into the run and its fork details."""
     run = run_from_row(row[:17])
     first_extra = json.loads(row[19]) if row[19] else {}
-    manifest = json.loads(row[20]) if row[20] else {}
-    overrides = {name: manifest[name] for name in first_extra.get("overrides", []) if name in manifest}
+    written = json.loads(row[20]) if row[20] else {}  # the fork's first checkpoint wrote its overrides
+    overrides = {name: written[name] for name in first_extra.get("overrides", []) if name in written}
     return run, {"fork_step": row[17], "fork_seq": row[18], "overrides": overrides}

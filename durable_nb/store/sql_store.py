@@ -17,6 +17,7 @@ from ..errors import CheckpointNotFound, RunNotFound
 from ..model import (
     Blob,
     CheckpointRecord,
+    CheckpointState,
     Commit,
     CommitResult,
     EventRecord,
@@ -92,6 +93,14 @@ class SQLStore:
             raise CheckpointNotFound(checkpoint_id, run_id)
         return found
 
+    async def state_at(self, run_id: str, seq: int | None = None) -> CheckpointState:
+        """Return a run's state (values and completed nodes) at checkpoint ``seq``, or at its latest."""
+        return await self._run(self._sql._state_at, run_id, seq)
+
+    async def latest_states(self, run_ids: list[str]) -> dict[str, CheckpointState]:
+        """Return the latest state of each run (one call)."""
+        return await self._run(self._sql._latest_states, list(run_ids)) if run_ids else {}
+
     async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
         """Return a run's checkpoints in seq order."""
         return await self._run(self._sql._list_checkpoints, run_id)
@@ -124,10 +133,6 @@ class SQLStore:
     async def fork_tree(self, run_id: str) -> list[tuple[RunRecord, dict[str, Any]]]:
         """Return the whole fork tree holding ``run_id``, from its root, with fork details."""
         return await self._run(self._sql._fork_tree, run_id)
-
-    async def head_checkpoints(self, run_ids: list[str]) -> dict[str, CheckpointRecord]:
-        """Return the latest checkpoint of each run (one query)."""
-        return await self._run(self._sql._head_checkpoints, list(run_ids)) if run_ids else {}
 
     async def prune(self, older_than: float) -> PruneReport:
         """Delete finished history older than the epoch time ``older_than``; collect blobs."""

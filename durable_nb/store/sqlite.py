@@ -29,6 +29,7 @@ import warnings
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -39,6 +40,7 @@ from ..errors import RunNotFound, StoreUnavailable
 from ..model import (
     Blob,
     CheckpointRecord,
+    CheckpointState,
     Commit,
     CommitResult,
     EventRecord,
@@ -55,6 +57,7 @@ from .protocol import HISTORY_COLUMNS
 from .rules import check_expectations, choose_claim, trusted_seen, updated_run
 from .sql_store import SQLStore
 from .sqlite_schema import check_schema, ensure_schema
+from .state import keep_rebuildable, state_from_sql
 
 __all__ = ["SQLiteStore"]
 
@@ -299,7 +302,9 @@ def _list_runs(conn: sqlite3.Connection, name: str | None, statuses: list[str] |
 
 
 _INSERT_BLOB = "INSERT OR IGNORE INTO blobs (hash, codec, size, created_at, data, parts) VALUES (?, ?, ?, ?, ?, ?)"
-_INSERT_CHECKPOINT = f"INSERT INTO checkpoints ({rows.CHECKPOINT_COLUMNS}) VALUES ({', '.join('?' * 29)})"
+_INSERT_CHECKPOINT = (
+    f"INSERT INTO checkpoints ({rows.CHECKPOINT_COLUMNS}) VALUES ({', '.join('?' * rows.CHECKPOINT_COUNT)})"
+)
 _INSERT_EVENT = f"INSERT INTO events ({rows.EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
 _INSERT_INTERRUPT = f"INSERT INTO pending_interrupts ({rows.INTERRUPT_COLUMNS}) VALUES ({', '.join('?' * 9)})"
 
@@ -421,6 +426,16 @@ def _checkpoint_by_id(conn: sqlite3.Connection, run_id: str, checkpoint_id: str)
     return None if row is None else rows.checkpoint_from_row(row)
 
 
+def _state_at(conn: sqlite3.Connection, run_id: str, seq: int | None) -> CheckpointState:
+    return state_from_sql(
+        lambda sql, params: conn.execute(sql, params).fetchall(), partial(_get_run, conn), "?", run_id, seq
+    )
+
+
+def _latest_states(conn: Any, run_ids: list[str]) -> dict[str, CheckpointState]:
+    return {run_id: _state_at(conn, run_id, None) for run_id in run_ids}
+
+
 def _list_checkpoints(conn: sqlite3.Connection, run_id: str) -> list[CheckpointRecord]:
     cursor = conn.execute(f"SELECT {rows.CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? ORDER BY seq", (run_id,))
     return [rows.checkpoint_from_row(row) for row in cursor]
@@ -515,22 +530,6 @@ def _fork_tree(conn: sqlite3.Connection, run_id: str) -> list[tuple[RunRecord, d
     return [rows.tree_row(row) for row in conn.execute(rows.FORK_TREE.format(p="?", columns=columns), (run_id,))]
 
 
-def _head_checkpoints(conn: sqlite3.Connection, run_ids: list[str]) -> dict[str, CheckpointRecord]:
-    found: dict[str, CheckpointRecord] = {}
-    for start in range(0, len(run_ids), 500):
-        chunk = run_ids[start : start + 500]
-        cursor = conn.execute(
-            f"SELECT {', '.join('c.' + c.strip() for c in rows.CHECKPOINT_COLUMNS.split(','))} "
-            "FROM checkpoints AS c JOIN runs AS r ON r.run_id = c.run_id AND c.seq = r.head_seq "
-            f"WHERE r.run_id IN ({', '.join('?' * len(chunk))})",
-            chunk,
-        )
-        for row in cursor:
-            record = rows.checkpoint_from_row(row)
-            found[record.run_id] = record
-    return found
-
-
 def _delete_unreferenced(conn: sqlite3.Connection, paths: list[str], stale_before: float) -> None:
     # Under the write lock: a commit checks its files under it too, so a file deleted here was
     # either unreferenced for good or is written again by the commit that wanted it.
@@ -549,7 +548,9 @@ _PRUNABLE = (RunStatus.COMPLETED.value, RunStatus.FAILED.value)
 # Blobs still reachable from anything kept: manifests, node outputs, run inputs,
 # @idempotent results, and blobs a front end lists under extra.blobs.
 _REFERENCED_BLOBS = """
-    SELECT j.value FROM checkpoints AS c, json_each(c.manifest) AS j
+    SELECT j.value FROM checkpoints AS c, json_each(c.changes) AS j WHERE j.value IS NOT NULL
+    UNION SELECT j.value FROM checkpoints AS c, json_each(c.snapshot, '$.manifest') AS j
+        WHERE c.snapshot IS NOT NULL
     UNION SELECT j.value FROM checkpoints AS c, json_each(c.node_output) AS j
         WHERE c.node_output IS NOT NULL
     UNION SELECT j.value FROM checkpoints AS c, json_each(c.extra, '$.blobs') AS j
@@ -569,19 +570,27 @@ def _prune(conn: sqlite3.Connection, older_than: float) -> PruneReport:
         )
         # Keep what resume and fork still need: each run's resume point and tombstone,
         # gate checkpoints, and checkpoints other runs were forked from.
-        checkpoints = conn.execute(
-            """
-            DELETE FROM checkpoints
-            WHERE run_id IN (SELECT run_id FROM prunable)
+        doomed = """
+            run_id IN (SELECT run_id FROM prunable)
               AND created_at < ?
               AND status != 'interrupted'
               AND checkpoint_id NOT IN (
                   SELECT parent_checkpoint_id FROM runs WHERE parent_checkpoint_id IS NOT NULL)
               AND seq < (SELECT MAX(k.seq) FROM checkpoints AS k
                          WHERE k.run_id = checkpoints.run_id AND k.step != 'run_end')
-            """,
-            (older_than,),
-        ).rowcount
+        """
+        keep_rebuildable(
+            conn.execute(f"SELECT run_id, seq FROM checkpoints WHERE {doomed}", (older_than,)).fetchall(),
+            lambda run_id: conn.execute(
+                "SELECT seq, snapshot IS NOT NULL FROM checkpoints WHERE run_id = ? ORDER BY seq", (run_id,)
+            ).fetchall(),
+            partial(_state_at, conn),
+            lambda run_id, seq, state: conn.execute(
+                "UPDATE checkpoints SET snapshot = ? WHERE run_id = ? AND seq = ?",
+                (rows.snapshot_json(state), run_id, seq),
+            ),
+        )
+        checkpoints = conn.execute(f"DELETE FROM checkpoints WHERE {doomed}", (older_than,)).rowcount
         events = conn.execute(
             "DELETE FROM events WHERE run_id IN (SELECT run_id FROM prunable) AND at < ?",
             (older_than,),
@@ -612,6 +621,7 @@ _INLINE = frozenset(
         _expired,
         _get_blobs,
         _get_idempotent,
+        _state_at,
     }
 )
 

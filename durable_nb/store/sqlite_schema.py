@@ -6,14 +6,18 @@ import sqlite3
 import time
 
 from ..errors import SchemaMismatch, StoreUnavailable
-from .ddl import BLOB_PARTS_V2, schema_v1
+from .ddl import BLOB_PARTS_V2, schema_v1, state_changes_v3
 
 __all__ = ["SCHEMA_VERSION", "check_schema", "ensure_schema"]
 
 _V1 = schema_v1(real="REAL", blob="BLOB", bigint="INTEGER")
 
 # Index i holds the script that takes a store from version i to i + 1.
-_MIGRATIONS: list[str] = [_V1, BLOB_PARTS_V2]
+_MIGRATIONS: list[str] = [
+    _V1,
+    BLOB_PARTS_V2,
+    state_changes_v3("json_object('manifest', json(manifest), 'completed', json(completed))"),
+]
 SCHEMA_VERSION = len(_MIGRATIONS)
 _OUR_TABLES = {"runs", "checkpoints", "pending_interrupts", "idempotency", "blobs", "events"}
 

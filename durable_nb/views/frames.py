@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from .._loop import run_sync
 from ..engine.ops import expire_gates
 from ..engine.status import NODE_STATUSES, describe
+from ..engine.values import ValueCodec
 from ..model import CheckpointStatus, RunStatus
 from ..store import codec, resolve_store
 from ..store.secret import load_secret
@@ -230,17 +231,15 @@ async def acompare(run_ids: Any, names: Any = None, *, store: Any = None) -> pd.
         from ..errors import RunNotFound
 
         raise RunNotFound(missing[0], resolved.url)
-    heads = await resolved.head_checkpoints(ids)
-    manifests = {i: heads[i].manifest if i in heads else records[i].input_manifest for i in ids}
+    manifests = {i: state.manifest for i, state in (await resolved.latest_states(ids)).items()}
     chosen = (
         list(names)
         if names is not None
         else sorted({n for m in manifests.values() for n in m if not n.startswith("__")})
     )
-    wanted = {m[n] for m in manifests.values() for n in chosen if n in m}
-    secret = load_secret()
-    blobs = await resolved.get_blobs(wanted)
-    values = {h: codec.decode(blob, secret) for h, blob in blobs.items()}
+    # Each run's values are loaded together: a notebook's variables come in groups.
+    loader = ValueCodec(resolved, load_secret())
+    loaded = await loader.load_many({i: {n: m[n] for n in chosen if n in m} for i, m in manifests.items()})
     data: dict[str, Any] = {
         "run_id": _text(ids),
         "status": pd.Categorical([records[i].status.value for i in ids], categories=RUN_STATUSES),
@@ -248,7 +247,7 @@ async def acompare(run_ids: Any, names: Any = None, *, store: Any = None) -> pd.
         "fork_point": _text([records[i].parent_checkpoint_id for i in ids]),
     }
     for name in chosen:
-        data[name] = pd.Series([values.get(manifests[i].get(name, "")) for i in ids], dtype="object").infer_objects()
+        data[name] = pd.Series([loaded[i].get(name) for i in ids], dtype="object").infer_objects()
     return pd.DataFrame(data).set_index("run_id")
 
 
@@ -269,7 +268,7 @@ async def astatus(run: Any, *, store: Any = None) -> pd.DataFrame:
     if record.status is RunStatus.PAUSED:
         await expire_gates(resolved, run_id)
         record = await resolved.get_run(run_id)
-    summary = describe(record, await resolved.list_checkpoints(run_id))
+    summary = describe(record, await resolved.list_checkpoints(run_id), await resolved.state_at(run_id))
     row: dict[str, Any] = {
         "run_id": _text([record.run_id]),
         "name": _text([record.name]),

@@ -223,7 +223,8 @@ class Inspector(widgets.VBox):
         names = parse_overrides(self.overrides.value)
         # Load only the values being overridden, to check their types at the fork point.
         codec = ValueCodec(self.store, load_secret())
-        current = run_sync(codec.load({k: point.manifest[k] for k in names if k in point.manifest}))
+        manifest = run_sync(self.store.state_at(self.selected_run, point.seq)).manifest
+        current = run_sync(codec.load({k: manifest[k] for k in names if k in manifest}))
         overrides = parse_overrides(self.overrides.value, current)
         created = run_sync(afork(self.selected_run, checkpoint_id, overrides, store=self.store))
         self.refresh()
