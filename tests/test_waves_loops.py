@@ -977,3 +977,33 @@ def test_status_of_paused_failed_and_completed_runs(store_url: str) -> None:
         assert status["node_counts"] == counts(ok=5, skipped=1)
         assert ("a", None, None, None, "skipped") in executions(status)
         assert ("b", "b", None, None, "ok") in executions(status)
+
+
+def test_the_next_wave_follows_from_what_finished_as_a_full_scan_would() -> None:
+    """W1: the wave worked out from the nodes that just finished equals a scan of the whole graph,
+    over random graphs and random orders of completing and skipping."""
+    import random
+
+    from durable_nb.engine.graph import Graph, NodeSpec
+
+    rng = random.Random(7)
+    for trial in range(200):
+        graph = Graph(f"g{trial}")
+        names = [f"n{i}" for i in range(rng.randint(1, 25))]
+        for index, name in enumerate(names):
+            after = tuple(rng.sample(names[:index], k=min(index, rng.randint(0, 3))))
+            graph.add(NodeSpec(name, lambda state: None, after, 0, None, name))
+        completed: dict[str, None] = {}
+        skipped: set[str] = set()
+        wave = graph.ready(completed, skipped)
+        while wave:
+            finished = rng.sample(wave, k=rng.randint(1, len(wave)))
+            for node in finished:
+                if rng.random() < 0.2:
+                    skipped.add(node)
+                else:
+                    completed[node] = None
+            done = set(completed) | skipped
+            wave = graph.ready_after(wave, completed, done, finished)
+            assert wave == graph.ready(completed, skipped), (trial, finished)
+

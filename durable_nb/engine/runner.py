@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Container
 from typing import Any
 
 from .._ids import new_id
@@ -49,6 +49,17 @@ def failure_text(label: str, error: BaseException) -> str:
     if isinstance(error, NodeFailed):
         return str(error)
     return f"Node '{label}' failed: {type(error).__name__}: {error}"
+
+
+class _Done:
+    """Completed or skipped: membership in either, without building their union."""
+
+    def __init__(self, completed: Container[str], skipped: set[str]) -> None:
+        self.completed = completed
+        self.skipped = skipped
+
+    def __contains__(self, node: object) -> bool:
+        return node in self.completed or node in self.skipped
 
 
 class Runner:
@@ -94,19 +105,21 @@ class Runner:
         # Keys written by the wave in progress, kept in checkpoints so a clash survives a resume.
         self.wave_writes: dict[str, str] = dict(head_wave_writes or {})
         self._lock: asyncio.Lock | None = None
-        self._ready: list[str] = []
-        self._ready_key: tuple[int, int] | None = None
+        self._ready: list[str] | None = None
+        # Nodes completed or skipped since the wave was last worked out: only their dependents
+        # can join it, so the next wave costs what changed, not the size of the graph.
+        self._newly_done: list[str] = []
 
     # -- state of the run ---------------------------------------------------------------
 
     def ready(self) -> list[str]:
         """Return the next wave."""
-        # completed and skipped only grow, so their lengths say whether the wave can differ;
-        # the graph scan is otherwise repeated for every commit and every wave.
-        key = (self.log.count_completed(), len(self.skipped))
-        if self._ready_key != key:
+        if self._ready is None:
             self._ready = self.graph.ready(self.log.done, self.skipped)
-            self._ready_key = key
+        elif self._newly_done:
+            done = _Done(self.log.done, set(self.skipped))
+            self._ready = self.graph.ready_after(self._ready, self.log.done, done, self._newly_done)
+        self._newly_done = []
         return list(self._ready)
 
     def abandon(self) -> None:
@@ -337,6 +350,7 @@ class Runner:
             self.resumes.pop(node_id, None)
             if finished:
                 self.log.complete(node_id)
+                self._newly_done.append(node_id)
             events = [NewEvent("node_finished", node_id, {"duration": outcome.duration, "attempts": outcome.attempts})]
             await self._commit_node(
                 node_id,
@@ -368,8 +382,10 @@ class Runner:
         async with self._guard():
             self.routes[spec.node_id] = {"key": key, "nodes": chosen}
             self.log.complete(spec.node_id)
+            skipped_before = len(self.skipped)
             self.skipped.extend(n for n in self.graph.dependents(spec.node_id) if n not in chosen)
             self.graph.propagate_skips(self.log.done, self.skipped)
+            self._newly_done += [spec.node_id, *self.skipped[skipped_before:]]
             self.carry.append(NewEvent("node_finished", spec.node_id, {"route": key, "chosen": chosen}))
         return Outcome(spec.node_id, duration=time.perf_counter() - started)
 
