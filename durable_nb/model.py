@@ -25,6 +25,7 @@ __all__ = [
     "RunRecord",
     "RunStatus",
     "RunUpdate",
+    "StatusRows",
     "UNCHANGED",
     "format_seconds",
     "step_name",
@@ -183,6 +184,18 @@ class CheckpointState:
     manifest: dict[str, str]
     completed: list[str]
     since_snapshot: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StatusRows:
+    """What a run's status is made of, read in one call: each checkpoint's step and address
+    (step, node, branch, iteration, item), the queue at the resume point, the latest skipped
+    nodes, and the completed ones."""
+
+    steps: list[tuple[str, str | None, str | None, int | None, int | None]]
+    queue: list[str]
+    skipped: list[str]
+    completed: list[str]
 
 
 @dataclass(frozen=True, slots=True)

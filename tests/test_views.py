@@ -324,7 +324,7 @@ def test_each_view_costs_the_same_queries_for_3_and_50_rows(store_url: str, monk
             "runs(name)": (lambda w=world: dnb.runs(w["name"], store=store_url), "list_runs", 2 * size),
             "history": (lambda w=world: dnb.history(w["long"], store=store_url), "history_rows", size + 1),
             "events": (lambda w=world: dnb.events(w["long"], store=store_url), "list_events", -1),
-            "status": (lambda w=world: views.status(w["long"], store=store_url), "list_checkpoints", 1),
+            "status": (lambda w=world: views.status(w["long"], store=store_url), "status_rows", 1),
             "forks": (lambda w=world: dnb.forks(w["forks"][-1], store=store_url), "fork_tree", size + 1),
             "compare": (
                 lambda w=world: dnb.compare(w["ids"] + w["forks"], store=store_url),

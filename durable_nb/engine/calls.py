@@ -50,7 +50,7 @@ async def astatus(run_id: str, *, store: Any = None) -> dict[str, Any]:
     if run.status is RunStatus.PAUSED:
         await expire_gates(resolved, run_id)
         run = await resolved.get_run(run_id)
-    return describe(run, await resolved.list_checkpoints(run_id), await resolved.state_at(run_id))
+    return describe(run, await resolved.status_rows(run_id))
 
 
 def status(run_id: str, *, store: Any = None) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from ..model import CheckpointRecord, CheckpointState, RunRecord, RunStatus
+from ..model import RunRecord, RunStatus, StatusRows
 
 __all__ = ["NODE_STATUSES", "describe"]
 
@@ -21,38 +21,30 @@ def _address(node_id: str, branch_key: str | None, iteration: int | None, item_i
     return {"node_id": node_id, "branch_key": branch_key, "iteration": iteration, "item_index": item_index}
 
 
-def describe(
-    run: RunRecord, checkpoints: list[CheckpointRecord], now: CheckpointState, nodes: Iterable[str] = ()
-) -> dict[str, Any]:
-    """Build ``{run_id, status, node_counts, executions}`` from a run's checkpoints and its state ``now``."""
+def describe(run: RunRecord, rows: StatusRows, nodes: Iterable[str] = ()) -> dict[str, Any]:
+    """Build ``{run_id, status, node_counts, executions}`` from a run's status rows (one call)."""
     executions: dict[Address, str] = {}
-    resume_point: CheckpointRecord | None = None
-    latest: CheckpointRecord | None = None
-    for checkpoint in checkpoints:
-        latest = checkpoint  # run_end included: it alone may record a final switch's routing
-        if checkpoint.step == "run_end" or checkpoint.node_id is None:
+    for step, node, branch_key, iteration, item_index in rows.steps:
+        if step == "run_end" or node is None:
             continue
-        resume_point = checkpoint
-        kind = checkpoint.step.split(":", 1)[0]
-        node = checkpoint.node_id
+        kind = step.split(":", 1)[0]
         if kind == "after":
             # A finished execution settles the open (failed, gated, decided) one of that node.
-            executions.pop((node, checkpoint.branch_key, None, checkpoint.item_index), None)
-            executions.pop((node, checkpoint.branch_key, None, None), None)
-            key = (node, checkpoint.branch_key, checkpoint.iteration, checkpoint.item_index)
-            executions[key] = "ok"
+            executions.pop((node, branch_key, None, item_index), None)
+            executions.pop((node, branch_key, None, None), None)
+            executions[(node, branch_key, iteration, item_index)] = "ok"
         elif kind in _OPEN:
-            executions[(node, checkpoint.branch_key, None, checkpoint.item_index)] = _OPEN[kind]
-    if latest is not None:
-        completed = set(now.completed)
+            executions[(node, branch_key, None, item_index)] = _OPEN[kind]
+    if rows.steps:
+        completed = set(rows.completed)
         open_nodes = {key[0] for key, status in executions.items() if status != "ok"}
-        for node in resume_point.queue if resume_point is not None else []:
+        for node in rows.queue:
             if node not in completed and node not in open_nodes:
                 executions[(node, None, None, None)] = _QUEUED.get(run.status, "pending")
-        for node in latest.skipped:
+        for node in rows.skipped:
             executions[(node, None, None, None)] = "skipped"
         finished = {key[0] for key in executions}
-        for node in now.completed:
+        for node in rows.completed:
             if node not in finished:
                 executions[(node, None, None, None)] = "ok"  # a switch: routed, never checkpointed
     if run.status is not RunStatus.PAUSED:

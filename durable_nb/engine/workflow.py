@@ -437,9 +437,7 @@ class Workflow:
             # Re-read even when another looker applied the deadline first.
             await expire_gates(self.store, run_id)
             run = await self._own_run(run_id)
-        return describe(
-            run, await self.store.list_checkpoints(run_id), await self.store.state_at(run_id), self._graph.nodes
-        )
+        return describe(run, await self.store.status_rows(run_id), self._graph.nodes)
 
     def get(self, run_id: str) -> Run:
         """Return a run of this workflow."""

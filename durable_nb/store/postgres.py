@@ -37,6 +37,7 @@ from ..model import (
     PendingInterrupt,
     PruneReport,
     RunRecord,
+    StatusRows,
 )
 from . import rows
 from .ddl import live_blobs
@@ -398,6 +399,12 @@ def _checkpoint_by_id(conn: Any, run_id: str, checkpoint_id: str) -> CheckpointR
 
 def _latest_states(conn: Any, run_ids: list[str]) -> dict[str, CheckpointState]:
     return {run_id: _state_at(conn, run_id, None) for run_id in run_ids}
+
+
+def _status_rows(conn: Any, run_id: str) -> StatusRows:
+    return rows.status_rows(
+        lambda sql, params: conn.execute(sql, params).fetchall(), "%s", run_id, _state_at(conn, run_id, None)
+    )
 
 
 def _list_checkpoints(conn: Any, run_id: str) -> list[CheckpointRecord]:

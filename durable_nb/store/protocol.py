@@ -23,6 +23,7 @@ from ..model import (
     PruneReport,
     RunRecord,
     RunStatus,
+    StatusRows,
 )
 
 __all__ = ["HISTORY_COLUMNS", "Conflict", "Store"]
@@ -93,6 +94,11 @@ class Store(Protocol):
 
     async def latest_states(self, run_ids: list[str]) -> dict[str, CheckpointState]:
         """Return the latest state of each run, in one call."""
+        ...
+
+    async def status_rows(self, run_id: str) -> StatusRows:
+        """Return what a run's status is made of: each checkpoint's step and address, the queue at
+        its resume point, its latest skipped and its completed nodes (one call)."""
         ...
 
     async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:

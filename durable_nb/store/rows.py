@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..model import (
@@ -18,6 +18,7 @@ from ..model import (
     RunKind,
     RunRecord,
     RunStatus,
+    StatusRows,
 )
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "checkpoint_values",
     "snapshot_from_json",
     "snapshot_json",
+    "status_rows",
     "dumps",
     "event_from_row",
     "interrupt_from_row",
@@ -289,6 +291,31 @@ def checkpoint_from_row(row: Sequence[Any]) -> CheckpointRecord:
         duration=row[27],
         attempts=row[28],
         extra=_loads(row[29], {}),
+    )
+
+
+_STATUS_STEPS = (
+    "SELECT step, node_id, branch_key, iteration, item_index FROM checkpoints WHERE run_id = {p} ORDER BY seq"
+)
+_STATUS_QUEUE = (
+    "SELECT queue FROM checkpoints WHERE run_id = {p} AND step <> 'run_end' AND node_id IS NOT NULL "
+    "ORDER BY seq DESC LIMIT 1"
+)
+_STATUS_SKIPPED = "SELECT skipped FROM checkpoints WHERE run_id = {p} ORDER BY seq DESC LIMIT 1"
+
+
+def status_rows(
+    execute: Callable[[str, tuple[Any, ...]], list[Any]], placeholder: str, run_id: str, now: CheckpointState
+) -> StatusRows:
+    """Read what a run's status is made of: only the columns it needs, no JSON per row."""
+    steps = [tuple(row) for row in execute(_STATUS_STEPS.format(p=placeholder), (run_id,))]
+    queue = execute(_STATUS_QUEUE.format(p=placeholder), (run_id,))
+    skipped = execute(_STATUS_SKIPPED.format(p=placeholder), (run_id,))
+    return StatusRows(
+        steps,  # type: ignore[arg-type]
+        json.loads(queue[0][0]) if queue else [],
+        json.loads(skipped[0][0]) if skipped else [],
+        now.completed,
     )
 
 

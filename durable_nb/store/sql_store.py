@@ -26,6 +26,7 @@ from ..model import (
     PruneReport,
     RunRecord,
     RunStatus,
+    StatusRows,
 )
 from .rules import check_run_id
 
@@ -100,6 +101,10 @@ class SQLStore:
     async def latest_states(self, run_ids: list[str]) -> dict[str, CheckpointState]:
         """Return the latest state of each run (one call)."""
         return await self._run(self._sql._latest_states, list(run_ids)) if run_ids else {}
+
+    async def status_rows(self, run_id: str) -> StatusRows:
+        """Return what a run's status is made of (one call, a few columns per checkpoint)."""
+        return await self._run(self._sql._status_rows, run_id)
 
     async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
         """Return a run's checkpoints in seq order."""

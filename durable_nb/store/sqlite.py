@@ -49,6 +49,7 @@ from ..model import (
     PruneReport,
     RunRecord,
     RunStatus,
+    StatusRows,
 )
 from . import rows
 from .blob_files import FILE_BYTES, BlobFolder, FileBlob, FileVanished, read_hashed
@@ -434,6 +435,12 @@ def _state_at(conn: sqlite3.Connection, run_id: str, seq: int | None) -> Checkpo
 
 def _latest_states(conn: Any, run_ids: list[str]) -> dict[str, CheckpointState]:
     return {run_id: _state_at(conn, run_id, None) for run_id in run_ids}
+
+
+def _status_rows(conn: Any, run_id: str) -> StatusRows:
+    return rows.status_rows(
+        lambda sql, params: conn.execute(sql, params).fetchall(), "?", run_id, _state_at(conn, run_id, None)
+    )
 
 
 def _list_checkpoints(conn: sqlite3.Connection, run_id: str) -> list[CheckpointRecord]:

@@ -268,7 +268,7 @@ async def astatus(run: Any, *, store: Any = None) -> pd.DataFrame:
     if record.status is RunStatus.PAUSED:
         await expire_gates(resolved, run_id)
         record = await resolved.get_run(run_id)
-    summary = describe(record, await resolved.list_checkpoints(run_id), await resolved.state_at(run_id))
+    summary = describe(record, await resolved.status_rows(run_id))
     row: dict[str, Any] = {
         "run_id": _text([record.run_id]),
         "name": _text([record.name]),
