@@ -517,6 +517,29 @@ class Crash:
         return rows[0][0]
 
 
+def test_loop_beside_a_gate_goes_on_after_approval(store_url: str) -> None:
+    """C10, W1: a loop in one wave with a gate node: the gate pauses the wave after the loop's
+    first iteration; after approval the loop's next iteration writes its own keys again, which
+    is no clash with another node of the wave. (Found by the state-replay property test.)"""
+    flow = make_flow("loop-gate", store_url)
+
+    @flow.loop(condition=lambda state: True, max_iterations=3, retry_count=0)
+    def spin(state):
+        return {"x": state.get("x", 0) + 1}
+
+    @flow.node(retry_count=0)
+    def ask(state):
+        dnb.gate("ok?")
+        return {"asked": True}
+
+    run = flow.run({})
+    assert run.status == "paused"
+    assert run.state == {"x": 1, "__loop_spin": 1}
+    done = flow.approve(run.id)
+    assert done.status == "completed", done.error
+    assert done.state == {"x": 3, "__loop_spin": 3, "asked": True}
+
+
 def test_loop_counter_survives_a_kill_mid_loop(tmp_path: Path, store_url: str) -> None:
     """C10, C7: a child runs a loop whose iterations append to a file and sleep; it is SIGKILLed
     mid-loop; recover() in a new process finishes it: every iteration number is committed exactly

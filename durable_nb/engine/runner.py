@@ -315,7 +315,9 @@ class Runner:
         node_id = outcome.node_id
         spec = self.graph.nodes[node_id]
         updates = dict(outcome.updates or {})
-        clash = sorted(k for k in updates if k in written_by)
+        # A loop's next iteration may share a wave with its last one (a gate beside it paused the
+        # wave): its own writes are no clash.
+        clash = sorted(k for k in updates if written_by.get(k, node_id) != node_id)
         if clash:
             outcome.updates, outcome.error = (
                 None,
