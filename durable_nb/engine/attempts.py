@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .._loop import owns_running_loop
@@ -95,6 +95,8 @@ class Outcome:
     duration: float = 0.0
     attempts: int = 1
     value: Any = None
+    # Updates already stored (a map's results): name to address, and the blobs to commit with it.
+    stored: dict[str, tuple[str, list[Any]]] = field(default_factory=dict)
 
 
 class Attempter:

@@ -338,11 +338,15 @@ class Runner:
                 outcome.updates, outcome.error = None, error
                 return outcome
             finished = not again
+        fresh = {k: v for k, v in updates.items() if k not in outcome.stored}
         try:
-            delta, blobs = self.values.encode(updates)
+            delta, blobs = self.values.encode_updates(fresh, self.manifest)
         except Exception as error:  # noqa: BLE001 - any encoding failure fails the node, never the engine
             outcome.updates, outcome.error = None, error
             return outcome
+        for name, (address, stored_blobs) in outcome.stored.items():
+            delta[name] = address
+            blobs.extend(stored_blobs)
         written_by.update(dict.fromkeys(updates, node_id))
         # What the node changed: a value returned as it was is not written again or counted.
         delta = {k: h for k, h in delta.items() if self.manifest.get(k) != h}
@@ -424,6 +428,7 @@ class Runner:
             return await self._complete_map(spec, len(items), started)
         gate = asyncio.Semaphore(spec.max_concurrency)
         last: list[int | None] = [None]
+        last_blobs: list[Any] = []
         remaining = set(todo)
         failures: list[Outcome] = []
 
@@ -454,6 +459,7 @@ class Runner:
                 self.log.update(delta)
                 if not remaining and not failures:
                     last[0] = index
+                    last_blobs.extend(blobs)
                     return  # the last item's commit is the node's: see _complete_map
                 event = NewEvent("node_finished", spec.node_id, {"item_index": index, "duration": outcome.duration})
                 await self._commit_node(
@@ -477,13 +483,24 @@ class Runner:
             first = min(failures, key=lambda o: o.value)
             first.duration = time.perf_counter() - started
             return first
-        return await self._complete_map(spec, len(items), started, last[0])
+        return await self._complete_map(spec, len(items), started, last[0], last_blobs)
 
-    async def _complete_map(self, spec: NodeSpec, count: int, started: float, last: int | None = None) -> Outcome:
+    async def _complete_map(
+        self, spec: NodeSpec, count: int, started: float, last: int | None = None, blobs: list[Any] | None = None
+    ) -> Outcome:
+        # The results are the items as they were stored when each finished: assembled when read,
+        # not written again as one list.
+        root = self.values.list_of_items([self.manifest[spec.item_key(i)] for i in range(count)])
         results = [self.state.pop(spec.item_key(i)) for i in range(count)]
         self.log.remove(spec.item_key(i) for i in range(count))
         into = spec.into or spec.node_id
-        return Outcome(spec.node_id, updates={into: results}, duration=time.perf_counter() - started, value=last)
+        return Outcome(
+            spec.node_id,
+            updates={into: results},
+            duration=time.perf_counter() - started,
+            value=last,
+            stored={into: (root.hash, [*(blobs or []), root])},
+        )
 
     # -- failures and pauses ------------------------------------------------------------------
 

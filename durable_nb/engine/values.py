@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from ..errors import InvalidState, StoreError
+from ..errors import InvalidState, StoreError, TamperedValueError
 from ..model import Blob
 from ..store import codec
 from ..store.protocol import Store
+from .lists import AppendedLists
 from .pickling import restoring_into, unpickle
 
 __all__ = ["ValueCodec", "check_state"]
@@ -45,6 +46,7 @@ class ValueCodec:
         self.store = store
         self.secret = secret
         self._stored: set[str] = set()
+        self.lists = AppendedLists(secret)
 
     def encode(self, values: Mapping[str, Any]) -> tuple[dict[str, str], list[Blob]]:
         """Serialize ``values``; return their manifest and the blobs the store may lack.
@@ -60,6 +62,31 @@ class ValueCodec:
             if blob.hash not in self._stored:
                 blobs[blob.hash] = blob
         return manifest, list(blobs.values())
+
+    def encode_updates(
+        self, updates: Mapping[str, Any], manifest: Mapping[str, str]
+    ) -> tuple[dict[str, str], list[Blob]]:
+        """Like ``encode``, but a list that extends the value it replaces (a history a loop or an
+        agent appends to) stores only its new items, as a chunk after the chunks stored before."""
+        plain = {}
+        addresses: dict[str, str] = {}
+        blobs: list[Blob] = []
+        for name, value in updates.items():
+            appended = self.lists.append(name, value, manifest.get(name))
+            if appended is None:
+                plain[name] = value
+            else:
+                addresses[name] = appended[0]
+                blobs.extend(appended[1])
+        delta, more = self.encode(plain)
+        sizes = {blob.hash: blob.size for blob in more}
+        for name, address in delta.items():
+            self.lists.remember_whole(address, plain[name], sizes.get(address))
+        return {**delta, **addresses}, [*(b for b in blobs if b.hash not in self._stored), *more]
+
+    def list_of_items(self, addresses: list[str]) -> Blob:
+        """Return the blob of a list whose items are stored values (a map's results, as they finished)."""
+        return self.lists.of_items(addresses)
 
     def mark_stored(self, blobs: list[Blob]) -> None:
         """Remember blobs a committed transaction wrote."""
@@ -85,7 +112,11 @@ class ValueCodec:
             )
         self._stored.update(found)
         groups = await self._load_groups([found[h] for h in found if codec.is_group(h)], namespace)
-        plain = {h: codec.decode(blob, self.secret) for h, blob in found.items() if h not in groups}
+        lists = await self._load_lists([found[h] for h in found if codec.is_list(h)])
+        plain = {h: codec.decode(blob, self.secret) for h, blob in found.items() if h not in groups and h not in lists}
+        for address, value in plain.items():
+            self.lists.remember_whole(address, value, found[address].size)
+        plain.update(lists)
         return {
             key: {
                 name: groups[value_hash][name] if value_hash in groups else plain[value_hash]
@@ -94,16 +125,57 @@ class ValueCodec:
             for key, manifest in manifests.items()
         }
 
+    async def _load_lists(self, blobs: list[Blob]) -> dict[str, list[Any]]:
+        """Assemble lists stored in chunks; a chunk may itself be such a list (a map's results, extended)."""
+        opened: dict[str, list[codec.ListChunk]] = {}
+        decoded: dict[str, Any] = {}
+        sizes: dict[str, int] = {}
+        pending = blobs
+        while pending:
+            opened.update((blob.hash, codec.open_list(blob)) for blob in pending)
+            wanted = {c.address for blob in pending for c in opened[blob.hash]} - opened.keys() - decoded.keys()
+            found = await self._parts(wanted, "part(s) of a stored list")
+            self._stored.update(found)
+            pending = [blob for address, blob in found.items() if codec.is_list(address)]
+            decoded.update((a, codec.decode(blob, self.secret)) for a, blob in found.items() if not codec.is_list(a))
+            sizes.update((a, blob.size) for a, blob in found.items())
+        self.lists.remember_chunks(opened, sizes)
+        assembled: dict[str, list[Any]] = {}
+
+        def assemble(address: str) -> list[Any]:
+            if address not in assembled:
+                items: list[Any] = []
+                for chunk in opened[address]:
+                    part = assemble(chunk.address) if chunk.address in opened else decoded[chunk.address]
+                    if chunk.single:
+                        items.append(part)
+                    elif isinstance(part, list) and len(part) == chunk.count:
+                        items.extend(part)
+                    else:
+                        raise TamperedValueError(
+                            f"A part of stored list {address[:14]}… is not the {chunk.count} items it should be; "
+                            "the store was modified outside durable_nb. Fork from an earlier checkpoint."
+                        )
+                assembled[address] = items
+            return assembled[address]
+
+        return {blob.hash: assemble(blob.hash) for blob in blobs}
+
+    async def _parts(self, wanted: set[str], what: str) -> dict[str, Blob]:
+        """Read the parts of stored values; raise StoreError naming ``what`` if any is missing."""
+        found = await self.store.get_blobs(wanted, self.secret) if wanted else {}
+        lacking = sorted(wanted - found.keys())
+        if lacking:
+            raise StoreError(
+                f"The store lacks {len(lacking)} {what} (e.g. {lacking[0][:14]}…); "
+                "it was pruned or edited outside durable_nb. Fork from another checkpoint to go on."
+            )
+        return found
+
     async def _load_groups(self, blobs: list[Blob], namespace: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
         opened = {blob.hash: codec.open_group(blob, self.secret) for blob in blobs}
         wanted = {part.address for group in opened.values() for part in group.parts}
-        parts = await self.store.get_blobs(wanted, self.secret) if wanted else {}
-        lacking = sorted(wanted - parts.keys())
-        if lacking:
-            raise StoreError(
-                f"The store lacks {len(lacking)} array buffer(s) of stored variables (e.g. {lacking[0][:14]}…); "
-                "it was pruned or edited outside durable_nb. Fork from another checkpoint to go on."
-            )
+        parts = await self._parts(wanted, "array buffer(s) of stored variables")
         contents = {address: codec.open_raw(part) for address, part in parts.items()}
         self._stored.update(parts)
         loaded: dict[str, dict[str, Any]] = {}
@@ -125,4 +197,6 @@ class ValueCodec:
         if value_hash not in found:
             raise StoreError(f"The store lacks the stored value {value_hash[:14]}…; it was pruned or edited.")
         self._stored.add(value_hash)
+        if codec.is_list(value_hash):
+            return (await self._load_lists([found[value_hash]]))[value_hash]
         return codec.decode(found[value_hash], self.secret)

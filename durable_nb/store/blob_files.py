@@ -34,7 +34,7 @@ FILE_BYTES = 4 << 20
 _CHUNK_BYTES = 8 << 20
 # Only names this module writes are ever opened: an address edited in the database cannot
 # point the store at another file.
-_ADDRESS = re.compile(r"^[pjgr]-[0-9a-f]{64}$")
+_ADDRESS = re.compile(r"^[pjgrl]-[0-9a-f]{64}$")
 _hashing: concurrent.futures.ThreadPoolExecutor | None = None
 _hashing_lock = threading.Lock()
 

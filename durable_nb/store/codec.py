@@ -34,6 +34,8 @@ __all__ = [
     "RAW",
     "RAW_ZSTD",
     "GroupPart",
+    "LIST",
+    "ListChunk",
     "OpenGroup",
     "address_hasher",
     "decode",
@@ -41,7 +43,10 @@ __all__ = [
     "encode_group",
     "encode_json",
     "encode_raw",
+    "encode_list",
     "is_group",
+    "is_list",
+    "open_list",
     "is_plain",
     "open_group",
     "open_raw",
@@ -53,6 +58,7 @@ PICKLE = "pickle"
 RAW = "raw"
 RAW_ZSTD = "raw-zstd"
 GROUP = "group"
+LIST = "list"
 # Array buffers of this size or more are tried for compression; kept compressed only when a
 # sample shrinks to this fraction of its size or less.
 _COMPRESS_FROM = 64 << 10
@@ -62,6 +68,7 @@ _JSON_PREFIX = "j-"
 _PICKLE_PREFIX = "p-"
 _RAW_PREFIX = "r-"
 _GROUP_PREFIX = "g-"
+_LIST_PREFIX = "l-"
 _GROUP_MAGIC = b"DNBG"
 _MAX_DEPTH = 64
 
@@ -216,11 +223,46 @@ def open_raw(blob: Blob) -> Any:
     return data
 
 
+@dataclass(frozen=True, slots=True)
+class ListChunk:
+    """A run of a stored list: a stored list of ``count`` items, or (``single``) one stored item."""
+
+    address: str
+    count: int
+    single: bool = False
+
+
+def encode_list(chunks: list[ListChunk]) -> Blob:
+    """Build the blob of a list stored in chunks: the chunks' addresses and lengths, in order.
+
+    A list that grows by appending is stored as its earlier chunks plus a new one, never again
+    whole; a map's results are its items, stored as they finished, assembled when read.
+    """
+    data = encode_json([[c.address, c.count, 1 if c.single else 0] for c in chunks])
+    return Blob(_LIST_PREFIX + hashlib.sha256(data).hexdigest(), LIST, data, parts=tuple(c.address for c in chunks))
+
+
+def is_list(address: str) -> bool:
+    """Tell whether an address names a list stored in chunks."""
+    return address.startswith(_LIST_PREFIX)
+
+
+def open_list(blob: Blob) -> list[ListChunk]:
+    """Check a list blob against its address and return its chunks."""
+    digest = blob.read_digest[1] if blob.read_digest is not None else hashlib.sha256(blob.data).hexdigest()
+    if not _matches(digest, blob.hash[len(_LIST_PREFIX) :]):
+        raise TamperedValueError(
+            f"Stored list {blob.hash[:14]}… does not match its content hash, so it was not loaded: "
+            "the store was modified outside durable_nb. Fork from an earlier checkpoint."
+        )
+    return [ListChunk(str(a), int(n), bool(single)) for a, n, single in json.loads(bytes(blob.data))]
+
+
 def address_hasher(address: str, key: bytes) -> Any:
     """Return a fresh hash object that computes ``address``'s digest from the bytes, or None."""
     if address.startswith((_PICKLE_PREFIX, _GROUP_PREFIX)):
         return hmac.new(key, digestmod=hashlib.sha256)
-    if address.startswith((_JSON_PREFIX, _RAW_PREFIX)):
+    if address.startswith((_JSON_PREFIX, _RAW_PREFIX, _LIST_PREFIX)):
         return hashlib.sha256()
     return None
 

@@ -117,14 +117,16 @@ BLOB_PARTS_V2 = "ALTER TABLE blobs ADD COLUMN parts TEXT"
 
 
 def live_blobs(referenced: str, parts_of: str) -> str:
-    """Return the query of every live blob address: those ``referenced`` and their parts.
+    """Return the query of every live blob address: those ``referenced`` and their parts, at any depth.
 
     ``parts_of`` is the dialect's table function over a blob's JSON list of parts, written
-    with ``b`` as the blob's alias (e.g. ``json_each(b.parts)``).
+    with ``b`` as the blob's alias (e.g. ``json_each(b.parts)``). A part may have parts of its
+    own (a list stored in chunks whose first chunk is a map's results, stored per item).
     """
     return (
-        f"{referenced} UNION SELECT p.value FROM blobs AS b, {parts_of} AS p "
-        f"WHERE b.parts IS NOT NULL AND b.hash IN ({referenced})"
+        f"WITH RECURSIVE live(hash) AS (SELECT * FROM ({referenced}) AS referenced "
+        f"UNION SELECT p.value FROM live, blobs AS b, {parts_of} AS p "
+        "WHERE b.hash = live.hash AND b.parts IS NOT NULL) SELECT hash FROM live"
     )
 
 

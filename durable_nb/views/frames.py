@@ -14,7 +14,7 @@ from ..engine.ops import expire_gates
 from ..engine.status import NODE_STATUSES, describe
 from ..engine.values import ValueCodec
 from ..model import CheckpointStatus, RunStatus
-from ..store import codec, resolve_store
+from ..store import resolve_store
 from ..store.secret import load_secret
 
 if TYPE_CHECKING:
@@ -163,8 +163,7 @@ async def aforks(run: Any, *, store: Any = None) -> pd.DataFrame:
     wanted = {h for _, detail in tree for h in detail["overrides"].values()}
     loaded: dict[str, Any] = {}
     if wanted:
-        secret = load_secret()
-        loaded = {h: codec.decode(blob, secret) for h, blob in (await resolved.get_blobs(wanted, secret)).items()}
+        loaded = await ValueCodec(resolved, load_secret()).load({h: h for h in wanted})
     depth: dict[str, int] = {}
     for record, _ in tree:  # ids sort by creation, so a parent comes before its forks
         depth[record.run_id] = depth.get(record.parent_run_id or "", -1) + 1 if record.parent_run_id else 0
