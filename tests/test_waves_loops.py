@@ -857,6 +857,29 @@ def test_map_empty_items_and_default_into(store_url: str) -> None:
     assert steps(store_url, run.id) == ["after:echo", "after:after", "run_end"]
 
 
+def test_map_items_see_the_state_the_map_found(store_url: str) -> None:
+    """W2: every item sees the run's state as the map found it (after a resume too), never the
+    results other items keep under internal keys until the map commits."""
+    seen: list[set[str]] = []
+    broken = [True]
+    flow = make_flow("map-view", store_url)
+
+    @flow.map(items="xs", into="ys", max_concurrency=1, retry_count=0)
+    def square(state, item):
+        seen.append(set(state))
+        if item == 3 and broken[0]:
+            raise RuntimeError("item 3 broke")
+        return item * item
+
+    run = flow.run({"xs": [1, 2, 3, 4], "tag": "t"})
+    assert run.status == "failed"
+    broken[0] = False
+    run = flow.resume(run.id)
+    assert run.status == "completed", run.error
+    assert run.state == {"xs": [1, 2, 3, 4], "tag": "t", "ys": [1, 4, 9, 16]}
+    assert seen == [{"xs", "tag"}] * 5
+
+
 def test_map_respects_max_concurrency(store_url: str) -> None:
     """W2: at most max_concurrency items of an (async) map run at once."""
     live = [0]

@@ -9,7 +9,10 @@ from typing import Any
 
 from ..errors import ConfigurationError
 
-__all__ = ["KINDS", "Graph", "NodeSpec"]
+__all__ = ["ITEM_KEY_PREFIX", "KINDS", "Graph", "NodeSpec"]
+
+# A map's finished items wait in state under internal keys with this prefix until the map commits.
+ITEM_KEY_PREFIX = "__map_"
 
 KINDS = ("node", "loop", "switch", "map")
 
@@ -44,7 +47,7 @@ class NodeSpec:
 
     def item_key(self, index: int) -> str:
         """The state key holding one finished item of a map node."""
-        return f"__map_{self.node_id}/{index}"
+        return f"{ITEM_KEY_PREFIX}{self.node_id}/{index}"
 
 
 class Graph:

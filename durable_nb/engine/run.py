@@ -9,6 +9,7 @@ from typing import Any
 
 from .._loop import run_sync
 from ..model import PendingInterrupt, RunRecord, RunStatus
+from .graph import ITEM_KEY_PREFIX
 
 __all__ = ["Run"]
 
@@ -24,8 +25,8 @@ _STATUS_COLOURS = {
 
 def _visible(state: dict[str, Any]) -> dict[str, Any]:
     # A map's finished items wait under internal keys until the whole map commits.
-    if any(key.startswith("__map_") for key in state):
-        return {k: v for k, v in state.items() if not k.startswith("__map_")}
+    if any(key.startswith(ITEM_KEY_PREFIX) for key in state):
+        return {k: v for k, v in state.items() if not k.startswith(ITEM_KEY_PREFIX)}
     return state
 
 

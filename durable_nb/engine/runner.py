@@ -31,7 +31,7 @@ from ..model import (
 )
 from ..store.protocol import Conflict, Store
 from .attempts import Attempter, Outcome
-from .graph import Graph, NodeSpec
+from .graph import ITEM_KEY_PREFIX, Graph, NodeSpec
 from .ops import CANCELLED
 from .ownership import lease_deadline
 from .statelog import StateLog
@@ -426,6 +426,9 @@ class Runner:
         todo = [i for i in range(len(items)) if spec.item_key(i) not in self.manifest]
         if not todo:
             return await self._complete_map(spec, len(items), started)
+        # Every item sees the state as the map found it, without the items' own results: copying
+        # the run's state for each item would cost more with every item finished.
+        seen = {k: v for k, v in self.state.items() if not k.startswith(ITEM_KEY_PREFIX)}
         gate = asyncio.Semaphore(spec.max_concurrency)
         last: list[int | None] = [None]
         last_blobs: list[Any] = []
@@ -434,9 +437,8 @@ class Runner:
 
         async def one(index: int) -> None:
             async with gate:
-                outcome = await self.attempter.run(
-                    spec, (dict(self.state), items[index]), [], expect_dict=False, item_index=index
-                )
+                arguments = (dict(seen), items[index])
+                outcome = await self.attempter.run(spec, arguments, [], expect_dict=False, item_index=index)
             if outcome.suspend is not None:
                 outcome.suspend, outcome.error = (
                     None,
