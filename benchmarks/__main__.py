@@ -24,8 +24,9 @@ from .correctness import correctness_scenario, render_correctness
 from .history import history_scenario, render_history
 from .notebook import dataframe_scenario, render_dataframe, render_run_all, run_all_scenario
 from .realnb import realnb_scenario, render_realnb
+from .scale import installed_contenders, json_safe, render_scale, scale_scenario
 
-SCENARIOS = ("chain", "large", "postgres", "history", "race", "dataframe", "run_all", "realnb")
+SCENARIOS = ("chain", "large", "postgres", "history", "race", "dataframe", "run_all", "realnb", "scale")
 
 
 def describe_machine() -> str:
@@ -185,6 +186,14 @@ def main(argv: list[str] | None = None) -> int:
     # Real notebooks in real kernels: 5 interleaved runs each (about 10 minutes); the tests run
     # two of them end to end, and `python -m benchmarks.realnb --reps N` runs them alone.
     real = realnb_scenario(5) if "realnb" in only and not args.smoke else None
+    # Chains and maps of 10 to 10,000 nodes and a notebook of 300 cells (about 15 minutes);
+    # `python -m benchmarks.scale` runs it alone with other sizes.
+    scale = None
+    if "scale" in only:
+        if args.smoke:
+            scale = scale_scenario([10, 40], 1, contenders=("durable_nb",), notebook_cells=12, budget_s=120)
+        else:
+            scale = scale_scenario([10, 100, 1_000, 10_000], 3, contenders=installed_contenders())
     machine = describe_machine()
     for result in results:
         print(render(result))
@@ -204,12 +213,15 @@ def main(argv: list[str] | None = None) -> int:
     if real is not None:
         print(render_realnb(real))
         print()
+    if scale is not None:
+        print(render_scale(scale))
+        print()
     print(f"machine: {machine}")
     peers = versions()
     print(f"versions: {peers}")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     report = {"machine": machine, "versions": peers, "results": results, "history": history, "race": race}
-    report.update(dataframe=dataframe, run_all=run_all, realnb=real)
+    report.update(dataframe=dataframe, run_all=run_all, realnb=real, scale=json_safe(scale))
     Path(args.json).write_text(json.dumps(report, indent=2))
     return 0
 

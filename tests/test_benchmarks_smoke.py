@@ -40,3 +40,16 @@ def test_smoke_run_writes_tables_and_json(tmp_path: Path) -> None:
     carried = data["results"][1]["rows"]
     ours = next(r for r in carried if r["contender"] == "durable_nb (synchronous=FULL)")
     assert ours["growth_bytes_per_run"] < 1_000_000  # the 1 MB value is never written again
+    # Cost by run size: every size measured, start and end of the run, listings, the notebook.
+    scale = data["scale"]
+    assert [(row["shape"], row["size"]) for row in scale["rows"]] == [
+        ("chain", 10),
+        ("chain", 40),
+        ("map", 10),
+        ("map", 40),
+    ]
+    for row in scale["rows"]:
+        assert row["start_ms"] > 0 and row["end_ms"] > 0 and row["bytes_per_checkpoint"] > 0, row
+        assert row["history_rows"] >= row["size"], row
+    assert scale["notebook"]["cells"] == 12
+    assert "Cost by run size" in result.stdout
