@@ -104,6 +104,10 @@ class DurableNbScale:
 
     def setup(self, folder: Path, shape: str, size: int, clock: Clock) -> None:
         """Build the workflow (and a small one for the warm-up) on a store in ``folder``."""
+        # dnb.history returns a DataFrame: its first call in a process also imports pandas (about
+        # 0.3 s here), a cost of the process, not of the run, so it is paid before any timing.
+        import pandas  # noqa: F401
+
         import durable_nb as dnb
 
         self.dnb, self.shape, self.size = dnb, shape, size
@@ -152,20 +156,24 @@ class DurableNbScale:
         self.failed = None if run.status == "completed" else f"{run.status}: {run.error}"
 
     status_call, history_call = "dnb.status", "dnb.history"
+    # Where the values (and only they) are kept: the blobs table and its index (and files
+    # beside the database for values of 4 MB or more, none here).
+    value_tables = ("blobs", "sqlite_autoindex_blobs_1")
 
     def status(self) -> None:
         """The run's status, as ``dnb.status`` gives it."""
         self.dnb.status(self.run_id, store=self.store)
 
     def history(self) -> int:
-        """The run's history DataFrame; its ``after:`` checkpoints' commit times are kept. Returns its rows."""
-        frame = self.dnb.history(self.run_id, store=self.store)
-        measured = frame[(frame["step"].astype(str).str.startswith("after:")) & (frame["node_id"] != "load")]
-        self.commit_times = [stamp.value / 1e9 for stamp in measured.sort_values("seq")["created_at"]]
-        return len(frame)
+        """The run's history DataFrame, kept for its commit times (read after the timing). Returns its rows."""
+        self.frame = self.dnb.history(self.run_id, store=self.store)
+        return len(self.frame)
 
     def extra(self) -> dict[str, Any]:
-        """Nothing beyond the listings."""
+        """Nothing beyond the listings; the ``after:`` checkpoints' commit times are taken from the history."""
+        frame = self.frame
+        measured = frame[(frame["step"].astype(str).str.startswith("after:")) & (frame["node_id"] != "load")]
+        self.commit_times = list(measured.sort_values("seq")["created_at"].astype("int64") / 1e9)
         return {}
 
     def close(self) -> None:
@@ -372,6 +380,19 @@ def settled_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.name.endswith("-shm"))
 
 
+def table_bytes(folder: Path, names: tuple[str, ...]) -> int:
+    """Bytes of the pages of the named tables and indexes in the SQLite databases of ``folder``."""
+    if not names:
+        return 0
+    marks = ", ".join("?" for _ in names)
+    total = 0
+    for path in folder.glob("*.db"):
+        with sqlite3.connect(path) as conn:
+            found = conn.execute(f"SELECT COALESCE(SUM(pgsize), 0) FROM dbstat WHERE name IN ({marks})", names)
+            total += found.fetchone()[0]
+    return total
+
+
 def per_node_ms(times: list[float], mean: bool = False) -> tuple[float, float]:
     """Milliseconds per node near the start and near the end of a run, from consecutive node times.
 
@@ -411,6 +432,8 @@ def measure_run(contender: str, shape: str, size: int, folder: Path, budget: flo
     runner.setup(folder, shape, size, clock)
     runner.warm()
     before = settled_bytes(folder)
+    value_tables = getattr(runner, "value_tables", ())
+    values_before = table_bytes(folder, value_tables)
     clock.arm(budget)
     started = time.perf_counter()
     try:
@@ -427,6 +450,7 @@ def measure_run(contender: str, shape: str, size: int, folder: Path, budget: flo
     assert len(clock.starts) == size, (len(clock.starts), size)
     start_ms, end_ms = per_node_ms(clock.starts, mean=shape == "map")
     after = settled_bytes(folder)
+    value_bytes = (table_bytes(folder, value_tables) - values_before) / size if value_tables else math.nan
     listings = _listings(runner, 3 if size <= 1000 else 1)
     commit_start_ms, commit_end_ms = per_node_ms(runner.commit_times, mean=shape == "map")
     runner.close()
@@ -439,6 +463,7 @@ def measure_run(contender: str, shape: str, size: int, folder: Path, budget: flo
         "commit_start_ms": commit_start_ms,
         "commit_end_ms": commit_end_ms,
         "bytes_per_checkpoint": (after - before) / size,
+        "value_bytes_per_checkpoint": value_bytes,
         **listings,
     }
 
@@ -669,21 +694,24 @@ def render_scale(result: dict[str, Any]) -> str:
         f"budget {result['budget_s']:g} s per run). ms/node from the gaps between consecutive node starts: "
         "median over the first and last tenth of the run (maps: mean, their items start concurrently); "
         "overall = run time / nodes; first node = from the run call to the first node's start; "
-        "bytes/node = store growth / nodes (or items), after a WAL checkpoint",
+        "bytes/node = store growth / nodes (or items), after a WAL checkpoint; beyond values = bytes/node "
+        "less the pages of the rows holding the values nodes changed (durable_nb's blobs table and index; "
+        "the peers keep values inside their checkpoint rows)",
         "",
         "| contender | shape | size | ms/node start | ms/node end | end/start | overall ms/node | first node s"
-        " | bytes/node | status s | history s | history rows |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        " | bytes/node | beyond values | status s | history s | history rows |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in result["rows"]:
         head = f"| {row['contender']} | {row['shape']} | {row['size']:,} |"
         if "skipped" in row:
-            lines.append(f"{head} {row['skipped']} | | | | | | | | |")
+            lines.append(f"{head} {row['skipped']} | | | | | | | | | |")
             continue
         lines.append(
             f"{head} {_number(row['start_ms'], 3)} | {_number(row['end_ms'], 3)} | "
             f"{_number(row['end_vs_start'], 2)} | {_number(row['overall_ms_per_node'], 3)} | "
             f"{_number(row['first_node_s'], 3)} | {_number(row['bytes_per_checkpoint'], 0)} | "
+            f"{_number(row['bytes_per_checkpoint'] - row.get('value_bytes_per_checkpoint', math.nan), 0)} | "
             f"{_number(row['status_s'], 4)} | {_number(row['history_s'], 4)} | {_number(row['history_rows'], 0)} |"
         )
     listed = {row["contender"]: (row["status"], row["history"]) for row in result["rows"] if "status" in row}
