@@ -501,10 +501,11 @@ def _run_cells(shell: Any, cells: int, deadline: float) -> list[float] | None:
     return seconds
 
 
-def _around(seconds: list[float], index: int) -> float:
-    """Median milliseconds of the five cells around ``index``."""
-    low = max(0, min(index - 2, len(seconds) - 5))
-    return statistics.median(seconds[low : low + 5]) * 1000
+def _around(seconds: list[float], index: int, width: int = 21) -> float:
+    """Median milliseconds of the ``width`` cells around ``index`` (one slow cell moves it little)."""
+    width = min(width, len(seconds))
+    low = max(0, min(index - width // 2, len(seconds) - width))
+    return statistics.median(seconds[low : low + width]) * 1000
 
 
 def measure_notebook(cells: int, folder: Path, budget: float) -> dict[str, Any]:
@@ -591,7 +592,10 @@ def _median_row(measured: list[dict[str, Any]]) -> dict[str, Any]:
     for key, value in measured[0].items():
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             values = [m[key] for m in measured if isinstance(m.get(key), (int, float)) and not math.isnan(m[key])]
-            row[key] = statistics.median(values) if values else math.nan
+            middle = statistics.median(values) if values else math.nan
+            # Counts stay counts: the median of equal integers is that integer.
+            whole = values and all(isinstance(v, int) for v in values) and middle == int(middle)
+            row[key] = int(middle) if whole else middle
         else:
             row[key] = value
     return row
@@ -603,6 +607,7 @@ def scale_scenario(
     *,
     budget_s: float = 600.0,
     large_reps: int = 1,
+    repeat_under_s: float = 120.0,
     contenders: tuple[str, ...] = CONTENDERS,
     shapes: tuple[str, ...] = SHAPES,
     notebook_cells: int = 300,
@@ -610,7 +615,8 @@ def scale_scenario(
 ) -> dict[str, Any]:
     """Time chains and maps of every size for every contender, interleaved, and the notebook; return medians.
 
-    Sizes of 10,000 and more run ``min(reps, large_reps)`` times. A run over ``budget_s`` seconds is
+    Sizes of 10,000 and more run ``min(reps, large_reps)`` times, and ``reps`` times for a contender
+    whose first run there took less than ``repeat_under_s`` seconds. A run over ``budget_s`` seconds is
     skipped, and so are the larger sizes of its contender and shape. ``notebook_cells=0`` leaves out
     the notebook.
     """
@@ -619,15 +625,20 @@ def scale_scenario(
     measured: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     skipped: dict[tuple[str, str, int], str] = {}
     over: dict[tuple[str, str], int] = {}
+    first_took: dict[tuple[str, str, int], float] = {}
     for size in sorted(sizes):
-        for rep in range(reps if size < 10_000 else min(reps, large_reps)):
+        for rep in range(reps):
             for contender, shape in pairs:
                 if (contender, shape) in over or (contender, shape, size) in skipped:
+                    continue
+                large = size >= 10_000 and rep >= large_reps
+                if large and first_took.get((contender, shape, size), math.inf) >= repeat_under_s:
                     continue
                 spec = {"contender": contender, "shape": shape, "size": size, "budget": budget_s}
                 spec["memory_gb"] = memory_gb
                 started = time.perf_counter()
                 result = _spawn(spec, root, f"{contender}-{shape}-{size}-{rep}")
+                first_took.setdefault((contender, shape, size), time.perf_counter() - started)
                 print(
                     f"  {contender} {shape} {size:,} #{rep + 1}: {time.perf_counter() - started:.1f} s"
                     + (f" ({result['skipped']})" if "skipped" in result else ""),
@@ -672,6 +683,7 @@ def scale_scenario(
         "sizes": sorted(sizes),
         "reps": reps,
         "large_reps": large_reps,
+        "repeat_under_s": repeat_under_s,
         "budget_s": budget_s,
         "rows": rows,
         "notebook": notebook,
@@ -690,7 +702,8 @@ def _notebook_line(step: str, notebook: dict[str, Any], key: str) -> str:
 def render_scale(result: dict[str, Any]) -> str:
     """Format the scale scenario as Markdown tables."""
     lines = [
-        f"**{result['scenario']}** (medians of {result['reps']} runs, {result['large_reps']} at 10,000 and more; "
+        f"**{result['scenario']}** (medians of {result['reps']} runs; at 10,000 and more, {result['large_reps']} "
+        f"for a contender whose first run there took {result['repeat_under_s']:g} s or longer; "
         f"budget {result['budget_s']:g} s per run). ms/node from the gaps between consecutive node starts: "
         "median over the first and last tenth of the run (maps: mean, their items start concurrently); "
         "overall = run time / nodes; first node = from the run call to the first node's start; "
@@ -745,7 +758,7 @@ def render_scale(result: dict[str, Any]) -> str:
             early, late = notebook["early_cell"], notebook["late_cell"]
             lines += [
                 f"**A notebook of {notebook['cells']} `%%durable` cells** in an in-process IPython shell "
-                f"(ms per cell, median of the five cells around each; {notebook['bytes_per_cell']:,.0f} bytes "
+                f"(ms per cell, median of the 21 cells around each; {notebook['bytes_per_cell']:,.0f} bytes "
                 "stored per cell)",
                 "",
                 f"| step | cell {early} | cell {late} | ratio | whole notebook s |",
@@ -773,6 +786,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="10,100,1000,10000", help="comma-separated run sizes")
     parser.add_argument("--reps", type=int, default=3, help="runs per contender and size")
     parser.add_argument("--large-reps", type=int, default=1, help="runs per contender at sizes of 10,000 and more")
+    parser.add_argument(
+        "--repeat-under", type=float, default=120.0, help="at 10,000 and more, run --reps times below these seconds"
+    )
     parser.add_argument("--budget", type=float, default=600.0, help="seconds a run may take before it is skipped")
     parser.add_argument("--contenders", default=",".join(CONTENDERS), help=f"some of {','.join(CONTENDERS)}")
     parser.add_argument("--shapes", default=",".join(SHAPES), help="chain, map or both")
@@ -794,6 +810,7 @@ def main(argv: list[str] | None = None) -> int:
         args.reps,
         budget_s=args.budget,
         large_reps=args.large_reps,
+        repeat_under_s=args.repeat_under,
         contenders=contenders,
         shapes=shapes,
         notebook_cells=args.cells,

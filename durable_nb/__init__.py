@@ -30,6 +30,7 @@ from .errors import (
     CheckpointNotFound,
     ConfigurationError,
     DurableError,
+    GatePending,
     InvalidDecision,
     InvalidInput,
     InvalidState,
@@ -48,7 +49,7 @@ from .errors import (
     TamperedValueError,
     WorkflowMismatch,
 )
-from .model import Decision, PruneReport, RunStatus
+from .model import Decision, EventType, PruneReport, RunStatus
 from .store import Store, connect
 from .views import acompare, aevents, aforks, ahistory, aruns, compare, events, forks, history, runs
 
@@ -86,6 +87,8 @@ __all__ = [
     "ConfigurationError",
     "Decision",
     "DurableError",
+    "EventType",
+    "GatePending",
     "InvalidDecision",
     "InvalidInput",
     "InvalidState",

@@ -14,6 +14,7 @@
      ├── RunCancelled             the run was cancelled while this process worked on it
      ├── WorkflowMismatch         resuming a run with a workflow that does not fit it
      ├── NoActiveNode             gate()/interrupt() called outside a durable node
+     ├── GatePending              a notebook cell paused at a gate, waiting for a decision
      ├── NodeFailed               a node failed after its retries
      │    └── NodeTimeout         an attempt overran timeout_seconds
      └── StoreError               the store cannot do what was asked
@@ -135,6 +136,15 @@ class WorkflowMismatch(DurableError):
 
 class NoActiveNode(DurableError, RuntimeError):
     """gate(), interrupt() or a run-scoped call made outside a durable node."""
+
+
+class GatePending(DurableError):
+    """A notebook cell paused at a gate: Run All stops here, without a traceback."""
+
+    def __init__(self, message: str, *, run_id: str = "", node_id: str = "") -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.node_id = node_id
 
 
 class NodeFailed(DurableError):

@@ -17,6 +17,7 @@ __all__ = [
     "CommitResult",
     "Decision",
     "EventRecord",
+    "EventType",
     "NewEvent",
     "NewRun",
     "PendingInterrupt",
@@ -65,6 +66,26 @@ class CheckpointStatus(enum.StrEnum):
     APPROVED = "approved"
     FORK = "fork"
     COMPLETED = "completed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class EventType(enum.StrEnum):
+    """What an event in a run's log reports; the order is the order of a run's life."""
+
+    RUN_STARTED = "run_started"
+    NODE_STARTED = "node_started"
+    NODE_FINISHED = "node_finished"
+    NODE_FAILED = "node_failed"
+    NODE_RETRYING = "node_retrying"
+    GATE_OPENED = "gate_opened"
+    GATE_DECIDED = "gate_decided"
+    RUN_PAUSED = "run_paused"
+    RUN_FAILED = "run_failed"
+    RUN_CANCELLED = "run_cancelled"
+    RUN_COMPLETED = "run_completed"
+    FORK_CREATED = "fork_created"
 
     def __str__(self) -> str:
         return self.value
@@ -251,7 +272,7 @@ class CheckpointRecord(CheckpointDraft):
 class NewEvent:
     """An event about to be appended to a run's log."""
 
-    type: str
+    type: EventType
     node_id: str | None = None
     data: dict[str, Any] = field(default_factory=dict)
 

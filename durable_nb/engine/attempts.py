@@ -15,7 +15,7 @@ from typing import Any
 
 from .._loop import owns_running_loop
 from ..errors import InvalidState, NodeTimeout
-from ..model import Decision, NewEvent, format_seconds
+from ..model import Decision, EventType, NewEvent, format_seconds
 from .gates import Suspend
 from .graph import NodeSpec
 from .scope import NodeScope, enter_scope
@@ -165,7 +165,7 @@ class Attempter:
                     detail = {"attempt": attempt, "error": f"{type(error).__name__}: {error}"}
                     if item_index is not None:
                         detail["item_index"] = item_index
-                    self.events.append(NewEvent("node_retrying", spec.node_id, detail))
+                    self.events.append(NewEvent(EventType.NODE_RETRYING, spec.node_id, detail))
                     await self.sleep(backoff_seconds(attempt))
                     continue
                 return Outcome(spec.node_id, error=error, duration=time.perf_counter() - started, attempts=attempt)

@@ -23,6 +23,7 @@ from ..model import (
     Commit,
     CommitResult,
     Decision,
+    EventType,
     NewEvent,
     NewRun,
     PendingInterrupt,
@@ -152,7 +153,7 @@ class CellRun:
                     idempotency_key=key,
                     owner=this_owner(),
                     lease_until=lease_deadline(),
-                    events=[NewEvent("run_started")],
+                    events=[NewEvent(EventType.RUN_STARTED)],
                 )
             )
         cell_run = cls(
@@ -363,8 +364,8 @@ class CellRun:
             checkpoints=[draft],
             blobs=blobs,
             events=[
-                NewEvent("node_started", node),
-                NewEvent("node_finished", node, {"duration": outcome.duration, "attempts": outcome.attempts}),
+                NewEvent(EventType.NODE_STARTED, node),
+                NewEvent(EventType.NODE_FINISHED, node, {"duration": outcome.duration, "attempts": outcome.attempts}),
             ],
             run=RunUpdate(lease_until=lease_deadline()),
         )
@@ -391,7 +392,7 @@ class CellRun:
         )
         await self._commit(
             checkpoints=[draft],
-            events=[NewEvent("node_started", node), NewEvent("node_failed", node, {"error": message})],
+            events=[NewEvent(EventType.NODE_STARTED, node), NewEvent(EventType.NODE_FAILED, node, {"error": message})],
             run=RunUpdate(
                 status=RunStatus.FAILED, error=message, error_type=type(error).__name__, owner=None, lease_until=None
             ),
@@ -430,14 +431,17 @@ class CellRun:
         await self._commit(
             checkpoints=[draft],
             open_interrupts=[pending],
-            events=[NewEvent("gate_opened", node, {"reason": suspend.reason}), NewEvent("run_paused", node)],
+            events=[
+                NewEvent(EventType.GATE_OPENED, node, {"reason": suspend.reason}),
+                NewEvent(EventType.RUN_PAUSED, node),
+            ],
             run=RunUpdate(status=RunStatus.PAUSED, owner=None, lease_until=None),
         )
 
     async def cancel_cell(self, node: str) -> None:
         """Record an interrupted cell: the run is cancelled, nothing of the cell kept."""
         await self._commit(
-            events=[NewEvent("run_cancelled", node, {"was": "running"})],
+            events=[NewEvent(EventType.RUN_CANCELLED, node, {"was": "running"})],
             run=CANCELLED,
         )
 
@@ -447,7 +451,7 @@ class CellRun:
         draft = self._draft("run_end", None, CheckpointStatus.COMPLETED)
         await self._commit(
             checkpoints=[draft],
-            events=[NewEvent("run_completed")],
+            events=[NewEvent(EventType.RUN_COMPLETED)],
             run=RunUpdate(status=RunStatus.COMPLETED, owner=None, lease_until=None),
         )
 
@@ -505,7 +509,11 @@ class CellRun:
                 parent_run_id=source.run_id,
                 owner=self.owner,
                 lease_until=lease_deadline(),
-                events=[NewEvent("fork_created", None, {"parent_run_id": source.run_id, "parent_checkpoint_id": None})],
+                events=[
+                    NewEvent(
+                        EventType.FORK_CREATED, None, {"parent_run_id": source.run_id, "parent_checkpoint_id": None}
+                    )
+                ],
             )
         )
         return CellRun(

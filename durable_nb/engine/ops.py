@@ -16,6 +16,7 @@ from ..model import (
     Commit,
     CommitResult,
     Decision,
+    EventType,
     NewEvent,
     NewRun,
     PendingInterrupt,
@@ -160,8 +161,8 @@ async def _fail_on_timeout(store: Store, pending: PendingInterrupt, note: str) -
             run_id=pending.run_id,
             checkpoints=[failed, end],
             events=[
-                NewEvent("gate_decided", pending.node_id, {"timed_out": True, "on_timeout": "fail"}),
-                NewEvent("run_failed", pending.node_id, {"error": message}),
+                NewEvent(EventType.GATE_DECIDED, pending.node_id, {"timed_out": True, "on_timeout": "fail"}),
+                NewEvent(EventType.RUN_FAILED, pending.node_id, {"error": message}),
             ],
             run=RunUpdate(
                 status=RunStatus.FAILED, error=message, error_type="GateTimeout", owner=None, lease_until=None
@@ -256,9 +257,9 @@ def _decision_commit(
     detail = {"approved": decision.approved, "by": decision.by}
     if decision.by == TIMEOUT_BY:
         detail.update(timed_out=True, on_timeout="reject")
-    events = [NewEvent("gate_decided", target.node_id, detail)]
+    events = [NewEvent(EventType.GATE_DECIDED, target.node_id, detail)]
     if continue_as is not None:
-        events.append(NewEvent("node_started", target.node_id))
+        events.append(NewEvent(EventType.NODE_STARTED, target.node_id))
     return Commit(
         run_id=run_id,
         checkpoints=[draft],
@@ -282,7 +283,7 @@ async def cancel_run(store: Store, run_id: str) -> RunRecord:
             )
         commit = Commit(
             run_id=run_id,
-            events=[NewEvent("run_cancelled", None, {"was": run.status.value})],
+            events=[NewEvent(EventType.RUN_CANCELLED, None, {"was": run.status.value})],
             run=CANCELLED,
             release_interrupts=True,
             expect_status=frozenset({run.status}),
@@ -361,8 +362,7 @@ async def create_fork(
             meta=dict(source_run.meta),
             checkpoints=[draft],
             events=[
-                NewEvent(
-                    "fork_created",
+                NewEvent(EventType.FORK_CREATED,
                     source.node_id,
                     {
                         "parent_run_id": run_id,

@@ -8,7 +8,7 @@ from typing import Any
 
 from .._loop import run_sync
 from ..errors import AlreadyResumed, ConfigurationError, RunOwnedElsewhere
-from ..model import Commit, NewEvent, RunStatus, RunUpdate
+from ..model import Commit, EventType, NewEvent, RunStatus, RunUpdate
 from ..store import resolve_store
 from ..store.protocol import Conflict, Store
 from .ops import expire_gates
@@ -76,7 +76,7 @@ async def arecover(workflows: Iterable[Workflow] = (), *, store: Any = None) -> 
             await resolved.commit(
                 Commit(
                     run_id=run.run_id,
-                    events=[NewEvent("run_failed", None, {"error": INTERRUPTED_MESSAGE})],
+                    events=[NewEvent(EventType.RUN_FAILED, None, {"error": INTERRUPTED_MESSAGE})],
                     run=RunUpdate(
                         status=RunStatus.FAILED,
                         error=INTERRUPTED_MESSAGE,

@@ -22,6 +22,7 @@ from ..model import (
     CheckpointStatus,
     Commit,
     Decision,
+    EventType,
     NewEvent,
     PendingInterrupt,
     RunRecord,
@@ -197,11 +198,11 @@ class Runner:
         if not wave_busy:
             self._announced = True
             if upcoming:
-                events = events + [NewEvent("node_started", n) for n in upcoming]
+                events = events + [NewEvent(EventType.NODE_STARTED, n) for n in upcoming]
                 run_update = RunUpdate(lease_until=lease_deadline())
             else:
                 checkpoints.append(self._draft(RUN_END, None, CheckpointStatus.COMPLETED, []))
-                events = [*events, NewEvent("run_completed")]
+                events = [*events, NewEvent(EventType.RUN_COMPLETED)]
                 run_update = self._finished(RunStatus.COMPLETED)
                 self._ended = True
         await self._commit(events, checkpoints=checkpoints, blobs=blobs, run=run_update)
@@ -230,7 +231,9 @@ class Runner:
 
     async def _end(self) -> None:
         end = self._draft(RUN_END, None, CheckpointStatus.COMPLETED, [])
-        await self._commit([NewEvent("run_completed")], checkpoints=[end], run=self._finished(RunStatus.COMPLETED))
+        await self._commit(
+            [NewEvent(EventType.RUN_COMPLETED)], checkpoints=[end], run=self._finished(RunStatus.COMPLETED)
+        )
         self._ended = True
 
     async def _record_interrupt(self) -> None:
@@ -238,7 +241,7 @@ class Runner:
             await self.store.commit(
                 Commit(
                     run_id=self.run.run_id,
-                    events=[NewEvent("run_cancelled", None, {"was": "running"})],
+                    events=[NewEvent(EventType.RUN_CANCELLED, None, {"was": "running"})],
                     run=CANCELLED,
                     expect_status=_RUNNING,
                     expect_owner=self.owner,
@@ -292,7 +295,7 @@ class Runner:
         self.wave_writes = {}
         if not self._announced:
             # Only routing ran (no commit to ride): the next wave's start rides with its first commit.
-            self.carry.extend(NewEvent("node_started", n) for n in self.ready())
+            self.carry.extend(NewEvent(EventType.NODE_STARTED, n) for n in self.ready())
 
     async def _next_done(self, pending: set[asyncio.Future[Outcome]]) -> tuple[set[Any], set[Any]]:
         if len(pending) > 1:
@@ -357,7 +360,9 @@ class Runner:
             if finished:
                 self.log.complete(node_id)
                 self._newly_done.append(node_id)
-            events = [NewEvent("node_finished", node_id, {"duration": outcome.duration, "attempts": outcome.attempts})]
+            events = [
+                NewEvent(EventType.NODE_FINISHED, node_id, {"duration": outcome.duration, "attempts": outcome.attempts})
+            ]
             await self._commit_node(
                 node_id,
                 blobs,
@@ -392,7 +397,7 @@ class Runner:
             self.skipped.extend(n for n in self.graph.dependents(spec.node_id) if n not in chosen)
             self.graph.propagate_skips(self.log.done, self.skipped)
             self._newly_done += [spec.node_id, *self.skipped[skipped_before:]]
-            self.carry.append(NewEvent("node_finished", spec.node_id, {"route": key, "chosen": chosen}))
+            self.carry.append(NewEvent(EventType.NODE_FINISHED, spec.node_id, {"route": key, "chosen": chosen}))
         return Outcome(spec.node_id, duration=time.perf_counter() - started)
 
     def _branches(self, spec: NodeSpec, result: Any) -> tuple[str | None, list[str]]:
@@ -463,7 +468,9 @@ class Runner:
                     last[0] = index
                     last_blobs.extend(blobs)
                     return  # the last item's commit is the node's: see _complete_map
-                event = NewEvent("node_finished", spec.node_id, {"item_index": index, "duration": outcome.duration})
+                event = NewEvent(
+                    EventType.NODE_FINISHED, spec.node_id, {"item_index": index, "duration": outcome.duration}
+                )
                 await self._commit_node(
                     spec.node_id,
                     blobs,
@@ -534,11 +541,13 @@ class Runner:
             self._draft(RUN_END, None, CheckpointStatus.FAILED, [], error=message, error_type=error_type),
         ]
         events = [
-            NewEvent("node_failed", f.node_id, {"error": failure_text(self.graph.nodes[f.node_id].label, f.error)})
+            NewEvent(
+                EventType.NODE_FAILED, f.node_id, {"error": failure_text(self.graph.nodes[f.node_id].label, f.error)}
+            )
             for f in failures
             if f.error is not None
         ]
-        events.append(NewEvent("run_failed", first.node_id, {"error": message}))
+        events.append(NewEvent(EventType.RUN_FAILED, first.node_id, {"error": message}))
         self._stopped = True
         await self._commit(events, checkpoints=checkpoints, run=self._finished(RunStatus.FAILED, message, error_type))
 
@@ -582,8 +591,8 @@ class Runner:
                     on_timeout=suspend.on_timeout,
                 )
             )
-            events.append(NewEvent("gate_opened", outcome.node_id, {"reason": suspend.reason}))
-        events.append(NewEvent("run_paused", suspends[0].node_id))
+            events.append(NewEvent(EventType.GATE_OPENED, outcome.node_id, {"reason": suspend.reason}))
+        events.append(NewEvent(EventType.RUN_PAUSED, suspends[0].node_id))
         self._stopped = True
         await self._commit(
             events,

@@ -21,6 +21,7 @@ from ..model import (
     CheckpointRecord,
     CheckpointState,
     Commit,
+    EventType,
     NewEvent,
     NewRun,
     RunKind,
@@ -255,7 +256,7 @@ class Workflow:
                     idempotency_key=idempotency_key,
                     owner=owner,
                     lease_until=lease_deadline(),
-                    events=[NewEvent("run_started")] + [NewEvent("node_started", n) for n in wave],
+                    events=[NewEvent(EventType.RUN_STARTED)] + [NewEvent(EventType.NODE_STARTED, n) for n in wave],
                 )
             )
             if not created:
@@ -312,7 +313,7 @@ class Workflow:
                 taken = await self.store.commit(
                     Commit(
                         run_id=run_id,
-                        events=[NewEvent("node_started", n) for n in wave],
+                        events=[NewEvent(EventType.NODE_STARTED, n) for n in wave],
                         run=RunUpdate(
                             status=RunStatus.RUNNING,
                             owner=owner,
@@ -410,7 +411,9 @@ class Workflow:
             self.store, values, run_id, checkpoint_id, overrides, owner=owner, lease_until=lease_deadline()
         )
         forked = await self.store.state_at(fork.run.run_id)
-        started = [NewEvent("node_started", n) for n in self._graph.ready(forked.completed, fork.checkpoint.skipped)]
+        started = [
+            NewEvent(EventType.NODE_STARTED, n) for n in self._graph.ready(forked.completed, fork.checkpoint.skipped)
+        ]
         with active(fork.run.run_id):
             state_now = {**loaded, **overrides}
             runner = self._runner(values, fork.run, owner, state_now, forked, fork.checkpoint)

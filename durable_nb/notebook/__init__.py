@@ -17,8 +17,8 @@ def _quiet_gate(shell: Any, etype: type, value: BaseException, tb: Any, tb_offse
 
 def load_ipython_extension(ip: Any) -> None:
     """Register the magics and the quiet display of paused cells."""
+    from ..errors import GatePending
     from .magics import DurableMagics
-    from .session import GatePending
 
     ip.register_magics(DurableMagics)
     ip.set_custom_exc((GatePending,), _quiet_gate)

@@ -22,7 +22,7 @@ from ..engine.namespace import NamespaceTracker
 from ..engine.ops import load_run, make_decision, record_decision
 from ..engine.scope import NodeScope, enter_scope, leave_scope
 from ..engine.values import ValueCodec
-from ..errors import AlreadyResumed, DurableError, SerializationError
+from ..errors import AlreadyResumed, GatePending, SerializationError
 from ..model import Blob, CheckpointRecord, RunStatus, format_seconds
 from ..store import Store, codec, connect
 from ..store.secret import load_secret
@@ -31,7 +31,7 @@ from .cellcode import CellCode, analyze
 from .execute import run_code
 from .settings import SettingsWatch, apply_changes
 
-__all__ = ["CellOptions", "GatePending", "KernelSession", "session_for"]
+__all__ = ["CellOptions", "KernelSession", "session_for"]
 
 _HIDDEN_NAMES = {"In", "Out", "get_ipython", "exit", "quit", "_", "__", "___"}
 # A cell's value is stored with it (for ``_`` and ``Out[n]`` after a restore) up to this size.
@@ -40,15 +40,6 @@ _RESULT_BYTES = 1 << 20
 _WATCHED_PACKAGES = frozenset(
     "numpy sklearn pandas matplotlib seaborn random warnings logging os sys torch dotenv".split()
 )
-
-
-class GatePending(DurableError):
-    """A durable cell paused at a gate: Run All stops here, without a traceback."""
-
-    def __init__(self, message: str, *, run_id: str = "", node_id: str = "") -> None:
-        super().__init__(message)
-        self.run_id = run_id
-        self.node_id = node_id
 
 
 @dataclass(slots=True)

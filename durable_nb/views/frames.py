@@ -13,7 +13,7 @@ from .._loop import run_sync
 from ..engine.ops import expire_gates
 from ..engine.status import NODE_STATUSES, describe
 from ..engine.values import ValueCodec
-from ..model import CheckpointStatus, RunStatus
+from ..model import CheckpointStatus, EventType, RunStatus
 from ..store import resolve_store
 from ..store.secret import load_secret
 
@@ -37,20 +37,7 @@ __all__ = [
 
 RUN_STATUSES = [s.value for s in RunStatus]
 CHECKPOINT_STATUSES = [s.value for s in CheckpointStatus]
-EVENT_TYPES = [
-    "run_started",
-    "node_started",
-    "node_finished",
-    "node_failed",
-    "node_retrying",
-    "gate_opened",
-    "gate_decided",
-    "run_paused",
-    "run_failed",
-    "run_cancelled",
-    "run_completed",
-    "fork_created",
-]
+EVENT_TYPES = [t.value for t in EventType]
 
 
 def _pd() -> Any:

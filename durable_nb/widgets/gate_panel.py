@@ -15,8 +15,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from ..errors import AlreadyResumed
-from ..notebook.session import GatePending
+from ..errors import AlreadyResumed, GatePending
 
 __all__ = ["GatePanel"]
 
