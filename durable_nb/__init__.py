@@ -71,7 +71,9 @@ def inspect(run: object = None, *, store: object = None) -> object:
             session = session_for(shell)
     except ImportError:
         pass
-    return Inspector(run, store=store, session=session)
+    if store is None and session is not None:
+        store = session.store
+    return Inspector(run, store=store, link=session)
 
 
 def load_ipython_extension(ip: object) -> None:

@@ -349,9 +349,10 @@ class Commit:
     """Everything one transaction writes for a run.
 
     The checks run first inside the transaction: when one fails, nothing is written.
-    ``claim`` deletes a pending interrupt (a node id, or ``"*"`` for the only one);
-    finding none raises AlreadyResumed. When no other interrupt stays pending, the run takes
-    ``status_after_claim`` (and the owner in ``run``); otherwise it stays paused, unowned.
+    ``claim`` deletes a pending interrupt (a node id, or ``"*"`` for the only one), and with
+    ``claim_gate`` only the one that gate checkpoint opened; finding none raises AlreadyResumed.
+    When no other interrupt stays pending, the run takes ``status_after_claim`` (and the owner
+    in ``run``); otherwise it stays paused, unowned.
     ``release_interrupts`` deletes every pending interrupt of the run (cancel, failed gate).
     ``expect_owner`` (UNCHANGED: no check) and ``expect_head_seq`` guard against a run that
     moved on since the caller read it. ``seen`` is the run row as the caller last saw it: while
@@ -365,6 +366,7 @@ class Commit:
     run: RunUpdate | None = None
     open_interrupts: list[PendingInterrupt] = field(default_factory=list)
     claim: str | None = None
+    claim_gate: str | None = None
     release_interrupts: bool = False
     status_after_claim: RunStatus | None = None
     expect_status: frozenset[RunStatus] | None = None

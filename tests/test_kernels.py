@@ -120,10 +120,9 @@ def test_panel_click_inside_the_kernel(kernels: list, store_url: str) -> None:
     paused = kernel.run("%%durable review\nd = dnb.gate('ship?', {'n': 3})\nshipped = d.approved")
     assert paused.error == "GatePending"
     click = kernel.run(
-        "from durable_nb.widgets.gate_panel import GatePanel\n"
         "from durable_nb.notebook.session import session_for\n"
         "s = session_for(get_ipython())\n"
-        "p = GatePanel(s, run_id=s.cell_run.run_id, node_id='review', reason='ship?', context={'n': 3})\n"
+        "p = s.gate_panel(s.cell_run.run_id, 'review', 'ship?', {'n': 3})\n"
         "p.approve_button.click()\n"
         "print(shipped, p.status.value)"
     )

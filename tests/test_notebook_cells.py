@@ -252,6 +252,30 @@ def test_timeout_and_retries(kernel: Kernel) -> None:
     assert kernel.ns["ok"] is True
 
 
+def test_cells_report_retries_and_timeouts_as_workflow_nodes_do(kernel: Kernel) -> None:
+    """C8, C9, issue 14: a cell's retries are node_retrying events committed with it, and its timeout is the
+    NodeTimeout a workflow node gets, from the same attempt policy."""
+    kernel.ok(
+        '%%durable flaky --retries 2\nbump(COUNTER, "flaky")\n'
+        'if open(COUNTER).read().count("flaky") < 3:\n    raise ConnectionError("not yet")\nok = True'
+    )
+    run_id = _session(kernel).cell_run.run_id
+    frame = dnb.events(run_id, store=kernel.store_url)
+    flaky = frame[frame["node_id"] == "flaky"]
+    assert list(flaky["type"].astype(str)) == ["node_started", "node_retrying", "node_retrying", "node_finished"]
+    assert [d["attempt"] for d in flaky[flaky["type"] == "node_retrying"]["data"]] == [1, 2]
+    assert {d["error"] for d in flaky[flaky["type"] == "node_retrying"]["data"]} == {"ConnectionError: not yet"}
+    history = dnb.history(run_id, store=kernel.store_url)
+    assert history[history["step"] == "after:flaky"]["attempts"].iloc[0] == 3
+
+    result = kernel.run("%%durable slow --timeout 0.2 --retries 1\nimport time\ntime.sleep(5)")
+    assert isinstance(result.error_in_exec, dnb.NodeTimeout)
+    assert str(result.error_in_exec) == "Node 'slow' failed: timed out after 0.2 s"
+    frame = dnb.events(run_id, store=kernel.store_url)
+    slow = frame[frame["node_id"] == "slow"]
+    assert list(slow["type"].astype(str)) == ["node_started", "node_retrying", "node_failed"]
+
+
 def test_keyboard_interrupt_cancels_the_run(kernel: Kernel) -> None:
     """N8: interrupting a durable cell cancels the node (uncommitted) and leaves the run resumable."""
     kernel.ok(LOAD)
@@ -309,9 +333,7 @@ def test_gate_panel_click_records_and_continues(kernel: Kernel) -> None:
     shown: list[GatePanel] = []
     session = _session(kernel)
     original = session.show_gate
-    session.show_gate = lambda *a, **k: (
-        shown.append(GatePanel(session, run_id=a[0], node_id=a[1], reason=a[2], context=a[3])) or original(*a, **k)
-    )
+    session.show_gate = lambda *a, **k: shown.append(session.gate_panel(*a, **k)) or original(*a, **k)
     assert not kernel.run('%%durable review\nd = dnb.gate("ship?")\nshipped = d.approved').success
     panel = shown[-1]
     panel.comment.value = "go"
@@ -319,7 +341,7 @@ def test_gate_panel_click_records_and_continues(kernel: Kernel) -> None:
     assert "Approved" in panel.status.value
     assert kernel.ns["shipped"] is True
     assert panel.approve_button.disabled
-    twin = GatePanel(session, run_id=panel.run_id, node_id="review", reason="ship?", context=None)
+    twin = session.gate_panel(panel.run_id, "review", "ship?", None)
     assert twin.approve_button.disabled and "Approved" in twin.status.value
 
 

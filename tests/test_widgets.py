@@ -26,6 +26,7 @@ import durable_nb as dnb
 from durable_nb._loop import run_sync
 from durable_nb.engine.overrides import MAX_OVERRIDE_CHARS, parse_overrides
 from durable_nb.notebook.session import KernelSession, session_for
+from durable_nb.widgets import gate_panel as gate_panel_module
 from durable_nb.widgets.gate_panel import GatePanel
 from durable_nb.widgets.inspector import Inspector
 
@@ -105,9 +106,9 @@ class Kernel:
             # Keep the panels the kernel shows, as a notebook page would.
             shown = self.session.show_gate
 
-            def show_gate(run_id: str, node: str, reason: str, context: Any) -> None:
-                self.panels.append(GatePanel(self.session, run_id=run_id, node_id=node, reason=reason, context=context))
-                shown(run_id, node, reason, context)
+            def show_gate(run_id: str, node: str, reason: str, context: Any, gate: str | None = None) -> None:
+                self.panels.append(self.session.gate_panel(run_id, node, reason, context, gate))
+                shown(run_id, node, reason, context, gate)
 
             self.session.show_gate = show_gate  # type: ignore[method-assign]
 
@@ -211,7 +212,7 @@ def test_panel_reject_records_shows_and_disables(kernel: Kernel, store_url: str)
 def test_second_panel_shows_the_existing_decision(kernel: Kernel, store_url: str, probe: OutputProbe) -> None:
     """§7, N6: a second panel of a decided gate shows the decision; clicking it changes nothing and does not fail."""
     first = kernel.pause(gate_cell())
-    second = GatePanel(kernel.session, run_id=kernel.run_id, node_id="review", reason="ship?", context=None)
+    second = kernel.session.gate_panel(kernel.run_id, "review", "ship?", None)
     first.comment.value = "go"
     first.approve_button.click()
 
@@ -221,7 +222,7 @@ def test_second_panel_shows_the_existing_decision(kernel: Kernel, store_url: str
     assert second.approve_button.disabled and second.reject_button.disabled
     assert "Traceback" not in probe.text(second.output)
     # A panel opened afterwards shows the decision straight away.
-    later = GatePanel(kernel.session, run_id=kernel.run_id, node_id="review", reason="ship?", context=None)
+    later = kernel.session.gate_panel(kernel.run_id, "review", "ship?", None)
     assert later.status.value.startswith("<b>Approved</b>") and "go" in later.status.value
     assert later.approve_button.disabled and later.reject_button.disabled
 
@@ -250,7 +251,7 @@ def test_stale_panel_does_not_decide_a_later_gate_of_the_same_cell(kernel: Kerne
     """§7, N6: a panel for gate 'first?' decided elsewhere must not decide the cell's next gate 'second?'."""
     cell = "%%durable review\nd1 = dnb.gate('first?')\nd2 = dnb.gate('second?')\nanswers = (d1.approved, d2.approved)"
     stale = kernel.pause(cell)
-    other = GatePanel(kernel.session, run_id=kernel.run_id, node_id="review", reason="first?", context=None)
+    other = kernel.session.gate_panel(kernel.run_id, "review", "first?", None)
     other.approve_button.click()  # decides 'first?'; the cell continues and pauses at 'second?'
     assert kernel.panels[-1].reason == "second?"
     assert dnb.get_run(kernel.run_id, store=store_url).pending_interrupt["reason"] == "second?"
@@ -270,8 +271,8 @@ def test_callback_errors_appear_in_the_panel(
     def broken(*args: Any, **kwargs: Any) -> str:
         raise dnb.StoreUnavailable("the database went away (injected)")
 
-    working = kernel.session.record
-    monkeypatch.setattr(kernel.session, "record", broken)
+    working = gate_panel_module.decide
+    monkeypatch.setattr(gate_panel_module, "decide", broken)
     panel.approve_button.click()
     assert "could not be completed" in panel.status.value and ERROR_COLOUR in panel.status.value
     text = probe.text(panel.output)
@@ -280,7 +281,7 @@ def test_callback_errors_appear_in_the_panel(
     assert decisions(store_url, kernel.run_id, "review") == []
     assert dnb.get_run(kernel.run_id, store=store_url).status == "paused"
 
-    monkeypatch.setattr(kernel.session, "record", working)  # the store is back
+    monkeypatch.setattr(gate_panel_module, "decide", working)  # the store is back
     panel.approve_button.click()
     assert panel.status.value.startswith("<b>Approved</b>")
     assert len(decisions(store_url, kernel.run_id, "review")) == 1
@@ -310,8 +311,8 @@ def test_two_panels_deciding_at_once_record_one_decision(kernel: Kernel, store_u
             node = f"review{trial}"
             kernel.pause(gate_cell(node, f"ship {trial}?"))
             run_id = kernel.run_id
-            approver = GatePanel(session_a, run_id=run_id, node_id=node, reason=f"ship {trial}?", context=None)
-            rejecter = GatePanel(session_b, run_id=run_id, node_id=node, reason=f"ship {trial}?", context=None)
+            approver = session_a.gate_panel(run_id, node, f"ship {trial}?", None)
+            rejecter = session_b.gate_panel(run_id, node, f"ship {trial}?", None)
             approver.comment.value = "yes"
             rejecter.comment.value = "no"
             start = threading.Barrier(2)

@@ -14,14 +14,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._loop import owns_running_loop
-from ..errors import InvalidState, NodeTimeout
-from ..model import Decision, EventType, NewEvent, format_seconds
+from ..errors import InvalidState
+from ..model import Decision, NewEvent
 from .gates import Suspend
 from .graph import NodeSpec
+from .policy import Attempts
 from .scope import NodeScope, enter_scope
 from .values import check_state
 
-__all__ = ["Attempter", "Outcome", "backoff_seconds"]
+__all__ = ["Attempter", "Outcome"]
 
 Sleep = Callable[[float], Awaitable[Any]]
 
@@ -79,11 +80,6 @@ _NODE_THREADS = _NodeThreads()
 SHORT_NODE_SECONDS = 0.005
 
 
-def backoff_seconds(retry: int) -> float:
-    """Return the sleep before retry ``retry`` (1-based): 1, 2, 4, 8, 16, 30, 30, … seconds."""
-    return float(min(2 ** (retry - 1), 30))
-
-
 @dataclass(slots=True)
 class Outcome:
     """How one node (or one map item) ended: updates, an error or a pause."""
@@ -129,11 +125,7 @@ class Attempter:
         try:
             return await asyncio.wait_for(call, spec.timeout_seconds)
         except TimeoutError:
-            raise NodeTimeout(
-                f"Node '{spec.label}' failed: timed out after {format_seconds(spec.timeout_seconds)}",
-                node_id=spec.node_id,
-                error_type="NodeTimeout",
-            ) from None
+            raise spec.policy.timed_out(spec.label, spec.node_id) from None
 
     async def run(
         self,
@@ -147,8 +139,8 @@ class Attempter:
     ) -> Outcome:
         """Run attempts of one node until one succeeds, pauses, or the retries are spent."""
         started = time.perf_counter()
-        attempts = spec.retry_count + 1
-        for attempt in range(1, attempts + 1):
+        attempts = Attempts(spec.policy, spec.node_id, self.events, item_index)
+        for attempt in attempts:
             scope = NodeScope(
                 run_id=self.run_id,
                 node_id=spec.node_id,
@@ -161,12 +153,9 @@ class Attempter:
             except Suspend as suspend:
                 return Outcome(spec.node_id, suspend=suspend, duration=time.perf_counter() - started, attempts=attempt)
             except Exception as error:  # noqa: BLE001 - a node's failure is data, recorded in its checkpoint
-                if attempt < attempts:
-                    detail = {"attempt": attempt, "error": f"{type(error).__name__}: {error}"}
-                    if item_index is not None:
-                        detail["item_index"] = item_index
-                    self.events.append(NewEvent(EventType.NODE_RETRYING, spec.node_id, detail))
-                    await self.sleep(backoff_seconds(attempt))
+                wait = attempts.failed(error)
+                if wait is not None:
+                    await self.sleep(wait)
                     continue
                 return Outcome(spec.node_id, error=error, duration=time.perf_counter() - started, attempts=attempt)
             elapsed = time.perf_counter() - started

@@ -7,11 +7,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .._loop import run_sync
-from ..model import PruneReport, RunStatus
+from ..model import PruneReport
 from ..store import resolve_store
 from ..store.secret import load_secret
-from .ops import cancel_run, create_fork, expire_gates, load_run, make_decision, record_decision
-from .run import Run
+from .cancel import cancel_run
+from .decisions import current_run, decide, make_decision
+from .forking import create_fork
+from .run import Run, load_run
 from .status import describe
 from .values import ValueCodec
 
@@ -46,11 +48,7 @@ def get_run(run_id: str, *, store: Any = None) -> Run:
 async def astatus(run_id: str, *, store: Any = None) -> dict[str, Any]:
     """Async twin of ``status``."""
     resolved = resolve_store(store)
-    run = await resolved.get_run(run_id)
-    if run.status is RunStatus.PAUSED:
-        await expire_gates(resolved, run_id)
-        run = await resolved.get_run(run_id)
-    return describe(run, await resolved.status_rows(run_id))
+    return describe(await current_run(resolved, run_id), await resolved.status_rows(run_id))
 
 
 def status(run_id: str, *, store: Any = None) -> dict[str, Any]:
@@ -71,7 +69,7 @@ async def aapprove(
     """Async twin of ``approve``."""
     resolved = resolve_store(store)
     decision = make_decision(approved, value, comment, by)
-    result = await record_decision(resolved, run_id, decision, node)
+    result = await decide(resolved, run_id, decision, node)
     return await load_run(resolved, run_id, result.run)
 
 

@@ -35,9 +35,11 @@ from ..model import (
 )
 from ..store import codec
 from ..store.protocol import Conflict, Store
+from .cancel import CANCELLED
+from .decisions import current_run, decisions_of
+from .forking import create_fork
 from .gates import Suspend
 from .namespace import NamespaceTracker
-from .ops import CANCELLED, create_fork, decisions_of, expire_gates
 from .ownership import lease_deadline, owner_alive, this_owner
 from .statelog import StateLog
 from .values import ValueCodec
@@ -69,6 +71,8 @@ class CellOutcome:
     open_figures: frozenset[int] = frozenset()
     extra: dict[str, Any] = field(default_factory=dict)
     blobs: list[Blob] = field(default_factory=list)
+    # Events of the attempts before the one that finished (retries), committed with the cell.
+    events: list[NewEvent] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -165,15 +169,16 @@ class CellRun:
 
     async def refresh(self) -> RunRecord:
         """Re-read the run row (and apply gate deadlines that have passed)."""
-        self.run = await self.store.get_run(self.run_id)
-        if self.run.status is RunStatus.PAUSED:
-            await expire_gates(self.store, self.run_id)
-            self.run = await self.store.get_run(self.run_id)
+        self.run = await current_run(self.store, self.run_id)
         return self.run
 
-    async def take(self) -> None:
-        """Own the run in this kernel; a run owned by another live process is never taken."""
-        run = await self.refresh()
+    async def take(self, seen: RunRecord | None = None, head: CheckpointRecord | None = None) -> None:
+        """Own the run in this kernel; a run owned by another live process is never taken.
+
+        ``seen`` is the run row just read (else it is read here); ``head``, the checkpoint the
+        caller just wrote (a decision), saves reading the head again when it follows ours.
+        """
+        run = seen if seen is not None else await self.refresh()
         if run.status is RunStatus.RUNNING and run.owner == self.owner:
             return
         if run.status is RunStatus.COMPLETED:
@@ -210,7 +215,12 @@ class CellRun:
                 f"{conflict.run.status.value}); run the cell again."
             ) from None
         self.run = result.run
-        await self._reload_head()
+        if head is not None and head.parent_checkpoint_id == self.head_id:
+            # Built on the checkpoint this kernel wrote last: the state is the one it holds.
+            self.resumes = decisions_of(head)
+            self.head_id = head.checkpoint_id
+        else:
+            await self._reload_head()
 
     async def _reload_head(self) -> None:
         head = await self.store.resume_point(self.run_id)
@@ -284,13 +294,6 @@ class CellRun:
         self.tracker.drop(deleted)
         return Restorable(checkpoint, list(values), outputs, dict(checkpoint.extra.get("unstored", {})))
 
-    async def pending_gate(self, node_id: str) -> PendingInterrupt | None:
-        """Return the open gate of a cell, if the run waits at one there."""
-        for pending in await self.store.pending_interrupts(self.run_id):
-            if pending.node_id == node_id:
-                return pending
-        return None
-
     # -- committing ---------------------------------------------------------------------------
 
     def _draft(self, kind: str, node_id: str | None, status: CheckpointStatus, **fields: Any) -> CheckpointDraft:
@@ -311,7 +314,11 @@ class CellRun:
         try:
             result = await self.store.commit(
                 Commit(
-                    run_id=self.run_id, expect_status=frozenset({RunStatus.RUNNING}), expect_owner=self.owner, **fields
+                    run_id=self.run_id,
+                    expect_status=frozenset({RunStatus.RUNNING}),
+                    expect_owner=self.owner,
+                    seen=self.run,
+                    **fields,
                 )
             )
         except Conflict as conflict:
@@ -365,6 +372,7 @@ class CellRun:
             blobs=blobs,
             events=[
                 NewEvent(EventType.NODE_STARTED, node),
+                *outcome.events,
                 NewEvent(EventType.NODE_FINISHED, node, {"duration": outcome.duration, "attempts": outcome.attempts}),
             ],
             run=RunUpdate(lease_until=lease_deadline()),
@@ -375,7 +383,14 @@ class CellRun:
         return result.checkpoints[-1]
 
     async def fail_cell(
-        self, node: str, error: BaseException, trace: str, duration: float, attempts: int, source_hash: str
+        self,
+        node: str,
+        error: BaseException,
+        trace: str,
+        duration: float,
+        attempts: int,
+        source_hash: str,
+        retried: list[NewEvent] | None = None,
     ) -> None:
         """Commit ``failed:<node>``; the run is failed and resumes when the fixed cell runs."""
         message = f"Node '{node}' failed: {type(error).__name__}: {error}"
@@ -392,14 +407,26 @@ class CellRun:
         )
         await self._commit(
             checkpoints=[draft],
-            events=[NewEvent(EventType.NODE_STARTED, node), NewEvent(EventType.NODE_FAILED, node, {"error": message})],
+            events=[
+                NewEvent(EventType.NODE_STARTED, node),
+                *(retried or []),
+                NewEvent(EventType.NODE_FAILED, node, {"error": message}),
+            ],
             run=RunUpdate(
                 status=RunStatus.FAILED, error=message, error_type=type(error).__name__, owner=None, lease_until=None
             ),
         )
 
-    async def pause_cell(self, node: str, suspend: Suspend, source: str, source_hash: str, duration: float) -> None:
-        """Commit ``gate:<node>`` with its pending row; the run waits for a decision."""
+    async def pause_cell(
+        self,
+        node: str,
+        suspend: Suspend,
+        source: str,
+        source_hash: str,
+        duration: float,
+        retried: list[NewEvent] | None = None,
+    ) -> str:
+        """Commit ``gate:<node>`` with its pending row; return the gate's checkpoint id."""
         now = time.time()
         detail = {
             "reason": suspend.reason,
@@ -432,11 +459,13 @@ class CellRun:
             checkpoints=[draft],
             open_interrupts=[pending],
             events=[
+                *(retried or []),
                 NewEvent(EventType.GATE_OPENED, node, {"reason": suspend.reason}),
                 NewEvent(EventType.RUN_PAUSED, node),
             ],
             run=RunUpdate(status=RunStatus.PAUSED, owner=None, lease_until=None),
         )
+        return draft.checkpoint_id
 
     async def cancel_cell(self, node: str) -> None:
         """Record an interrupted cell: the run is cancelled, nothing of the cell kept."""

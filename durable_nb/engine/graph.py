@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigurationError
+from .policy import AttemptPolicy
 
 __all__ = ["ITEM_KEY_PREFIX", "KINDS", "Graph", "NodeSpec"]
 
@@ -39,6 +40,11 @@ class NodeSpec:
     @property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
+
+    @property
+    def policy(self) -> AttemptPolicy:
+        """How the node is attempted: its retries and its time limit per attempt."""
+        return AttemptPolicy(self.retry_count, self.timeout_seconds)
 
     @property
     def loop_key(self) -> str:

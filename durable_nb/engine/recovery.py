@@ -11,7 +11,7 @@ from ..errors import AlreadyResumed, ConfigurationError, RunOwnedElsewhere
 from ..model import Commit, EventType, NewEvent, RunStatus, RunUpdate
 from ..store import resolve_store
 from ..store.protocol import Conflict, Store
-from .ops import expire_gates
+from .decisions import expire_gates
 from .ownership import owner_alive
 from .run import Run
 from .workflow import Workflow

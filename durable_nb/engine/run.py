@@ -9,9 +9,13 @@ from typing import Any
 
 from .._loop import run_sync
 from ..model import PendingInterrupt, RunRecord, RunStatus
+from ..store.protocol import Store
+from ..store.secret import load_secret
+from .decisions import current_run
 from .graph import ITEM_KEY_PREFIX
+from .values import ValueCodec
 
-__all__ = ["Run"]
+__all__ = ["Run", "load_run"]
 
 _STATUS_COLOURS = {
     RunStatus.PENDING: "#6b7280",
@@ -134,3 +138,15 @@ class Run:
             f"<tr><th style='text-align:left'>{k}</th><td style='text-align:left'>{v}</td></tr>" for k, v in rows
         )
         return f"<table class='durable-nb-run'>{body}</table>"
+
+
+async def load_run(store: Store, run_id: str, record: RunRecord | None = None) -> Run:
+    """Return a Run (``record``: its row, if just read) whose state loads from its latest
+    checkpoint on first access."""
+    record = await current_run(store, run_id, record)
+    pending = await store.pending_interrupts(run_id) if record.status is RunStatus.PAUSED else []
+
+    async def load_state() -> dict[str, Any]:
+        return await ValueCodec(store, load_secret()).load((await store.state_at(run_id)).manifest)
+
+    return Run(record, pending=pending, load_state=load_state)

@@ -32,8 +32,8 @@ from ..model import (
 )
 from ..store.protocol import Conflict, Store
 from .attempts import Attempter, Outcome
+from .cancel import CANCELLED
 from .graph import ITEM_KEY_PREFIX, Graph, NodeSpec
-from .ops import CANCELLED
 from .ownership import lease_deadline
 from .statelog import StateLog
 from .values import ValueCodec

@@ -32,11 +32,13 @@ from ..model import (
 from ..store import resolve_store
 from ..store.protocol import Conflict, Store
 from ..store.secret import load_secret
+from .cancel import cancel_run
+from .decisions import current_run, decide, decisions_of, make_decision
+from .forking import create_fork
 from .gates import Resume
 from .graph import Graph, NodeSpec
-from .ops import cancel_run, create_fork, decisions_of, expire_gates, load_run, make_decision, record_decision
 from .ownership import active, lease_deadline, owner_alive, this_owner
-from .run import Run
+from .run import Run, load_run
 from .runner import Runner
 from .statelog import StateLog
 from .status import describe
@@ -275,11 +277,7 @@ class Workflow:
     async def aresume(self, run_id: str, value: Resume | None = None) -> Run:
         """Async twin of ``resume``."""
         self._graph.check()
-        run = await self._own_run(run_id)
-        if run.status is RunStatus.PAUSED:
-            # Re-read even when another looker applied the deadline first.
-            await expire_gates(self.store, run_id)
-            run = await self._own_run(run_id)
+        run = await current_run(self.store, run_id, await self._own_run(run_id))
         if run.status is RunStatus.PAUSED:
             if isinstance(value, Resume):
                 return await self._decide(run_id, make_decision(True, value.value, None, None), None)
@@ -435,11 +433,7 @@ class Workflow:
 
     async def astatus(self, run_id: str) -> dict[str, Any]:
         """Async twin of ``status``."""
-        run = await self._own_run(run_id)
-        if run.status is RunStatus.PAUSED:
-            # Re-read even when another looker applied the deadline first.
-            await expire_gates(self.store, run_id)
-            run = await self._own_run(run_id)
+        run = await current_run(self.store, run_id, await self._own_run(run_id))
         return describe(run, await self.store.status_rows(run_id), self._graph.nodes)
 
     def get(self, run_id: str) -> Run:
@@ -485,7 +479,7 @@ class Workflow:
         values = self._values()
         state = await values.load((await self.store.state_at(run_id)).manifest)
         with active(run_id):
-            result = await record_decision(
+            result = await decide(
                 self.store, run_id, decision, node, continue_as=owner, lease_until=lease_deadline()
             )
             if result.run.status is not RunStatus.RUNNING:

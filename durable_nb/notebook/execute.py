@@ -18,8 +18,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from .._loop import run_sync
-from ..errors import NodeTimeout
-from ..model import format_seconds
+from ..engine.policy import AttemptPolicy
 from .cellcode import CellCode
 
 __all__ = ["run_code"]
@@ -34,9 +33,7 @@ def _deadline(seconds: float | None, node: str) -> Iterator[None]:
         return
 
     def expire(signum: int, frame: Any) -> None:
-        raise NodeTimeout(
-            f"Node '{node}' failed: timed out after {format_seconds(seconds)}", node_id=node, error_type="NodeTimeout"
-        )
+        raise AttemptPolicy(timeout_seconds=seconds).timed_out(node, node)
 
     previous = signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, seconds)

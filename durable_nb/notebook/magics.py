@@ -211,9 +211,10 @@ class DurableMagics(Magics):
             # Run All after a click on the panel reaches this line with nothing left to decide.
             print(f"durable_nb: run {cell_run.run_id} waits at no gate (already decided); nothing to do")
             return
-        node = session.record(cell_run.run_id, args.node, approved=approved, comment=args.comment, by=args.by)
+        decided = session.decide(cell_run.run_id, args.node, approved=approved, comment=args.comment, by=args.by)
+        node = decided.checkpoints[-1].node_id
         print(f"durable_nb: {'approved' if approved else 'rejected'} the gate of cell '{node}'")
-        print(session.continue_cell(cell_run.run_id, node))
+        print(session.continue_after(decided))
 
     def _reject(self, rest: str) -> None:
         self._approve(rest, approved=False)

@@ -15,15 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from .._loop import run_sync
-from ..engine.attempts import backoff_seconds
 from ..engine.cells import CellOutcome, CellRun
+from ..engine.decisions import decide, make_decision
 from ..engine.gates import Suspend
 from ..engine.namespace import NamespaceTracker
-from ..engine.ops import load_run, make_decision, record_decision
+from ..engine.policy import AttemptPolicy, Attempts
 from ..engine.scope import NodeScope, enter_scope, leave_scope
 from ..engine.values import ValueCodec
-from ..errors import AlreadyResumed, GatePending, SerializationError
-from ..model import Blob, CheckpointRecord, RunStatus, format_seconds
+from ..errors import GatePending, SerializationError
+from ..model import Blob, CheckpointRecord, CommitResult, RunStatus, format_seconds
 from ..store import Store, codec, connect
 from ..store.secret import load_secret
 from .capture import Capture, close_restored_figures, open_figure_ids, replay
@@ -181,7 +181,8 @@ class KernelSession:
             return self._while_paused(cell_run, node)
         if committed is not None:
             cell_run = self._fork_for(cell_run, node, "re-run with --rerun" if options.rerun else "changed")
-        run_sync(cell_run.take())
+            run = cell_run.run
+        run_sync(cell_run.take(run))
         return self._execute(cell_run, node, source, cell, options)
 
     def _return_to(self, current: CellRun, match: str, node: str) -> tuple[CellRun, CheckpointRecord | None, Any]:
@@ -193,17 +194,17 @@ class KernelSession:
         return cell_run, run_sync(cell_run.lookup(node)), run_sync(cell_run.refresh())
 
     def _while_paused(self, cell_run: CellRun, node: str) -> Any:
-        pending = run_sync(cell_run.pending_gate(node))
+        gates = run_sync(cell_run.store.pending_interrupts(cell_run.run_id))
+        pending = next((p for p in gates if p.node_id == node), None)
         if pending is None:
-            others = run_sync(cell_run.store.pending_interrupts(cell_run.run_id))
-            where = f"cell '{others[0].node_id}'" if others else "a gate"
+            where = f"cell '{gates[0].node_id}'" if gates else "a gate"
             raise GatePending(
                 f"Run {cell_run.run_id} waits for a decision at {where}; decide it there (or with "
                 "%durable approve / durable_nb.approve) before running other cells.",
                 run_id=cell_run.run_id,
                 node_id=node,
             )
-        self.show_gate(cell_run.run_id, node, pending.reason, pending.context)
+        self.show_gate(cell_run.run_id, node, pending.reason, pending.context, pending.checkpoint_id)
         raise GatePending(
             f"Waiting at gate '{pending.reason}': decide in the panel, then run this cell again.",
             run_id=cell_run.run_id,
@@ -285,10 +286,10 @@ class KernelSession:
         filename = self.shell.compile.cache(source)
         flags = getattr(self.shell.compile, "flags", 0)
         started = time.perf_counter()
-        attempts = options.retries + 1
+        attempts = Attempts(AttemptPolicy(options.retries, options.timeout), node)
         namespace = self.shell.user_ns
         cell_run.tracker.baseline(namespace)
-        for attempt in range(1, attempts + 1):
+        for attempt in attempts:
             scope = NodeScope(
                 run_id=cell_run.run_id,
                 node_id=node,
@@ -312,8 +313,9 @@ class KernelSession:
                     )
                     capture.finish(value)
             except Suspend as suspend:
-                run_sync(cell_run.pause_cell(node, suspend, source, cell.source_hash, time.perf_counter() - started))
-                self.show_gate(cell_run.run_id, node, suspend.reason, suspend.context)
+                took = time.perf_counter() - started
+                gate = run_sync(cell_run.pause_cell(node, suspend, source, cell.source_hash, took, attempts.events))
+                self.show_gate(cell_run.run_id, node, suspend.reason, suspend.context, gate)
                 raise GatePending(
                     f"Paused at gate '{suspend.reason}': decide in the panel above; the cell then continues.",
                     run_id=cell_run.run_id,
@@ -324,22 +326,23 @@ class KernelSession:
                 _note(f"cell '{node}' interrupted: run {cell_run.run_id} is cancelled; run the cell again to resume")
                 raise
             except Exception as error:
-                if attempt < attempts:
+                wait = attempts.failed(error)
+                if wait is not None:
                     _note(
                         f"cell '{node}' failed ({type(error).__name__}: {error}); retry {attempt} of {options.retries}"
                     )
-                    time.sleep(backoff_seconds(attempt))
+                    time.sleep(wait)
                     continue
                 trace = "".join(traceback.format_exception(error))
-                run_sync(
-                    cell_run.fail_cell(node, error, trace, time.perf_counter() - started, attempt, cell.source_hash)
-                )
+                took = time.perf_counter() - started
+                run_sync(cell_run.fail_cell(node, error, trace, took, attempt, cell.source_hash, attempts.events))
                 raise
             finally:
                 leave_scope(token)
             outcome = self._outcome(cell_run, node, cell, capture.outputs, before, watch, value, options)
             outcome.duration = time.perf_counter() - started
             outcome.attempts = attempt
+            outcome.events = attempts.events
             self._commit(cell_run, outcome, only_if_changed=only_if_changed)
             return None
         raise AssertionError("unreachable")
@@ -418,66 +421,55 @@ class KernelSession:
 
     # -- gates ----------------------------------------------------------------------------------
 
-    def show_gate(self, run_id: str, node: str, reason: str, context: Any) -> None:
-        """Display the gate panel for a paused cell."""
-        from IPython.display import display
-
+    def gate_panel(self, run_id: str, node: str, reason: str, context: Any, gate: str | None = None) -> Any:
+        """Return the Approve / Reject panel of a cell's gate, continuing the cell in this kernel."""
         from ..widgets.gate_panel import GatePanel
 
         assert self.store is not None
-        display(GatePanel(self, run_id=run_id, node_id=node, reason=reason, context=context))
+        return GatePanel(self.store, run_id=run_id, node_id=node, reason=reason, context=context, gate=gate, link=self)
 
-    def record(
-        self,
-        run_id: str,
-        node: str | None,
-        *,
-        approved: bool,
-        comment: str | None = None,
-        by: str | None = None,
-        value: Any = None,
-        reason: str | None = None,
-    ) -> str:
-        """Record a decision on a paused cell (atomically, once); return the cell it decided.
+    def show_gate(self, run_id: str, node: str, reason: str, context: Any, gate: str | None = None) -> None:
+        """Display the gate panel for a paused cell."""
+        from IPython.display import display
 
-        With ``reason``, only that gate is decided: a panel of a gate already passed must not
-        decide the next gate of the same cell.
-        """
+        display(self.gate_panel(run_id, node, reason, context, gate))
+
+    def decide(
+        self, run_id: str, node: str | None, *, approved: bool, comment: str | None = None, by: str | None = None
+    ) -> CommitResult:
+        """Decide the gate a run waits at (atomically, once) and return what was written."""
         assert self.store is not None
-        decision = make_decision(approved, value, comment, by)
-        if reason is not None:
-            pending = [p for p in run_sync(self.store.pending_interrupts(run_id)) if node in (None, p.node_id)]
-            if not any(p.reason == reason for p in pending):
-                raise AlreadyResumed(f"The gate {reason!r} of run {run_id} was already decided.")
-        result = run_sync(record_decision(self.store, run_id, decision, node))
-        return result.checkpoints[-1].node_id or node or ""
+        return run_sync(decide(self.store, run_id, make_decision(approved, None, comment, by), node))
 
-    def continue_cell(self, run_id: str, node: str) -> str:
-        """Run a decided gate's cell again from its recorded source, in this kernel."""
+    # -- what the widgets ask of this kernel -------------------------------------------------------
+
+    @property
+    def attached_run_id(self) -> str | None:
+        """The run this kernel is attached to, if any."""
+        return self.cell_run.run_id if self.cell_run is not None else None
+
+    def switch_to(self, run_id: str) -> None:
+        """Attach this kernel to another run (its cells restore from it when they run)."""
+        assert self.store is not None
+        run = run_sync(self.store.get_run(run_id))
+        self.attach(run.name, run_id=run_id)
+
+    def continue_after(self, decided: CommitResult) -> str:
+        """Run a decided gate's cell again from its recorded source, in this kernel; return a note."""
         cell_run = self.cell_run
-        if cell_run is None or cell_run.run_id != run_id:
+        run = decided.run
+        if cell_run is None or cell_run.run_id != run.run_id or decided.claimed is None:
             return "Decision recorded. Run the cell again in the kernel attached to this run to continue."
-        gate_checkpoint = run_sync(cell_run.store.node_checkpoint(run_id, node, "gate:"))
-        source = (gate_checkpoint.extra.get("source") if gate_checkpoint else None) or ""
-        if not source:
-            return "Decision recorded. Run the cell again to continue."
-        run = run_sync(cell_run.refresh())
         if run.status is not RunStatus.PENDING:
             return f"Decision recorded; the run is {run.status.value}. Run the cell again to continue."
-        run_sync(cell_run.take())
+        node = decided.claimed.node_id
+        gate = run_sync(cell_run.store.get_checkpoint(run.run_id, decided.claimed.checkpoint_id))
+        source = gate.extra.get("source") or ""
+        if not source:
+            return "Decision recorded. Run the cell again to continue."
+        run_sync(cell_run.take(run, decided.checkpoints[-1]))
         self._execute(cell_run, node, source, analyze(source), CellOptions())
         return f"Decision recorded and cell '{node}' continued. Run the cells below (Run All restores the rest)."
-
-    def recorded_decision(self, run_id: str, node: str) -> dict[str, Any] | None:
-        """Return the latest decision recorded for a cell's gate, if any."""
-        assert self.store is not None
-        checkpoint = run_sync(self.store.node_checkpoint(run_id, node, "approved:"))
-        return checkpoint.decision if checkpoint is not None else None
-
-    def run_status(self, run_id: str) -> str:
-        """Return a run's status text."""
-        assert self.store is not None
-        return run_sync(load_run(self.store, run_id)).status
 
 
 def _show_value(shell: Any, value: Any) -> None:

@@ -322,7 +322,7 @@ def _commit_read(conn: Any, commit: Commit, now: float, url: str) -> CommitResul
         still_pending = 0
         if commit.claim is not None:
             pending = _pending(conn, run.run_id)
-            target = choose_claim(run.run_id, commit.claim, pending)
+            target = choose_claim(run.run_id, commit.claim, pending, commit.claim_gate)
             row = conn.execute(
                 f"DELETE FROM pending_interrupts WHERE run_id = %s AND node_id = %s RETURNING {rows.INTERRUPT_COLUMNS}",
                 (run.run_id, target.node_id),

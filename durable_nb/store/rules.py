@@ -42,8 +42,13 @@ def trusted_seen(commit: Commit) -> RunRecord | None:
     return seen
 
 
-def choose_claim(run_id: str, node_id: str, pending: list[PendingInterrupt]) -> PendingInterrupt:
-    """Pick the pending interrupt a claim names; raise AlreadyResumed when there is none."""
+def choose_claim(
+    run_id: str, node_id: str, pending: list[PendingInterrupt], gate: str | None = None
+) -> PendingInterrupt:
+    """Pick the pending interrupt a claim names (``gate``: only the one that checkpoint opened);
+    raise AlreadyResumed when there is none."""
+    if gate is not None:
+        pending = [p for p in pending if p.checkpoint_id == gate]
     if node_id == ANY_NODE:
         if len(pending) > 1:
             names = ", ".join(sorted(p.node_id for p in pending))
@@ -54,10 +59,12 @@ def choose_claim(run_id: str, node_id: str, pending: list[PendingInterrupt]) -> 
         for item in pending:
             if item.node_id == node_id:
                 return item
+    where = "" if node_id == ANY_NODE else f" at node {node_id!r}"
+    if gate is not None:
+        where = f"{where} opened by checkpoint {gate}"
     raise AlreadyResumed(
-        f"Run {run_id} has no open gate{'' if node_id == ANY_NODE else f' at node {node_id!r}'}: "
-        "it was already decided (by another process or person) or was never paused there. "
-        "Check its status with durable_nb.get_run(run_id)."
+        f"Run {run_id} has no open gate{where}: it was already decided (by another process or "
+        "person) or was never paused there. Check its status with durable_nb.get_run(run_id)."
     )
 
 

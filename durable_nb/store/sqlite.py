@@ -374,7 +374,7 @@ def _commit(conn: sqlite3.Connection, commit: Commit, now: float, url: str) -> C
         still_pending = 0
         if commit.claim is not None:
             pending = _pending(conn, run.run_id)
-            claimed = choose_claim(run.run_id, commit.claim, pending)
+            claimed = choose_claim(run.run_id, commit.claim, pending, commit.claim_gate)
             still_pending = len(pending) - 1
             conn.execute(
                 "DELETE FROM pending_interrupts WHERE run_id = ? AND node_id = ?",

@@ -10,7 +10,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from .._loop import run_sync
-from ..engine.ops import expire_gates
+from ..engine.decisions import current_run, expire_gates
 from ..engine.status import NODE_STATUSES, describe
 from ..engine.values import ValueCodec
 from ..model import CheckpointStatus, EventType, RunStatus
@@ -105,9 +105,7 @@ async def ahistory(run: Any, *, store: Any = None) -> pd.DataFrame:
     pd = _pd()
     run_id = _run_id(run)
     resolved = resolve_store(store)
-    record = await resolved.get_run(run_id)
-    if record.status is RunStatus.PAUSED:
-        await expire_gates(resolved, run_id)
+    await current_run(resolved, run_id)
     rows = await resolved.history_rows(run_id)
     columns = list(zip(*rows, strict=True)) if rows else [()] * 16
     return pd.DataFrame(
@@ -250,10 +248,7 @@ async def astatus(run: Any, *, store: Any = None) -> pd.DataFrame:
     pd = _pd()
     resolved = resolve_store(store)
     run_id = _run_id(run)
-    record = await resolved.get_run(run_id)
-    if record.status is RunStatus.PAUSED:
-        await expire_gates(resolved, run_id)
-        record = await resolved.get_run(run_id)
+    record = await current_run(resolved, run_id)
     summary = describe(record, await resolved.status_rows(run_id))
     row: dict[str, Any] = {
         "run_id": _text([record.run_id]),

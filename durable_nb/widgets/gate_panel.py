@@ -1,8 +1,10 @@
 """The gate panel: a paused cell's frozen context, Approve / Reject, a comment.
 
-A click records the decision atomically; a decision someone made elsewhere is shown instead
-of an error. Everything a callback prints or raises goes to the panel's own Output area,
-since JupyterLab drops callback output and ipywidgets swallows callback exceptions.
+A click decides the gate through the engine's one decision call, which claims it atomically;
+a decision someone made elsewhere is shown instead of an error. The panel knows nothing of
+the notebook: what continues the cell after a decision is handed in (``KernelLink``).
+Everything a callback prints or raises goes to the panel's own Output area, since JupyterLab
+drops callback output and ipywidgets swallows callback exceptions.
 """
 
 from __future__ import annotations
@@ -15,7 +17,12 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from .._loop import run_sync
+from ..engine.decisions import decide, latest_decision, make_decision, open_gate
 from ..errors import AlreadyResumed, GatePending
+from ..model import Decision
+from ..store.protocol import Store
+from .link import KernelLink
 
 __all__ = ["GatePanel"]
 
@@ -39,10 +46,25 @@ def _text(value: Any) -> str:
 
 
 class GatePanel(widgets.VBox):
-    """Approve / Reject buttons for one paused cell, bound to the run in the store."""
+    """Approve / Reject buttons for one paused cell, bound to its gate in the store.
 
-    def __init__(self, session: Any, *, run_id: str, node_id: str, reason: str, context: Any) -> None:
-        self.session = session
+    ``gate`` is the checkpoint that opened the gate (found from ``reason`` when not given): a
+    click decides that gate and no other. ``link`` continues the cell after a decision.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        run_id: str,
+        node_id: str,
+        reason: str,
+        context: Any,
+        gate: str | None = None,
+        link: KernelLink | None = None,
+    ) -> None:
+        self.store = store
+        self.link = link
         self.run_id = run_id
         self.node_id = node_id
         self.reason = reason
@@ -70,38 +92,44 @@ class GatePanel(widgets.VBox):
             ],
             layout=widgets.Layout(border="1px solid #d97706", padding="8px", width="100%"),
         )
-        decided = session.recorded_decision(run_id, node_id)
-        if decided is not None and session.run_status(run_id) != "paused":
-            self._show_decided(decided, "")
+        self.gate = gate
+        if gate is None:
+            pending = run_sync(open_gate(store, run_id, node_id, reason))
+            if pending is not None:
+                self.gate = pending.checkpoint_id
+            else:
+                self._show_outcome_elsewhere("")
 
     def __repr__(self) -> str:
         # Stable text for nbval and plain consoles.
         return f"<GatePanel {self.reason!r} in cell {self.node_id!r}>"
 
-    def _show_decided(self, decision: dict[str, Any], note: str) -> None:
-        verdict = "Approved" if decision.get("approved") else "Rejected"
-        who = html.escape(str(decision.get("by") or "someone"))
-        comment = decision.get("comment")
-        said = f" — “{html.escape(comment)}”" if comment else ""
+    def _show_decided(self, decision: Decision, note: str) -> None:
+        verdict = "Approved" if decision.approved else "Rejected"
+        who = html.escape(str(decision.by or "someone"))
+        said = f" — “{html.escape(decision.comment)}”" if decision.comment else ""
         self.status.value = f"<b>{verdict}</b> by {who}{said}. {html.escape(note)}"
         self.approve_button.disabled = self.reject_button.disabled = self.comment.disabled = True
+
+    def _show_outcome_elsewhere(self, note: str) -> None:
+        decided = run_sync(latest_decision(self.store, self.run_id, self.node_id))
+        if decided is not None:
+            self._show_decided(decided, note)
+        else:
+            self.status.value = "This gate is no longer open (the run was cancelled or moved on)."
+            self.approve_button.disabled = self.reject_button.disabled = True
 
     def _decide(self, approved: bool) -> None:
         with self.output:
             try:
-                by = _user()
-                self.session.record(
-                    self.run_id,
-                    self.node_id,
-                    approved=approved,
-                    comment=self.comment.value or None,
-                    by=by,
-                    reason=self.reason,
-                )
-                decision = self.session.recorded_decision(self.run_id, self.node_id) or {"approved": approved, "by": by}
+                decision = make_decision(approved, None, self.comment.value or None, _user())
+                result = run_sync(decide(self.store, self.run_id, decision, self.node_id, gate=self.gate))
                 self._show_decided(decision, "Continuing the cell…")
+                if self.link is None:
+                    self._show_decided(decision, "The run continues where its code runs.")
+                    return
                 try:
-                    note = self.session.continue_cell(self.run_id, self.node_id)
+                    note = self.link.continue_after(result)
                 except GatePending:
                     raise
                 except Exception:  # noqa: BLE001 - the cell's own error, shown below
@@ -116,12 +144,7 @@ class GatePanel(widgets.VBox):
             except GatePending as pending:
                 self.status.value += f" {html.escape(str(pending))}"
             except AlreadyResumed:
-                decided = self.session.recorded_decision(self.run_id, self.node_id)
-                if decided is not None:
-                    self._show_decided(decided, "This decision was made elsewhere; run the cell again to continue.")
-                else:
-                    self.status.value = "This gate is no longer open (the run was cancelled or moved on)."
-                    self.approve_button.disabled = self.reject_button.disabled = True
+                self._show_outcome_elsewhere("This decision was made elsewhere; run the cell again to continue.")
             except Exception:  # noqa: BLE001 - shown in the panel: callbacks must never fail silently
                 self.status.value = "<b style='color:#dc2626'>The decision could not be completed; see below.</b>"
                 traceback.print_exc()

@@ -16,7 +16,8 @@ from typing import Any
 import ipywidgets as widgets
 
 from .._loop import run_sync
-from ..engine.calls import acancel, afork, aget_run, approve, reject
+from ..engine.calls import acancel, afork, aget_run
+from ..engine.decisions import decide, make_decision
 from ..engine.overrides import parse_overrides
 from ..engine.values import ValueCodec
 from ..errors import DurableError
@@ -25,6 +26,7 @@ from ..store import resolve_store
 from ..store.secret import load_secret
 from ..views import compare, forks, history
 from ..views.render import COLOURS
+from .link import KernelLink
 
 __all__ = ["Inspector"]
 
@@ -36,9 +38,11 @@ def _short(run_id: str) -> str:
 class Inspector(widgets.VBox):
     """Explore and branch the fork tree of a run."""
 
-    def __init__(self, run: Any = None, *, store: Any = None, session: Any = None, poll_seconds: float = 2.0) -> None:
-        self.store = resolve_store(store if store is not None else getattr(session, "store", None))
-        self.session = session
+    def __init__(
+        self, run: Any = None, *, store: Any = None, link: KernelLink | None = None, poll_seconds: float = 2.0
+    ) -> None:
+        self.store = resolve_store(store)
+        self.link = link
         self.poll_seconds = poll_seconds
         self.run_id = self._initial_run(run)
         self.tree = widgets.Select(description="Runs", rows=6, layout=widgets.Layout(width="100%"))
@@ -103,9 +107,9 @@ class Inspector(widgets.VBox):
     def _initial_run(self, run: Any) -> str:
         if run is not None:
             return str(getattr(run, "id", run))
-        cell_run = getattr(self.session, "cell_run", None)
-        if cell_run is not None:
-            return str(cell_run.run_id)
+        attached = self.link.attached_run_id if self.link is not None else None
+        if attached is not None:
+            return attached
         latest = run_sync(self.store.list_runs())
         if not latest:
             raise DurableError("The store has no runs yet to inspect; start one first.")
@@ -234,11 +238,11 @@ class Inspector(widgets.VBox):
 
     def switch(self) -> None:
         """Attach this kernel to the selected run."""
-        if self.session is None:
+        if self.link is None:
             raise DurableError("Switching needs a notebook kernel with %load_ext durable_nb.")
-        run = run_sync(aget_run(self.selected_run, store=self.store))
-        self.session.attach(run.name, run_id=run.id)
-        self._say(f"This kernel now works in run {run.id}; run its cells to restore or continue them.")
+        run_id = self.selected_run
+        self.link.switch_to(run_id)
+        self._say(f"This kernel now works in run {run_id}; run its cells to restore or continue them.")
 
     def show_comparison(self) -> None:
         """Compare the chosen runs (or the whole tree) side by side."""
@@ -252,12 +256,10 @@ class Inspector(widgets.VBox):
     def decide(self, approved: bool) -> None:
         """Approve or reject the gate the selected run waits at (continuing its cell in this kernel)."""
         run_id = self.selected_run
-        cell_run = getattr(self.session, "cell_run", None)
-        if cell_run is not None and cell_run.run_id == run_id:
-            node = self.session.record(run_id, None, approved=approved)
-            note = self.session.continue_cell(run_id, node)
+        result = run_sync(decide(self.store, run_id, make_decision(approved)))
+        if self.link is not None and self.link.attached_run_id == run_id:
+            note = self.link.continue_after(result)
         else:
-            (approve if approved else reject)(run_id, store=self.store)
             note = "Decision recorded; the run continues where its code runs."
         self.refresh()
         self._say(note)
@@ -265,7 +267,7 @@ class Inspector(widgets.VBox):
     def resume(self) -> None:
         """Resume the selected run: notebook runs continue in this kernel, workflows need their code."""
         run = run_sync(aget_run(self.selected_run, store=self.store))
-        if run.record.kind.value == "notebook" and self.session is not None:
+        if run.record.kind.value == "notebook" and self.link is not None:
             self.switch()
             return
         self._say(

@@ -1,0 +1,93 @@
+"""Forks: a new run branched from any checkpoint of another, sharing its history."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .._ids import new_id
+from ..errors import NotResumable
+from ..model import CheckpointRecord, CheckpointStatus, EventType, NewEvent, NewRun, RunRecord, RunStatus
+from ..store.protocol import Store
+from .drafts import draft_after
+from .values import ValueCodec, check_state
+
+__all__ = ["Fork", "create_fork"]
+
+
+@dataclass(slots=True)
+class Fork:
+    """A created fork: its run and its first checkpoint."""
+
+    run: RunRecord
+    checkpoint: CheckpointRecord
+
+
+async def create_fork(
+    store: Store,
+    values: ValueCodec,
+    run_id: str,
+    checkpoint_id: str | None = None,
+    overrides: Any = None,
+    *,
+    owner: str | None = None,
+    lease_until: float | None = None,
+    first_events: list[NewEvent] | None = None,
+) -> Fork:
+    """Create a run branched from a checkpoint of ``run_id``; the original is untouched."""
+    source_run = await store.get_run(run_id)
+    if checkpoint_id is None:
+        source = await store.resume_point(run_id)
+        if source is None:
+            raise NotResumable(
+                f"Run {run_id} has no checkpoint to fork from yet; let it commit a node first, or start a new run."
+            )
+    else:
+        source = await store.get_checkpoint(run_id, checkpoint_id)
+    changes = check_state(overrides, "Fork state overrides")
+    delta, blobs = values.encode(changes)
+    new_run_id = new_id()
+    # The fork's state is its parent's at the fork point (read through it, never copied) and this.
+    draft = draft_after(
+        source,
+        "fork",
+        source.node_id,
+        CheckpointStatus.FORK,
+        label=source.node_id or "run_end",
+        changes=dict(delta),
+        agent_path=source.agent_path,
+        node_output=delta,
+        extra={"overrides": sorted(changes), "forked_from": {"run_id": run_id, "step": source.step, "seq": source.seq}},
+    )
+    record, _ = await store.create_run(
+        NewRun(
+            run_id=new_run_id,
+            name=source_run.name,
+            kind=source_run.kind,
+            status=RunStatus.RUNNING if owner else RunStatus.PENDING,
+            input_manifest=source_run.input_manifest,
+            blobs=blobs,
+            parent_run_id=run_id,
+            parent_checkpoint_id=source.checkpoint_id,
+            owner=owner,
+            lease_until=lease_until,
+            meta=dict(source_run.meta),
+            checkpoints=[draft],
+            events=[
+                NewEvent(
+                    EventType.FORK_CREATED,
+                    source.node_id,
+                    {
+                        "parent_run_id": run_id,
+                        "parent_checkpoint_id": source.checkpoint_id,
+                        "overrides": sorted(changes),
+                    },
+                )
+            ]
+            + (first_events or []),
+        )
+    )
+    values.mark_stored(blobs)
+    checkpoint = await store.head_checkpoint(new_run_id)
+    assert checkpoint is not None
+    return Fork(record, checkpoint)
