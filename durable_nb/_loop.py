@@ -20,14 +20,16 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import functools
 import threading
 import weakref
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
 
-__all__ = ["owns_running_loop", "run_sync"]
+__all__ = ["blocking", "owns_running_loop", "run_sync"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 _local = threading.local()
 _own: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
@@ -139,3 +141,20 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         _make_reentrant(running)
         return _run_here(running, coro)
     return _run_on_portal(coro)
+
+
+def blocking(coroutine_function: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, T]:
+    """Return the blocking twin of ``aname``, called ``name``: same parameters and docstring."""
+
+    @functools.wraps(coroutine_function)
+    def twin(*args: P.args, **kwargs: P.kwargs) -> T:
+        return run_sync(coroutine_function(*args, **kwargs))
+
+    name = coroutine_function.__name__.removeprefix("a")
+    twin.__name__ = name
+    twin.__qualname__ = (
+        coroutine_function.__qualname__.rsplit(".", 1)[0] + f".{name}"
+        if "." in coroutine_function.__qualname__
+        else name
+    )
+    return twin

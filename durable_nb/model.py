@@ -26,6 +26,7 @@ __all__ = [
     "RunRecord",
     "RunStatus",
     "RunUpdate",
+    "STATUS_COLOURS",
     "StatusRows",
     "UNCHANGED",
     "format_seconds",
@@ -90,6 +91,20 @@ class EventType(enum.StrEnum):
     def __str__(self) -> str:
         return self.value
 
+
+# How statuses (of runs and of checkpoints) are coloured wherever they are shown.
+STATUS_COLOURS = {
+    "completed": "#16a34a",
+    "ok": "#16a34a",
+    "approved": "#16a34a",
+    "running": "#2563eb",
+    "pending": "#6b7280",
+    "fork": "#7c3aed",
+    "paused": "#d97706",
+    "interrupted": "#d97706",
+    "failed": "#dc2626",
+    "cancelled": "#6b7280",
+}
 
 RUN_END = "run_end"
 

@@ -203,7 +203,9 @@ def test_ctrl_c_cancels_the_run(tmp_path: Path, store_url: str) -> None:
     script.write_text(
         textwrap.dedent(
             f"""
-            import sys
+            import signal, sys
+            # A process started from a background job inherits SIGINT ignored; a terminal's has it.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             sys.path.insert(0, {str(tmp_path)!r})
             from {module.stem} import flow
             try:

@@ -6,7 +6,7 @@ import time
 from datetime import datetime, timedelta
 from typing import Any
 
-from .._loop import run_sync
+from .._loop import blocking, run_sync
 from ..model import PruneReport
 from ..store import resolve_store
 from ..store.secret import load_secret
@@ -36,24 +36,20 @@ __all__ = [
 
 
 async def aget_run(run_id: str, *, store: Any = None) -> Run:
-    """Async twin of ``get_run``."""
+    """Return a stored run: status, error, pending gate, and its state on access."""
     return await load_run(resolve_store(store), run_id)
 
 
-def get_run(run_id: str, *, store: Any = None) -> Run:
-    """Return a stored run: status, error, pending gate, and its state on access."""
-    return run_sync(aget_run(run_id, store=store))
+get_run = blocking(aget_run)
 
 
 async def astatus(run_id: str, *, store: Any = None) -> dict[str, Any]:
-    """Async twin of ``status``."""
+    """Return ``{run_id, status, node_counts, executions}``, without the workflow's code."""
     resolved = resolve_store(store)
     return describe(await current_run(resolved, run_id), await resolved.status_rows(run_id))
 
 
-def status(run_id: str, *, store: Any = None) -> dict[str, Any]:
-    """Return ``{run_id, status, node_counts, executions}``, without the workflow's code."""
-    return run_sync(astatus(run_id, store=store))
+status = blocking(astatus)
 
 
 async def aapprove(
@@ -98,47 +94,33 @@ async def areject(
     by: str | None = None,
     store: Any = None,
 ) -> Run:
-    """Async twin of ``reject``."""
+    """Reject the gate a run waits at; ``gate()`` then returns a decision with approved=False."""
     return await aapprove(run_id, node=node, value=value, comment=comment, by=by, store=store, approved=False)
 
 
-def reject(
-    run_id: str,
-    *,
-    node: str | None = None,
-    value: Any = None,
-    comment: str | None = None,
-    by: str | None = None,
-    store: Any = None,
-) -> Run:
-    """Reject the gate a run waits at; ``gate()`` then returns a decision with approved=False."""
-    return run_sync(areject(run_id, node=node, value=value, comment=comment, by=by, store=store))
+reject = blocking(areject)
 
 
 async def acancel(run_id: str, *, store: Any = None) -> Run:
-    """Async twin of ``cancel``."""
+    """Cancel a pending, running or paused run; it keeps its checkpoints and stays resumable."""
     resolved = resolve_store(store)
     return await load_run(resolved, run_id, await cancel_run(resolved, run_id))
 
 
-def cancel(run_id: str, *, store: Any = None) -> Run:
-    """Cancel a pending, running or paused run; it keeps its checkpoints and stays resumable."""
-    return run_sync(acancel(run_id, store=store))
+cancel = blocking(acancel)
 
 
 async def afork(run_id: str, checkpoint_id: str | None = None, state: Any = None, *, store: Any = None) -> Run:
-    """Async twin of ``fork``."""
+    """Create (without running) a new run branched from a checkpoint, with state overrides.
+
+    The fork is ``pending``; the workflow's ``resume(fork.id)`` runs it.
+    """
     resolved = resolve_store(store)
     fork = await create_fork(resolved, ValueCodec(resolved, load_secret()), run_id, checkpoint_id, state)
     return await load_run(resolved, fork.run.run_id, fork.run)
 
 
-def fork(run_id: str, checkpoint_id: str | None = None, state: Any = None, *, store: Any = None) -> Run:
-    """Create (without running) a new run branched from a checkpoint, with state overrides.
-
-    The fork is ``pending``; the workflow's ``resume(fork.id)`` runs it.
-    """
-    return run_sync(afork(run_id, checkpoint_id, state, store=store))
+fork = blocking(afork)
 
 
 def _cutoff(older_than: float | timedelta | datetime) -> float:
@@ -154,13 +136,11 @@ def _cutoff(older_than: float | timedelta | datetime) -> float:
 
 
 async def aprune(older_than: float | timedelta | datetime, *, store: Any = None) -> PruneReport:
-    """Async twin of ``prune``."""
-    return await resolve_store(store).prune(_cutoff(older_than))
-
-
-def prune(older_than: float | timedelta | datetime, *, store: Any = None) -> PruneReport:
     """Delete finished runs' history older than ``older_than`` and collect unreferenced values.
 
     Never touches paused runs or gate checkpoints; keeps what resume and forks still need.
     """
-    return run_sync(aprune(older_than, store=store))
+    return await resolve_store(store).prune(_cutoff(older_than))
+
+
+prune = blocking(aprune)

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._loop import run_sync
+from .._loop import blocking
 from ..errors import AlreadyResumed, ConfigurationError, RunOwnedElsewhere
 from ..model import Commit, EventType, NewEvent, RunStatus, RunUpdate
 from ..store import resolve_store
@@ -50,7 +50,11 @@ def _store_of(workflows: list[Workflow], store: Any) -> Store:
 
 
 async def arecover(workflows: Iterable[Workflow] = (), *, store: Any = None) -> RecoveryReport:
-    """Async twin of ``recover``."""
+    """Resume runs stranded by dead processes whose workflow is given; mark the others failed.
+
+    Paused runs are left alone (their gates' deadlines are applied); a run whose owner is
+    alive is never touched.
+    """
     flows = list(workflows)
     resolved = _store_of(flows, store)
     by_name = {flow.name: flow for flow in flows}
@@ -94,10 +98,4 @@ async def arecover(workflows: Iterable[Workflow] = (), *, store: Any = None) -> 
     return report
 
 
-def recover(workflows: Iterable[Workflow] = (), *, store: Any = None) -> RecoveryReport:
-    """Resume runs stranded by dead processes whose workflow is given; mark the others failed.
-
-    Paused runs are left alone (their gates' deadlines are applied); a run whose owner is
-    alive is never touched.
-    """
-    return run_sync(arecover(workflows, store=store))
+recover = blocking(arecover)

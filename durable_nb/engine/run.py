@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .._loop import run_sync
-from ..model import PendingInterrupt, RunRecord, RunStatus
+from ..model import STATUS_COLOURS, PendingInterrupt, RunRecord, RunStatus
 from ..store.protocol import Store
 from ..store.secret import load_secret
 from .decisions import current_run
@@ -16,15 +16,6 @@ from .graph import ITEM_KEY_PREFIX
 from .values import ValueCodec
 
 __all__ = ["Run", "load_run"]
-
-_STATUS_COLOURS = {
-    RunStatus.PENDING: "#6b7280",
-    RunStatus.RUNNING: "#2563eb",
-    RunStatus.PAUSED: "#d97706",
-    RunStatus.FAILED: "#dc2626",
-    RunStatus.CANCELLED: "#6b7280",
-    RunStatus.COMPLETED: "#16a34a",
-}
 
 
 def _visible(state: dict[str, Any]) -> dict[str, Any]:
@@ -116,7 +107,7 @@ class Run:
         return f"Run(id={self.id!r}, name={self.name!r}, status={self.status!r}{gate}{extra})"
 
     def _repr_html_(self) -> str:
-        colour = _STATUS_COLOURS[self.record.status]
+        colour = STATUS_COLOURS[self.record.status]
         rows = [
             ("run", f"<code>{html.escape(self.id)}</code>"),
             ("name", html.escape(self.name)),

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 from .._ids import new_id
-from .._loop import run_sync
+from .._loop import blocking
 from ..errors import (
     AlreadyResumed,
     ConfigurationError,
@@ -231,12 +231,8 @@ class Workflow:
 
     # -- starting and continuing ----------------------------------------------------------
 
-    def run(self, input: Any = None, *, idempotency_key: str | None = None) -> Run:
-        """Start a run with ``input`` as its state and drive it until it pauses, fails or ends."""
-        return run_sync(self.arun(input, idempotency_key=idempotency_key))
-
     async def arun(self, input: Any = None, *, idempotency_key: str | None = None) -> Run:
-        """Async twin of ``run``."""
+        """Start a run with ``input`` as its state and drive it until it pauses, fails or ends."""
         self._graph.check()
         state = check_state(input, "The run input")
         if idempotency_key is not None and (not isinstance(idempotency_key, str) or not idempotency_key):
@@ -267,15 +263,13 @@ class Workflow:
             runner = self._runner(values, record, owner, state, CheckpointState(dict(manifest), []), None)
             return await self._finish(runner)
 
-    def resume(self, run_id: str, value: Resume | None = None) -> Run:
+    run = blocking(arun)
+
+    async def aresume(self, run_id: str, value: Resume | None = None) -> Run:
         """Continue a failed, cancelled, crashed or new (forked) run from its last checkpoint.
 
         Pass ``Resume(value)`` to answer the interrupt a paused run waits at.
         """
-        return run_sync(self.aresume(run_id, value))
-
-    async def aresume(self, run_id: str, value: Resume | None = None) -> Run:
-        """Async twin of ``resume``."""
         self._graph.check()
         run = await current_run(self.store, run_id, await self._own_run(run_id))
         if run.status is RunStatus.PAUSED:
@@ -330,18 +324,7 @@ class Workflow:
                 ) from None
             return await self._finish(self._runner(values, taken.run, owner, state, at, checkpoint))
 
-    def approve(
-        self,
-        run_id: str,
-        approved: bool = True,
-        *,
-        value: Any = None,
-        comment: str | None = None,
-        by: str | None = None,
-        node: str | None = None,
-    ) -> Run:
-        """Record a decision on the run's gate (atomically, once) and continue the run."""
-        return run_sync(self.aapprove(run_id, approved, value=value, comment=comment, by=by, node=node))
+    resume = blocking(aresume)
 
     async def aapprove(
         self,
@@ -353,22 +336,12 @@ class Workflow:
         by: str | None = None,
         node: str | None = None,
     ) -> Run:
-        """Async twin of ``approve``."""
+        """Record a decision on the run's gate (atomically, once) and continue the run."""
         self._graph.check()
         await self._own_run(run_id)
         return await self._decide(run_id, make_decision(approved, value, comment, by), node)
 
-    def reject(
-        self,
-        run_id: str,
-        *,
-        value: Any = None,
-        comment: str | None = None,
-        by: str | None = None,
-        node: str | None = None,
-    ) -> Run:
-        """Record a rejection on the run's gate and continue the run; ``gate()`` returns approved=False."""
-        return run_sync(self.aapprove(run_id, False, value=value, comment=comment, by=by, node=node))
+    approve = blocking(aapprove)
 
     async def areject(
         self,
@@ -379,15 +352,13 @@ class Workflow:
         by: str | None = None,
         node: str | None = None,
     ) -> Run:
-        """Async twin of ``reject``."""
+        """Record a rejection on the run's gate and continue the run; ``gate()`` returns approved=False."""
         return await self.aapprove(run_id, False, value=value, comment=comment, by=by, node=node)
 
-    def fork(self, run_id: str, checkpoint_id: str | None = None, state: dict[str, Any] | None = None) -> Run:
-        """Branch a new run from a checkpoint (default: the latest) with ``state`` overrides, and run it."""
-        return run_sync(self.afork(run_id, checkpoint_id, state))
+    reject = blocking(areject)
 
     async def afork(self, run_id: str, checkpoint_id: str | None = None, state: dict[str, Any] | None = None) -> Run:
-        """Async twin of ``fork``."""
+        """Branch a new run from a checkpoint (default: the latest) with ``state`` overrides, and run it."""
         self._graph.check()
         source = await self._own_run(run_id)
         overrides = check_state(state, "Fork state overrides")
@@ -418,31 +389,27 @@ class Workflow:
             runner.carry.extend(started)
             return await self._finish(runner)
 
-    def cancel(self, run_id: str) -> Run:
-        """Cancel a run; it keeps its checkpoints and stays resumable."""
-        return run_sync(self.acancel(run_id))
+    fork = blocking(afork)
 
     async def acancel(self, run_id: str) -> Run:
-        """Async twin of ``cancel``."""
+        """Cancel a run; it keeps its checkpoints and stays resumable."""
         record = await cancel_run(self.store, run_id)
         return await load_run(self.store, run_id, record)
 
-    def status(self, run_id: str) -> dict[str, Any]:
-        """Return the run's status (node counts, every execution's address); nodes not reached are pending."""
-        return run_sync(self.astatus(run_id))
+    cancel = blocking(acancel)
 
     async def astatus(self, run_id: str) -> dict[str, Any]:
-        """Async twin of ``status``."""
+        """Return the run's status (node counts, every execution's address); nodes not reached are pending."""
         run = await current_run(self.store, run_id, await self._own_run(run_id))
         return describe(run, await self.store.status_rows(run_id), self._graph.nodes)
 
-    def get(self, run_id: str) -> Run:
-        """Return a run of this workflow."""
-        return run_sync(self.aget(run_id))
+    status = blocking(astatus)
 
     async def aget(self, run_id: str) -> Run:
-        """Async twin of ``get``."""
+        """Return a run of this workflow."""
         return await load_run(self.store, run_id, await self._own_run(run_id))
+
+    get = blocking(aget)
 
     @classmethod
     def _bound_to(cls, flow: Workflow, store: Store) -> Workflow:
@@ -479,9 +446,7 @@ class Workflow:
         values = self._values()
         state = await values.load((await self.store.state_at(run_id)).manifest)
         with active(run_id):
-            result = await decide(
-                self.store, run_id, decision, node, continue_as=owner, lease_until=lease_deadline()
-            )
+            result = await decide(self.store, run_id, decision, node, continue_as=owner, lease_until=lease_deadline())
             if result.run.status is not RunStatus.RUNNING:
                 return await load_run(self.store, run_id, result.run)
             at = await self.store.state_at(run_id)

@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from ..errors import SchemaMismatch, StoreUnavailable
-from .ddl import BLOB_PARTS_V2, schema_v1, state_changes_v3
+from .migrations import migrations, newer_schema, run_migrations
 
 __all__ = ["MIGRATION_LOCK", "SCHEMA_VERSION", "ensure_schema"]
 
-_V1 = schema_v1(real="DOUBLE PRECISION", blob="BYTEA", bigint="BIGINT")
-
-# Index i holds the script that takes a store from version i to i + 1.
-_MIGRATIONS: list[str] = [
-    _V1,
-    BLOB_PARTS_V2,
-    state_changes_v3("json_build_object('manifest', manifest::json, 'completed', completed::json)::text"),
-]
+_MIGRATIONS = migrations(
+    real="DOUBLE PRECISION",
+    blob="BYTEA",
+    bigint="BIGINT",
+    snapshot_json="json_build_object('manifest', manifest::json, 'completed', completed::json)::text",
+)
 SCHEMA_VERSION = len(_MIGRATIONS)
 _OUR_TABLES = {"runs", "checkpoints", "pending_interrupts", "idempotency", "blobs", "events"}
 # Any fixed number works: it only has to be the same for every durable_nb process.
@@ -59,17 +56,9 @@ def ensure_schema(conn: Any, where: str) -> int:
             conn.execute(
                 "CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)"
             )
-        for target in range(version, SCHEMA_VERSION):
-            for statement in _MIGRATIONS[target].split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-            conn.execute("INSERT INTO schema_version VALUES (%s, %s)", (target + 1, time.time()))
+        run_migrations(conn.execute, _MIGRATIONS, version, "%s")
     return SCHEMA_VERSION
 
 
 def _newer(where: str, version: int) -> SchemaMismatch:
-    return SchemaMismatch(
-        f"The store {where} has schema version {version}, newer than the {SCHEMA_VERSION} this "
-        "durable_nb knows. Upgrade durable_nb (pip install -U durable-nb) to open it; the store "
-        "was left unchanged."
-    )
+    return newer_schema(where, version, SCHEMA_VERSION)

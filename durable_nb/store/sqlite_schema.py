@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import sqlite3
-import time
 
 from ..errors import SchemaMismatch, StoreUnavailable
-from .ddl import BLOB_PARTS_V2, schema_v1, state_changes_v3
+from .migrations import migrations, newer_schema, run_migrations
 
 __all__ = ["SCHEMA_VERSION", "check_schema", "ensure_schema"]
 
-_V1 = schema_v1(real="REAL", blob="BLOB", bigint="INTEGER")
-
-# Index i holds the script that takes a store from version i to i + 1.
-_MIGRATIONS: list[str] = [
-    _V1,
-    BLOB_PARTS_V2,
-    state_changes_v3("json_object('manifest', json(manifest), 'completed', json(completed))"),
-]
+_MIGRATIONS = migrations(
+    real="REAL",
+    blob="BLOB",
+    bigint="INTEGER",
+    snapshot_json="json_object('manifest', json(manifest), 'completed', json(completed))",
+)
 SCHEMA_VERSION = len(_MIGRATIONS)
 _OUR_TABLES = {"runs", "checkpoints", "pending_interrupts", "idempotency", "blobs", "events"}
 
@@ -58,11 +55,7 @@ def ensure_schema(conn: sqlite3.Connection, where: str) -> int:
             raise _newer(where, version)
         if version == 0:
             conn.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
-        for target in range(version, SCHEMA_VERSION):
-            for statement in _MIGRATIONS[target].split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-            conn.execute("INSERT INTO schema_version VALUES (?, ?)", (target + 1, time.time()))
+        run_migrations(conn.execute, _MIGRATIONS, version, "?")
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -71,8 +64,4 @@ def ensure_schema(conn: sqlite3.Connection, where: str) -> int:
 
 
 def _newer(where: str, version: int) -> SchemaMismatch:
-    return SchemaMismatch(
-        f"The store {where} has schema version {version}, newer than the {SCHEMA_VERSION} "
-        "this durable_nb knows. Upgrade durable_nb (pip install -U durable-nb) to open it; "
-        "the store was left unchanged."
-    )
+    return newer_schema(where, version, SCHEMA_VERSION)

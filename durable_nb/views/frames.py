@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from .._loop import run_sync
+from .._loop import blocking
 from ..engine.decisions import current_run, expire_gates
 from ..engine.status import NODE_STATUSES, describe
 from ..engine.values import ValueCodec
@@ -69,7 +69,7 @@ def _run_id(run: Any) -> str:
 
 
 async def aruns(name: str | None = None, *, store: Any = None) -> pd.DataFrame:
-    """Async twin of ``runs``."""
+    """Return one row per run, newest first: ids, name, kind, status, times, checkpoints, error, fork parent."""
     pd = _pd()
     resolved = resolve_store(store)
     await expire_gates(resolved)  # a listing must not show a run paused past its deadline
@@ -92,16 +92,14 @@ async def aruns(name: str | None = None, *, store: Any = None) -> pd.DataFrame:
     )
 
 
-def runs(name: str | None = None, *, store: Any = None) -> pd.DataFrame:
-    """Return one row per run, newest first: ids, name, kind, status, times, checkpoints, error, fork parent."""
-    return run_sync(aruns(name, store=store))
+runs = blocking(aruns)
 
 
 # -- history ----------------------------------------------------------------------------------
 
 
 async def ahistory(run: Any, *, store: Any = None) -> pd.DataFrame:
-    """Async twin of ``history``."""
+    """Return one row per checkpoint of a run, in order: step, status, time, duration, what changed, bytes."""
     pd = _pd()
     run_id = _run_id(run)
     resolved = resolve_store(store)
@@ -130,16 +128,14 @@ async def ahistory(run: Any, *, store: Any = None) -> pd.DataFrame:
     )
 
 
-def history(run: Any, *, store: Any = None) -> pd.DataFrame:
-    """Return one row per checkpoint of a run, in order: step, status, time, duration, what changed, bytes."""
-    return run_sync(ahistory(run, store=store))
+history = blocking(ahistory)
 
 
 # -- forks --------------------------------------------------------------------------------------
 
 
 async def aforks(run: Any, *, store: Any = None) -> pd.DataFrame:
-    """Async twin of ``forks``."""
+    """Return the whole fork tree holding a run, from its root: parent, fork point, overrides, status."""
     pd = _pd()
     resolved = resolve_store(store)
     run_id = _run_id(run)
@@ -170,16 +166,14 @@ async def aforks(run: Any, *, store: Any = None) -> pd.DataFrame:
     )
 
 
-def forks(run: Any, *, store: Any = None) -> pd.DataFrame:
-    """Return the whole fork tree holding a run, from its root: parent, fork point, overrides, status."""
-    return run_sync(aforks(run, store=store))
+forks = blocking(aforks)
 
 
 # -- events -------------------------------------------------------------------------------------
 
 
 async def aevents(run: Any, *, store: Any = None) -> pd.DataFrame:
-    """Async twin of ``events``."""
+    """Return a run's event log: seq, type, node, time, details."""
     pd = _pd()
     resolved = resolve_store(store)
     run_id = _run_id(run)
@@ -196,16 +190,14 @@ async def aevents(run: Any, *, store: Any = None) -> pd.DataFrame:
     )
 
 
-def events(run: Any, *, store: Any = None) -> pd.DataFrame:
-    """Return a run's event log: seq, type, node, time, details."""
-    return run_sync(aevents(run, store=store))
+events = blocking(aevents)
 
 
 # -- compare ------------------------------------------------------------------------------------
 
 
 async def acompare(run_ids: Any, names: Any = None, *, store: Any = None) -> pd.DataFrame:
-    """Async twin of ``compare``."""
+    """Return one row per run and one column per chosen state value (all when ``names`` is None)."""
     pd = _pd()
     resolved = resolve_store(store)
     ids = [_run_id(r) for r in run_ids]
@@ -235,16 +227,14 @@ async def acompare(run_ids: Any, names: Any = None, *, store: Any = None) -> pd.
     return pd.DataFrame(data).set_index("run_id")
 
 
-def compare(run_ids: Any, names: Any = None, *, store: Any = None) -> pd.DataFrame:
-    """Return one row per run and one column per chosen state value (all when ``names`` is None)."""
-    return run_sync(acompare(run_ids, names, store=store))
+compare = blocking(acompare)
 
 
 # -- a one-row status ---------------------------------------------------------------------------
 
 
 async def astatus(run: Any, *, store: Any = None) -> pd.DataFrame:
-    """Async twin of ``status``."""
+    """Return a run's status as a one-row DataFrame (``durable_nb.status`` gives it as a dict)."""
     pd = _pd()
     resolved = resolve_store(store)
     run_id = _run_id(run)
@@ -264,6 +254,4 @@ async def astatus(run: Any, *, store: Any = None) -> pd.DataFrame:
     return pd.DataFrame(row)
 
 
-def status(run: Any, *, store: Any = None) -> pd.DataFrame:
-    """Return a run's status as a one-row DataFrame (``durable_nb.status`` gives it as a dict)."""
-    return run_sync(astatus(run, store=store))
+status = blocking(astatus)

@@ -5,20 +5,11 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from ..model import STATUS_COLOURS
+
 __all__ = ["Styled", "styled"]
 
-COLOURS = {
-    "completed": "#16a34a",
-    "ok": "#16a34a",
-    "approved": "#16a34a",
-    "running": "#2563eb",
-    "pending": "#6b7280",
-    "fork": "#7c3aed",
-    "paused": "#d97706",
-    "interrupted": "#d97706",
-    "failed": "#dc2626",
-    "cancelled": "#6b7280",
-}
+COLOURS = STATUS_COLOURS
 
 
 class Styled:
