@@ -4,6 +4,7 @@ Every finished node commits a checkpoint; a crash loses at most the node in flig
 wait for a person's decision without a live process; any checkpoint can be forked.
 """
 
+from ._loop import run_blocking as _run_blocking
 from .engine.calls import (
     aapprove,
     acancel,
@@ -51,9 +52,13 @@ from .errors import (
 )
 from .model import Decision, EventType, PruneReport, RunStatus
 from .store import Store, connect
+from .store.offload import use_offload as _use_offload
 from .views import acompare, aevents, aforks, ahistory, aruns, compare, events, forks, history, runs
 
 __version__ = "0.1.0"
+
+# The sync driver decides where the stores' blocking work runs (the store does not know it).
+_use_offload(_run_blocking)
 
 
 def inspect(run: object = None, *, store: object = None) -> object:

@@ -26,7 +26,7 @@ import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar
 
-__all__ = ["blocking", "owns_running_loop", "run_sync"]
+__all__ = ["blocking", "owns_running_loop", "run_blocking", "run_sync"]
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -158,3 +158,12 @@ def blocking(coroutine_function: Callable[P, Coroutine[Any, Any, T]]) -> Callabl
         else name
     )
     return twin
+
+
+async def run_blocking(call: Callable[[], T]) -> T:
+    """Run a store's blocking call: here when the loop is one of durable_nb's own (its caller
+    waits anyway, and a thread hop would cost about a tenth of a commit), else on a worker
+    thread, so that a loop that is not ours (a kernel's, a server's) never waits on the disk."""
+    if owns_running_loop():
+        return call()
+    return await asyncio.to_thread(call)

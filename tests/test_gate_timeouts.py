@@ -467,9 +467,7 @@ def _pending_timers(loop: asyncio.AbstractEventLoop) -> list[float]:
 
 
 def _new_threads(baseline: set[threading.Thread]) -> set[threading.Thread]:
-    # PostgreSQL's store runs its connections on a bounded pool of worker threads, started as
-    # work first overlaps (which depends on timing): they serve every run, and wait for no deadline.
-    return {t for t in set(threading.enumerate()) - baseline if not t.name.startswith("durable-pg")}
+    return set(threading.enumerate()) - baseline
 
 
 def test_a_waiting_gate_costs_no_thread_task_or_timer(store_url: str) -> None:

@@ -13,9 +13,7 @@ PACKAGE = Path(durable_nb.__file__).parent
 # What each layer may import from the package; anything else is a cycle or an upward arrow.
 ALLOWED = {
     "base": set(),
-    # The store still asks the sync driver whether its caller's loop is durable_nb's own (to run
-    # an operation inline); issue 14's store rework removes that arrow.
-    "store": {"base", "driver"},
+    "store": {"base"},
     "engine": {"base", "store", "driver"},
     "views": {"base", "store", "engine", "driver"},
     "widgets": {"base", "store", "engine", "views", "driver"},
@@ -85,7 +83,7 @@ def test_every_import_points_down() -> None:
 
 def test_the_store_knows_nothing_above_it() -> None:
     """Layers: the store imports only the error tree and the records, never the engine or a front end."""
-    assert {other for _, own, other in arrows() if own == "store"} <= {"base", "driver"}
+    assert {other for _, own, other in arrows() if own == "store"} <= {"base"}
     assert not [path for path, own, other in arrows() if own in ("engine", "store") and other == "views"]
 
 

@@ -1,11 +1,10 @@
 """The PostgreSQL store, on psycopg 3, for many processes and machines.
 
-Each store operation is one function run with a pooled connection on a worker thread, as
-the SQLite store does on aiosqlite's thread. The async core is driven from many event
-loops (a thread-local loop per thread for sync calls, the kernel's loop, worker threads),
-and a connection of an async driver belongs to the loop that opened it; worker threads keep
-the store usable from all of them with one bounded pool. Under the sync API (durable_nb's
-own loop), an operation runs on the calling thread when a connection is free at once.
+Each store operation is one blocking function run with a connection from one bounded pool,
+as the SQLite store runs its operations on its connection. The store is driven from many
+event loops and threads, and a connection of an async driver belongs to the loop that
+opened it; blocking connections serve them all. Where an operation runs (the calling thread,
+a worker thread) is the driver's choice: see ``offload``.
 
 Writers lock the run row (``SELECT … FOR UPDATE``) before anything else, so commits of one
 run are serialized while different runs commit in parallel; a gate is claimed with one
@@ -14,17 +13,14 @@ run are serialized while different runs commit in parallel; a gate is claimed wi
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from .._loop import owns_running_loop
 from ..errors import RunNotFound, StoreUnavailable
 from ..model import (
     Blob,
@@ -41,6 +37,7 @@ from ..model import (
 )
 from . import rows
 from .ddl import live_blobs
+from .offload import offload
 from .postgres_schema import MIGRATION_LOCK, ensure_schema
 from .protocol import HISTORY_COLUMNS
 from .rules import check_expectations, choose_claim, trusted_seen, updated_run
@@ -85,7 +82,6 @@ class PostgresStore(SQLStore):
         self.pool_max = int(options.get("pool_max", "4"))
         self._pool: Any = None
         self._open_lock = threading.Lock()
-        self._threads = ThreadPoolExecutor(max_workers=self.pool_max, thread_name_prefix="durable-pg")
         self._closed = False
         self.application_name = f"durable-nb:{self.schema or 'public'}"
 
@@ -145,31 +141,21 @@ class PostgresStore(SQLStore):
                     self._pool = self._open()
         return self._pool
 
-    def _call(self, fn: Callable[..., T], *args: Any, wait: float | None = None) -> T:
+    def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run one operation with a pooled connection (waiting for a free one)."""
         pool = self._pool_or_open()
-        with pool.connection(timeout=wait) as conn:
+        with pool.connection() as conn:
             return fn(conn, *args)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        if owns_running_loop():
-            # The sync API's own loop: its caller waits anyway, and two thread hops cost about
-            # as much as a round trip. No transaction of ours waits on a loop, so a row lock
-            # held by another one is released within its own few statements.
-            from psycopg_pool import PoolTimeout
-
-            try:
-                return self._call(fn, *args, wait=_INLINE_WAIT_SECONDS)
-            except PoolTimeout:
-                pass  # every connection is busy (nothing ran): wait for one on a worker thread
-        return await asyncio.wrap_future(self._threads.submit(self._call, fn, *args))
+        return await offload(partial(self._call, fn, *args))
 
     async def close(self) -> None:
         """Close the pool; later calls raise StoreUnavailable."""
         self._closed = True
         pool, self._pool = self._pool, None
         if pool is not None:
-            await asyncio.to_thread(pool.close)
-        self._threads.shutdown(wait=False)
+            await offload(pool.close)
 
     async def commit(self, commit: Commit) -> CommitResult:
         """Write a commit in one transaction; a lost connection is retried without writing twice."""
@@ -186,10 +172,6 @@ class PostgresStore(SQLStore):
                 if landed is not None:
                     return landed
         raise AssertionError("unreachable")
-
-
-# How long the sync API waits for a free connection on its own thread before queueing.
-_INLINE_WAIT_SECONDS = 0.001
 
 
 # -- functions run on a worker thread with a pooled connection ----------------------------------

@@ -1,8 +1,8 @@
 """The store protocol's methods shared by the SQL backends.
 
 Each method is one call of a function of the backend's own module (``_get_run``,
-``_commit``, …), run by the backend's ``_run`` on a connection: SQLite's on aiosqlite's
-thread, PostgreSQL's on a pooled worker thread. The SQL differs; the protocol does not.
+``_commit``, …), run by the backend's ``_run`` on a connection: SQLite's one connection,
+under its lock, or a pooled PostgreSQL one. The SQL differs; the protocol does not.
 """
 
 from __future__ import annotations

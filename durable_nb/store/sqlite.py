@@ -1,31 +1,20 @@
-"""The embedded SQLite store, on aiosqlite.
+"""The embedded SQLite store: one file, one connection per process and file.
 
-Each store operation is one function that runs with the connection to itself, so a
-transaction cannot interleave with another coroutine's, even when several event loops or
-threads share the store. Writers open IMMEDIATE transactions so that two processes never
-both read a run row and then both write it.
-
-Where an operation runs:
-
-- on aiosqlite's connection thread, queued as one item, with ``busy_timeout`` making it
-  wait for another process's write lock instead of failing. A loop that is not ours (a
-  kernel's, a server's) is never blocked by the store.
-- on the calling thread, when the running loop is one of durable_nb's own (the sync API's):
-  its caller is waiting anyway, and the two thread hops would cost more than a commit
-  without fsync. The connection's busy timeout is zero there, so a lock held by another
-  process never blocks the loop: the operation is rolled back and queued on the thread.
+Each store operation is one function of a ``sqlite3`` connection, run whole under the
+store's lock, so a transaction never interleaves with another thread's. Writers open
+IMMEDIATE transactions so that two processes never both read a run row and then both write
+it; ``busy_timeout`` makes a writer wait for another process's write lock instead of failing.
+Where the call runs (the calling thread, a worker thread) is the driver's choice: see
+``offload``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import atexit
-import concurrent.futures
 import os
 import sqlite3
 import threading
 import time
-import warnings
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
@@ -33,9 +22,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-import aiosqlite
-
-from .._loop import owns_running_loop
 from ..errors import RunNotFound, StoreUnavailable
 from ..model import (
     Blob,
@@ -54,6 +40,7 @@ from ..model import (
 from . import rows
 from .blob_files import FILE_BYTES, BlobFolder, FileBlob, FileVanished, read_hashed
 from .ddl import live_blobs
+from .offload import offload
 from .protocol import HISTORY_COLUMNS
 from .rules import check_expectations, choose_claim, trusted_seen, updated_run
 from .sql_store import SQLStore
@@ -78,11 +65,9 @@ class SQLiteStore(SQLStore):
         self.url = url
         self.path = path
         self.durability = durability
-        self._conn: aiosqlite.Connection | None = None
-        self._opening: concurrent.futures.Future[aiosqlite.Connection] | None = None
-        self._open_lock = threading.Lock()
-        # Whoever holds it owns the sqlite3 connection: the connection thread or an inline caller.
-        self._use_lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        # Whoever holds it uses the connection: one operation (one transaction) at a time.
+        self._lock = threading.Lock()
         self._closed = False
         self.blob_folder = None if path == ":memory:" else BlobFolder(Path(f"{path}-blobs"), durability == "full")
 
@@ -109,8 +94,6 @@ class SQLiteStore(SQLStore):
                 conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={_DURABILITY[self.durability]}")
             ensure_schema(conn, self.path)
-            # Inline operations must never wait for a lock; the thread path raises it again.
-            conn.execute("PRAGMA busy_timeout=0")
         except (sqlite3.DatabaseError, OSError) as exc:
             if conn is not None:
                 conn.close()
@@ -124,66 +107,24 @@ class SQLiteStore(SQLStore):
             raise
         return conn
 
-    async def _connection(self) -> aiosqlite.Connection:
-        conn = self._conn
-        if conn is not None:
-            return conn
-        if self._closed:
-            raise StoreUnavailable(f"{self!r} is closed; open a new one with durable_nb.connect().")
-        with self._open_lock:
-            future = self._opening
-            opener = future is None
-            if future is None:
-                future = self._opening = concurrent.futures.Future()
-        if not opener:
-            return await asyncio.wrap_future(future)
-        try:
-            conn = aiosqlite.Connection(self._connect_sqlite, iter_chunk_size=64)
-            # A store nobody closed must not keep the interpreter from exiting.
-            conn._thread.daemon = True
-            await conn
-        except BaseException as exc:
-            with self._open_lock:
-                self._opening = None
-            future.set_exception(exc)
-            raise
-        self._conn = conn
-        _open_stores.add(self)
-        future.set_result(conn)
-        return conn
+    def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run one operation on the connection (opened on first use), holding the lock."""
+        with self._lock:
+            if self._closed:
+                raise StoreUnavailable(f"{self!r} is closed; open a new one with durable_nb.connect().")
+            if self._conn is None:
+                self._conn = self._connect_sqlite()
+                _open_stores.add(self)
+            return fn(self._conn, *args)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        conn = await self._connection()
-        if fn in _INLINE and owns_running_loop() and self._use_lock.acquire(blocking=False):
-            try:
-                if self._conn is conn:
-                    return fn(conn._conn, *args)
-            except sqlite3.OperationalError as exc:
-                # Another process holds the write lock: nothing was written, so wait for it
-                # on the connection thread instead.
-                if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
-                    raise
-            finally:
-                self._use_lock.release()
-        # One queue item per operation: see the module docstring.
-        return await conn._execute(self._patiently, fn, conn._conn, *args)
-
-    def _patiently(self, fn: Callable[..., T], sqlite: sqlite3.Connection, *args: Any) -> T:
-        with self._use_lock:
-            sqlite.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-            try:
-                return fn(sqlite, *args)
-            finally:
-                sqlite.execute("PRAGMA busy_timeout=0")
+        return await offload(partial(self._call, fn, *args))
 
     # -- values kept as files ---------------------------------------------------------
 
     async def _off_loop(self, fn: Callable[..., T], *args: Any) -> T:
-        # File work of a large value: on the caller's thread under the sync API (it waits
-        # anyway), on a worker thread when the loop belongs to someone else.
-        if owns_running_loop():
-            return fn(*args)
-        return await asyncio.to_thread(fn, *args)
+        # File work of a large value, outside the connection's lock; where it runs is the driver's choice.
+        return await offload(partial(fn, *args))
 
     def _has_large(self, blobs: list[Blob]) -> bool:
         return self.blob_folder is not None and any(b.size >= FILE_BYTES for b in blobs)
@@ -242,29 +183,29 @@ class SQLiteStore(SQLStore):
 
     async def close(self) -> None:
         """Close the connection; later calls raise StoreUnavailable."""
-        self._closed = True
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            # Wait for an inline operation of another thread to finish with the connection.
-            await conn._execute(self._use_lock.acquire)
-            try:
-                await conn.close()
-            finally:
-                self._use_lock.release()
+        await offload(self._close_now)
+
+    def _close_now(self) -> None:
+        # Under the lock: an operation of another thread finishes with the connection first.
+        with self._lock:
+            self._closed = True
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                conn.close()
 
     def close_at_exit(self) -> None:
-        """Close from a thread with no event loop, waiting briefly for queued work."""
-        conn, self._conn = self._conn, None
-        self._closed = True
-        if conn is None:
-            return
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            conn.stop()
-        conn._thread.join(timeout=5)
+        """Close at interpreter exit, unless an operation still holds the connection."""
+        if self._lock.acquire(timeout=5):
+            try:
+                self._closed = True
+                conn, self._conn = self._conn, None
+                if conn is not None:
+                    conn.close()
+            finally:
+                self._lock.release()
 
 
-# -- functions run on the connection thread ----------------------------------------------
+# -- operations: each runs whole on the connection, under the store's lock -----------------------
 
 
 class _Transaction:
@@ -612,25 +553,6 @@ def _prune(conn: sqlite3.Connection, older_than: float) -> PruneReport:
         conn.execute(f"DELETE FROM blobs WHERE hash NOT IN ({_LIVE_BLOBS})")
         conn.execute("DELETE FROM prunable")
     return PruneReport(checkpoints, events, idempotency, int(freed[0]), int(freed[1]))
-
-
-# Operations that are short or whose caller waits for the bytes anyway; the rest (history,
-# listings, prune) always run on the connection thread.
-_INLINE = frozenset(
-    {
-        _create_run,
-        _commit,
-        _get_run,
-        _one_checkpoint,
-        _node_checkpoint,
-        _checkpoint_by_id,
-        _pending,
-        _expired,
-        _get_blobs,
-        _get_idempotent,
-        _state_at,
-    }
-)
 
 
 @atexit.register
