@@ -253,9 +253,9 @@ def test_killed_worker_is_recovered_by_another_machine(tmp_path: Path, pg_url: s
 
 def test_lost_connection_mid_commit_retries_without_half_writes(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """§3: the server drops the connection in the middle of a commit: nothing half-written, the commit retries."""
-    from durable_nb.store import postgres
+    from durable_nb.store import postgres_ops
 
-    original = postgres._write_children
+    original = postgres_ops._write_children
     dropped: list[str] = []
 
     def drop_once(conn, run, commit, blobs, now):  # inject the failure: kill our own backend mid-transaction
@@ -265,7 +265,7 @@ def test_lost_connection_mid_commit_retries_without_half_writes(pg_url: str, mon
             conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
         return written
 
-    monkeypatch.setattr(postgres, "_write_children", drop_once)
+    monkeypatch.setattr(postgres_ops, "_write_children", drop_once)
     flow = dnb.Workflow("flaky-network", store=pg_url)
 
     @flow.node()

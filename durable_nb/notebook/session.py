@@ -28,18 +28,13 @@ from ..store import Store, codec, connect
 from ..store.secret import load_secret
 from .capture import Capture, close_restored_figures, open_figure_ids, replay
 from .cellcode import CellCode, analyze
+from .effects import attributes_set, result_blob, set_attributes, uncovered_calls
 from .execute import run_code
 from .settings import SettingsWatch, apply_changes
 
 __all__ = ["CellOptions", "KernelSession", "session_for"]
 
 _HIDDEN_NAMES = {"In", "Out", "get_ipython", "exit", "quit", "_", "__", "___"}
-# A cell's value is stored with it (for ``_`` and ``Out[n]`` after a restore) up to this size.
-_RESULT_BYTES = 1 << 20
-# Top-level packages whose settings the settings watch reads: a set-up call into them is covered.
-_WATCHED_PACKAGES = frozenset(
-    "numpy sklearn pandas matplotlib seaborn random warnings logging os sys torch dotenv".split()
-)
 
 
 @dataclass(slots=True)
@@ -225,7 +220,7 @@ class KernelSession:
         if extra.get("settings"):
             effects = run_sync(cell_run.values.load_one(extra["settings"]))
             problems += apply_changes(effects.get("settings", {}))
-            problems += _set_attributes(namespace, effects.get("attributes", {}))
+            problems += set_attributes(namespace, effects.get("attributes", {}))
         close_restored_figures(figures)
         result = None
         if extra.get("result_name"):
@@ -368,7 +363,7 @@ class KernelSession:
         extra: dict[str, Any] = {}
         blobs: list[Blob] = []
         settings = watch.changes()
-        attributes, effects = _attributes(namespace, cell.module_attributes)
+        attributes, effects = attributes_set(namespace, cell.module_attributes)
         if settings or attributes:
             try:
                 effects_of_cell = {"settings": settings, "attributes": attributes}
@@ -378,14 +373,14 @@ class KernelSession:
             else:
                 blobs.append(blob)
                 extra["settings"] = blob.hash
-        effects += _uncovered_calls(namespace, cell.setting_calls, bool(settings))
+        effects += uncovered_calls(namespace, cell.setting_calls, bool(settings))
         if effects and not options.replay:
             extra["effects"] = effects
         if cell.magics:
             extra["magics"] = [list(m) for m in cell.magics]
         if options.replay:
             extra["replay"] = True
-        result = _result_blob(cell, value, cell_run.values.secret)
+        result = result_blob(cell, value, cell_run.values.secret)
         if isinstance(result, str):
             extra["result_name"] = result
         elif result is not None:
@@ -475,77 +470,6 @@ class KernelSession:
 def _show_value(shell: Any, value: Any) -> None:
     if value is not None:
         shell.displayhook(value)
-
-
-def _attributes(namespace: dict[str, Any], paths: list[str]) -> tuple[dict[str, Any], list[str]]:
-    """Return the values the cell assigned to modules' attributes (``openai.api_key = …``)."""
-    import types
-
-    found: dict[str, Any] = {}
-    effects: list[str] = []
-    for path in paths:
-        root, *rest = path.split(".")
-        if not isinstance(namespace.get(root), types.ModuleType):
-            continue
-        target = namespace[root]
-        try:
-            for name in rest:
-                target = getattr(target, name)
-        except AttributeError:
-            effects.append(path)
-            continue
-        found[path] = target
-    return found, effects
-
-
-def _set_attributes(namespace: dict[str, Any], attributes: dict[str, Any]) -> list[str]:
-    problems = []
-    for path, value in attributes.items():
-        root, *rest = path.split(".")
-        try:
-            target = namespace[root]
-            for name in rest[:-1]:
-                target = getattr(target, name)
-            setattr(target, rest[-1], value)
-        except Exception as error:  # noqa: BLE001 - reported to the user, the restore goes on
-            problems.append(f"{path} = …: {type(error).__name__}: {error}")
-    return problems
-
-
-def _uncovered_calls(namespace: dict[str, Any], calls: list[tuple[str, str]], settings_changed: bool) -> list[str]:
-    """Return set-up calls into libraries whose settings durable_nb does not read."""
-    if settings_changed:
-        return []
-    found = []
-    for path, text in calls:
-        package = _package_of(namespace.get(path.split(".")[0]))
-        if package and package not in _WATCHED_PACKAGES and package != "__main__":
-            found.append(text if len(text) <= 80 else text[:79] + "…")
-    return found
-
-
-def _package_of(value: Any) -> str:
-    import types
-
-    name = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
-    return str(name or "").split(".")[0]
-
-
-def _result_blob(cell: CellCode, value: Any, secret: bytes) -> Blob | str | None:
-    """Return how to bring the cell's value back: its variable's name, or a small stored copy."""
-    import ast
-
-    if value is None or cell.last_expr is None:
-        return None
-    if isinstance(cell.last_expr.body, ast.Name):
-        return cell.last_expr.body.id
-    if type(value).__module__.startswith("matplotlib"):
-        return None  # an artist: its figure is replayed as an image; a stand-in shows its text
-    try:
-        blob = codec.encode(value, secret, "the cell's value")
-    except SerializationError:
-        return None
-    return blob if blob.size <= _RESULT_BYTES else None
 
 
 def _notebook_name(shell: Any) -> str | None:

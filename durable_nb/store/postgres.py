@@ -5,10 +5,6 @@ as the SQLite store runs its operations on its connection. The store is driven f
 event loops and threads, and a connection of an async driver belongs to the loop that
 opened it; blocking connections serve them all. Where an operation runs (the calling thread,
 a worker thread) is the driver's choice: see ``offload``.
-
-Writers lock the run row (``SELECT … FOR UPDATE``) before anything else, so commits of one
-run are serialized while different runs commit in parallel; a gate is claimed with one
-``DELETE … RETURNING``.
 """
 
 from __future__ import annotations
@@ -16,33 +12,19 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ..errors import RunNotFound, StoreUnavailable
+from ..errors import StoreUnavailable
 from ..model import (
-    Blob,
-    CheckpointRecord,
-    CheckpointState,
     Commit,
     CommitResult,
-    EventRecord,
-    NewRun,
-    PendingInterrupt,
-    PruneReport,
-    RunRecord,
-    StatusRows,
 )
-from . import rows
-from .ddl import live_blobs
+from . import postgres_ops
 from .offload import offload
 from .postgres_schema import MIGRATION_LOCK, ensure_schema
-from .protocol import HISTORY_COLUMNS
-from .rules import check_expectations, choose_claim, trusted_seen, updated_run
 from .sql_store import SQLStore
-from .state import keep_rebuildable, state_from_sql
 
 __all__ = ["PostgresStore"]
 
@@ -84,6 +66,8 @@ class PostgresStore(SQLStore):
         self._open_lock = threading.Lock()
         self._closed = False
         self.application_name = f"durable-nb:{self.schema or 'public'}"
+
+    _sql = postgres_ops
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.url!r}, durability={self.durability!r})"
@@ -163,335 +147,12 @@ class PostgresStore(SQLStore):
 
         for attempt in range(1, _COMMIT_ATTEMPTS + 1):
             try:
-                return await self._run(_commit, commit, time.time(), self.url)
+                return await self._run(postgres_ops._commit, commit, time.time(), self.url)
             except OperationalError:
                 if attempt == _COMMIT_ATTEMPTS:
                     raise
                 # The connection died: the commit either landed whole or not at all.
-                landed = await self._run(_landed, commit)
+                landed = await self._run(postgres_ops._landed, commit)
                 if landed is not None:
                     return landed
         raise AssertionError("unreachable")
-
-
-# -- functions run on a worker thread with a pooled connection ----------------------------------
-
-_INSERT_BLOB = (
-    "INSERT INTO blobs (hash, codec, size, created_at, data, parts) VALUES (%s, %s, %s, %s, %s, %s) "
-    "ON CONFLICT (hash) DO NOTHING"
-)
-_INSERT_CHECKPOINT = (
-    f"INSERT INTO checkpoints ({rows.CHECKPOINT_COLUMNS}) VALUES ({', '.join(['%s'] * rows.CHECKPOINT_COUNT)})"
-)
-_INSERT_EVENT = f"INSERT INTO events ({rows.EVENT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s)"
-_INSERT_INTERRUPT = f"INSERT INTO pending_interrupts ({rows.INTERRUPT_COLUMNS}) VALUES ({', '.join(['%s'] * 9)})"
-_RUN_VALUES = ", ".join(["%s"] * 17)
-
-
-def _get_run(conn: Any, run_id: str, lock: bool = False) -> RunRecord | None:
-    suffix = " FOR UPDATE" if lock else ""
-    row = conn.execute(f"SELECT {rows.RUN_COLUMNS} FROM runs WHERE run_id = %s{suffix}", (run_id,)).fetchone()
-    return None if row is None else rows.run_from_row(row)
-
-
-def _list_runs(conn: Any, name: str | None, statuses: list[str] | None) -> list[RunRecord]:
-    conditions, params = [], []
-    if name is not None:
-        conditions.append("name = %s")
-        params.append(name)
-    if statuses is not None:
-        conditions.append("status = ANY(%s)")
-        params.append(statuses)
-    where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
-    cursor = conn.execute(f"SELECT {rows.RUN_COLUMNS} FROM runs {where} ORDER BY run_id DESC", params)
-    return [rows.run_from_row(row) for row in cursor]
-
-
-def _write_children(
-    conn: Any, run: RunRecord, commit: Commit | NewRun, blobs: list[Blob], now: float
-) -> list[CheckpointRecord]:
-    with conn.cursor() as cursor:
-        if blobs:
-            cursor.executemany(_INSERT_BLOB, [rows.blob_values(b, now) for b in blobs])
-        written = []
-        values = []
-        for offset, draft in enumerate(commit.checkpoints, start=1):
-            seq = run.head_seq + offset
-            values.append(rows.checkpoint_values(run.run_id, seq, now, draft))
-            written.append(rows.checkpoint_from_draft(run.run_id, seq, now, draft))
-        if values:
-            cursor.executemany(_INSERT_CHECKPOINT, values)
-        if commit.events:
-            cursor.executemany(
-                _INSERT_EVENT,
-                [
-                    (run.run_id, run.event_seq + offset, e.type, e.node_id, now, rows.dumps(e.data))
-                    for offset, e in enumerate(commit.events, start=1)
-                ],
-            )
-    return written
-
-
-def _create_run(conn: Any, new: NewRun, now: float) -> tuple[RunRecord, bool]:
-    run = rows.run_from_new(new, now)
-    with conn.transaction():
-        # The unique index decides a race of equal keys: the loser inserts nothing.
-        inserted = conn.execute(
-            f"INSERT INTO runs ({rows.RUN_COLUMNS}) VALUES ({_RUN_VALUES}) "
-            "ON CONFLICT (name, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING run_id",
-            rows.run_values(run),
-        ).fetchone()
-        if inserted is None:
-            row = conn.execute(
-                f"SELECT {rows.RUN_COLUMNS} FROM runs WHERE name = %s AND idempotency_key = %s",
-                (new.name, new.idempotency_key),
-            ).fetchone()
-            return rows.run_from_row(row), False
-        _write_children(conn, replace(run, head_seq=0, event_seq=0), new, new.blobs, now)
-    return run, True
-
-
-def _pending(conn: Any, run_id: str) -> list[PendingInterrupt]:
-    cursor = conn.execute(
-        f"SELECT {rows.INTERRUPT_COLUMNS} FROM pending_interrupts WHERE run_id = %s ORDER BY created_at", (run_id,)
-    )
-    return [rows.interrupt_from_row(row) for row in cursor]
-
-
-_UPDATE_RUN = rows.UPDATE_RUN.format(p="%s")
-_UPDATE_SEEN_RUN = f"{_UPDATE_RUN} AND {rows.SEEN_CONDITION.format(p='%s', same='IS NOT DISTINCT FROM')}"
-
-
-class _Stale(Exception):
-    """The run row moved on from what the committer saw: roll back and read it."""
-
-
-def _commit(conn: Any, commit: Commit, now: float, url: str) -> CommitResult:
-    from psycopg.errors import UniqueViolation
-
-    seen = trusted_seen(commit)
-    if seen is not None:
-        try:
-            return _commit_seen(conn, seen, commit, now)
-        except (_Stale, UniqueViolation):
-            # Rolled back. A stale view numbers children that exist already; a real clash of
-            # ids is raised again below.
-            pass
-    return _commit_read(conn, commit, now, url)
-
-
-def _commit_seen(conn: Any, seen: RunRecord, commit: Commit, now: float) -> CommitResult:
-    # A running node's commit: one pipeline, one round trip. The UPDATE's condition does the
-    # checks (re-evaluated after any concurrent writer commits); when it matches nothing, the
-    # transaction is rolled back.
-    after = updated_run(seen, commit, now, len(commit.checkpoints), len(commit.events))
-    with conn.transaction():
-        with conn.pipeline():
-            updated = conn.execute(_UPDATE_SEEN_RUN, rows.run_update_values(after) + rows.seen_values(seen))
-            checkpoints = _write_rest(conn, seen, commit, now)
-        if updated.rowcount != 1:
-            raise _Stale
-    return CommitResult(after, checkpoints)
-
-
-def _commit_read(conn: Any, commit: Commit, now: float, url: str) -> CommitResult:
-    with conn.transaction():
-        run = _get_run(conn, commit.run_id, True)
-        if run is None:
-            raise RunNotFound(commit.run_id, url)
-        check_expectations(run, commit)
-        claimed = None
-        still_pending = 0
-        if commit.claim is not None:
-            pending = _pending(conn, run.run_id)
-            target = choose_claim(run.run_id, commit.claim, pending, commit.claim_gate)
-            row = conn.execute(
-                f"DELETE FROM pending_interrupts WHERE run_id = %s AND node_id = %s RETURNING {rows.INTERRUPT_COLUMNS}",
-                (run.run_id, target.node_id),
-            ).fetchone()
-            if row is None:
-                choose_claim(run.run_id, target.node_id, [])  # raises AlreadyResumed
-            claimed = rows.interrupt_from_row(row)
-            still_pending = len(pending) - 1
-        after = updated_run(run, commit, now, len(commit.checkpoints), len(commit.events), still_pending)
-        # The checks are done: send every write in one pipeline instead of a round trip each.
-        with conn.pipeline():
-            checkpoints = _write_rest(conn, run, commit, now)
-            conn.execute(_UPDATE_RUN, rows.run_update_values(after))
-    return CommitResult(after, checkpoints, claimed)
-
-
-def _write_rest(conn: Any, run: RunRecord, commit: Commit, now: float) -> list[CheckpointRecord]:
-    if commit.release_interrupts:
-        conn.execute("DELETE FROM pending_interrupts WHERE run_id = %s", (run.run_id,))
-    checkpoints = _write_children(conn, run, commit, commit.blobs, now)
-    with conn.cursor() as cursor:
-        if commit.open_interrupts:
-            cursor.executemany(_INSERT_INTERRUPT, [rows.interrupt_values(p) for p in commit.open_interrupts])
-        if commit.idempotent:
-            cursor.executemany(
-                "INSERT INTO idempotency (run_id, key, hash, created_at) VALUES (%s, %s, %s, %s) "
-                "ON CONFLICT (run_id, key) DO NOTHING",
-                [(run.run_id, key, value_hash, now) for key, value_hash in commit.idempotent],
-            )
-    return checkpoints
-
-
-def _landed(conn: Any, commit: Commit) -> CommitResult | None:
-    """After a lost connection: return the commit's result if it was written, else None."""
-    if not commit.checkpoints:
-        return None
-    first = commit.checkpoints[0].checkpoint_id
-    row = conn.execute("SELECT run_id FROM checkpoints WHERE checkpoint_id = %s", (first,)).fetchone()
-    if row is None:
-        return None
-    run = _get_run(conn, commit.run_id, False)
-    assert run is not None
-    ids = [draft.checkpoint_id for draft in commit.checkpoints]
-    cursor = conn.execute(
-        f"SELECT {rows.CHECKPOINT_COLUMNS} FROM checkpoints WHERE checkpoint_id = ANY(%s) ORDER BY seq", (ids,)
-    )
-    return CommitResult(run, [rows.checkpoint_from_row(r) for r in cursor], None)
-
-
-def _one_checkpoint(conn: Any, run_id: str, condition: str) -> CheckpointRecord | None:
-    row = conn.execute(
-        f"SELECT {rows.CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = %s {condition} ORDER BY seq DESC LIMIT 1",
-        (run_id,),
-    ).fetchone()
-    return None if row is None else rows.checkpoint_from_row(row)
-
-
-def _node_checkpoint(conn: Any, run_id: str, node_id: str, prefix: str, max_seq: int | None) -> CheckpointRecord | None:
-    row = conn.execute(
-        f"SELECT {rows.CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = %s AND node_id = %s AND seq <= %s "
-        "AND left(step, %s) = %s ORDER BY seq DESC LIMIT 1",
-        (run_id, node_id, max_seq if max_seq is not None else 2**31 - 1, len(prefix), prefix),
-    ).fetchone()
-    return None if row is None else rows.checkpoint_from_row(row)
-
-
-def _checkpoint_by_id(conn: Any, run_id: str, checkpoint_id: str) -> CheckpointRecord | None:
-    row = conn.execute(
-        f"SELECT {rows.CHECKPOINT_COLUMNS} FROM checkpoints WHERE checkpoint_id = %s AND run_id = %s",
-        (checkpoint_id, run_id),
-    ).fetchone()
-    return None if row is None else rows.checkpoint_from_row(row)
-
-
-def _latest_states(conn: Any, run_ids: list[str]) -> dict[str, CheckpointState]:
-    return {run_id: _state_at(conn, run_id, None) for run_id in run_ids}
-
-
-def _status_rows(conn: Any, run_id: str) -> StatusRows:
-    return rows.status_rows(
-        lambda sql, params: conn.execute(sql, params).fetchall(), "%s", run_id, _state_at(conn, run_id, None)
-    )
-
-
-def _list_checkpoints(conn: Any, run_id: str) -> list[CheckpointRecord]:
-    cursor = conn.execute(
-        f"SELECT {rows.CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = %s ORDER BY seq", (run_id,)
-    )
-    return [rows.checkpoint_from_row(row) for row in cursor]
-
-
-def _expired(conn: Any, now: float, run_id: str | None) -> list[PendingInterrupt]:
-    sql = f"SELECT {rows.INTERRUPT_COLUMNS} FROM pending_interrupts WHERE expires_at IS NOT NULL AND expires_at <= %s"
-    params: list[Any] = [now]
-    if run_id is not None:
-        sql += " AND run_id = %s"
-        params.append(run_id)
-    return [rows.interrupt_from_row(row) for row in conn.execute(sql + " ORDER BY expires_at", params)]
-
-
-def _get_blobs(conn: Any, hashes: list[str], key: bytes | None) -> dict[str, Blob]:
-    # psycopg hands over each value whole: the loader hashes it.
-    cursor = conn.execute("SELECT hash, codec, data FROM blobs WHERE hash = ANY(%s)", (hashes,))
-    return {value_hash: Blob(value_hash, codec, bytes(data)) for value_hash, codec, data in cursor}
-
-
-def _state_at(conn: Any, run_id: str, seq: int | None) -> CheckpointState:
-    return state_from_sql(
-        lambda sql, params: conn.execute(sql, params).fetchall(), partial(_get_run, conn), "%s", run_id, seq
-    )
-
-
-def _get_idempotent(conn: Any, run_id: str, key: str) -> str | None:
-    row = conn.execute("SELECT hash FROM idempotency WHERE run_id = %s AND key = %s", (run_id, key)).fetchone()
-    return None if row is None else row[0]
-
-
-def _list_events(conn: Any, run_id: str, after_seq: int) -> list[EventRecord]:
-    cursor = conn.execute(
-        f"SELECT {rows.EVENT_COLUMNS} FROM events WHERE run_id = %s AND seq > %s ORDER BY seq", (run_id, after_seq)
-    )
-    return [rows.event_from_row(row) for row in cursor]
-
-
-_BYTES_WRITTEN = rows.BYTES_WRITTEN.format(
-    outputs="SELECT value FROM jsonb_each_text(c.node_output::jsonb)", parts="jsonb_array_elements_text(g.parts::jsonb)"
-)
-
-
-def _history_rows(conn: Any, run_id: str) -> list[tuple[Any, ...]]:
-    return conn.execute(
-        # An index lookup per value written (a join would scan every blob for every checkpoint).
-        f"SELECT {HISTORY_COLUMNS}, {_BYTES_WRITTEN} FROM checkpoints AS c WHERE c.run_id = %s ORDER BY c.seq",
-        (run_id,),
-    ).fetchall()
-
-
-def _fork_tree(conn: Any, run_id: str) -> list[tuple[RunRecord, dict[str, Any]]]:
-    columns = ", ".join(f"runs.{c.strip()}" for c in rows.RUN_COLUMNS.split(","))
-    return [rows.tree_row(row) for row in conn.execute(rows.FORK_TREE.format(p="%s", columns=columns), (run_id,))]
-
-
-_PRUNABLE = "SELECT run_id FROM runs WHERE status IN ('completed', 'failed') AND updated_at < %(cutoff)s"
-# Blobs still reachable from anything kept: the values checkpoints changed or hold in snapshots,
-# node outputs, run inputs, @idempotent results, and blobs a front end lists under extra.blobs.
-_REFERENCED_BLOBS = """
-    SELECT j.value FROM checkpoints AS c, jsonb_each_text(c.changes::jsonb) AS j WHERE j.value IS NOT NULL
-    UNION SELECT j.value FROM checkpoints AS c, jsonb_each_text(c.snapshot::jsonb -> 'manifest') AS j
-        WHERE c.snapshot IS NOT NULL
-    UNION SELECT j.value FROM checkpoints AS c, jsonb_each_text(c.node_output::jsonb) AS j
-        WHERE c.node_output IS NOT NULL
-    UNION SELECT j.value FROM checkpoints AS c,
-        jsonb_array_elements_text(COALESCE(c.extra::jsonb -> 'blobs', '[]'::jsonb)) AS j
-    UNION SELECT j.value FROM runs AS r, jsonb_each_text(r.input_manifest::jsonb) AS j
-    UNION SELECT hash FROM idempotency
-"""
-_LIVE_BLOBS = live_blobs(_REFERENCED_BLOBS, "jsonb_array_elements_text(b.parts::jsonb)")
-
-
-def _prune(conn: Any, older_than: float) -> PruneReport:
-    params = {"cutoff": older_than}
-    with conn.transaction():
-        # Keep what resume and fork still need: each run's resume point and tombstone,
-        # gate checkpoints, and checkpoints other runs were forked from.
-        doomed = f"""
-            c.run_id IN ({_PRUNABLE})
-              AND c.created_at < %(cutoff)s
-              AND c.status <> 'interrupted'
-              AND c.checkpoint_id NOT IN (
-                  SELECT parent_checkpoint_id FROM runs WHERE parent_checkpoint_id IS NOT NULL)
-              AND c.seq < (SELECT MAX(k.seq) FROM checkpoints AS k WHERE k.run_id = c.run_id AND k.step <> 'run_end')
-        """
-        keep_rebuildable(
-            conn.execute(f"SELECT c.run_id, c.seq FROM checkpoints AS c WHERE {doomed}", params).fetchall(),
-            lambda run_id: conn.execute(
-                "SELECT seq, snapshot IS NOT NULL FROM checkpoints WHERE run_id = %s ORDER BY seq", (run_id,)
-            ).fetchall(),
-            partial(_state_at, conn),
-            lambda run_id, seq, state: conn.execute(
-                "UPDATE checkpoints SET snapshot = %s WHERE run_id = %s AND seq = %s",
-                (rows.snapshot_json(state), run_id, seq),
-            ),
-        )
-        checkpoints = conn.execute(f"DELETE FROM checkpoints AS c WHERE {doomed}", params).rowcount
-        events = conn.execute(f"DELETE FROM events WHERE run_id IN ({_PRUNABLE}) AND at < %(cutoff)s", params).rowcount
-        idempotency = conn.execute(
-            f"DELETE FROM idempotency WHERE run_id IN ({_PRUNABLE}) AND created_at < %(cutoff)s", params
-        ).rowcount
-        freed = conn.execute(f"DELETE FROM blobs WHERE hash NOT IN ({_LIVE_BLOBS}) RETURNING size").fetchall()
-    return PruneReport(checkpoints, events, idempotency, len(freed), sum(int(r[0]) for r in freed))

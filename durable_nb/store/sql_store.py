@@ -7,7 +7,6 @@ under its lock, or a pooled PostgreSQL one. The SQL differs; the protocol does n
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Iterable
 from types import ModuleType
@@ -39,19 +38,11 @@ class SQLStore:
     """Base of the SQL stores: subclasses provide ``_run`` and the module functions."""
 
     url: str
+    # The backend's module of operations (``_get_run``, ``_commit``, …).
+    _sql: ModuleType
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         raise NotImplementedError
-
-    @property
-    def _sql(self) -> ModuleType:
-        # The backend's module: the first in the class's lineage that defines the functions
-        # (a subclass elsewhere, such as a test probe, keeps its backend's SQL).
-        for klass in type(self).__mro__:
-            module = sys.modules[klass.__module__]
-            if hasattr(module, "_commit"):
-                return module
-        raise TypeError(f"{type(self).__name__} has no SQL backend module")
 
     async def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
         """Create a run with its first checkpoints and events, or return the keyed original."""

@@ -22,30 +22,20 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..errors import RunNotFound, StoreUnavailable
+from ..errors import StoreUnavailable
 from ..model import (
     Blob,
-    CheckpointRecord,
-    CheckpointState,
     Commit,
     CommitResult,
-    EventRecord,
     NewRun,
-    PendingInterrupt,
     PruneReport,
     RunRecord,
-    RunStatus,
-    StatusRows,
 )
-from . import rows
-from .blob_files import FILE_BYTES, BlobFolder, FileBlob, FileVanished, read_hashed
-from .ddl import live_blobs
+from . import sqlite_ops
+from .blob_files import FILE_BYTES, BlobFolder, FileVanished
 from .offload import offload
-from .protocol import HISTORY_COLUMNS
-from .rules import check_expectations, choose_claim, trusted_seen, updated_run
 from .sql_store import SQLStore
 from .sqlite_schema import check_schema, ensure_schema
-from .state import keep_rebuildable, state_from_sql
 
 __all__ = ["SQLiteStore"]
 
@@ -70,6 +60,8 @@ class SQLiteStore(SQLStore):
         self._lock = threading.Lock()
         self._closed = False
         self.blob_folder = None if path == ":memory:" else BlobFolder(Path(f"{path}-blobs"), durability == "full")
+
+    _sql = sqlite_ops
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.url!r}, durability={self.durability!r})"
@@ -137,11 +129,11 @@ class SQLiteStore(SQLStore):
     async def _writing_files(self, blobs: list[Blob], write: Callable[[list[Blob]], Awaitable[T]]) -> T:
         # Large values go to their files first; a file pruned before its commit took the
         # write lock is written again, a bounded number of times.
-        for attempt in range(1, _FILE_ATTEMPTS + 1):
+        for attempt in range(1, sqlite_ops.FILE_ATTEMPTS + 1):
             try:
                 return await write(await self._with_files(blobs))
             except FileVanished:
-                if attempt == _FILE_ATTEMPTS:
+                if attempt == sqlite_ops.FILE_ATTEMPTS:
                     raise
         raise AssertionError("unreachable")
 
@@ -164,7 +156,7 @@ class SQLiteStore(SQLStore):
         wanted = list(dict.fromkeys(hashes))
         if not wanted:
             return {}
-        found, in_files = await self._run(_get_blobs, wanted, key)
+        found, in_files = await self._run(sqlite_ops._get_blobs, wanted, key)
         folder = self.blob_folder
         for value_hash, codec, size in in_files if folder is not None else []:
             blob = await self._off_loop(folder.read, value_hash, codec, size, key)
@@ -178,7 +170,9 @@ class SQLiteStore(SQLStore):
         if self.blob_folder is not None:
             files = [str(f) for f in self.blob_folder.files()]
             if files:
-                await self._run(_delete_unreferenced, files, time.time() - _STALE_WRITE_SECONDS)
+                await self._run(
+                    sqlite_ops._delete_unreferenced, files, time.time() - sqlite_ops.STALE_WRITE_SECONDS
+                )
         return report
 
     async def close(self) -> None:
@@ -203,356 +197,6 @@ class SQLiteStore(SQLStore):
                     conn.close()
             finally:
                 self._lock.release()
-
-
-# -- operations: each runs whole on the connection, under the store's lock -----------------------
-
-
-class _Transaction:
-    """BEGIN IMMEDIATE … COMMIT, rolled back on any exception."""
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
-
-    def __enter__(self) -> sqlite3.Connection:
-        self.conn.execute("BEGIN IMMEDIATE")
-        return self.conn
-
-    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
-        if kind is None:
-            self.conn.execute("COMMIT")
-        elif self.conn.in_transaction:
-            self.conn.execute("ROLLBACK")
-
-
-def _get_run(conn: sqlite3.Connection, run_id: str) -> RunRecord | None:
-    row = conn.execute(f"SELECT {rows.RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-    return None if row is None else rows.run_from_row(row)
-
-
-def _list_runs(conn: sqlite3.Connection, name: str | None, statuses: list[str] | None) -> list[RunRecord]:
-    conditions, params = [], []
-    if name is not None:
-        conditions.append("name = ?")
-        params.append(name)
-    if statuses is not None:
-        conditions.append(f"status IN ({', '.join('?' * len(statuses))})")
-        params.extend(statuses)
-    where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
-    cursor = conn.execute(f"SELECT {rows.RUN_COLUMNS} FROM runs {where} ORDER BY run_id DESC", params)
-    return [rows.run_from_row(row) for row in cursor]
-
-
-_INSERT_BLOB = "INSERT OR IGNORE INTO blobs (hash, codec, size, created_at, data, parts) VALUES (?, ?, ?, ?, ?, ?)"
-_INSERT_CHECKPOINT = (
-    f"INSERT INTO checkpoints ({rows.CHECKPOINT_COLUMNS}) VALUES ({', '.join('?' * rows.CHECKPOINT_COUNT)})"
-)
-_INSERT_EVENT = f"INSERT INTO events ({rows.EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
-_INSERT_INTERRUPT = f"INSERT INTO pending_interrupts ({rows.INTERRUPT_COLUMNS}) VALUES ({', '.join('?' * 9)})"
-
-
-def _write_children(
-    conn: sqlite3.Connection, run: RunRecord, commit: Commit | NewRun, blobs: list[Blob], now: float
-) -> list[CheckpointRecord]:
-    if blobs:
-        for blob in blobs:
-            # Holding the write lock: a prune cannot delete the file between this check and the row.
-            if isinstance(blob, FileBlob) and not os.path.exists(blob.path):
-                raise FileVanished(blob.path)
-        conn.executemany(_INSERT_BLOB, [rows.blob_values(b, now) for b in blobs])
-    written = []
-    for offset, draft in enumerate(commit.checkpoints, start=1):
-        seq = run.head_seq + offset
-        conn.execute(_INSERT_CHECKPOINT, rows.checkpoint_values(run.run_id, seq, now, draft))
-        written.append(rows.checkpoint_from_draft(run.run_id, seq, now, draft))
-    if commit.events:
-        conn.executemany(
-            _INSERT_EVENT,
-            [
-                (run.run_id, run.event_seq + offset, e.type, e.node_id, now, rows.dumps(e.data))
-                for offset, e in enumerate(commit.events, start=1)
-            ],
-        )
-    return written
-
-
-def _create_run(conn: sqlite3.Connection, new: NewRun, now: float) -> tuple[RunRecord, bool]:
-    with _Transaction(conn):
-        if new.idempotency_key is not None:
-            row = conn.execute(
-                f"SELECT {rows.RUN_COLUMNS} FROM runs WHERE name = ? AND idempotency_key = ?",
-                (new.name, new.idempotency_key),
-            ).fetchone()
-            if row is not None:
-                return rows.run_from_row(row), False
-        run = rows.run_from_new(new, now)
-        # Children are numbered from zero; the row then records how many were written.
-        _write_children(conn, replace(run, head_seq=0, event_seq=0), new, new.blobs, now)
-        conn.execute(
-            f"INSERT INTO runs ({rows.RUN_COLUMNS}) VALUES ({', '.join('?' * 17)})",
-            rows.run_values(run),
-        )
-        return run, True
-
-
-_UPDATE_RUN = rows.UPDATE_RUN.format(p="?")
-_UPDATE_SEEN_RUN = f"{_UPDATE_RUN} AND {rows.SEEN_CONDITION.format(p='?', same='IS')}"
-
-
-def _commit(conn: sqlite3.Connection, commit: Commit, now: float, url: str) -> CommitResult:
-    with _Transaction(conn):
-        seen = trusted_seen(commit)
-        if seen is not None:
-            # A running node's commit: one conditional UPDATE checks the row and writes it.
-            after = updated_run(seen, commit, now, len(commit.checkpoints), len(commit.events))
-            if conn.execute(_UPDATE_SEEN_RUN, rows.run_update_values(after) + rows.seen_values(seen)).rowcount:
-                return CommitResult(after, _write_rest(conn, seen, commit, now))
-        run = _get_run(conn, commit.run_id)
-        if run is None:
-            raise RunNotFound(commit.run_id, url)
-        check_expectations(run, commit)
-        claimed = None
-        still_pending = 0
-        if commit.claim is not None:
-            pending = _pending(conn, run.run_id)
-            claimed = choose_claim(run.run_id, commit.claim, pending, commit.claim_gate)
-            still_pending = len(pending) - 1
-            conn.execute(
-                "DELETE FROM pending_interrupts WHERE run_id = ? AND node_id = ?",
-                (run.run_id, claimed.node_id),
-            )
-        checkpoints = _write_rest(conn, run, commit, now)
-        after = updated_run(run, commit, now, len(commit.checkpoints), len(commit.events), still_pending)
-        conn.execute(_UPDATE_RUN, rows.run_update_values(after))
-        return CommitResult(after, checkpoints, claimed)
-
-
-def _write_rest(conn: sqlite3.Connection, run: RunRecord, commit: Commit, now: float) -> list[CheckpointRecord]:
-    if commit.release_interrupts:
-        conn.execute("DELETE FROM pending_interrupts WHERE run_id = ?", (run.run_id,))
-    checkpoints = _write_children(conn, run, commit, commit.blobs, now)
-    if commit.open_interrupts:
-        conn.executemany(_INSERT_INTERRUPT, [rows.interrupt_values(p) for p in commit.open_interrupts])
-    if commit.idempotent:
-        conn.executemany(
-            "INSERT OR IGNORE INTO idempotency (run_id, key, hash, created_at) VALUES (?, ?, ?, ?)",
-            [(run.run_id, key, value_hash, now) for key, value_hash in commit.idempotent],
-        )
-    return checkpoints
-
-
-def _one_checkpoint(conn: sqlite3.Connection, run_id: str, condition: str) -> CheckpointRecord | None:
-    row = conn.execute(
-        f"SELECT {rows.CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? {condition} ORDER BY seq DESC LIMIT 1",
-        (run_id,),
-    ).fetchone()
-    return None if row is None else rows.checkpoint_from_row(row)
-
-
-def _node_checkpoint(
-    conn: sqlite3.Connection, run_id: str, node_id: str, prefix: str, max_seq: int | None
-) -> CheckpointRecord | None:
-    row = conn.execute(
-        f"SELECT {rows.CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? AND node_id = ? AND seq <= ? "
-        "AND substr(step, 1, ?) = ? ORDER BY seq DESC LIMIT 1",
-        (run_id, node_id, max_seq if max_seq is not None else 2**62, len(prefix), prefix),
-    ).fetchone()
-    return None if row is None else rows.checkpoint_from_row(row)
-
-
-def _checkpoint_by_id(conn: sqlite3.Connection, run_id: str, checkpoint_id: str) -> CheckpointRecord | None:
-    row = conn.execute(
-        f"SELECT {rows.CHECKPOINT_COLUMNS} FROM checkpoints WHERE checkpoint_id = ? AND run_id = ?",
-        (checkpoint_id, run_id),
-    ).fetchone()
-    return None if row is None else rows.checkpoint_from_row(row)
-
-
-def _state_at(conn: sqlite3.Connection, run_id: str, seq: int | None) -> CheckpointState:
-    return state_from_sql(
-        lambda sql, params: conn.execute(sql, params).fetchall(), partial(_get_run, conn), "?", run_id, seq
-    )
-
-
-def _latest_states(conn: Any, run_ids: list[str]) -> dict[str, CheckpointState]:
-    return {run_id: _state_at(conn, run_id, None) for run_id in run_ids}
-
-
-def _status_rows(conn: Any, run_id: str) -> StatusRows:
-    return rows.status_rows(
-        lambda sql, params: conn.execute(sql, params).fetchall(), "?", run_id, _state_at(conn, run_id, None)
-    )
-
-
-def _list_checkpoints(conn: sqlite3.Connection, run_id: str) -> list[CheckpointRecord]:
-    cursor = conn.execute(f"SELECT {rows.CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? ORDER BY seq", (run_id,))
-    return [rows.checkpoint_from_row(row) for row in cursor]
-
-
-def _pending(conn: sqlite3.Connection, run_id: str) -> list[PendingInterrupt]:
-    cursor = conn.execute(
-        f"SELECT {rows.INTERRUPT_COLUMNS} FROM pending_interrupts WHERE run_id = ? ORDER BY created_at",
-        (run_id,),
-    )
-    return [rows.interrupt_from_row(row) for row in cursor]
-
-
-def _expired(conn: sqlite3.Connection, now: float, run_id: str | None) -> list[PendingInterrupt]:
-    sql = f"SELECT {rows.INTERRUPT_COLUMNS} FROM pending_interrupts WHERE expires_at IS NOT NULL AND expires_at <= ?"
-    params: list[Any] = [now]
-    if run_id is not None:
-        sql += " AND run_id = ?"
-        params.append(run_id)
-    return [rows.interrupt_from_row(row) for row in conn.execute(sql + " ORDER BY expires_at", params)]
-
-
-def _get_blobs(
-    conn: sqlite3.Connection, hashes: list[str], key: bytes | None
-) -> tuple[dict[str, Blob], list[tuple[str, str, int]]]:
-    """Return the blobs stored in the database, and (hash, codec, size) of those kept as files."""
-    found: dict[str, Blob] = {}
-    in_files: list[tuple[str, str, int]] = []
-    # Stay under SQLite's limit on bound parameters.
-    for start in range(0, len(hashes), 500):
-        chunk = hashes[start : start + 500]
-        cursor = conn.execute(
-            "SELECT hash, codec, rowid, size, length(data), CASE WHEN size < ? THEN data END FROM blobs "
-            f"WHERE hash IN ({', '.join('?' * len(chunk))})",
-            [FILE_BYTES, *chunk],
-        )
-        for value_hash, codec, rowid, size, length, data in cursor.fetchall():
-            if length == 0 and size > 0:
-                in_files.append((value_hash, codec, size))
-            elif data is None:
-                # Large, and stored in the database (by a version before value files): read it in
-                # chunks with incremental blob I/O, without a copy of the whole row.
-                with conn.blobopen("blobs", "data", rowid, readonly=True) as stored:
-                    found[value_hash] = read_hashed(_reader(stored), size, value_hash, codec, key)
-            else:
-                found[value_hash] = Blob(value_hash, codec, bytes(data))
-    return found, in_files
-
-
-# Writes of a value file before giving up on a folder where files keep disappearing.
-_FILE_ATTEMPTS = 3
-# A temporary value file this old belongs to a write that died (a write takes seconds).
-_STALE_WRITE_SECONDS = 3600.0
-
-
-def _reader(stored: sqlite3.Blob) -> Callable[[memoryview], int]:
-    def read_into(view: memoryview) -> int:
-        piece = stored.read(len(view))
-        view[: len(piece)] = piece
-        return len(piece)
-
-    return read_into
-
-
-def _get_idempotent(conn: sqlite3.Connection, run_id: str, key: str) -> str | None:
-    row = conn.execute("SELECT hash FROM idempotency WHERE run_id = ? AND key = ?", (run_id, key)).fetchone()
-    return None if row is None else row[0]
-
-
-def _list_events(conn: sqlite3.Connection, run_id: str, after_seq: int) -> list[EventRecord]:
-    cursor = conn.execute(
-        f"SELECT {rows.EVENT_COLUMNS} FROM events WHERE run_id = ? AND seq > ? ORDER BY seq",
-        (run_id, after_seq),
-    )
-    return [rows.event_from_row(row) for row in cursor]
-
-
-_BYTES_WRITTEN = rows.BYTES_WRITTEN.format(
-    outputs="SELECT value FROM json_each(c.node_output)", parts="json_each(g.parts)"
-)
-
-
-def _history_rows(conn: sqlite3.Connection, run_id: str) -> list[tuple[Any, ...]]:
-    return conn.execute(
-        f"SELECT {HISTORY_COLUMNS}, {_BYTES_WRITTEN} FROM checkpoints AS c WHERE c.run_id = ? ORDER BY c.seq",
-        (run_id,),
-    ).fetchall()
-
-
-def _fork_tree(conn: sqlite3.Connection, run_id: str) -> list[tuple[RunRecord, dict[str, Any]]]:
-    columns = ", ".join(f"runs.{c.strip()}" for c in rows.RUN_COLUMNS.split(","))
-    return [rows.tree_row(row) for row in conn.execute(rows.FORK_TREE.format(p="?", columns=columns), (run_id,))]
-
-
-def _delete_unreferenced(conn: sqlite3.Connection, paths: list[str], stale_before: float) -> None:
-    # Under the write lock: a commit checks its files under it too, so a file deleted here was
-    # either unreferenced for good or is written again by the commit that wanted it.
-    with _Transaction(conn):
-        for path in paths:
-            name = os.path.basename(path)
-            if name.startswith("."):
-                if BlobFolder.older_than(Path(path), stale_before):
-                    Path(path).unlink(missing_ok=True)  # a write interrupted long ago
-            elif conn.execute("SELECT 1 FROM blobs WHERE hash = ?", (name,)).fetchone() is None:
-                Path(path).unlink(missing_ok=True)
-
-
-_PRUNABLE = (RunStatus.COMPLETED.value, RunStatus.FAILED.value)
-
-# Blobs still reachable from anything kept: manifests, node outputs, run inputs,
-# @idempotent results, and blobs a front end lists under extra.blobs.
-_REFERENCED_BLOBS = """
-    SELECT j.value FROM checkpoints AS c, json_each(c.changes) AS j WHERE j.value IS NOT NULL
-    UNION SELECT j.value FROM checkpoints AS c, json_each(c.snapshot, '$.manifest') AS j
-        WHERE c.snapshot IS NOT NULL
-    UNION SELECT j.value FROM checkpoints AS c, json_each(c.node_output) AS j
-        WHERE c.node_output IS NOT NULL
-    UNION SELECT j.value FROM checkpoints AS c, json_each(c.extra, '$.blobs') AS j
-    UNION SELECT j.value FROM runs AS r, json_each(r.input_manifest) AS j
-    UNION SELECT hash FROM idempotency
-"""
-_LIVE_BLOBS = live_blobs(_REFERENCED_BLOBS, "json_each(b.parts)")
-
-
-def _prune(conn: sqlite3.Connection, older_than: float) -> PruneReport:
-    with _Transaction(conn):
-        conn.execute("CREATE TEMP TABLE IF NOT EXISTS prunable (run_id TEXT PRIMARY KEY)")
-        conn.execute("DELETE FROM prunable")
-        conn.execute(
-            "INSERT INTO prunable SELECT run_id FROM runs WHERE status IN (?, ?) AND updated_at < ?",
-            (*_PRUNABLE, older_than),
-        )
-        # Keep what resume and fork still need: each run's resume point and tombstone,
-        # gate checkpoints, and checkpoints other runs were forked from.
-        doomed = """
-            run_id IN (SELECT run_id FROM prunable)
-              AND created_at < ?
-              AND status != 'interrupted'
-              AND checkpoint_id NOT IN (
-                  SELECT parent_checkpoint_id FROM runs WHERE parent_checkpoint_id IS NOT NULL)
-              AND seq < (SELECT MAX(k.seq) FROM checkpoints AS k
-                         WHERE k.run_id = checkpoints.run_id AND k.step != 'run_end')
-        """
-        keep_rebuildable(
-            conn.execute(f"SELECT run_id, seq FROM checkpoints WHERE {doomed}", (older_than,)).fetchall(),
-            lambda run_id: conn.execute(
-                "SELECT seq, snapshot IS NOT NULL FROM checkpoints WHERE run_id = ? ORDER BY seq", (run_id,)
-            ).fetchall(),
-            partial(_state_at, conn),
-            lambda run_id, seq, state: conn.execute(
-                "UPDATE checkpoints SET snapshot = ? WHERE run_id = ? AND seq = ?",
-                (rows.snapshot_json(state), run_id, seq),
-            ),
-        )
-        checkpoints = conn.execute(f"DELETE FROM checkpoints WHERE {doomed}", (older_than,)).rowcount
-        events = conn.execute(
-            "DELETE FROM events WHERE run_id IN (SELECT run_id FROM prunable) AND at < ?",
-            (older_than,),
-        ).rowcount
-        idempotency = conn.execute(
-            "DELETE FROM idempotency WHERE run_id IN (SELECT run_id FROM prunable) AND created_at < ?",
-            (older_than,),
-        ).rowcount
-        freed = conn.execute(
-            f"SELECT COUNT(*), COALESCE(SUM(size), 0) FROM blobs WHERE hash NOT IN ({_LIVE_BLOBS})"
-        ).fetchone()
-        conn.execute(f"DELETE FROM blobs WHERE hash NOT IN ({_LIVE_BLOBS})")
-        conn.execute("DELETE FROM prunable")
-    return PruneReport(checkpoints, events, idempotency, int(freed[0]), int(freed[1]))
 
 
 @atexit.register
