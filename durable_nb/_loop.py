@@ -151,12 +151,9 @@ def blocking(coroutine_function: Callable[P, Coroutine[Any, Any, T]]) -> Callabl
         return run_sync(coroutine_function(*args, **kwargs))
 
     name = coroutine_function.__name__.removeprefix("a")
+    owner = coroutine_function.__qualname__.rpartition(".")[0]
     twin.__name__ = name
-    twin.__qualname__ = (
-        coroutine_function.__qualname__.rsplit(".", 1)[0] + f".{name}"
-        if "." in coroutine_function.__qualname__
-        else name
-    )
+    twin.__qualname__ = f"{owner}.{name}" if owner else name
     return twin
 
 

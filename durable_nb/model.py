@@ -44,18 +44,12 @@ class RunStatus(enum.StrEnum):
     CANCELLED = "cancelled"
     COMPLETED = "completed"
 
-    def __str__(self) -> str:
-        return self.value
-
 
 class RunKind(enum.StrEnum):
     """What drives a run: a notebook kernel or a Workflow."""
 
     NOTEBOOK = "notebook"
     WORKFLOW = "workflow"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class CheckpointStatus(enum.StrEnum):
@@ -67,9 +61,6 @@ class CheckpointStatus(enum.StrEnum):
     APPROVED = "approved"
     FORK = "fork"
     COMPLETED = "completed"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class EventType(enum.StrEnum):
@@ -87,9 +78,6 @@ class EventType(enum.StrEnum):
     RUN_CANCELLED = "run_cancelled"
     RUN_COMPLETED = "run_completed"
     FORK_CREATED = "fork_created"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 # How statuses (of runs and of checkpoints) are coloured wherever they are shown.

@@ -86,10 +86,7 @@ async def current_run(store: Store, run_id: str, seen: RunRecord | None = None) 
     if run.status is not RunStatus.PAUSED:
         return run
     pending = await store.pending_interrupts(run_id)
-    now = time.time()
-    expired = [p for p in pending if p.expires_at is not None and p.expires_at <= now]
-    for passed in expired:
-        await apply_expiry(store, passed)
+    expired = await _apply_passed(store, pending)
     return await store.get_run(run_id) if expired or not pending else run
 
 
@@ -145,10 +142,7 @@ async def _open_target(
     """Pick the gate a decision is for, applying the deadlines of gates that have passed."""
     if not pending:
         raise _not_paused(await store.get_run(run_id))
-    now = time.time()
-    expired = [p for p in pending if p.expires_at is not None and p.expires_at <= now]
-    for passed in expired:
-        await apply_expiry(store, passed)
+    expired = await _apply_passed(store, pending)
     still_open = [p for p in pending if p not in expired]
     wanted = [p for p in expired if node in (None, p.node_id) and gate in (None, p.checkpoint_id)]
     if wanted and not (node is None and gate is None and still_open):
@@ -208,6 +202,15 @@ async def expire_gates(store: Store, run_id: str | None = None) -> list[PendingI
     expired = await store.expired_interrupts(time.time(), run_id)
     for pending in expired:
         await apply_expiry(store, pending)
+    return expired
+
+
+async def _apply_passed(store: Store, pending: list[PendingInterrupt]) -> list[PendingInterrupt]:
+    """Apply the deadlines that have passed among ``pending``; return those gates."""
+    now = time.time()
+    expired = [p for p in pending if p.expires_at is not None and p.expires_at <= now]
+    for passed in expired:
+        await apply_expiry(store, passed)
     return expired
 
 

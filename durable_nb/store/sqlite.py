@@ -170,33 +170,29 @@ class SQLiteStore(SQLStore):
         if self.blob_folder is not None:
             files = [str(f) for f in self.blob_folder.files()]
             if files:
-                await self._run(
-                    sqlite_ops._delete_unreferenced, files, time.time() - sqlite_ops.STALE_WRITE_SECONDS
-                )
+                await self._run(sqlite_ops._delete_unreferenced, files, time.time() - sqlite_ops.STALE_WRITE_SECONDS)
         return report
 
     async def close(self) -> None:
         """Close the connection; later calls raise StoreUnavailable."""
         await offload(self._close_now)
 
-    def _close_now(self) -> None:
-        # Under the lock: an operation of another thread finishes with the connection first.
-        with self._lock:
+    def _close_now(self, wait: float = -1) -> None:
+        # Under the lock: an operation of another thread finishes with the connection first
+        # (``wait`` seconds at most; -1: as long as it takes).
+        if not self._lock.acquire(timeout=wait):
+            return
+        try:
             self._closed = True
             conn, self._conn = self._conn, None
             if conn is not None:
                 conn.close()
+        finally:
+            self._lock.release()
 
     def close_at_exit(self) -> None:
-        """Close at interpreter exit, unless an operation still holds the connection."""
-        if self._lock.acquire(timeout=5):
-            try:
-                self._closed = True
-                conn, self._conn = self._conn, None
-                if conn is not None:
-                    conn.close()
-            finally:
-                self._lock.release()
+        """Close at interpreter exit, unless an operation still holds the connection after 5 s."""
+        self._close_now(wait=5)
 
 
 @atexit.register

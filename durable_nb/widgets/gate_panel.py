@@ -124,10 +124,10 @@ class GatePanel(widgets.VBox):
             try:
                 decision = make_decision(approved, None, self.comment.value or None, _user())
                 result = run_sync(decide(self.store, self.run_id, decision, self.node_id, gate=self.gate))
-                self._show_decided(decision, "Continuing the cell…")
                 if self.link is None:
                     self._show_decided(decision, "The run continues where its code runs.")
                     return
+                self._show_decided(decision, "Continuing the cell…")
                 try:
                     note = self.link.continue_after(result)
                 except GatePending:
