@@ -8,14 +8,11 @@ finds what a re-executed cell can restore, and keeps the kernel's ownership of t
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from .._ids import new_id
 from ..errors import NotResumable, RunOwnedElsewhere
 from ..model import (
-    Blob,
     CheckpointDraft,
     CheckpointRecord,
     CheckpointState,
@@ -26,7 +23,6 @@ from ..model import (
     EventType,
     NewEvent,
     NewRun,
-    PendingInterrupt,
     RunKind,
     RunRecord,
     RunStatus,
@@ -36,8 +32,9 @@ from ..model import (
 from ..store import codec
 from ..store.protocol import Conflict, Store
 from .cancel import CANCELLED
+from .cell_lineage import CellLineage
+from .cell_records import CellOutcome, Restorable
 from .decisions import current_run, decisions_of
-from .forking import create_fork
 from .gates import Suspend
 from .namespace import NamespaceTracker
 from .ownership import lease_deadline, owner_alive, this_owner
@@ -49,47 +46,7 @@ __all__ = ["CellOutcome", "CellRun", "Restorable"]
 _UNFINISHED = [RunStatus.RUNNING, RunStatus.PENDING, RunStatus.PAUSED, RunStatus.FAILED, RunStatus.CANCELLED]
 
 
-@dataclass(slots=True)
-class CellOutcome:
-    """What a cell that finished hands over to be committed.
-
-    ``touched`` are the names the cell mentioned or bound; the namespace tracker pickles those
-    and whatever shares objects with them. ``bound`` are the names the cell (re)bound: a value
-    among them that cannot be stored is reported. ``extra`` rides in the checkpoint as is.
-    """
-
-    node_id: str
-    namespace: dict[str, Any]
-    touched: frozenset[str]
-    storable: Callable[[str], bool]
-    deleted: list[str]
-    outputs: list[dict[str, Any]]
-    source_hash: str
-    duration: float
-    attempts: int = 1
-    bound: frozenset[str] = frozenset()
-    open_figures: frozenset[int] = frozenset()
-    extra: dict[str, Any] = field(default_factory=dict)
-    blobs: list[Blob] = field(default_factory=list)
-    # Events of the attempts before the one that finished (retries), committed with the cell.
-    events: list[NewEvent] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class Restorable:
-    """A committed cell, restored: the names it set, its outputs, what it could not store."""
-
-    checkpoint: CheckpointRecord
-    names: list[str]
-    outputs: list[dict[str, Any]]
-    unstored: dict[str, str]
-
-    @property
-    def source_hash(self) -> str | None:
-        return self.checkpoint.extra.get("source_hash")
-
-
-class CellRun:
+class CellRun(CellLineage):
     """The run a kernel is attached to, and the durable state its cells have committed."""
 
     def __init__(
@@ -227,54 +184,6 @@ class CellRun:
         self.log = StateLog(await self.store.state_at(self.run_id))
         self.resumes = decisions_of(head)
         self.head_id = head.checkpoint_id if head else None
-
-    # -- finding committed cells ---------------------------------------------------------------
-
-    async def lookup(self, node_id: str) -> CheckpointRecord | None:
-        """Return the commit of a cell in this run, or in the runs it was forked from (an indexed lookup)."""
-        run = self.run
-        max_seq: int | None = None
-        while True:
-            found = await self.store.node_checkpoint(run.run_id, node_id, "after:", max_seq)
-            if found is not None:
-                return found
-            if run.parent_run_id is None or run.parent_checkpoint_id is None:
-                return None
-            fork_point = await self.store.get_checkpoint(run.parent_run_id, run.parent_checkpoint_id)
-            max_seq = fork_point.seq
-            run = await self.store.get_run(run.parent_run_id)
-
-    async def matching_run(self, node_id: str, source_hash: str) -> str | None:
-        """Return another run of this fork tree whose cell ``node_id`` ran this code from the state
-        this run had before the cell, so that going back to old code returns to that run."""
-        here = await self.lookup(node_id)
-        start = await self._state_before(here, node_id) if here is not None else dict(self.manifest)
-        for run, _ in reversed(await self.store.fork_tree(self.run_id)):
-            if run.run_id == self.run_id or run.status is RunStatus.COMPLETED:
-                continue
-            if (
-                run.status is RunStatus.RUNNING
-                and run.owner != self.owner
-                and owner_alive(run.run_id, run.owner, run.lease_until)
-            ):
-                continue
-            found = await self.store.node_checkpoint(run.run_id, node_id, "after:")
-            if found is None or found.extra.get("source_hash") != source_hash:
-                continue
-            if await self._state_before(found, node_id) == start:
-                return run.run_id
-        return None
-
-    async def _state_before(self, checkpoint: CheckpointRecord, node: str) -> dict[str, str] | None:
-        before_id = await self._before(checkpoint, node)
-        if before_id is None:
-            run = await self.store.get_run(checkpoint.run_id)
-            if run.parent_run_id and run.parent_checkpoint_id:
-                fork_point = await self.store.get_checkpoint(run.parent_run_id, run.parent_checkpoint_id)
-                return (await self.store.state_at(run.parent_run_id, fork_point.seq)).manifest
-            return dict(run.input_manifest)
-        before = await self.store.get_checkpoint(checkpoint.run_id, before_id)
-        return (await self.store.state_at(checkpoint.run_id, before.seq)).manifest
 
     async def restore(
         self, checkpoint: CheckpointRecord, namespace: dict[str, Any], exclude: frozenset[str] = frozenset()
@@ -428,33 +337,15 @@ class CellRun:
     ) -> str:
         """Commit ``gate:<node>`` with its pending row; return the gate's checkpoint id."""
         now = time.time()
-        detail = {
-            "reason": suspend.reason,
-            "context": suspend.context,
-            "node_id": node,
-            "agent_path": None,
-            "kind": suspend.kind,
-            "timeout_seconds": suspend.timeout_seconds,
-            "on_timeout": suspend.on_timeout,
-        }
         draft = self._draft(
             "gate",
             node,
             CheckpointStatus.INTERRUPTED,
-            interrupt=detail,
+            interrupt=suspend.detail(node),
             duration=duration,
             extra={"source": source, "source_hash": source_hash},
         )
-        pending = PendingInterrupt(
-            run_id=self.run_id,
-            node_id=node,
-            checkpoint_id=draft.checkpoint_id,
-            reason=suspend.reason,
-            context=suspend.context,
-            created_at=now,
-            expires_at=None if suspend.timeout_seconds is None else now + suspend.timeout_seconds,
-            on_timeout=suspend.on_timeout,
-        )
+        pending = suspend.pending(self.run_id, node, draft.checkpoint_id, now)
         await self._commit(
             checkpoints=[draft],
             open_interrupts=[pending],
@@ -489,62 +380,3 @@ class CellRun:
         run = await self.refresh()
         if run.status is RunStatus.RUNNING and run.owner == self.owner:
             await self._commit(run=RunUpdate(status=RunStatus.PENDING, owner=None, lease_until=None))
-
-    # -- forks --------------------------------------------------------------------------------
-
-    async def fork_before(self, node: str, overrides: dict[str, Any] | None = None) -> CellRun:
-        """Branch a new run from the state just before ``node`` was committed; this run is untouched."""
-        committed = await self.lookup(node)
-        source_run = self.run
-        source_id: str | None = None
-        if committed is not None:
-            source_run = await self.store.get_run(committed.run_id)
-            source_id = await self._before(committed, node)
-        if source_id is None:
-            return await self._fresh_fork(source_run)
-        fork = await create_fork(
-            self.store,
-            self.values,
-            source_run.run_id,
-            source_id,
-            overrides or {},
-            owner=self.owner,
-            lease_until=lease_deadline(),
-        )
-        forked = CellRun(
-            self.store, self.values, fork.run, fork.checkpoint, await self.store.state_at(fork.run.run_id), self.tracker
-        )
-        forked.resumes.pop(node, None)
-        return forked
-
-    async def _before(self, checkpoint: CheckpointRecord, node: str) -> str | None:
-        # Step back over the cell's own gate/decision checkpoints to where it started.
-        parent_id = checkpoint.parent_checkpoint_id
-        while parent_id is not None:
-            parent = await self.store.get_checkpoint(checkpoint.run_id, parent_id)
-            if parent.node_id != node:
-                return parent.checkpoint_id
-            parent_id = parent.parent_checkpoint_id
-        return None
-
-    async def _fresh_fork(self, source: RunRecord) -> CellRun:
-        run, _ = await self.store.create_run(
-            NewRun(
-                run_id=new_id(),
-                name=source.name,
-                kind=RunKind.NOTEBOOK,
-                status=RunStatus.RUNNING,
-                input_manifest=source.input_manifest,
-                parent_run_id=source.run_id,
-                owner=self.owner,
-                lease_until=lease_deadline(),
-                events=[
-                    NewEvent(
-                        EventType.FORK_CREATED, None, {"parent_run_id": source.run_id, "parent_checkpoint_id": None}
-                    )
-                ],
-            )
-        )
-        return CellRun(
-            self.store, self.values, run, None, CheckpointState(dict(source.input_manifest), []), self.tracker
-        )

@@ -9,6 +9,7 @@ from .._ids import new_id
 from ..errors import NotResumable
 from ..model import CheckpointRecord, CheckpointStatus, EventType, NewEvent, NewRun, RunRecord, RunStatus
 from ..store.protocol import Store
+from ..store.rows import checkpoint_from_draft
 from .drafts import draft_after
 from .values import ValueCodec, check_state
 
@@ -88,6 +89,5 @@ async def create_fork(
         )
     )
     values.mark_stored(blobs)
-    checkpoint = await store.head_checkpoint(new_run_id)
-    assert checkpoint is not None
-    return Fork(record, checkpoint)
+    # The fork's one checkpoint is the draft as written: the run's head, stamped when the run was.
+    return Fork(record, checkpoint_from_draft(new_run_id, record.head_seq, record.created_at, draft))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidInput, NoActiveNode
-from ..model import Decision
+from ..model import Decision, PendingInterrupt
 from .scope import NodeScope, current_scope
 
 __all__ = ["ON_TIMEOUT", "Resume", "Suspend", "freeze_context", "gate", "interrupt"]
@@ -40,6 +40,31 @@ class Suspend(BaseException):
         self.timeout_seconds = timeout_seconds
         self.on_timeout = on_timeout
         self.kind = kind
+
+    def detail(self, node_id: str) -> dict[str, Any]:
+        """Return the gate as its checkpoint records it."""
+        return {
+            "reason": self.reason,
+            "context": self.context,
+            "node_id": node_id,
+            "agent_path": None,
+            "kind": self.kind,
+            "timeout_seconds": self.timeout_seconds,
+            "on_timeout": self.on_timeout,
+        }
+
+    def pending(self, run_id: str, node_id: str, checkpoint_id: str, now: float) -> PendingInterrupt:
+        """Return the gate's row in the pending interrupts, opened ``now`` by ``checkpoint_id``."""
+        return PendingInterrupt(
+            run_id=run_id,
+            node_id=node_id,
+            checkpoint_id=checkpoint_id,
+            reason=self.reason,
+            context=self.context,
+            created_at=now,
+            expires_at=None if self.timeout_seconds is None else now + self.timeout_seconds,
+            on_timeout=self.on_timeout,
+        )
 
 
 def _fallback(value: Any) -> str:

@@ -9,13 +9,11 @@ commit before it, so the hot path costs one commit per node.
 from __future__ import annotations
 
 import asyncio
-import time
-import traceback
 from collections.abc import Awaitable, Callable, Container
 from typing import Any
 
 from .._ids import new_id
-from ..errors import ConfigurationError, InvalidState, NodeFailed, RunCancelled
+from ..errors import ConfigurationError, RunCancelled
 from ..model import (
     RUN_END,
     CheckpointDraft,
@@ -24,7 +22,6 @@ from ..model import (
     Decision,
     EventType,
     NewEvent,
-    PendingInterrupt,
     RunRecord,
     RunStatus,
     RunUpdate,
@@ -33,9 +30,11 @@ from ..model import (
 from ..store.protocol import Conflict, Store
 from .attempts import Attempter, Outcome
 from .cancel import CANCELLED
-from .graph import ITEM_KEY_PREFIX, Graph, NodeSpec
+from .graph import Graph, NodeSpec
+from .node_kinds import NodeKinds
 from .ownership import lease_deadline
 from .statelog import StateLog
+from .stops import WaveStops, failure_text
 from .values import ValueCodec
 from .watch import Watch
 
@@ -43,13 +42,6 @@ __all__ = ["Runner", "failure_text"]
 
 Sleep = Callable[[float], Awaitable[Any]]
 _RUNNING = frozenset({RunStatus.RUNNING})
-
-
-def failure_text(label: str, error: BaseException) -> str:
-    """Return the error of a run whose node failed: ``Node '<label>' failed: <reason>``."""
-    if isinstance(error, NodeFailed):
-        return str(error)
-    return f"Node '{label}' failed: {type(error).__name__}: {error}"
 
 
 class _Done:
@@ -63,7 +55,7 @@ class _Done:
         return node in self.completed or node in self.skipped
 
 
-class Runner:
+class Runner(NodeKinds, WaveStops):
     """Executes the queue of one run from a loaded checkpoint until it pauses, fails or ends."""
 
     def __init__(
@@ -379,224 +371,3 @@ class Runner:
     def _guard(self) -> asyncio.Lock:
         assert self._lock is not None
         return self._lock
-
-    async def _route(self, spec: NodeSpec) -> Outcome:
-        """Run a switch: choose branches, skip the others; no checkpoint of its own."""
-        started = time.perf_counter()
-        try:
-            result = spec.fn(dict(self.state))
-            if asyncio.iscoroutine(result):
-                result = await result
-            key, chosen = self._branches(spec, result)
-        except Exception as error:  # noqa: BLE001 - a failing router fails like any node
-            return Outcome(spec.node_id, error=error, duration=time.perf_counter() - started)
-        async with self._guard():
-            self.routes[spec.node_id] = {"key": key, "nodes": chosen}
-            self.log.complete(spec.node_id)
-            skipped_before = len(self.skipped)
-            self.skipped.extend(n for n in self.graph.dependents(spec.node_id) if n not in chosen)
-            self.graph.propagate_skips(self.log.done, self.skipped)
-            self._newly_done += [spec.node_id, *self.skipped[skipped_before:]]
-            self.carry.append(NewEvent(EventType.NODE_FINISHED, spec.node_id, {"route": key, "chosen": chosen}))
-        return Outcome(spec.node_id, duration=time.perf_counter() - started)
-
-    def _branches(self, spec: NodeSpec, result: Any) -> tuple[str | None, list[str]]:
-        branches: dict[str, Any] | None = spec.extra.get("branches")
-        dependents = self.graph.dependents(spec.node_id)
-        if branches is not None:
-            if result is not None and result not in branches:
-                raise InvalidState(
-                    f"Switch '{spec.label}' chose {result!r}, which is not one of its branches {sorted(branches)}."
-                )
-            target = branches.get(result) if result is not None else None
-            nodes = [] if target is None else [target] if isinstance(target, str) else list(target)
-            key = None if result is None else str(result)
-        else:
-            nodes = [] if result is None else [result] if isinstance(result, str) else list(result)
-            key = None if result is None else ",".join(nodes)
-        wrong = [n for n in nodes if n not in dependents]
-        if wrong:
-            raise InvalidState(
-                f"Switch '{spec.label}' chose {wrong}, but only nodes that run after it can be chosen: {dependents}."
-            )
-        return key, nodes
-
-    async def _run_map(self, spec: NodeSpec) -> Outcome:
-        """Run a map node: once per item, each item committed on its own."""
-        started = time.perf_counter()
-        try:
-            items = list(self.state[spec.items] if isinstance(spec.items, str) else spec.items(dict(self.state)))  # type: ignore[misc]
-        except Exception as error:  # noqa: BLE001 - unreadable items fail the map node
-            return Outcome(spec.node_id, error=error, duration=time.perf_counter() - started)
-        todo = [i for i in range(len(items)) if spec.item_key(i) not in self.manifest]
-        if not todo:
-            return await self._complete_map(spec, len(items), started)
-        # Every item sees the state as the map found it, without the items' own results: copying
-        # the run's state for each item would cost more with every item finished.
-        seen = {k: v for k, v in self.state.items() if not k.startswith(ITEM_KEY_PREFIX)}
-        gate = asyncio.Semaphore(spec.max_concurrency)
-        last: list[int | None] = [None]
-        last_blobs: list[Any] = []
-        remaining = set(todo)
-        failures: list[Outcome] = []
-
-        async def one(index: int) -> None:
-            async with gate:
-                arguments = (dict(seen), items[index])
-                outcome = await self.attempter.run(spec, arguments, [], expect_dict=False, item_index=index)
-            if outcome.suspend is not None:
-                outcome.suspend, outcome.error = (
-                    None,
-                    ConfigurationError(
-                        "gate() inside a map item is not supported; put the gate in a node before or after the map."
-                    ),
-                )
-            if outcome.error is not None:
-                outcome.value = index
-                failures.append(outcome)
-                return
-            try:
-                delta, blobs = self.values.encode({spec.item_key(index): outcome.value})
-            except Exception as error:  # noqa: BLE001 - an unserializable item result fails the node
-                failures.append(Outcome(spec.node_id, error=error, attempts=outcome.attempts, value=index))
-                return
-            async with self._guard():
-                remaining.discard(index)
-                self.state[spec.item_key(index)] = outcome.value
-                self.log.update(delta)
-                if not remaining and not failures:
-                    last[0] = index
-                    last_blobs.extend(blobs)
-                    return  # the last item's commit is the node's: see _complete_map
-                event = NewEvent(
-                    EventType.NODE_FINISHED, spec.node_id, {"item_index": index, "duration": outcome.duration}
-                )
-                await self._commit_node(
-                    spec.node_id,
-                    blobs,
-                    [event],
-                    True,
-                    node_output=delta,
-                    duration=outcome.duration,
-                    attempts=outcome.attempts,
-                    item_index=index,
-                )
-
-        workers = [asyncio.ensure_future(one(i)) for i in todo]
-        try:
-            await asyncio.gather(*workers)
-        finally:
-            for worker in workers:
-                worker.cancel()
-        if failures:
-            first = min(failures, key=lambda o: o.value)
-            first.duration = time.perf_counter() - started
-            return first
-        return await self._complete_map(spec, len(items), started, last[0], last_blobs)
-
-    async def _complete_map(
-        self, spec: NodeSpec, count: int, started: float, last: int | None = None, blobs: list[Any] | None = None
-    ) -> Outcome:
-        # The results are the items as they were stored when each finished: assembled when read,
-        # not written again as one list.
-        root = self.values.list_of_items([self.manifest[spec.item_key(i)] for i in range(count)])
-        results = [self.state.pop(spec.item_key(i)) for i in range(count)]
-        self.log.remove(spec.item_key(i) for i in range(count))
-        into = spec.into or spec.node_id
-        return Outcome(
-            spec.node_id,
-            updates={into: results},
-            duration=time.perf_counter() - started,
-            value=last,
-            stored={into: (root.hash, [*(blobs or []), root])},
-        )
-
-    # -- failures and pauses ------------------------------------------------------------------
-
-    async def _commit_failure(self, failures: list[Outcome]) -> None:
-        first = failures[0]
-        spec = self.graph.nodes[first.node_id]
-        error = first.error
-        assert error is not None
-        message = failure_text(spec.label, error)
-        error_type = getattr(error, "error_type", "") or type(error).__name__
-        trace = getattr(error, "traceback", "") or "".join(traceback.format_exception(error))
-        failed_ids = [f.node_id for f in failures]
-        queue = failed_ids + [n for n in self.ready() if n not in failed_ids]
-        item_index = first.value if spec.kind == "map" and isinstance(first.value, int) else None
-        checkpoints = [
-            self._draft(
-                "failed",
-                first.node_id,
-                CheckpointStatus.FAILED,
-                queue,
-                error=message,
-                error_type=error_type,
-                traceback=trace,
-                duration=first.duration,
-                attempts=first.attempts,
-                item_index=item_index,
-                extra={"wave_writes": dict(self.wave_writes)},
-            ),
-            self._draft(RUN_END, None, CheckpointStatus.FAILED, [], error=message, error_type=error_type),
-        ]
-        events = [
-            NewEvent(
-                EventType.NODE_FAILED, f.node_id, {"error": failure_text(self.graph.nodes[f.node_id].label, f.error)}
-            )
-            for f in failures
-            if f.error is not None
-        ]
-        events.append(NewEvent(EventType.RUN_FAILED, first.node_id, {"error": message}))
-        self._stopped = True
-        await self._commit(events, checkpoints=checkpoints, run=self._finished(RunStatus.FAILED, message, error_type))
-
-    async def _commit_pause(self, suspends: list[Outcome]) -> None:
-        checkpoints: list[CheckpointDraft] = []
-        interrupts: list[PendingInterrupt] = []
-        events: list[NewEvent] = []
-        queue = self.ready()
-        now = time.time()
-        for outcome in suspends:
-            suspend = outcome.suspend
-            assert suspend is not None
-            detail = {
-                "reason": suspend.reason,
-                "context": suspend.context,
-                "node_id": outcome.node_id,
-                "agent_path": None,
-                "kind": suspend.kind,
-                "timeout_seconds": suspend.timeout_seconds,
-                "on_timeout": suspend.on_timeout,
-            }
-            draft = self._draft(
-                "gate",
-                outcome.node_id,
-                CheckpointStatus.INTERRUPTED,
-                queue,
-                interrupt=detail,
-                duration=outcome.duration,
-                extra={"wave_writes": dict(self.wave_writes)},
-            )
-            checkpoints.append(draft)
-            interrupts.append(
-                PendingInterrupt(
-                    run_id=self.run.run_id,
-                    node_id=outcome.node_id,
-                    checkpoint_id=draft.checkpoint_id,
-                    reason=suspend.reason,
-                    context=suspend.context,
-                    created_at=now,
-                    expires_at=None if suspend.timeout_seconds is None else now + suspend.timeout_seconds,
-                    on_timeout=suspend.on_timeout,
-                )
-            )
-            events.append(NewEvent(EventType.GATE_OPENED, outcome.node_id, {"reason": suspend.reason}))
-        events.append(NewEvent(EventType.RUN_PAUSED, suspends[0].node_id))
-        self._stopped = True
-        await self._commit(
-            events,
-            checkpoints=checkpoints,
-            open_interrupts=interrupts,
-            run=RunUpdate(status=RunStatus.PAUSED, owner=None, lease_until=None),
-        )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from .._ids import new_id
@@ -34,9 +34,10 @@ from ..store.protocol import Conflict, Store
 from ..store.secret import load_secret
 from .cancel import cancel_run
 from .decisions import current_run, decide, decisions_of, make_decision
+from .definition import GraphDefinition
 from .forking import create_fork
 from .gates import Resume
-from .graph import Graph, NodeSpec
+from .graph import Graph
 from .ownership import active, lease_deadline, owner_alive, this_owner
 from .run import Run, load_run
 from .runner import Runner
@@ -50,7 +51,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 Sleep = Callable[[float], Awaitable[Any]]
 
 
-class Workflow:
+class Workflow(GraphDefinition):
     """A named graph of node functions; each finished node is committed as a checkpoint."""
 
     def __init__(
@@ -77,157 +78,6 @@ class Workflow:
         if self._store is None:
             self._store = resolve_store(self._store_arg)
         return self._store
-
-    @property
-    def nodes(self) -> list[str]:
-        """Node ids in definition order."""
-        return list(self._graph.nodes)
-
-    # -- definition -------------------------------------------------------------------
-
-    def node(
-        self,
-        fn: F | None = None,
-        *,
-        after: str | Callable[..., Any] | Iterable[str | Callable[..., Any]] | None = None,
-        retry_count: int = 1,
-        timeout_seconds: float | None = None,
-        label: str | None = None,
-        name: str | None = None,
-        writes: Iterable[str] = (),
-    ) -> Any:
-        """Register a node function ``fn(state) -> dict of updates`` (sync or async).
-
-        ``after`` names the nodes (or node functions) it waits for; ``retry_count`` extra
-        attempts follow a failure; each attempt may run ``timeout_seconds``.
-        ``writes`` optionally declares the keys it returns, so that two nodes of one wave
-        writing one key are refused before anything runs.
-        """
-        return self._register("node", fn, after, retry_count, timeout_seconds, label, name, writes=tuple(writes))
-
-    def loop(
-        self,
-        fn: F | None = None,
-        *,
-        condition: Callable[[dict[str, Any]], Any],
-        max_iterations: int = 5,
-        after: str | Callable[..., Any] | Iterable[str | Callable[..., Any]] | None = None,
-        retry_count: int = 1,
-        timeout_seconds: float | None = None,
-        label: str | None = None,
-        name: str | None = None,
-    ) -> Any:
-        """Register a loop node: its body runs, then runs again while ``condition(state)`` holds.
-
-        Each iteration is committed on its own; the counter is kept in state as
-        ``__loop_<node>``, and ``max_iterations`` (default 5) ends the loop whatever the condition.
-        """
-        if not callable(condition):
-            raise ConfigurationError("A loop needs condition=callable(state) -> bool.")
-        if not isinstance(max_iterations, int) or isinstance(max_iterations, bool) or max_iterations < 1:
-            raise ConfigurationError(f"max_iterations must be a whole number >= 1, not {max_iterations!r}.")
-        return self._register(
-            "loop",
-            fn,
-            after,
-            retry_count,
-            timeout_seconds,
-            label,
-            name,
-            condition=condition,
-            max_iterations=max_iterations,
-        )
-
-    def switch(
-        self,
-        fn: F | None = None,
-        *,
-        after: str | Callable[..., Any] | Iterable[str | Callable[..., Any]] | None = None,
-        branches: dict[str, str | Iterable[str]] | None = None,
-        label: str | None = None,
-        name: str | None = None,
-    ) -> Any:
-        """Register a routing node: ``fn(state)`` picks which of the nodes after it run.
-
-        It returns a node name, a list of them or None; with ``branches`` it returns a key of
-        that mapping instead. Untaken branches are ``skipped``; a switch writes no checkpoint.
-        """
-        extra = {"branches": None if branches is None else dict(branches)}
-        return self._register("switch", fn, after, 0, None, label, name, extra=extra)
-
-    def map(
-        self,
-        fn: F | None = None,
-        *,
-        items: str | Callable[[dict[str, Any]], Iterable[Any]],
-        into: str | None = None,
-        after: str | Callable[..., Any] | Iterable[str | Callable[..., Any]] | None = None,
-        max_concurrency: int = 8,
-        retry_count: int = 1,
-        timeout_seconds: float | None = None,
-        label: str | None = None,
-        name: str | None = None,
-    ) -> Any:
-        """Register a map node: ``fn(state, item)`` runs once per item, each result committed on its own.
-
-        ``items`` is a state key or ``callable(state)``; the results, in item order, become the
-        state value ``into`` (default: the node's name). After a crash only unfinished items run.
-        """
-        if not (isinstance(items, str) or callable(items)):
-            raise ConfigurationError("A map needs items= a state key or callable(state) -> items.")
-        if not isinstance(max_concurrency, int) or isinstance(max_concurrency, bool) or max_concurrency < 1:
-            raise ConfigurationError(f"max_concurrency must be a whole number >= 1, not {max_concurrency!r}.")
-        return self._register(
-            "map",
-            fn,
-            after,
-            retry_count,
-            timeout_seconds,
-            label,
-            name,
-            items=items,
-            into=into,
-            max_concurrency=max_concurrency,
-        )
-
-    def _register(
-        self,
-        kind: str,
-        fn: Any,
-        after: Any,
-        retry_count: Any,
-        timeout_seconds: Any,
-        label: str | None,
-        name: str | None,
-        **options: Any,
-    ) -> Any:
-        if not isinstance(retry_count, int) or isinstance(retry_count, bool) or retry_count < 0:
-            raise ConfigurationError(f"retry_count must be a whole number >= 0, not {retry_count!r}.")
-        if timeout_seconds is not None and (
-            not isinstance(timeout_seconds, (int, float)) or isinstance(timeout_seconds, bool) or timeout_seconds <= 0
-        ):
-            raise ConfigurationError(f"timeout_seconds must be a positive number, not {timeout_seconds!r}.")
-        dependencies = _dependency_ids(after)
-
-        def register(function: F) -> F:
-            if not callable(function):
-                raise ConfigurationError(f"Workflow {self.name!r} registers functions as nodes, not {function!r}.")
-            node_id = name or function.__name__
-            self._graph.add(
-                NodeSpec(
-                    node_id=node_id,
-                    fn=function,
-                    after=dependencies,
-                    retry_count=retry_count,
-                    timeout_seconds=None if timeout_seconds is None else float(timeout_seconds),
-                    label=label or node_id,
-                    kind=kind,
-                    **options,
-                )
-            )
-            return function
-
-        return register(fn) if fn is not None else register
 
     # -- starting and continuing ----------------------------------------------------------
 
@@ -483,18 +333,3 @@ class Workflow:
             return await load_run(self.store, record.run_id, record)
         pending = await self.store.pending_interrupts(record.run_id) if record.status is RunStatus.PAUSED else []
         return Run(record, pending=pending, state=runner.state)
-
-
-def _dependency_ids(after: Any) -> tuple[str, ...]:
-    if after is None:
-        return ()
-    items = [after] if isinstance(after, str) or callable(after) else list(after)
-    ids = []
-    for item in items:
-        if isinstance(item, str):
-            ids.append(item)
-        elif callable(item) and hasattr(item, "__name__"):
-            ids.append(item.__name__)
-        else:
-            raise ConfigurationError(f"after= takes node names or node functions, not {item!r}.")
-    return tuple(ids)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import functools
 import os
 import sys
 import time
@@ -22,19 +21,18 @@ from ..engine.namespace import NamespaceTracker
 from ..engine.policy import AttemptPolicy, Attempts
 from ..engine.scope import NodeScope, enter_scope, leave_scope
 from ..engine.values import ValueCodec
-from ..errors import GatePending, SerializationError
-from ..model import Blob, CheckpointRecord, CommitResult, RunStatus, format_seconds
-from ..store import Store, codec, connect
+from ..errors import GatePending
+from ..model import CheckpointRecord, CommitResult, RunStatus, format_seconds
+from ..store import Store, connect
 from ..store.secret import load_secret
 from .capture import Capture, close_restored_figures, open_figure_ids, replay
 from .cellcode import CellCode, analyze
-from .effects import attributes_set, result_blob, set_attributes, uncovered_calls
+from .effects import set_attributes
 from .execute import run_code
+from .outcome import cell_outcome
 from .settings import SettingsWatch, apply_changes
 
 __all__ = ["CellOptions", "KernelSession", "session_for"]
-
-_HIDDEN_NAMES = {"In", "Out", "get_ipython", "exit", "quit", "_", "__", "___"}
 
 
 @dataclass(slots=True)
@@ -46,13 +44,6 @@ class CellOptions:
     rerun: bool = False
     exclude: frozenset[str] = frozenset()
     replay: bool = False
-
-
-def _hidden(shell: Any, name: str) -> bool:
-    if name in _HIDDEN_NAMES or name in getattr(shell, "user_ns_hidden", {}):
-        return True
-    # IPython's history names: _i, _ii, _i7, _7 …
-    return (name.startswith("_i") and name[2:].isdigit()) or (name.startswith("_") and name[1:].isdigit())
 
 
 def _ago(checkpoint: CheckpointRecord) -> str:
@@ -334,72 +325,15 @@ class KernelSession:
                 raise
             finally:
                 leave_scope(token)
-            outcome = self._outcome(cell_run, node, cell, capture.outputs, before, watch, value, options)
+            outcome = cell_outcome(
+                self.shell, cell_run, node, cell, capture.outputs, before, watch, value, options.exclude, options.replay
+            )
             outcome.duration = time.perf_counter() - started
             outcome.attempts = attempt
             outcome.events = attempts.events
             self._commit(cell_run, outcome, only_if_changed=only_if_changed)
             return None
         raise AssertionError("unreachable")
-
-    def _storable(self, exclude: frozenset[str], name: str) -> bool:
-        return name not in exclude and not _hidden(self.shell, name)
-
-    def _outcome(
-        self,
-        cell_run: CellRun,
-        node: str,
-        cell: CellCode,
-        outputs: list[dict[str, Any]],
-        before: dict[str, int],
-        watch: SettingsWatch,
-        value: Any,
-        options: CellOptions,
-    ) -> CellOutcome:
-        namespace = self.shell.user_ns
-        storable = functools.partial(self._storable, options.exclude)
-        bound = frozenset(n for n, v in namespace.items() if before.get(n) != id(v) and storable(n))
-        deleted = sorted(n for n in before if n not in namespace and storable(n))
-        extra: dict[str, Any] = {}
-        blobs: list[Blob] = []
-        settings = watch.changes()
-        attributes, effects = attributes_set(namespace, cell.module_attributes)
-        if settings or attributes:
-            try:
-                effects_of_cell = {"settings": settings, "attributes": attributes}
-                blob = codec.encode(effects_of_cell, cell_run.values.secret, "settings")
-            except SerializationError as error:
-                effects.append(f"settings that cannot be stored ({error})")
-            else:
-                blobs.append(blob)
-                extra["settings"] = blob.hash
-        effects += uncovered_calls(namespace, cell.setting_calls, bool(settings))
-        if effects and not options.replay:
-            extra["effects"] = effects
-        if cell.magics:
-            extra["magics"] = [list(m) for m in cell.magics]
-        if options.replay:
-            extra["replay"] = True
-        result = result_blob(cell, value, cell_run.values.secret)
-        if isinstance(result, str):
-            extra["result_name"] = result
-        elif result is not None:
-            blobs.append(result)
-            extra["result"] = result.hash
-        return CellOutcome(
-            node,
-            namespace,
-            touched=cell.names | bound,
-            storable=storable,
-            deleted=deleted,
-            outputs=outputs,
-            source_hash=cell.source_hash,
-            duration=0.0,
-            bound=bound,
-            open_figures=open_figure_ids(),
-            extra=extra,
-            blobs=blobs,
-        )
 
     def _commit(self, cell_run: CellRun, outcome: CellOutcome, *, only_if_changed: bool = False) -> None:
         checkpoint = run_sync(cell_run.commit_cell(outcome, only_if_changed=only_if_changed))

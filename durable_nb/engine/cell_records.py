@@ -1,0 +1,51 @@
+"""What a finished cell hands to the engine, and what a restored one gives back."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..model import Blob, CheckpointRecord, NewEvent
+
+__all__ = ["CellOutcome", "Restorable"]
+
+
+@dataclass(slots=True)
+class CellOutcome:
+    """What a cell that finished hands over to be committed.
+
+    ``touched`` are the names the cell mentioned or bound; the namespace tracker pickles those
+    and whatever shares objects with them. ``bound`` are the names the cell (re)bound: a value
+    among them that cannot be stored is reported. ``extra`` rides in the checkpoint as is.
+    """
+
+    node_id: str
+    namespace: dict[str, Any]
+    touched: frozenset[str]
+    storable: Callable[[str], bool]
+    deleted: list[str]
+    outputs: list[dict[str, Any]]
+    source_hash: str
+    duration: float
+    attempts: int = 1
+    bound: frozenset[str] = frozenset()
+    open_figures: frozenset[int] = frozenset()
+    extra: dict[str, Any] = field(default_factory=dict)
+    blobs: list[Blob] = field(default_factory=list)
+    # Events of the attempts before the one that finished (retries), committed with the cell.
+    events: list[NewEvent] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Restorable:
+    """A committed cell, restored: the names it set, its outputs, what it could not store."""
+
+    checkpoint: CheckpointRecord
+    names: list[str]
+    outputs: list[dict[str, Any]]
+    unstored: dict[str, str]
+
+    @property
+    def source_hash(self) -> str | None:
+        return self.checkpoint.extra.get("source_hash")

@@ -1,0 +1,154 @@
+"""The node kinds beyond a plain function: a switch routes, a map runs once per item."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigurationError, InvalidState
+from ..model import EventType, NewEvent
+from .attempts import Outcome
+from .graph import ITEM_KEY_PREFIX, NodeSpec
+
+if TYPE_CHECKING:
+    from .runner import Runner as _Runner
+else:
+    _Runner = object
+
+__all__ = ["NodeKinds"]
+
+
+class NodeKinds(_Runner):
+    """The runner's switch and map nodes."""
+
+    async def _route(self, spec: NodeSpec) -> Outcome:
+        """Run a switch: choose branches, skip the others; no checkpoint of its own."""
+        started = time.perf_counter()
+        try:
+            result = spec.fn(dict(self.state))
+            if asyncio.iscoroutine(result):
+                result = await result
+            key, chosen = self._branches(spec, result)
+        except Exception as error:  # noqa: BLE001 - a failing router fails like any node
+            return Outcome(spec.node_id, error=error, duration=time.perf_counter() - started)
+        async with self._guard():
+            self.routes[spec.node_id] = {"key": key, "nodes": chosen}
+            self.log.complete(spec.node_id)
+            skipped_before = len(self.skipped)
+            self.skipped.extend(n for n in self.graph.dependents(spec.node_id) if n not in chosen)
+            self.graph.propagate_skips(self.log.done, self.skipped)
+            self._newly_done += [spec.node_id, *self.skipped[skipped_before:]]
+            self.carry.append(NewEvent(EventType.NODE_FINISHED, spec.node_id, {"route": key, "chosen": chosen}))
+        return Outcome(spec.node_id, duration=time.perf_counter() - started)
+
+    def _branches(self, spec: NodeSpec, result: Any) -> tuple[str | None, list[str]]:
+        branches: dict[str, Any] | None = spec.extra.get("branches")
+        dependents = self.graph.dependents(spec.node_id)
+        if branches is not None:
+            if result is not None and result not in branches:
+                raise InvalidState(
+                    f"Switch '{spec.label}' chose {result!r}, which is not one of its branches {sorted(branches)}."
+                )
+            target = branches.get(result) if result is not None else None
+            nodes = [] if target is None else [target] if isinstance(target, str) else list(target)
+            key = None if result is None else str(result)
+        else:
+            nodes = [] if result is None else [result] if isinstance(result, str) else list(result)
+            key = None if result is None else ",".join(nodes)
+        wrong = [n for n in nodes if n not in dependents]
+        if wrong:
+            raise InvalidState(
+                f"Switch '{spec.label}' chose {wrong}, but only nodes that run after it can be chosen: {dependents}."
+            )
+        return key, nodes
+
+    async def _run_map(self, spec: NodeSpec) -> Outcome:
+        """Run a map node: once per item, each item committed on its own."""
+        started = time.perf_counter()
+        try:
+            items = list(self.state[spec.items] if isinstance(spec.items, str) else spec.items(dict(self.state)))  # type: ignore[misc]
+        except Exception as error:  # noqa: BLE001 - unreadable items fail the map node
+            return Outcome(spec.node_id, error=error, duration=time.perf_counter() - started)
+        todo = [i for i in range(len(items)) if spec.item_key(i) not in self.manifest]
+        if not todo:
+            return await self._complete_map(spec, len(items), started)
+        # Every item sees the state as the map found it, without the items' own results: copying
+        # the run's state for each item would cost more with every item finished.
+        seen = {k: v for k, v in self.state.items() if not k.startswith(ITEM_KEY_PREFIX)}
+        gate = asyncio.Semaphore(spec.max_concurrency)
+        last: list[int | None] = [None]
+        last_blobs: list[Any] = []
+        remaining = set(todo)
+        failures: list[Outcome] = []
+
+        async def one(index: int) -> None:
+            async with gate:
+                arguments = (dict(seen), items[index])
+                outcome = await self.attempter.run(spec, arguments, [], expect_dict=False, item_index=index)
+            if outcome.suspend is not None:
+                outcome.suspend, outcome.error = (
+                    None,
+                    ConfigurationError(
+                        "gate() inside a map item is not supported; put the gate in a node before or after the map."
+                    ),
+                )
+            if outcome.error is not None:
+                outcome.value = index
+                failures.append(outcome)
+                return
+            try:
+                delta, blobs = self.values.encode({spec.item_key(index): outcome.value})
+            except Exception as error:  # noqa: BLE001 - an unserializable item result fails the node
+                failures.append(Outcome(spec.node_id, error=error, attempts=outcome.attempts, value=index))
+                return
+            async with self._guard():
+                remaining.discard(index)
+                self.state[spec.item_key(index)] = outcome.value
+                self.log.update(delta)
+                if not remaining and not failures:
+                    last[0] = index
+                    last_blobs.extend(blobs)
+                    return  # the last item's commit is the node's: see _complete_map
+                event = NewEvent(
+                    EventType.NODE_FINISHED, spec.node_id, {"item_index": index, "duration": outcome.duration}
+                )
+                await self._commit_node(
+                    spec.node_id,
+                    blobs,
+                    [event],
+                    True,
+                    node_output=delta,
+                    duration=outcome.duration,
+                    attempts=outcome.attempts,
+                    item_index=index,
+                )
+
+        workers = [asyncio.ensure_future(one(i)) for i in todo]
+        try:
+            await asyncio.gather(*workers)
+        finally:
+            for worker in workers:
+                worker.cancel()
+        if failures:
+            first = min(failures, key=lambda o: o.value)
+            first.duration = time.perf_counter() - started
+            return first
+        return await self._complete_map(spec, len(items), started, last[0], last_blobs)
+
+    async def _complete_map(
+        self, spec: NodeSpec, count: int, started: float, last: int | None = None, blobs: list[Any] | None = None
+    ) -> Outcome:
+        # The results are the items as they were stored when each finished: assembled when read,
+        # not written again as one list.
+        root = self.values.list_of_items([self.manifest[spec.item_key(i)] for i in range(count)])
+        results = [self.state.pop(spec.item_key(i)) for i in range(count)]
+        self.log.remove(spec.item_key(i) for i in range(count))
+        into = spec.into or spec.node_id
+        return Outcome(
+            spec.node_id,
+            updates={into: results},
+            duration=time.perf_counter() - started,
+            value=last,
+            stored={into: (root.hash, [*(blobs or []), root])},
+        )
