@@ -17,8 +17,10 @@
      ├── GatePending              a notebook cell paused at a gate, waiting for a decision
      ├── NodeFailed               a node failed after its retries
      │    └── NodeTimeout         an attempt overran timeout_seconds
+     ├── KeyFileError             the signing key file is unsafe, empty or unreadable
      └── StoreError               the store cannot do what was asked
           ├── StoreUnavailable    bad URL, missing driver, unreachable database
+          ├── StoreFailed         an operation failed: disk full, read-only, I/O error, lost connection
           ├── SchemaMismatch      the store was written by a newer durable_nb
           ├── SerializationError  a value cannot be serialized
           └── TamperedValueError  a stored value failed its signature check
@@ -39,6 +41,7 @@ __all__ = [
     "InvalidDecision",
     "InvalidInput",
     "InvalidState",
+    "KeyFileError",
     "NoActiveNode",
     "NodeFailed",
     "NodeTimeout",
@@ -50,6 +53,7 @@ __all__ = [
     "SchemaMismatch",
     "SerializationError",
     "StoreError",
+    "StoreFailed",
     "StoreUnavailable",
     "TamperedValueError",
     "WorkflowMismatch",
@@ -168,12 +172,27 @@ class NodeTimeout(NodeFailed):
     """An attempt of a node ran longer than its timeout_seconds."""
 
 
+class KeyFileError(DurableError, PermissionError):
+    """The key file that signs stored values is unsafe (readable by others, a symlink), empty,
+    or cannot be read or created."""
+
+
 class StoreError(DurableError):
     """The store cannot do what was asked."""
 
 
 class StoreUnavailable(StoreError):
     """The store URL is malformed, its driver is missing or the database is unreachable."""
+
+
+class StoreFailed(StoreError):
+    """A store operation failed (disk full, read-only file, I/O error, connection lost past its
+    retries); the driver's exception is chained. Nothing half-written is kept."""
+
+    def __init__(self, message: str, *, store: str = "", operation: str = "") -> None:
+        super().__init__(message)
+        self.store = store
+        self.operation = operation
 
 
 class SchemaMismatch(StoreError):
