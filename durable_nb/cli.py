@@ -1,7 +1,10 @@
 """The ``durable-nb`` command: each subcommand opens the store, makes one library call, prints.
 
-Library errors become one clean line on stderr and an exit code: 1 for a failure of the
-operation, 3 when the run is not in a state that allows it, 4 when it does not exist.
+Every error becomes one clean line on stderr (a JSON object with ``--json``) and an exit code:
+1 for a failure of the operation (or any unexpected error), 3 when the run is not in a state that
+allows it, 4 when it does not exist, 130 when interrupted. Whatever comes from the store (names,
+errors, gate reasons) is printed with its control characters escaped, so it cannot move the
+cursor, retitle the terminal or forge a line.
 """
 
 from __future__ import annotations
@@ -9,23 +12,43 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 import durable_nb as dnb
 
+from ._loop import run_sync
 from .engine.overrides import parse_overrides
-from .errors import AlreadyResumed, DurableError, NotCancellable, NotResumable, RunNotFound, RunOwnedElsewhere
+from .engine.values import ValueCodec
+from .errors import (
+    AlreadyResumed,
+    DurableError,
+    InvalidInput,
+    NotCancellable,
+    NotResumable,
+    RunNotFound,
+    RunOwnedElsewhere,
+)
+from .store import Store, resolve_store
+from .store.secret import load_secret
 
-__all__ = ["main"]
+__all__ = ["main", "printable"]
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_STATE = 3
 EXIT_NOT_FOUND = 4
+EXIT_INTERRUPTED = 130
+
+# C0 controls, DEL and C1 controls (Unicode category Cc): shown as Python-style escapes.
+_SPECIAL = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_CONTROLS = {code: _SPECIAL.get(chr(code), f"\\x{code:02x}") for code in [*range(0x20), *range(0x7F, 0xA0)]}
+# json.dumps escapes C0 itself; DEL and C1 only occur inside JSON strings, where \u escapes keep the text.
+_JSON_CONTROLS = {code: f"\\u{code:04x}" for code in range(0x7F, 0xA0)}
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -37,6 +60,17 @@ def parse_duration(text: str) -> timedelta:
     if match is None:
         raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 30d, 12h, 15m, 45s or 2w")
     return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def parse_positive_int(text: str) -> int:
+    """Parse a whole number of at least 1 (for ``--last``)."""
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 1 or more") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 1 or more")
+    return number
 
 
 def load_workflow(spec: str) -> dnb.Workflow:
@@ -56,6 +90,28 @@ def load_workflow(spec: str) -> dnb.Workflow:
 
 
 # -- output ---------------------------------------------------------------------------------------
+
+
+def printable(text: str) -> str:
+    """Return ``text`` with control characters (newlines too) shown as escapes like ``\\x1b``."""
+    return text.translate(_CONTROLS)
+
+
+def _dumps(value: Any, indent: int | None = None) -> str:
+    # Non-ASCII text stays readable; a C1 control (U+009B is a CSI to some terminals) does not.
+    return json.dumps(value, indent=indent, ensure_ascii=False).translate(_JSON_CONTROLS)
+
+
+def _printable_cell(value: Any) -> Any:
+    return printable(value) if isinstance(value, str) else value
+
+
+def _printable_frame(frame: Any) -> Any:
+    # Text columns are object or string dtype; statuses are categoricals of fixed enum values.
+    text = [c for c in frame.columns if frame[c].dtype == object or str(frame[c].dtype) == "string"]
+    if not text:
+        return frame
+    return frame.assign(**{str(c): frame[c].map(_printable_cell, na_action="ignore") for c in text})
 
 
 def _jsonable(value: Any) -> Any:
@@ -87,10 +143,10 @@ def _missing(value: Any) -> bool:
 
 def _print_frame(frame: Any, args: argparse.Namespace, columns: list[str] | None = None) -> None:
     if args.json:
-        print(json.dumps(_frame_records(frame), indent=2, ensure_ascii=False))
+        print(_dumps(_frame_records(frame), indent=2))
         return
     shown = frame[columns] if columns else frame
-    print("(none)" if shown.empty else shown.to_string(index=False))
+    print("(none)" if shown.empty else _printable_frame(shown).to_string(index=False))
 
 
 def _print_run(run: dnb.Run, args: argparse.Namespace, headline: str) -> None:
@@ -104,13 +160,14 @@ def _print_run(run: dnb.Run, args: argparse.Namespace, headline: str) -> None:
             "parent_run_id": run.parent_run_id,
             "parent_checkpoint_id": run.parent_checkpoint_id,
         }
-        print(json.dumps(_jsonable(record), indent=2, ensure_ascii=False))
+        print(_dumps(_jsonable(record), indent=2))
         return
-    print(f"{headline}: run {run.id} ({run.name}) is {run.status}")
+    print(f"{headline}: run {printable(run.id)} ({printable(run.name)}) is {printable(run.status)}")
     if run.pending_interrupt:
-        print(f"  waiting at gate {run.pending_interrupt['reason']!r} in node {run.pending_interrupt['node_id']!r}")
+        gate = run.pending_interrupt
+        print(f"  waiting at gate {printable(repr(gate['reason']))} in node {printable(repr(gate['node_id']))}")
     if run.error:
-        print(f"  error: {run.error}")
+        print(f"  error: {printable(run.error)}")
 
 
 # -- commands ---------------------------------------------------------------------------------------
@@ -133,7 +190,7 @@ def cmd_show(args: argparse.Namespace) -> None:
     _print_run(run, args, "show")
     counts = ", ".join(f"{k} {v}" for k, v in status["node_counts"].items() if v)
     print(f"  nodes: {counts or 'none yet'}")
-    print(frame[["seq", "step", "status", "created_at", "duration"]].to_string(index=False))
+    print(_printable_frame(frame[["seq", "step", "status", "created_at", "duration"]]).to_string(index=False))
 
 
 def cmd_history(args: argparse.Namespace) -> None:
@@ -171,12 +228,47 @@ def cmd_cancel(args: argparse.Namespace) -> None:
     _print_run(dnb.cancel(args.run, store=args.store), args, "cancelled")
 
 
+async def _values_at_fork_point(store: Store, run_id: str, at: str | None, names: Iterable[str]) -> dict[str, Any]:
+    """Load ``names`` as they are at the checkpoint a fork branches from (``at``, else the resume point)."""
+    await store.get_run(run_id)  # an unknown run is RunNotFound, before any checkpoint lookup
+    point = await store.resume_point(run_id) if at is None else await store.get_checkpoint(run_id, at)
+    if point is None:
+        return {}  # nothing to fork from yet: the fork itself refuses, saying so
+    manifest = (await store.state_at(run_id, point.seq)).manifest
+    wanted = {name: manifest[name] for name in names if name in manifest}
+    if not wanted:
+        return {}
+    try:
+        return await ValueCodec(store, load_secret()).load(wanted)
+    except DurableError:
+        raise
+    except Exception as error:  # e.g. a pickled class whose module this process lacks
+        raise InvalidInput(
+            f"Cannot check the types of {', '.join(sorted(wanted))} at the fork point: their stored values "
+            f"do not load here ({type(error).__name__}: {error}). Fork from code that can load them."
+        ) from error
+
+
+def _checked_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """Parse ``--set`` items; each must keep the type its value has at the fork point."""
+    lines = list(args.set)
+    overrides = parse_overrides(lines)
+    # Only the overridden values are loaded, as the notebook inspector does; None fits any type.
+    names = [name for name, value in overrides.items() if value is not None]
+    if not names:
+        return overrides
+    current = run_sync(_values_at_fork_point(resolve_store(args.store), args.run, args.at, names))
+    return parse_overrides(lines, current)
+
+
 def cmd_fork(args: argparse.Namespace) -> None:
-    overrides = parse_overrides(list(args.set))
-    run = dnb.fork(args.run, args.at, overrides, store=args.store)
+    run = dnb.fork(args.run, args.at, _checked_overrides(args), store=args.store)
     _print_run(run, args, "forked")
     if not args.json:
-        print(f"  from {args.run}; run it with its workflow: durable-nb resume {run.id} --workflow module:flow")
+        print(
+            f"  from {printable(args.run)}; run it with its workflow: "
+            f"durable-nb resume {printable(run.id)} --workflow module:flow"
+        )
 
 
 def cmd_prune(args: argparse.Namespace) -> None:
@@ -211,7 +303,7 @@ def cmd_recover(args: argparse.Namespace) -> None:
         return
     print(f"resumed {len(report.resumed)}, marked failed {len(report.failed)}, left alone {len(report.left_alone)}")
     for run in report.resumed:
-        print(f"  {run.id}: {run.status}")
+        print(f"  {printable(run.id)}: {printable(run.status)}")
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
@@ -262,12 +354,20 @@ COMMANDS: list[tuple[str, Callable[[argparse.Namespace], None], str, str]] = [
 ]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with the command line's text escaped in its error line."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print usage and the escaped error, then exit 2 (as argparse does)."""
+        super().error(printable(message))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the parser of every subcommand (each with help and an example)."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--store", default=None, help="store URL (default: $DURABLE_NB_STORE or .durable_nb/runs.db)")
     common.add_argument("--json", action="store_true", help="machine-readable output")
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="durable-nb",
         description="Inspect and steer durable_nb runs from the command line.",
         epilog="Run 'durable-nb COMMAND --help' for a command's options and an example.",
@@ -292,7 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "--status", default=None, choices=[s.value for s in dnb.RunStatus], help="only this status"
             )
         elif name == "show":
-            sub.add_argument("--last", type=int, default=5, help="how many recent checkpoints to list")
+            sub.add_argument("--last", type=parse_positive_int, default=5, help="how many recent checkpoints to list")
         elif name in ("approve", "reject"):
             sub.add_argument("--node", default=None, help="the gated node (when several wait)")
             sub.add_argument("--comment", default=None, help="why")
@@ -313,21 +413,71 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# -- errors ---------------------------------------------------------------------------------------
+
+
+def _exit_code(error: BaseException) -> int:
+    if isinstance(error, RunNotFound):
+        return EXIT_NOT_FOUND
+    if isinstance(error, AlreadyResumed | NotResumable | NotCancellable | RunOwnedElsewhere):
+        return EXIT_STATE
+    if isinstance(error, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    return EXIT_FAILED
+
+
+def _message(error: BaseException) -> str:
+    if isinstance(error, KeyboardInterrupt):
+        return "interrupted"
+    try:
+        text = str(error)
+    except Exception:  # noqa: BLE001 - a broken __str__ must not hide the error itself
+        text = ""
+    return text or type(error).__name__
+
+
+def _line(error: BaseException) -> str:
+    message = _message(error)
+    if isinstance(error, DurableError | KeyboardInterrupt) or message == type(error).__name__:
+        return f"error: {printable(message)}"
+    # An unexpected error names its type: "OSError: [Errno 28] ..." says more than the message.
+    return f"error: {type(error).__name__}: {printable(message)}"
+
+
+def _silence_stdout() -> None:
+    # After EPIPE (``durable-nb runs | head``), the interpreter's final flush of stdout would
+    # print a second error; point the descriptor at /dev/null instead.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _report(error: BaseException, as_json: bool) -> int:
+    """Print ``error`` as one line on stderr (a JSON object with --json); return its exit code."""
+    code = _exit_code(error)
+    if isinstance(error, BrokenPipeError):
+        _silence_stdout()
+    if as_json:
+        line = _dumps({"error": {"type": type(error).__name__, "message": _message(error), "exit_code": code}})
+    else:
+        line = _line(error)
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass  # stderr is gone too: the exit code is all that is left
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         args.handler(args)
-    except RunNotFound as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_NOT_FOUND
-    except (AlreadyResumed, NotResumable, NotCancellable, RunOwnedElsewhere) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_STATE
-    except DurableError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_FAILED
+    except (Exception, KeyboardInterrupt) as error:  # noqa: BLE001 - every error is one line, never a traceback
+        return _report(error, args.json)
     return 0
 
 

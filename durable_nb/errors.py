@@ -69,7 +69,8 @@ class DurableError(Exception):
 
 
 def _rebuild(cls: type[DurableError], args: tuple[Any, ...], state: dict[str, Any]) -> DurableError:
-    error = Exception.__new__(cls)
+    # cls.__new__, not Exception.__new__: an error that is also an OSError needs its own.
+    error = cls.__new__(cls, *args)
     Exception.__init__(error, *args)
     error.__dict__.update(state)
     return error

@@ -162,7 +162,7 @@ class Attempter:
             if not expect_dict:
                 return Outcome(spec.node_id, value=result, duration=elapsed, attempts=attempt)
             try:
-                updates = check_state(result, f"The result of node '{spec.label}'")
+                updates = check_state(result, f"The result of node '{spec.label}'", from_node=True)
             except InvalidState as error:
                 return Outcome(spec.node_id, error=error, duration=elapsed, attempts=attempt)
             return Outcome(spec.node_id, updates=updates, duration=elapsed, attempts=attempt)

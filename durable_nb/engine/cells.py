@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from .._ids import new_id
-from ..errors import NotResumable, RunOwnedElsewhere
+from ..errors import NotResumable, RunOwnedElsewhere, StoreError
 from ..model import (
     CheckpointDraft,
     CheckpointRecord,
@@ -37,7 +37,8 @@ from .cell_records import CellOutcome, Restorable
 from .decisions import current_run, decisions_of
 from .gates import Suspend
 from .namespace import NamespaceTracker
-from .ownership import lease_deadline, owner_alive, this_owner
+from .ownership import gave_up_on, lease_deadline, owner_alive, taken_back, this_owner
+from .settle import release_after_failure
 from .statelog import StateLog
 from .values import ValueCodec
 
@@ -136,7 +137,7 @@ class CellRun(CellLineage):
         caller just wrote (a decision), saves reading the head again when it follows ours.
         """
         run = seen if seen is not None else await self.refresh()
-        if run.status is RunStatus.RUNNING and run.owner == self.owner:
+        if run.status is RunStatus.RUNNING and run.owner == self.owner and not gave_up_on(run.run_id):
             return
         if run.status is RunStatus.COMPLETED:
             raise NotResumable(
@@ -171,6 +172,7 @@ class CellRun(CellLineage):
                 f"Run {run.run_id} changed while this kernel attached to it (now "
                 f"{conflict.run.status.value}); run the cell again."
             ) from None
+        taken_back(run.run_id)
         self.run = result.run
         if head is not None and head.parent_checkpoint_id == self.head_id:
             # Built on the checkpoint this kernel wrote last: the state is the one it holds.
@@ -236,6 +238,11 @@ class CellRun(CellLineage):
                 f"Run {self.run_id} is now {conflict.run.status.value} (owner {conflict.run.owner}); "
                 "this cell's result was not committed. Run it again to take the run back."
             ) from None
+        except StoreError as failure:
+            # Nothing of the cell was kept: let the run go, so that any kernel can continue it.
+            node = next((c.node_id for c in fields.get("checkpoints", ()) if c.node_id), None)
+            self.run = await release_after_failure(self.store, self.run, self.owner, failure, node) or self.run
+            raise
         self.run = result.run
         return result
 

@@ -9,6 +9,7 @@ wrote, so that nobody reads the decision back.
 from __future__ import annotations
 
 import getpass
+import json
 import time
 from typing import Any
 
@@ -31,6 +32,7 @@ from ..store import codec
 from ..store.protocol import Conflict, Store
 from ..store.rules import ANY_NODE, choose_claim
 from .drafts import draft_after
+from .values import RESERVED_PREFIX
 
 __all__ = [
     "TIMEOUT_BY",
@@ -46,6 +48,9 @@ __all__ = [
 
 # Who decides a gate whose deadline passed with on_timeout="reject".
 TIMEOUT_BY = "durable_nb (gate timeout)"
+
+# A decision is read by every process that continues the run: it stays small.
+MAX_DECISION_VALUE_BYTES = 1 << 20
 
 
 def _default_by() -> str | None:
@@ -67,6 +72,22 @@ def make_decision(approved: Any, value: Any = None, comment: Any = None, by: Any
         raise InvalidDecision(
             f"A decision's value must be JSON data (None, bool, number, text, lists, dicts with "
             f"text keys) so that any process can read it; got {type(value).__name__}."
+        )
+    try:
+        size = len(json.dumps(value))
+    except ValueError as error:  # an int too long to write as text, for one
+        raise InvalidDecision(f"A decision's value cannot be written as JSON: {error}.") from None
+    if size > MAX_DECISION_VALUE_BYTES:
+        raise InvalidDecision(
+            f"A decision's value is {size:,} bytes as JSON; the limit is {MAX_DECISION_VALUE_BYTES:,}. "
+            "Store large data in the run's state and pass a reference."
+        )
+    reserved = sorted(k for k in value if k.startswith(RESERVED_PREFIX)) if isinstance(value, dict) else []
+    if reserved:
+        # A node may return its gate's value as state: an approver must not reach the engine's names.
+        raise InvalidDecision(
+            f"A decision's value sets {reserved[:5]!r}: names starting with '__' are reserved for "
+            "durable_nb's own bookkeeping; use another name."
         )
     return Decision(approved=approved, value=value, comment=comment, by=by if by is not None else _default_by())
 

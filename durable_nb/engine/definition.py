@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -143,7 +144,10 @@ class GraphDefinition:
         if not isinstance(retry_count, int) or isinstance(retry_count, bool) or retry_count < 0:
             raise ConfigurationError(f"retry_count must be a whole number >= 0, not {retry_count!r}.")
         if timeout_seconds is not None and (
-            not isinstance(timeout_seconds, (int, float)) or isinstance(timeout_seconds, bool) or timeout_seconds <= 0
+            not isinstance(timeout_seconds, (int, float))
+            or isinstance(timeout_seconds, bool)
+            or not math.isfinite(timeout_seconds)
+            or timeout_seconds <= 0
         ):
             raise ConfigurationError(f"timeout_seconds must be a positive number, not {timeout_seconds!r}.")
         dependencies = _dependency_ids(after)
@@ -172,7 +176,12 @@ class GraphDefinition:
 def _dependency_ids(after: Any) -> tuple[str, ...]:
     if after is None:
         return ()
-    items = [after] if isinstance(after, str) or callable(after) else list(after)
+    if isinstance(after, str) or callable(after):
+        items = [after]
+    elif isinstance(after, Iterable):
+        items = list(after)
+    else:
+        raise ConfigurationError(f"after= takes a node name, a node function or a list of them, not {after!r}.")
     ids = []
     for item in items:
         if isinstance(item, str):

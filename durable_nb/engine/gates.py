@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import reprlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,10 @@ __all__ = ["ON_TIMEOUT", "Resume", "Suspend", "freeze_context", "gate", "interru
 
 ON_TIMEOUT = ("reject", "fail")
 _MAX_REPR = 2000
+_SHORT_REPR = reprlib.Repr()
+_SHORT_REPR.maxlevel = 8
+_SHORT_REPR.maxstring = _SHORT_REPR.maxother = _MAX_REPR
+_SHORT_REPR.maxlong = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +73,8 @@ class Suspend(BaseException):
 
 
 def _fallback(value: Any) -> str:
-    text = repr(value)
+    # reprlib bounds the depth and the length, so a huge or deeply nested value costs little.
+    text = _SHORT_REPR.repr(value)
     return text if len(text) <= _MAX_REPR else text[: _MAX_REPR - 1] + "…"
 
 
@@ -76,8 +82,9 @@ def freeze_context(context: Any) -> Any:
     """Return a JSON copy of ``context``; values JSON cannot hold become their repr."""
     try:
         text = json.dumps(context, default=_fallback, allow_nan=False)
-    except ValueError:
-        # NaN, infinity or a reference cycle somewhere inside: keep the whole repr.
+    except (ValueError, TypeError, RecursionError):
+        # NaN, infinity, a reference cycle, keys that are not text, or nesting too deep for
+        # JSON: keep the whole value's (bounded) repr.
         text = json.dumps(_fallback(context))
     return json.loads(text)
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import reprlib
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError, InvalidState
@@ -17,6 +19,8 @@ else:
     _Runner = object
 
 __all__ = ["NodeKinds"]
+
+_SHORT = reprlib.Repr()
 
 
 class NodeKinds(_Runner):
@@ -67,7 +71,7 @@ class NodeKinds(_Runner):
         """Run a map node: once per item, each item committed on its own."""
         started = time.perf_counter()
         try:
-            items = list(self.state[spec.items] if isinstance(spec.items, str) else spec.items(dict(self.state)))  # type: ignore[misc]
+            items = self._items_of(spec)
         except Exception as error:  # noqa: BLE001 - unreadable items fail the map node
             return Outcome(spec.node_id, error=error, duration=time.perf_counter() - started)
         todo = [i for i in range(len(items)) if spec.item_key(i) not in self.manifest]
@@ -135,6 +139,25 @@ class NodeKinds(_Runner):
             first.duration = time.perf_counter() - started
             return first
         return await self._complete_map(spec, len(items), started, last[0], last_blobs)
+
+    def _items_of(self, spec: NodeSpec) -> list[Any]:
+        if not isinstance(spec.items, str):
+            found = spec.items(dict(self.state))  # type: ignore[misc]
+            where = "its items function returned"
+        elif spec.items not in self.state:
+            raise InvalidState(
+                f"Map '{spec.label}' takes its items from the state value {spec.items!r}, which the run does "
+                f"not have (it has {sorted(k for k in self.state if not k.startswith('__'))[:20]})."
+            )
+        else:
+            found = self.state[spec.items]
+            where = f"its items, the state value {spec.items!r}, are"
+        if isinstance(found, (str, bytes)) or not isinstance(found, Iterable):
+            raise InvalidState(
+                f"Map '{spec.label}' runs once per item of a list (or other iterable), but {where} "
+                f"{type(found).__name__}: {_SHORT.repr(found)}."
+            )
+        return list(found)
 
     async def _complete_map(
         self, spec: NodeSpec, count: int, started: float, last: int | None = None, blobs: list[Any] | None = None

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 from .._ids import host_name, owner_token, parse_owner
 
-__all__ = ["LEASE_SECONDS", "active", "lease_deadline", "owner_alive", "this_owner"]
+__all__ = [
+    "LEASE_SECONDS",
+    "active",
+    "gave_up_on",
+    "give_up",
+    "lease_deadline",
+    "owner_alive",
+    "taken_back",
+    "this_owner",
+]
 
 # How long a run's owner may go silent before another machine may take the run over.
 LEASE_SECONDS = float(os.environ.get("DURABLE_NB_LEASE_SECONDS", "60"))
@@ -69,6 +81,59 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+# Runs this process gave up because the store refused to record it (see give_up).
+_given_up: set[str] = set()
+
+
+def _released_folder() -> Path | None:
+    # Private to this user: a marker anyone could plant would let them take a live run.
+    folder = Path(tempfile.gettempdir()) / f"durable_nb-{os.getuid()}-released"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        info = folder.lstat()
+    except OSError:
+        return None
+    if info.st_uid != os.getuid() or info.st_mode & 0o077 or not folder.is_dir() or folder.is_symlink():
+        return None
+    return folder
+
+
+def _marker(folder: Path, run_id: str, owner: str, lease_until: float | None) -> Path:
+    # Keyed on the lease as the store last recorded it: taking the run again writes a new
+    # lease, which makes an old marker mean nothing.
+    key = hashlib.sha256(f"{run_id}\0{owner}\0{lease_until!r}".encode()).hexdigest()[:40]
+    return folder / key
+
+
+def give_up(run_id: str, owner: str, lease_until: float | None) -> None:
+    """Record that this process no longer works on a run whose release the store refused to write.
+
+    Other processes of this machine and user then treat the run's owner as gone (another
+    machine waits for the lease, which is no longer renewed), so the run can be resumed.
+    """
+    with _active_lock:
+        _given_up.add(run_id)
+        _active.discard(run_id)
+    folder = _released_folder()
+    if folder is not None:
+        try:
+            _marker(folder, run_id, owner, lease_until).touch()
+        except OSError:
+            pass  # then only the lease tells; nothing better is left to try
+
+
+def gave_up_on(run_id: str) -> bool:
+    """Tell whether this process gave up a run it still appears to own."""
+    with _active_lock:
+        return run_id in _given_up
+
+
+def taken_back(run_id: str) -> None:
+    """Forget a give-up: this process has just written the run as its owner again."""
+    with _active_lock:
+        _given_up.discard(run_id)
+
+
 def owner_alive(run_id: str, owner: str | None, lease_until: float | None) -> bool:
     """Tell whether ``owner`` still works on the run; a run of a live owner is never taken."""
     if not owner:
@@ -85,6 +150,9 @@ def owner_alive(run_id: str, owner: str | None, lease_until: float | None) -> bo
             return False
         started = token.split(".", 1)[0]
         actual = _start_time(pid)
-        return actual is None or started in ("0", actual)
+        if not (actual is None or started in ("0", actual)):
+            return False
+        folder = _released_folder()
+        return folder is None or not _marker(folder, run_id, owner, lease_until).exists()
     # Another machine: only its lease can tell.
     return lease_until is not None and lease_until > time.time()

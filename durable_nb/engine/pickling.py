@@ -36,6 +36,8 @@ from typing import Any
 import cloudpickle
 import xxhash
 
+from ..store.codec import refuse_open_file
+
 __all__ = ["Pickled", "buffer_digest", "pickle_values", "restoring_into", "unpickle"]
 
 _target: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("durable_nb_restore_into", default=None)
@@ -227,6 +229,7 @@ class _NamespacePickler(cloudpickle.Pickler):
         self._callbacks: type | None = getattr(sys.modules.get("matplotlib.cbook"), "CallbackRegistry", None)
 
     def reducer_override(self, obj: Any) -> Any:
+        refuse_open_file(obj)
         kind = type(obj)
         if kind is types.FunctionType:
             if obj.__globals__ is self.namespace:

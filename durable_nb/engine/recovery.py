@@ -8,12 +8,13 @@ from typing import Any
 
 from .._loop import blocking
 from ..errors import AlreadyResumed, ConfigurationError, RunOwnedElsewhere
-from ..model import Commit, EventType, NewEvent, RunStatus, RunUpdate
+from ..model import RunStatus
 from ..store import resolve_store
 from ..store.protocol import Conflict, Store
 from .decisions import expire_gates
 from .ownership import owner_alive
 from .run import Run
+from .settle import mark_failed
 from .workflow import Workflow
 
 __all__ = ["INTERRUPTED_MESSAGE", "RecoveryReport", "arecover", "recover"]
@@ -77,21 +78,7 @@ async def arecover(workflows: Iterable[Workflow] = (), *, store: Any = None) -> 
             report.left_alone.append(run.run_id)  # waits for a process that has its code
             continue
         try:
-            await resolved.commit(
-                Commit(
-                    run_id=run.run_id,
-                    events=[NewEvent(EventType.RUN_FAILED, None, {"error": INTERRUPTED_MESSAGE})],
-                    run=RunUpdate(
-                        status=RunStatus.FAILED,
-                        error=INTERRUPTED_MESSAGE,
-                        error_type="Interrupted",
-                        owner=None,
-                        lease_until=None,
-                    ),
-                    expect_status=frozenset({run.status}),
-                    expect_owner=run.owner,
-                )
-            )
+            await resolved.commit(mark_failed(run, INTERRUPTED_MESSAGE, "Interrupted", owner=run.owner))
             report.failed.append(run.run_id)
         except Conflict:
             report.left_alone.append(run.run_id)

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Container
 from typing import Any
 
 from .._ids import new_id
-from ..errors import ConfigurationError, RunCancelled
+from ..errors import ConfigurationError, RunCancelled, StoreError
 from ..model import (
     RUN_END,
     CheckpointDraft,
@@ -33,6 +33,7 @@ from .cancel import CANCELLED
 from .graph import Graph, NodeSpec
 from .node_kinds import NodeKinds
 from .ownership import lease_deadline
+from .settle import release_after_failure
 from .statelog import StateLog
 from .stops import WaveStops, failure_text
 from .values import ValueCodec
@@ -42,6 +43,11 @@ __all__ = ["Runner", "failure_text"]
 
 Sleep = Callable[[float], Awaitable[Any]]
 _RUNNING = frozenset({RunStatus.RUNNING})
+
+
+def commit_node(commit: Commit) -> str | None:
+    """Return the node a commit was about, if any (for the event that reports its failure)."""
+    return next((c.node_id for c in commit.checkpoints if c.node_id is not None), None)
 
 
 class _Done:
@@ -98,6 +104,7 @@ class Runner(NodeKinds, WaveStops):
         # Keys written by the wave in progress, kept in checkpoints so a clash survives a resume.
         self.wave_writes: dict[str, str] = dict(head_wave_writes or {})
         self._lock: asyncio.Lock | None = None
+        self._watch: Watch | None = None
         self._ready: list[str] | None = None
         # Nodes completed or skipped since the wave was last worked out: only their dependents
         # can join it, so the next wave costs what changed, not the size of the graph.
@@ -165,6 +172,15 @@ class Runner(NodeKinds, WaveStops):
         )
         try:
             result = await self.store.commit(commit)
+        except StoreError as failure:
+            # Nothing of this commit was kept; the nodes in flight stop and the run is released.
+            self._abandoned = True
+            renewed = self._watch.lease_until if self._watch is not None else None
+            settled = await release_after_failure(
+                self.store, self.run, self.owner, failure, commit_node(commit), renewed
+            )
+            self.run = settled or self.run
+            raise
         except Conflict as conflict:
             self.run = conflict.run
             self._abandoned = True
@@ -205,7 +221,7 @@ class Runner(NodeKinds, WaveStops):
         """Run waves until the run pauses, fails or completes; return the run as it ends."""
         self._lock = asyncio.Lock()
         try:
-            with Watch(self.store, self.run.run_id, self.owner, self.abandon):
+            with Watch(self.store, self.run.run_id, self.owner, self.abandon) as self._watch:
                 while not (self._ended or self._stopped):
                     wave = self.ready()
                     if not wave:
@@ -215,6 +231,13 @@ class Runner(NodeKinds, WaveStops):
         except RunCancelled:
             # Someone else settled the run (a cancel, a takeover): report it as it now stands.
             self.run = await self.store.get_run(self.run.run_id)
+        except StoreError:
+            raise  # released where the commit failed
+        except Exception as error:
+            # Never leave a run owned by a process that stopped working on it.
+            self._abandoned = True
+            self.run = await release_after_failure(self.store, self.run, self.owner, error) or self.run
+            raise
         except asyncio.CancelledError:
             # Interrupted (Ctrl-C, a cancelled task): record the cancel so the run stays resumable.
             await asyncio.shield(self._record_interrupt())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 from ..errors import InvalidState, StoreError, TamperedValueError
@@ -12,13 +12,20 @@ from ..store.protocol import Store
 from .lists import AppendedLists
 from .pickling import restoring_into, unpickle
 
-__all__ = ["ValueCodec", "check_state"]
+__all__ = ["RESERVED_PREFIX", "ValueCodec", "check_state", "refuse_reserved"]
 
 K = TypeVar("K")
 
 
-def check_state(value: Any, what: str) -> dict[str, Any]:
-    """Return ``value`` as a state dict, or raise InvalidState saying what was wrong."""
+RESERVED_PREFIX = "__"
+
+
+def check_state(value: Any, what: str, *, from_node: bool = False) -> dict[str, Any]:
+    """Return ``value`` as a state dict, or raise InvalidState saying what was wrong.
+
+    Names starting with ``__`` hold the engine's own bookkeeping (loop counters, map items):
+    input from outside a node (run input, fork values) may not set them.
+    """
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -26,7 +33,19 @@ def check_state(value: Any, what: str) -> dict[str, Any]:
     bad = [k for k in value if not isinstance(k, str)]
     if bad:
         raise InvalidState(f"{what} has keys that are not strings: {bad[:5]!r}. State names are strings.")
+    if not from_node:
+        refuse_reserved(value, what)
     return dict(value)
+
+
+def refuse_reserved(names: Iterable[str], what: str) -> None:
+    """Raise InvalidState when a name is one of the engine's own (``__`` and more)."""
+    reserved = sorted(n for n in names if n.startswith(RESERVED_PREFIX))
+    if reserved:
+        raise InvalidState(
+            f"{what} sets {reserved[:5]!r}: names starting with '__' are reserved for durable_nb's own "
+            "bookkeeping (loop counters, map items) and cannot be set from outside; use another name."
+        )
 
 
 def _buffer(data: Any, readonly: bool, taken: bool) -> Any:

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..errors import StoreError
 from ..model import Commit, RunStatus, RunUpdate
 from ..store.protocol import Conflict, Store
 from .ownership import LEASE_SECONDS, lease_deadline
@@ -43,6 +44,8 @@ class Watch:
         self.owner = owner
         self.abandon = abandon
         self._task: asyncio.Task[None] | None = None
+        # The lease as this watch last renewed it (the store's copy, should it become unreadable).
+        self.lease_until: float | None = None
 
     def __enter__(self) -> Watch:
         loop = asyncio.get_running_loop()
@@ -62,13 +65,13 @@ class Watch:
         renewed = time.monotonic()
         while True:
             await asyncio.sleep(POLL_SECONDS)
-            run = await self.store.get_run(self.run_id)
-            if run.status is not RunStatus.RUNNING or run.owner != self.owner:
-                self.abandon()
-                return
-            if time.monotonic() - renewed >= LEASE_SECONDS / 3:
-                try:
-                    await self.store.commit(
+            try:
+                run = await self.store.get_run(self.run_id)
+                if run.status is not RunStatus.RUNNING or run.owner != self.owner:
+                    self.abandon()
+                    return
+                if time.monotonic() - renewed >= LEASE_SECONDS / 3:
+                    result = await self.store.commit(
                         Commit(
                             run_id=self.run_id,
                             run=RunUpdate(lease_until=lease_deadline()),
@@ -76,7 +79,12 @@ class Watch:
                             expect_owner=self.owner,
                         )
                     )
-                except Conflict:
-                    self.abandon()
-                    return
-                renewed = time.monotonic()
+                    self.lease_until = result.run.lease_until
+                    renewed = time.monotonic()
+            except Conflict:
+                self.abandon()
+                return
+            except StoreError:
+                # A failing store is the node's commit to report (it releases the run); the watch
+                # keeps looking, and a lease it cannot renew lapses as it should.
+                continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -60,7 +61,7 @@ class DurableMagics(Magics):
             raise UsageError(f"A cell's node name is a short word like 'load' or 'train', not {args.node!r}.")
         if args.retries < 0:
             raise UsageError("--retries takes a whole number >= 0.")
-        if args.timeout is not None and args.timeout <= 0:
+        if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
             raise UsageError("--timeout takes a number of seconds > 0.")
         options = CellOptions(
             retries=args.retries,

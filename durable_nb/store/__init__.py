@@ -6,9 +6,11 @@ import os
 import threading
 from typing import Any
 
-from ..errors import StoreUnavailable
+from ..errors import InvalidInput, StoreUnavailable
 from .protocol import Conflict, Store
 from .url import DEFAULT_URL, ENV_VAR, parse_url, resolve_url
+
+DURABILITY_LEVELS = ("full", "process")
 
 __all__ = ["DEFAULT_URL", "ENV_VAR", "Conflict", "Store", "connect", "disconnect", "resolve_store"]
 
@@ -22,6 +24,11 @@ def connect(url: str | os.PathLike[str] | None = None, *, durability: str = "ful
     Stores are shared per process and URL; the connection opens on first use.
     ``durability="process"`` trades power-loss safety for speed (SQLite synchronous=NORMAL).
     """
+    if durability not in DURABILITY_LEVELS:
+        raise InvalidInput(
+            f"durability must be 'full' (survives power loss) or 'process' (survives a crash of this "
+            f"process, faster), not {durability!r}."
+        )
     text = resolve_url(url)
     parsed = parse_url(text)
     key_path = os.path.abspath(parsed.path) if parsed.path and not parsed.is_memory else text

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import StoreError, TamperedValueError
+from ..errors import StoreError, StoreFailed, TamperedValueError
 from ..model import Blob
 from .codec import address_hasher
 
@@ -138,7 +138,7 @@ class BlobFolder:
         except OSError as error:
             with contextlib.suppress(OSError):
                 temporary.unlink()
-            raise StoreError(
+            raise StoreFailed(
                 f"Cannot write the value file {target}: {error.strerror or error}. Nothing was committed; "
                 f"free some disk space or make {self.folder} writable, then run again."
             ) from error
@@ -155,7 +155,7 @@ class BlobFolder:
         except FileNotFoundError:
             return None
         except OSError as error:
-            raise StoreError(
+            raise StoreFailed(
                 f"Cannot read the value file {target}: {error.strerror or error}. "
                 f"Check that {self.folder} is readable by this user."
             ) from error

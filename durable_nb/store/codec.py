@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import io
 import json
 import math
 import pickle
@@ -94,6 +95,29 @@ def encode_json(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
 
+def refuse_open_file(obj: Any) -> None:
+    """Raise PicklingError for an open file: pickled, it would come back as a copy of its text."""
+    if isinstance(obj, io.IOBase) and not isinstance(obj, (io.StringIO, io.BytesIO)):
+        raise pickle.PicklingError(
+            f"{type(obj).__name__} {getattr(obj, 'name', '')!r} is an open file; a restore could not reopen "
+            "it (it would come back as a copy of what it held). Store its path or its contents instead"
+        )
+
+
+class _Pickler(cloudpickle.Pickler):
+    """cloudpickle, refusing open files."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        refuse_open_file(obj)
+        return super().reducer_override(obj)
+
+
+def _pickle(value: Any) -> bytes:
+    out = io.BytesIO()
+    _Pickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
+    return out.getvalue()
+
+
 def encode(value: Any, key: bytes, name: str = "value") -> Blob:
     """Serialize one value into a blob; raise SerializationError naming ``name``."""
     if is_plain(value):
@@ -105,7 +129,7 @@ def encode(value: Any, key: bytes, name: str = "value") -> Blob:
         else:
             return Blob(_JSON_PREFIX + hashlib.sha256(data).hexdigest(), JSON, data)
     try:
-        data = cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        data = _pickle(value)
     except Exception as exc:
         type_name = f"{type(value).__module__}.{type(value).__qualname__}"
         raise SerializationError(

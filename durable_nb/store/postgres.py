@@ -9,6 +9,7 @@ a worker thread) is the driver's choice: see ``offload``.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -16,12 +17,13 @@ from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ..errors import StoreUnavailable
+from ..errors import InvalidInput, StoreFailed, StoreUnavailable
 from ..model import (
     Commit,
     CommitResult,
 )
 from . import postgres_ops
+from .failures import WRITES, operation_name, store_failed
 from .offload import offload
 from .postgres_schema import MIGRATION_LOCK, ensure_schema
 from .sql_store import SQLStore
@@ -29,8 +31,12 @@ from .sql_store import SQLStore
 __all__ = ["PostgresStore"]
 
 T = TypeVar("T")
-_OUR_PARAMS = ("schema", "pool_min", "pool_max")
+_OUR_PARAMS = ("schema", "pool_min", "pool_max", "pool_timeout")
 _COMMIT_ATTEMPTS = 3
+# A read whose connection died (a restarted server, a terminated backend) is tried this often.
+_READ_ATTEMPTS = 3
+# How long an operation waits for a working pooled connection before it fails (?pool_timeout=).
+_CONNECTION_WAIT_SECONDS = "30"
 
 
 def _split(url: str) -> tuple[str, dict[str, str]]:
@@ -41,12 +47,35 @@ def _split(url: str) -> tuple[str, dict[str, str]]:
     return urlunsplit((scheme, parts.netloc, parts.path, urlencode(query), parts.fragment)), ours
 
 
+def _option(options: dict[str, str], name: str, default: str, kind: type, least: float) -> float:
+    """Return a numeric URL option, refusing text that is not a number of at least ``least``."""
+    text = options.get(name, default)
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value) or value < least:
+        raise StoreUnavailable(
+            f"?{name}= takes a {'whole ' if kind is int else ''}number of at least {least:g}, not {text!r}."
+        )
+    return float(value)
+
+
+def _shown(url: str) -> str:
+    """Return the URL as messages show it: without its password."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
 class PostgresStore(SQLStore):
     """A store in a PostgreSQL database (optionally one schema of it: ``?schema=name``)."""
 
     def __init__(self, url: str, durability: str = "full") -> None:
         if durability not in ("full", "process"):
-            raise ValueError(f"durability must be 'full' or 'process', not {durability!r}")
+            raise InvalidInput(f"durability must be 'full' or 'process', not {durability!r}.")
         try:
             import psycopg  # noqa: F401
             import psycopg_pool  # noqa: F401
@@ -60,8 +89,9 @@ class PostgresStore(SQLStore):
         self.schema = options.get("schema")
         if self.schema is not None and not self.schema.replace("_", "").isalnum():
             raise StoreUnavailable(f"?schema= takes a plain name (letters, digits, _), not {self.schema!r}.")
-        self.pool_min = int(options.get("pool_min", "1"))
-        self.pool_max = int(options.get("pool_max", "4"))
+        self.pool_min = int(_option(options, "pool_min", "1", int, 0))
+        self.pool_max = int(_option(options, "pool_max", "4", int, max(1, self.pool_min)))
+        self.pool_timeout = _option(options, "pool_timeout", _CONNECTION_WAIT_SECONDS, float, 0.001)
         self._pool: Any = None
         self._open_lock = threading.Lock()
         self._closed = False
@@ -70,7 +100,7 @@ class PostgresStore(SQLStore):
     _sql = postgres_ops
 
     def __repr__(self) -> str:
-        return f"PostgresStore({self.url!r}, durability={self.durability!r})"
+        return f"PostgresStore({_shown(self.url)!r}, durability={self.durability!r})"
 
     # -- connections ------------------------------------------------------------------------
 
@@ -101,7 +131,7 @@ class PostgresStore(SQLStore):
                     conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
         except OperationalError as error:
             raise StoreUnavailable(
-                f"Cannot reach the PostgreSQL store {self.url}: {str(error).strip()}. Check the URL, "
+                f"Cannot reach the PostgreSQL store {_shown(self.url)}: {str(error).strip()}. Check the URL, "
                 "that the server runs and that this user may connect."
             ) from error
         return ConnectionPool(
@@ -126,13 +156,37 @@ class PostgresStore(SQLStore):
         return self._pool
 
     def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run one operation with a pooled connection (waiting for a free one)."""
+        """Run one operation with a pooled connection; a read that lost its connection is tried again."""
+        from psycopg import Error, OperationalError
+        from psycopg_pool import PoolTimeout
+
+        attempts = 1 if fn.__name__ in WRITES else _READ_ATTEMPTS
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._call_once(fn, *args)
+            except OperationalError as error:
+                if attempt == attempts:
+                    raise self._failed(fn, error, attempts) from error
+            except PoolTimeout as error:
+                # The pool already waited its timeout for a working connection: no retry.
+                raise self._failed(fn, error, attempts) from error
+            except Error as error:
+                raise self._failed(fn, error, 1) from error
+        raise AssertionError("unreachable")
+
+    def _call_once(self, fn: Callable[..., T], *args: Any) -> T:
         pool = self._pool_or_open()
-        with pool.connection() as conn:
+        with pool.connection(timeout=self.pool_timeout) as conn:
             return fn(conn, *args)
+
+    def _failed(self, fn: Callable[..., Any], error: BaseException, attempts: int) -> StoreFailed:
+        return store_failed(_shown(self.url), operation_name(fn.__name__), error, attempts)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await offload(partial(self._call, fn, *args))
+
+    async def _run_once(self, fn: Callable[..., T], *args: Any) -> T:
+        return await offload(partial(self._call_once, fn, *args))
 
     async def close(self) -> None:
         """Close the pool; later calls raise StoreUnavailable."""
@@ -143,16 +197,22 @@ class PostgresStore(SQLStore):
 
     async def commit(self, commit: Commit) -> CommitResult:
         """Write a commit in one transaction; a lost connection is retried without writing twice."""
-        from psycopg import OperationalError
+        from psycopg import Error, OperationalError
+        from psycopg_pool import PoolTimeout
 
         for attempt in range(1, _COMMIT_ATTEMPTS + 1):
             try:
-                return await self._run(postgres_ops._commit, commit, time.time(), self.url)
-            except OperationalError:
+                return await self._run_once(postgres_ops._commit, commit, time.time(), self.url)
+            except (OperationalError, PoolTimeout) as error:
                 if attempt == _COMMIT_ATTEMPTS:
-                    raise
+                    raise self._failed(postgres_ops._commit, error, _COMMIT_ATTEMPTS) from error
                 # The connection died: the commit either landed whole or not at all.
-                landed = await self._run(postgres_ops._landed, commit)
+                try:
+                    landed = await self._run(postgres_ops._landed, commit)
+                except StoreFailed as lost:
+                    raise self._failed(postgres_ops._commit, lost.__cause__ or error, attempt) from error
                 if landed is not None:
                     return landed
+            except Error as error:
+                raise self._failed(postgres_ops._commit, error, 1) from error
         raise AssertionError("unreachable")

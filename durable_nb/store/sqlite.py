@@ -22,7 +22,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..errors import StoreUnavailable
+from ..errors import InvalidInput, StoreUnavailable
 from ..model import (
     Blob,
     Commit,
@@ -33,6 +33,7 @@ from ..model import (
 )
 from . import sqlite_ops
 from .blob_files import FILE_BYTES, BlobFolder, FileVanished
+from .failures import operation_name, store_failed
 from .offload import offload
 from .sql_store import SQLStore
 from .sqlite_schema import check_schema, ensure_schema
@@ -51,7 +52,7 @@ class SQLiteStore(SQLStore):
 
     def __init__(self, url: str, path: str, durability: str = "full") -> None:
         if durability not in _DURABILITY:
-            raise ValueError(f"durability must be 'full' or 'process', not {durability!r}")
+            raise InvalidInput(f"durability must be 'full' or 'process', not {durability!r}.")
         self.url = url
         self.path = path
         self.durability = durability
@@ -59,6 +60,8 @@ class SQLiteStore(SQLStore):
         # Whoever holds it uses the connection: one operation (one transaction) at a time.
         self._lock = threading.Lock()
         self._closed = False
+        # Set once an operation failed: closing then could write to files that can no longer be written.
+        self._failed = False
         self.blob_folder = None if path == ":memory:" else BlobFolder(Path(f"{path}-blobs"), durability == "full")
 
     _sql = sqlite_ops
@@ -107,7 +110,12 @@ class SQLiteStore(SQLStore):
             if self._conn is None:
                 self._conn = self._connect_sqlite()
                 _open_stores.add(self)
-            return fn(self._conn, *args)
+            try:
+                return fn(self._conn, *args)
+            except (sqlite3.Error, OSError) as error:
+                # Rolled back by the operation's transaction: tell what failed, keep the driver's error.
+                self._failed = True
+                raise store_failed(self.path, operation_name(fn.__name__), error) from error
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await offload(partial(self._call, fn, *args))
@@ -191,7 +199,14 @@ class SQLiteStore(SQLStore):
             self._lock.release()
 
     def close_at_exit(self) -> None:
-        """Close at interpreter exit, unless an operation still holds the connection after 5 s."""
+        """Close at interpreter exit, unless an operation still holds the connection after 5 s.
+
+        A store that failed a write (read-only, immutable, I/O errors) is left for the system to
+        close: SQLite's closing checkpoint would write its shared-memory file, and a write to a
+        mapped file that became read-only kills the process (SIGBUS). The next opener recovers the WAL.
+        """
+        if self._failed:
+            return
         self._close_now(wait=5)
 
 

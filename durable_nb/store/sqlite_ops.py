@@ -46,9 +46,23 @@ class _Transaction:
 
     def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
         if kind is None:
-            self.conn.execute("COMMIT")
-        elif self.conn.in_transaction:
+            try:
+                self.conn.execute("COMMIT")
+            except sqlite3.Error:
+                self._rollback()  # a COMMIT that failed (a full disk) must not leave the transaction open
+                raise
+        else:
+            self._rollback()
+
+    def _rollback(self) -> None:
+        if not self.conn.in_transaction:
+            return
+        try:
             self.conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            # SQLite has rolled a failed write back itself (a full disk, an I/O error); the
+            # operation's own error is the one to report.
+            pass
 
 
 def _get_run(conn: sqlite3.Connection, run_id: str) -> RunRecord | None:

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import StoreUnavailable
+from ..errors import InvalidInput, StoreUnavailable
 
 __all__ = ["DEFAULT_URL", "ENV_VAR", "StoreURL", "parse_url", "resolve_url"]
 
@@ -34,6 +34,11 @@ def resolve_url(url: str | os.PathLike[str] | None) -> str:
     """Return the URL to use: the given one, else $DURABLE_NB_STORE, else the default."""
     if url is None:
         url = os.environ.get(ENV_VAR) or DEFAULT_URL
+    if not isinstance(url, str | os.PathLike) or not isinstance(os.fspath(url), str):
+        raise InvalidInput(
+            f"A store URL is text such as sqlite:///path/to/runs.db or postgresql://user@host/db, "
+            f"not {type(url).__name__}: {url!r}."
+        )
     return os.fspath(url)
 
 

@@ -7,6 +7,7 @@ query per row. Times are UTC datetimes, durations timedeltas, statuses categoric
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from .._loop import blocking
@@ -200,7 +201,11 @@ async def acompare(run_ids: Any, names: Any = None, *, store: Any = None) -> pd.
     """Return one row per run and one column per chosen state value (all when ``names`` is None)."""
     pd = _pd()
     resolved = resolve_store(store)
-    ids = [_run_id(r) for r in run_ids]
+    if not isinstance(run_ids, str | Iterable):
+        from ..errors import InvalidInput
+
+        raise InvalidInput(f"compare takes a run id or a list of run ids, not {type(run_ids).__name__}.")
+    ids = [_run_id(r) for r in ([run_ids] if isinstance(run_ids, str) else run_ids)]
     records = {r.run_id: r for r in await resolved.list_runs() if r.run_id in set(ids)}
     missing = [i for i in ids if i not in records]
     if missing:
@@ -208,11 +213,19 @@ async def acompare(run_ids: Any, names: Any = None, *, store: Any = None) -> pd.
 
         raise RunNotFound(missing[0], resolved.url)
     manifests = {i: state.manifest for i, state in (await resolved.latest_states(ids)).items()}
-    chosen = (
-        list(names)
-        if names is not None
-        else sorted({n for m in manifests.values() for n in m if not n.startswith("__")})
-    )
+    known = sorted({n for m in manifests.values() for n in m if not n.startswith("__")})
+    if names is not None and not isinstance(names, str | Iterable):
+        from ..errors import InvalidInput
+
+        raise InvalidInput(f"compare takes a value name or a list of names, not {type(names).__name__}.")
+    chosen = known if names is None else [names] if isinstance(names, str) else list(names)
+    unknown = [n for n in chosen if not any(n in m for m in manifests.values())]
+    if unknown:
+        from ..errors import InvalidInput
+
+        raise InvalidInput(
+            f"None of these runs has a value named {unknown[0]!r}; the names they have: {known[:20]}."
+        )
     # Each run's values are loaded together: a notebook's variables come in groups.
     loader = ValueCodec(resolved, load_secret())
     loaded = await loader.load_many({i: {n: m[n] for n in chosen if n in m} for i, m in manifests.items()})

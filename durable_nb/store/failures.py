@@ -1,0 +1,77 @@
+"""A driver's failure, told as the store's: what failed, where, and what the user can do about it.
+
+Both backends turn what their driver raises (``sqlite3.Error``, an ``OSError`` of a value file,
+psycopg's errors, a pool that found no connection) into one ``StoreFailed`` with the driver's
+exception chained, so the engine settles a run the same way whatever the store.
+"""
+
+from __future__ import annotations
+
+import errno
+
+from ..errors import StoreFailed
+
+__all__ = ["WRITES", "advice_for", "operation_name", "store_failed"]
+
+# Matched against the driver's message, lowercased: the first that matches gives the advice.
+_ADVICE = (
+    (("disk is full", "no space left", "disk full", "could not extend file"), "free disk space"),
+    (
+        ("readonly", "read-only", "read only", "permission denied", "not authorized", "access denied"),
+        "make the store and its folder writable by this user (check the file's mode, owner and "
+        "immutable flag, and that the file system is mounted read-write)",
+    ),
+    (("disk i/o error", "input/output error", "malformed"), "check the disk: the file system reported an I/O error"),
+    (("database is locked", "busy"), "another process held the store's write lock too long; see which one does"),
+    (
+        ("connection", "server closed", "terminat", "timeout", "timed out", "couldn't get a connection"),
+        "check that the database server runs and is reachable",
+    ),
+)
+# The operations that write; every other one only reads, and is safe to try again.
+WRITES = frozenset({"_commit", "_create_run", "_prune", "_delete_unreferenced"})
+_NAMES = {
+    "_commit": "write a commit",
+    "_create_run": "create a run",
+    "_prune": "prune old history",
+    "_delete_unreferenced": "delete unreferenced value files",
+}
+
+_ERRNO_ADVICE = {
+    errno.ENOSPC: "free disk space",
+    errno.EDQUOT: "free disk space (the user's quota is used up)",
+    errno.EROFS: "remount the file system read-write",
+    errno.EACCES: "make the store and its folder writable by this user",
+    errno.EPERM: "make the store and its folder writable by this user (check the immutable flag)",
+    errno.EIO: "check the disk: the file system reported an I/O error",
+}
+
+
+def operation_name(function_name: str) -> str:
+    """Return how a message names a store operation: ``_commit`` is "write a commit"."""
+    return _NAMES.get(function_name, "read " + function_name.strip("_").replace("_", " "))
+
+
+def advice_for(error: BaseException) -> str:
+    """Return what a user can do about a driver's ``error``."""
+    number = getattr(error, "errno", None)
+    if isinstance(number, int) and number in _ERRNO_ADVICE:
+        return _ERRNO_ADVICE[number]
+    text = str(error).lower()
+    for needles, advice in _ADVICE:
+        if any(needle in text for needle in needles):
+            return advice
+    return "check the store"
+
+
+def store_failed(store: str, operation: str, error: BaseException, attempts: int = 1) -> StoreFailed:
+    """Return the ``StoreFailed`` for ``error`` raised by ``operation`` on ``store`` (chain it with ``from``)."""
+    reason = " ".join(str(error).split()) or type(error).__name__
+    tried = f" (tried {attempts} times)" if attempts > 1 else ""
+    return StoreFailed(
+        f"The store {store} could not {operation}{tried}: {reason}. Nothing of this operation was kept; "
+        f"{advice_for(error)}, then resume the run (a run this process was working on is left "
+        "resumable from any process).",
+        store=store,
+        operation=operation,
+    )
