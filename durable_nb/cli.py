@@ -15,15 +15,15 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, NoReturn
 
 import durable_nb as dnb
 
 from ._loop import run_sync
+from .engine.forking import values_at_fork_point
 from .engine.overrides import parse_overrides
-from .engine.values import ValueCodec
 from .errors import (
     AlreadyResumed,
     DurableError,
@@ -33,8 +33,7 @@ from .errors import (
     RunNotFound,
     RunOwnedElsewhere,
 )
-from .store import Store, resolve_store
-from .store.secret import load_secret
+from .store import resolve_store
 
 __all__ = ["main", "printable"]
 
@@ -77,15 +76,15 @@ def load_workflow(spec: str) -> dnb.Workflow:
     """Import ``module:attribute`` and return the Workflow it names."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
-        raise DurableError(f"--workflow takes module:attribute (e.g. pipelines.triage:flow), not {spec!r}.")
+        raise InvalidInput(f"--workflow takes module:attribute (e.g. pipelines.triage:flow), not {spec!r}.")
     sys.path.insert(0, "")
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
-        raise DurableError(f"Cannot import {module_name!r} for --workflow: {error}.") from error
+        raise InvalidInput(f"Cannot import {module_name!r} for --workflow: {error}.") from error
     flow = getattr(module, attribute, None)
     if not isinstance(flow, dnb.Workflow):
-        raise DurableError(f"{spec} is not a durable_nb.Workflow (found {type(flow).__name__}).")
+        raise InvalidInput(f"{spec} is not a durable_nb.Workflow (found {type(flow).__name__}).")
     return flow
 
 
@@ -204,7 +203,7 @@ def _decision_value(text: str | None) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
-        raise DurableError(f"--value takes JSON (e.g. '{{\"limit\": 500}}' or '\"text\"'): {error}.") from None
+        raise InvalidInput(f"--value takes JSON (e.g. '{{\"limit\": 500}}' or '\"text\"'): {error}.") from None
 
 
 def cmd_approve(args: argparse.Namespace) -> None:
@@ -228,27 +227,6 @@ def cmd_cancel(args: argparse.Namespace) -> None:
     _print_run(dnb.cancel(args.run, store=args.store), args, "cancelled")
 
 
-async def _values_at_fork_point(store: Store, run_id: str, at: str | None, names: Iterable[str]) -> dict[str, Any]:
-    """Load ``names`` as they are at the checkpoint a fork branches from (``at``, else the resume point)."""
-    await store.get_run(run_id)  # an unknown run is RunNotFound, before any checkpoint lookup
-    point = await store.resume_point(run_id) if at is None else await store.get_checkpoint(run_id, at)
-    if point is None:
-        return {}  # nothing to fork from yet: the fork itself refuses, saying so
-    manifest = (await store.state_at(run_id, point.seq)).manifest
-    wanted = {name: manifest[name] for name in names if name in manifest}
-    if not wanted:
-        return {}
-    try:
-        return await ValueCodec(store, load_secret()).load(wanted)
-    except DurableError:
-        raise
-    except Exception as error:  # e.g. a pickled class whose module this process lacks
-        raise InvalidInput(
-            f"Cannot check the types of {', '.join(sorted(wanted))} at the fork point: their stored values "
-            f"do not load here ({type(error).__name__}: {error}). Fork from code that can load them."
-        ) from error
-
-
 def _checked_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """Parse ``--set`` items; each must keep the type its value has at the fork point."""
     lines = list(args.set)
@@ -257,7 +235,7 @@ def _checked_overrides(args: argparse.Namespace) -> dict[str, Any]:
     names = [name for name, value in overrides.items() if value is not None]
     if not names:
         return overrides
-    current = run_sync(_values_at_fork_point(resolve_store(args.store), args.run, args.at, names))
+    current = run_sync(values_at_fork_point(resolve_store(args.store), args.run, args.at, names))
     return parse_overrides(lines, current)
 
 

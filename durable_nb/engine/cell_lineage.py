@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from .._ids import new_id
+from ..errors import InvalidInput
 from ..model import CheckpointRecord, CheckpointState, EventType, NewEvent, NewRun, RunKind, RunRecord, RunStatus
 from .forking import create_fork
 from .ownership import lease_deadline, owner_alive
@@ -37,6 +39,21 @@ class CellLineage(_CellRun):
             fork_point = await self.store.get_checkpoint(run.parent_run_id, run.parent_checkpoint_id)
             max_seq = fork_point.seq
             run = await self.store.get_run(run.parent_run_id)
+
+    async def values_before(self, node: str | None, names: Iterable[str]) -> dict[str, Any]:
+        """Return the named values where a fork would start: just before cell ``node`` (None: now)."""
+        if node is None:
+            manifest: dict[str, str] | None = self.manifest
+        else:
+            committed = await self.lookup(node)
+            if committed is None:
+                raise InvalidInput(
+                    f"No cell {node!r} was committed in run {self.run_id} (or the runs it was forked from); "
+                    "%durable status lists the cells it has."
+                )
+            manifest = await self._state_before(committed, node)
+        wanted = {name: (manifest or {})[name] for name in names if name in (manifest or {})}
+        return await self.values.load(wanted) if wanted else {}
 
     async def matching_run(self, node_id: str, source_hash: str) -> str | None:
         """Return another run of this fork tree whose cell ``node_id`` ran this code from the state

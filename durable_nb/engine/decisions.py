@@ -143,6 +143,8 @@ async def decide(
     (an owner token) the same transaction hands the run to that owner; otherwise the run waits
     as ``pending`` for a process that has its code.
     """
+    if node is not None and not isinstance(node, str):
+        raise InvalidDecision(f"node= names the gated node (text), or None for the run's only gate; not {node!r}.")
     while True:
         pending = await store.pending_interrupts(run_id)
         target = await _open_target(store, run_id, pending, node, gate)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from ..errors import ConfigurationError
@@ -43,6 +43,8 @@ class GraphDefinition:
         ``writes`` optionally declares the keys it returns, so that two nodes of one wave
         writing one key are refused before anything runs.
         """
+        if isinstance(writes, str) or not isinstance(writes, Iterable) or not all(isinstance(k, str) for k in writes):
+            raise ConfigurationError(f"writes= takes a list of the state names the node returns, not {writes!r}.")
         return self._register("node", fn, after, retry_count, timeout_seconds, label, name, writes=tuple(writes))
 
     def loop(
@@ -92,6 +94,17 @@ class GraphDefinition:
         It returns a node name, a list of them or None; with ``branches`` it returns a key of
         that mapping instead. Untaken branches are ``skipped``; a switch writes no checkpoint.
         """
+        if branches is not None and not (
+            isinstance(branches, Mapping)
+            and all(
+                isinstance(t, str) or (isinstance(t, Iterable) and all(isinstance(n, str) for n in t))
+                for t in branches.values()
+            )
+        ):
+            raise ConfigurationError(
+                "branches= maps each value the switch returns to a node name or a list of them "
+                f"(e.g. {{'refund': 'refund_node'}}), not {branches!r}."
+            )
         extra = {"branches": None if branches is None else dict(branches)}
         return self._register("switch", fn, after, 0, None, label, name, extra=extra)
 
@@ -150,6 +163,9 @@ class GraphDefinition:
             or timeout_seconds <= 0
         ):
             raise ConfigurationError(f"timeout_seconds must be a positive number, not {timeout_seconds!r}.")
+        for option, value in (("name", name), ("label", label), ("into", options.get("into"))):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ConfigurationError(f"{option}= takes non-empty text, not {value!r}.")
         dependencies = _dependency_ids(after)
 
         def register(function: F) -> F:

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from .._ids import new_id
-from ..errors import NotResumable
+from ..errors import DurableError, InvalidInput, NotResumable
 from ..model import CheckpointRecord, CheckpointStatus, EventType, NewEvent, NewRun, RunRecord, RunStatus
 from ..store.protocol import Store
 from ..store.rows import checkpoint_from_draft
+from ..store.secret import load_secret
 from .drafts import draft_after
 from .values import ValueCodec, check_state
 
-__all__ = ["Fork", "create_fork"]
+__all__ = ["Fork", "create_fork", "values_at_fork_point"]
 
 
 @dataclass(slots=True)
@@ -91,3 +93,27 @@ async def create_fork(
     values.mark_stored(blobs)
     # The fork's one checkpoint is the draft as written: the run's head, stamped when the run was.
     return Fork(record, checkpoint_from_draft(new_run_id, record.head_seq, record.created_at, draft))
+
+
+async def values_at_fork_point(store: Store, run_id: str, at: str | None, names: Iterable[str]) -> dict[str, Any]:
+    """Load ``names`` as they are at the checkpoint a fork branches from (``at``, else the resume point).
+
+    Overrides are checked against them: a value must keep its type, since the rest of the run was written for it.
+    """
+    await store.get_run(run_id)  # an unknown run is RunNotFound, before any checkpoint lookup
+    point = await store.resume_point(run_id) if at is None else await store.get_checkpoint(run_id, at)
+    if point is None:
+        return {}  # nothing to fork from yet: the fork itself refuses, saying so
+    manifest = (await store.state_at(run_id, point.seq)).manifest
+    wanted = {name: manifest[name] for name in names if name in manifest}
+    if not wanted:
+        return {}
+    try:
+        return await ValueCodec(store, load_secret()).load(wanted)
+    except DurableError:
+        raise
+    except Exception as error:  # e.g. a pickled class whose module this process lacks
+        raise InvalidInput(
+            f"Cannot check the types of {', '.join(sorted(wanted))} at the fork point: their stored values "
+            f"do not load here ({type(error).__name__}: {error}). Fork from code that can load them."
+        ) from error

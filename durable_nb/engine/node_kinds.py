@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import reprlib
 import time
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError, InvalidState
@@ -50,7 +50,7 @@ class NodeKinds(_Runner):
         branches: dict[str, Any] | None = spec.extra.get("branches")
         dependents = self.graph.dependents(spec.node_id)
         if branches is not None:
-            if result is not None and result not in branches:
+            if result is not None and (not isinstance(result, Hashable) or result not in branches):
                 raise InvalidState(
                     f"Switch '{spec.label}' chose {result!r}, which is not one of its branches {sorted(branches)}."
                 )
@@ -58,6 +58,15 @@ class NodeKinds(_Runner):
             nodes = [] if target is None else [target] if isinstance(target, str) else list(target)
             key = None if result is None else str(result)
         else:
+            if not (
+                result is None
+                or isinstance(result, str)
+                or (isinstance(result, (list, tuple, set, frozenset)) and all(isinstance(n, str) for n in result))
+            ):
+                raise InvalidState(
+                    f"Switch '{spec.label}' returned {result!r}: a switch returns the name of a node after it, "
+                    "a list of such names, or None to take no branch."
+                )
             nodes = [] if result is None else [result] if isinstance(result, str) else list(result)
             key = None if result is None else ",".join(nodes)
         wrong = [n for n in nodes if n not in dependents]

@@ -162,7 +162,10 @@ class DurableMagics(Magics):
         session = session_for(self.shell)
         cell_run = session.require()
         try:
-            overrides = parse_overrides(list(args.overrides))
+            names = [name for name, value in parse_overrides(list(args.overrides)).items() if value is not None]
+            # Each value keeps the type it has where the fork starts, as in the inspector and the CLI.
+            current = run_sync(cell_run.values_before(args.at, names))
+            overrides = parse_overrides(list(args.overrides), current)
         except DurableError as error:
             raise UsageError(str(error)) from None
         if args.at:

@@ -75,4 +75,7 @@ def resolve_store(store: Any) -> Store:
         return connect(store)
     if isinstance(store, Store):
         return store
-    raise TypeError(f"store must be a durable_nb store, a URL or None, not {type(store).__name__}")
+    raise InvalidInput(
+        f"store= takes a store URL (sqlite:///path/to/runs.db, postgresql://user@host/db), a store "
+        f"from durable_nb.connect(), or None for the default store; not {type(store).__name__}: {store!r}."
+    )

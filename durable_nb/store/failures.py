@@ -22,7 +22,11 @@ _ADVICE = (
         "immutable flag, and that the file system is mounted read-write)",
     ),
     (("disk i/o error", "input/output error", "malformed"), "check the disk: the file system reported an I/O error"),
-    (("database is locked", "busy"), "another process held the store's write lock too long; see which one does"),
+    (
+        ("database is locked", "busy"),
+        "another process held the store's write lock longer than this one waits for it (60 s); "
+        "find the process that keeps it",
+    ),
     (
         ("connection", "server closed", "terminat", "timeout", "timed out", "couldn't get a connection"),
         "check that the database server runs and is reachable",

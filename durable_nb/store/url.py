@@ -46,8 +46,14 @@ def parse_url(url: str) -> StoreURL:
     """Parse ``sqlite:///relative.db``, ``sqlite:////absolute.db`` or ``postgresql://…``."""
     if url.startswith("sqlite://"):
         rest = url[len("sqlite://") :]
-        if rest in ("", "/", "/:memory:", ":memory:"):
+        if rest in ("/:memory:", ":memory:"):
             return StoreURL("sqlite", url, ":memory:")
+        if rest in ("", "/"):
+            # Never an in-memory store by accident: it would lose every run when the process ends.
+            raise StoreUnavailable(
+                f"Store URL {url!r} names no file. Write sqlite:///path/to/runs.db, or "
+                "sqlite:///:memory: for a store that lives only as long as this process."
+            )
         if not rest.startswith("/"):
             raise StoreUnavailable(
                 f"Cannot read store URL {url!r}: a SQLite URL is sqlite:///relative/path.db "

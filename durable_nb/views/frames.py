@@ -14,8 +14,10 @@ from .._loop import blocking
 from ..engine.decisions import current_run, expire_gates
 from ..engine.status import NODE_STATUSES, describe
 from ..engine.values import ValueCodec
+from ..errors import InvalidInput
 from ..model import CheckpointStatus, EventType, RunStatus
 from ..store import resolve_store
+from ..store.rules import check_run_id
 from ..store.secret import load_secret
 
 if TYPE_CHECKING:
@@ -63,7 +65,10 @@ def _text(values: list[Any]) -> Any:
 
 
 def _run_id(run: Any) -> str:
-    return str(getattr(run, "id", run))
+    # A Run object, or its id as text: anything else is refused, never turned into text.
+    run_id = getattr(run, "id", run)
+    check_run_id(run_id)
+    return str(run_id)
 
 
 # -- runs -------------------------------------------------------------------------------------
@@ -71,6 +76,10 @@ def _run_id(run: Any) -> str:
 
 async def aruns(name: str | None = None, *, store: Any = None) -> pd.DataFrame:
     """Return one row per run, newest first: ids, name, kind, status, times, checkpoints, error, fork parent."""
+    if name is not None and not isinstance(name, str):
+        raise InvalidInput(
+            f"runs() takes a run name (text) or None for every run, not {type(name).__name__}: {name!r}."
+        )
     pd = _pd()
     resolved = resolve_store(store)
     await expire_gates(resolved)  # a listing must not show a run paused past its deadline
@@ -202,8 +211,6 @@ async def acompare(run_ids: Any, names: Any = None, *, store: Any = None) -> pd.
     pd = _pd()
     resolved = resolve_store(store)
     if not isinstance(run_ids, str | Iterable):
-        from ..errors import InvalidInput
-
         raise InvalidInput(f"compare takes a run id or a list of run ids, not {type(run_ids).__name__}.")
     ids = [_run_id(r) for r in ([run_ids] if isinstance(run_ids, str) else run_ids)]
     records = {r.run_id: r for r in await resolved.list_runs() if r.run_id in set(ids)}
@@ -215,17 +222,11 @@ async def acompare(run_ids: Any, names: Any = None, *, store: Any = None) -> pd.
     manifests = {i: state.manifest for i, state in (await resolved.latest_states(ids)).items()}
     known = sorted({n for m in manifests.values() for n in m if not n.startswith("__")})
     if names is not None and not isinstance(names, str | Iterable):
-        from ..errors import InvalidInput
-
         raise InvalidInput(f"compare takes a value name or a list of names, not {type(names).__name__}.")
     chosen = known if names is None else [names] if isinstance(names, str) else list(names)
     unknown = [n for n in chosen if not any(n in m for m in manifests.values())]
     if unknown:
-        from ..errors import InvalidInput
-
-        raise InvalidInput(
-            f"None of these runs has a value named {unknown[0]!r}; the names they have: {known[:20]}."
-        )
+        raise InvalidInput(f"None of these runs has a value named {unknown[0]!r}; the names they have: {known[:20]}.")
     # Each run's values are loaded together: a notebook's variables come in groups.
     loader = ValueCodec(resolved, load_secret())
     loaded = await loader.load_many({i: {n: m[n] for n in chosen if n in m} for i, m in manifests.items()})

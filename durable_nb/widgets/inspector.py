@@ -18,12 +18,11 @@ import ipywidgets as widgets
 from .._loop import run_sync
 from ..engine.calls import acancel, afork, aget_run
 from ..engine.decisions import decide, make_decision
+from ..engine.forking import values_at_fork_point
 from ..engine.overrides import parse_overrides
-from ..engine.values import ValueCodec
 from ..errors import DurableError
 from ..model import RunStatus
 from ..store import resolve_store
-from ..store.secret import load_secret
 from ..views import compare, forks, history
 from ..views.render import COLOURS
 from .link import KernelLink
@@ -226,9 +225,7 @@ class Inspector(widgets.VBox):
         point = run_sync(self.store.get_checkpoint(self.selected_run, checkpoint_id))
         names = parse_overrides(self.overrides.value)
         # Load only the values being overridden, to check their types at the fork point.
-        codec = ValueCodec(self.store, load_secret())
-        manifest = run_sync(self.store.state_at(self.selected_run, point.seq)).manifest
-        current = run_sync(codec.load({k: manifest[k] for k in names if k in manifest}))
+        current = run_sync(values_at_fork_point(self.store, self.selected_run, checkpoint_id, names))
         overrides = parse_overrides(self.overrides.value, current)
         created = run_sync(afork(self.selected_run, checkpoint_id, overrides, store=self.store))
         self.refresh()

@@ -180,3 +180,33 @@ def test_damaged_value_file_is_a_typed_error_and_the_run_stays_resumable(tmp_pat
     assert counts[4] == 2 and all(counts[i] == 1 for i in range(NODES) if i != 4), counts
     state = _state(store, run_id)
     assert all(state[f"v{i:02d}"] == bytes([i]) * size[i] for i in range(NODES))
+
+
+def test_read_only_store_refuses_cleanly_and_resumes_once_writable(tmp_path: Path) -> None:
+    need_root_tool("chattr")
+    folder = tmp_path / "store"
+    folder.mkdir()
+    db = folder / "runs.db"
+    store = f"sqlite:///{db}"
+    size = 1000
+    # A crash at node 4 leaves a running run behind; then the store becomes read-only (its files
+    # and its folder immutable, so nothing can be written or created there).
+    flow = ChaosFlow(tmp_path, store, NODES, fault_at=4, fault="kill -9 $PPID", size=size)
+    assert flow.crash("run") == -9
+    run_id = str(dnb.runs("chaos", store=store).run_id.iloc[0])
+    disconnect(store)
+    files = [str(p) for p in folder.iterdir()]
+    with _cleared(folder):
+        assert sh(f"chattr +i {' '.join(files)} && chattr +i {folder}").returncode == 0
+        refused = flow.run_to_end("resume", run_id)  # exits 0: no SIGBUS at exit either
+        assert refused.get("raised") in ("StoreFailed", "StoreUnavailable"), refused
+        assert "writable" in refused["message"] or "read" in refused["message"].lower(), refused
+        sh(f"chattr -i {folder} && chattr -i {' '.join(files)}")
+    assert dnb.get_run(run_id, store=store).status == "running"
+    disconnect(store)
+    resumed = flow.run_to_end("resume", run_id)
+    assert resumed["status"] == "completed", resumed
+    counts = flow.executions()
+    assert counts[4] == 2 and all(counts[i] == 1 for i in range(NODES) if i != 4), counts
+    state = _state(store, run_id)
+    assert all(state[f"v{i:02d}"] == flow.expected_value(i, size) for i in range(NODES))
