@@ -202,7 +202,7 @@ def _decision_value(text: str | None) -> Any:
         return None
     try:
         return json.loads(text)
-    except json.JSONDecodeError as error:
+    except ValueError as error:  # not JSON, or a number too long to read
         raise InvalidInput(f"--value takes JSON (e.g. '{{\"limit\": 500}}' or '\"text\"'): {error}.") from None
 
 
