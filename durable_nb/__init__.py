@@ -5,6 +5,7 @@ wait for a person's decision without a live process; any checkpoint can be forke
 """
 
 from ._loop import run_blocking as _run_blocking
+from .engine.agents import AgentResult, Tool, aagent, agent, tool
 from .engine.calls import (
     aapprove,
     acancel,
@@ -27,6 +28,7 @@ from .engine.recovery import RecoveryReport, arecover, recover
 from .engine.run import Run
 from .engine.workflow import Workflow
 from .errors import (
+    AgentFailed,
     AlreadyResumed,
     CheckpointNotFound,
     ConfigurationError,
@@ -91,6 +93,8 @@ def load_ipython_extension(ip: object) -> None:
 
 
 __all__ = [
+    "AgentFailed",
+    "AgentResult",
     "AlreadyResumed",
     "CheckpointNotFound",
     "ConfigurationError",
@@ -122,15 +126,18 @@ __all__ = [
     "StoreFailed",
     "StoreUnavailable",
     "TamperedValueError",
+    "Tool",
     "Workflow",
     "WorkflowMismatch",
     "__version__",
+    "aagent",
     "aapprove",
     "acancel",
     "acompare",
     "aevents",
     "afork",
     "aforks",
+    "agent",
     "aget_run",
     "ahistory",
     "approve",
@@ -157,4 +164,5 @@ __all__ = [
     "reject",
     "runs",
     "status",
+    "tool",
 ]

@@ -15,6 +15,7 @@
      ├── WorkflowMismatch         resuming a run with a workflow that does not fit it
      ├── NoActiveNode             gate()/interrupt() called outside a durable node
      ├── GatePending              a notebook cell paused at a gate, waiting for a decision
+     ├── AgentFailed              an agent's loop cannot go on (too many turns, an unreadable reply)
      ├── NodeFailed               a node failed after its retries
      │    └── NodeTimeout         an attempt overran timeout_seconds
      ├── KeyFileError             the signing key file is unsafe, empty or unreadable
@@ -34,6 +35,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "AgentFailed",
     "AlreadyResumed",
     "CheckpointNotFound",
     "ConfigurationError",
@@ -150,6 +152,10 @@ class GatePending(DurableError):
         super().__init__(message)
         self.run_id = run_id
         self.node_id = node_id
+
+
+class AgentFailed(DurableError):
+    """An agent's loop cannot go on: it ran out of turns, or a model reply cannot be read."""
 
 
 class NodeFailed(DurableError):

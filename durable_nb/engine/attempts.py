@@ -104,6 +104,8 @@ class Attempter:
         self.secret = secret
         self.sleep = sleep
         self.events = events
+        # Where agents in the nodes write their checkpoints (set by the runner that drives them).
+        self.steps: Any = None
 
     async def _call(self, spec: NodeSpec, args: tuple[Any, ...], scope: NodeScope, alone: bool) -> Any:
         context = contextvars.copy_context()
@@ -147,6 +149,8 @@ class Attempter:
                 store=self.store,
                 secret=self.secret,
                 decisions=list(decisions),
+                steps=self.steps,
+                item_index=item_index,
             )
             try:
                 result = await self._call(spec, args, scope, alone)

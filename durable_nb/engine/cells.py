@@ -208,9 +208,10 @@ class CellRun(CellLineage):
     # -- committing ---------------------------------------------------------------------------
 
     def _draft(self, kind: str, node_id: str | None, status: CheckpointStatus, **fields: Any) -> CheckpointDraft:
+        step = fields.pop("step", None) or step_name(kind, node_id)
         draft = CheckpointDraft(
             checkpoint_id=new_id(),
-            step=step_name(kind, node_id),
+            step=step,
             node_id=node_id,
             status=status,
             **self.log.draft_fields(),

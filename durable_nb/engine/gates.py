@@ -38,8 +38,17 @@ class Suspend(BaseException):
     """Raised inside a node to pause the run; a BaseException so that ``except Exception`` in
     user code cannot swallow the pause."""
 
-    def __init__(self, reason: str, context: Any, timeout_seconds: float | None, on_timeout: str, kind: str) -> None:
+    def __init__(
+        self,
+        reason: str,
+        context: Any,
+        timeout_seconds: float | None,
+        on_timeout: str,
+        kind: str,
+        agent_path: str | None = None,
+    ) -> None:
         super().__init__(reason)
+        self.agent_path = agent_path
         self.reason = reason
         self.context = context
         self.timeout_seconds = timeout_seconds
@@ -52,7 +61,7 @@ class Suspend(BaseException):
             "reason": self.reason,
             "context": self.context,
             "node_id": node_id,
-            "agent_path": None,
+            "agent_path": self.agent_path,
             "kind": self.kind,
             "timeout_seconds": self.timeout_seconds,
             "on_timeout": self.on_timeout,
@@ -69,6 +78,7 @@ class Suspend(BaseException):
             created_at=now,
             expires_at=None if self.timeout_seconds is None else now + self.timeout_seconds,
             on_timeout=self.on_timeout,
+            agent_path=self.agent_path,
         )
 
 
@@ -127,7 +137,7 @@ def _answer(reason: str, context: Any, timeout_seconds: float | None, on_timeout
     scope.gate_calls += 1
     if index < len(scope.decisions):
         return scope.decisions[index]
-    raise Suspend(reason, freeze_context(context), timeout_seconds, on_timeout, kind)
+    raise Suspend(reason, freeze_context(context), timeout_seconds, on_timeout, kind, scope.agent_path)
 
 
 def interrupt(

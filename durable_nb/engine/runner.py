@@ -28,6 +28,7 @@ from ..model import (
     step_name,
 )
 from ..store.protocol import Conflict, Store
+from .agents.journal import AgentSteps
 from .attempts import Attempter, Outcome
 from .cancel import CANCELLED
 from .graph import Graph, NodeSpec
@@ -140,9 +141,10 @@ class Runner(NodeKinds, WaveStops):
     def _draft(
         self, kind: str, node_id: str | None, status: CheckpointStatus, queue: list[str], **fields: Any
     ) -> CheckpointDraft:
+        step = fields.pop("step", None) or step_name(kind, node_id)
         draft = CheckpointDraft(
             checkpoint_id=new_id(),
-            step=step_name(kind, node_id),
+            step=step,
             node_id=node_id,
             status=status,
             queue=queue,
@@ -215,11 +217,39 @@ class Runner(NodeKinds, WaveStops):
                 self._ended = True
         await self._commit(events, checkpoints=checkpoints, blobs=blobs, run=run_update)
 
+    async def _agent_step(
+        self,
+        *,
+        node_id: str,
+        item_index: int | None,
+        step: str,
+        agent_path: str,
+        node_input: dict[str, Any],
+        blobs: list[Any],
+        step_type: str,
+    ) -> None:
+        """Commit an agent's checkpoint inside a running node: the run's queue and decisions carry on."""
+        async with self._guard():
+            draft = self._draft(
+                "",
+                node_id,
+                CheckpointStatus.OK,
+                self.ready(),
+                step=step,
+                agent_path=agent_path,
+                node_input=node_input,
+                item_index=item_index,
+                iteration=None,
+                extra={"step_type": step_type, "wave_writes": dict(self.wave_writes)},
+            )
+            await self._commit([], checkpoints=[draft], blobs=blobs)
+
     # -- the run loop -------------------------------------------------------------------
 
     async def drive(self) -> RunRecord:
         """Run waves until the run pauses, fails or completes; return the run as it ends."""
         self._lock = asyncio.Lock()
+        self.attempter.steps = AgentSteps(asyncio.get_running_loop(), self._agent_step, self.values)
         try:
             with Watch(self.store, self.run.run_id, self.owner, self.abandon) as self._watch:
                 while not (self._ended or self._stopped):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextvars
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..model import Decision
 from ..store.protocol import Store
@@ -22,6 +23,9 @@ class NodeScope:
     decisions: list[Decision] = field(default_factory=list)
     agent_path: str | None = None
     gate_calls: int = 0
+    # Where an agent in this node writes its checkpoints (the node's runner), and its map item.
+    steps: Any = None
+    item_index: int | None = None
 
 
 _current: contextvars.ContextVar[NodeScope | None] = contextvars.ContextVar("durable_nb_scope", default=None)

@@ -218,12 +218,18 @@ def _one_checkpoint(conn: Any, run_id: str, condition: str) -> CheckpointRecord 
     return None if row is None else rows.checkpoint_from_row(row)
 
 
-def _node_checkpoint(conn: Any, run_id: str, node_id: str, prefix: str, max_seq: int | None) -> CheckpointRecord | None:
-    row = conn.execute(
+def _node_checkpoint(
+    conn: Any, run_id: str, node_id: str, prefix: str, max_seq: int | None, agent_path: str | None
+) -> CheckpointRecord | None:
+    sql = (
         f"SELECT {rows.CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = %s AND node_id = %s AND seq <= %s "
-        "AND left(step, %s) = %s ORDER BY seq DESC LIMIT 1",
-        (run_id, node_id, max_seq if max_seq is not None else 2**31 - 1, len(prefix), prefix),
-    ).fetchone()
+        "AND left(step, %s) = %s"
+    )
+    params: list[Any] = [run_id, node_id, max_seq if max_seq is not None else 2**31 - 1, len(prefix), prefix]
+    if agent_path is not None:
+        sql += " AND (agent_path = %s OR left(agent_path, %s) = %s)"
+        params += [agent_path, len(agent_path) + 1, agent_path + "/"]
+    row = conn.execute(sql + " ORDER BY seq DESC LIMIT 1", params).fetchone()
     return None if row is None else rows.checkpoint_from_row(row)
 
 

@@ -75,9 +75,15 @@ class Store(Protocol):
         ...
 
     async def node_checkpoint(
-        self, run_id: str, node_id: str, prefix: str = "after:", max_seq: int | None = None
+        self,
+        run_id: str,
+        node_id: str,
+        prefix: str = "after:",
+        max_seq: int | None = None,
+        agent_path: str | None = None,
     ) -> CheckpointRecord | None:
-        """Return a node's latest checkpoint whose step starts with ``prefix`` (an indexed lookup)."""
+        """Return a node's latest checkpoint whose step starts with ``prefix`` (an indexed lookup),
+        at or before ``max_seq``, and of the agent ``agent_path`` or its tools when given."""
         ...
 
     async def get_checkpoint(self, run_id: str, checkpoint_id: str) -> CheckpointRecord:

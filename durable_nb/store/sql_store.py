@@ -73,10 +73,16 @@ class SQLStore:
         return await self._run(self._sql._one_checkpoint, run_id, "")
 
     async def node_checkpoint(
-        self, run_id: str, node_id: str, prefix: str = "after:", max_seq: int | None = None
+        self,
+        run_id: str,
+        node_id: str,
+        prefix: str = "after:",
+        max_seq: int | None = None,
+        agent_path: str | None = None,
     ) -> CheckpointRecord | None:
-        """Return a node's latest checkpoint whose step starts with ``prefix`` (an indexed lookup)."""
-        return await self._run(self._sql._node_checkpoint, run_id, node_id, prefix, max_seq)
+        """Return a node's latest checkpoint whose step starts with ``prefix`` (an indexed lookup),
+        at or before ``max_seq``, and of the agent ``agent_path`` or its tools when given."""
+        return await self._run(self._sql._node_checkpoint, run_id, node_id, prefix, max_seq, agent_path)
 
     async def get_checkpoint(self, run_id: str, checkpoint_id: str) -> CheckpointRecord:
         """Return one checkpoint of a run; raise CheckpointNotFound."""

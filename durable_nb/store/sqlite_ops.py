@@ -190,13 +190,17 @@ def _one_checkpoint(conn: sqlite3.Connection, run_id: str, condition: str) -> Ch
 
 
 def _node_checkpoint(
-    conn: sqlite3.Connection, run_id: str, node_id: str, prefix: str, max_seq: int | None
+    conn: sqlite3.Connection, run_id: str, node_id: str, prefix: str, max_seq: int | None, agent_path: str | None
 ) -> CheckpointRecord | None:
-    row = conn.execute(
+    sql = (
         f"SELECT {rows.CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? AND node_id = ? AND seq <= ? "
-        "AND substr(step, 1, ?) = ? ORDER BY seq DESC LIMIT 1",
-        (run_id, node_id, max_seq if max_seq is not None else 2**62, len(prefix), prefix),
-    ).fetchone()
+        "AND substr(step, 1, ?) = ?"
+    )
+    params: list[Any] = [run_id, node_id, max_seq if max_seq is not None else 2**62, len(prefix), prefix]
+    if agent_path is not None:
+        sql += " AND (agent_path = ? OR substr(agent_path, 1, ?) = ?)"
+        params += [agent_path, len(agent_path) + 1, agent_path + "/"]
+    row = conn.execute(sql + " ORDER BY seq DESC LIMIT 1", params).fetchone()
     return None if row is None else rows.checkpoint_from_row(row)
 
 

@@ -1,0 +1,249 @@
+"""``dnb.agent``: a tool-calling loop whose every model turn and tool call is checkpointed first.
+
+Before the Nth model call the agent commits ``turn:N`` (the history it sends); before each tool
+call, ``turn:N/tool:<name>`` (the model's reply, the call's arguments, the results of the
+calls before it); when the model answers without calling a tool, ``turn:N+1`` with the final
+answer. A crash therefore repeats at most the one model call or the one tool call in flight:
+run again, the node's agent reads its latest checkpoint and goes on from there. A tool that
+pauses at a gate is called again, with the decision, when the run continues; the other calls
+of its turn are then answered with a note that they did not run, which keeps the history
+valid for the model APIs (every tool call needs a result) and lets the model ask again.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..._loop import run_sync
+from ...errors import AgentFailed, ConfigurationError, NoActiveNode
+from ..scope import NodeScope, current_scope, enter_scope, leave_scope
+from .journal import Journal, Mark
+from .models import Model, ToolCall, model_for
+from .tools import Tool, as_tools
+
+__all__ = ["NOT_RUN", "AgentResult", "aagent", "agent", "agent_path"]
+
+NOT_RUN = (
+    "This tool call did not run: the run paused at another call of the same turn. Ask again if it is still needed."
+)
+
+
+@dataclass(slots=True)
+class AgentResult:
+    """What an agent ended with: its final text, the whole history, and how many turns it took."""
+
+    text: str
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    turns: int = 0
+
+
+def agent(
+    client: Any,
+    messages: Any,
+    tools: Iterable[Any] = (),
+    *,
+    model: str | None = None,
+    name: str = "agent",
+    system: str | None = None,
+    max_turns: int = 20,
+    **options: Any,
+) -> AgentResult:
+    """Run a tool-calling loop inside a durable node or cell, checkpointing before every model and tool call.
+
+    ``client`` is an ``openai`` or ``anthropic`` client (sync or async; ``model=`` names the model,
+    other keywords go to each request), or a function ``(messages, tools) -> message``. ``tools``
+    are plain functions (schemas from type hints and docstrings) or ``@dnb.tool`` ones.
+    ``name`` tells several agents of one node apart. Returns an ``AgentResult``.
+    """
+    scope = _scope()
+    return run_sync(_drive(scope, client, messages, tools, model, name, system, max_turns, options))
+
+
+async def aagent(
+    client: Any,
+    messages: Any,
+    tools: Iterable[Any] = (),
+    *,
+    model: str | None = None,
+    name: str = "agent",
+    system: str | None = None,
+    max_turns: int = 20,
+    **options: Any,
+) -> AgentResult:
+    """The async form of ``agent``, for ``async def`` nodes."""
+    return await _drive(_scope(), client, messages, tools, model, name, system, max_turns, options)
+
+
+def _scope() -> NodeScope:
+    scope = current_scope()
+    if scope is None or scope.steps is None:
+        raise NoActiveNode(
+            "dnb.agent() was called outside a durable node. Call it inside a Workflow node function or a "
+            "%%durable cell, where each turn can be checkpointed."
+        )
+    return scope
+
+
+def agent_path(scope: NodeScope, name: str) -> str:
+    """Return an agent's path: ``agent:<name>`` (under its map item, or under the agent whose tool runs it)."""
+    if not isinstance(name, str) or not name or "/" in name:
+        raise ConfigurationError(f"An agent's name is non-empty text without '/', not {name!r}.")
+    own = f"agent:{name}"
+    if scope.agent_path:
+        return f"{scope.agent_path}/{own}"
+    return own if scope.item_index is None else f"item:{scope.item_index}/{own}"
+
+
+async def _drive(
+    scope: NodeScope,
+    client: Any,
+    messages: Any,
+    tools: Iterable[Any],
+    model_name: str | None,
+    name: str,
+    system: str | None,
+    max_turns: int,
+    options: dict[str, Any],
+) -> AgentResult:
+    if not isinstance(max_turns, int) or isinstance(max_turns, bool) or max_turns < 1:
+        raise ConfigurationError(f"max_turns must be a whole number >= 1, not {max_turns!r}.")
+    described = as_tools(tools)
+    model = model_for(client, model_name, options)
+    # Tools run with the scope current, so gate() and @idempotent inside them find their node.
+    token = enter_scope(scope)
+    try:
+        return await _Loop(scope, model, described, agent_path(scope, name), max_turns).run(messages, system)
+    finally:
+        leave_scope(token)
+
+
+class _Loop:
+    """One agent's turns, resumed from its latest checkpoint."""
+
+    def __init__(self, scope: NodeScope, model: Model, tools: dict[str, Tool], path: str, max_turns: int) -> None:
+        self.scope = scope
+        self.model = model
+        self.tools = tools
+        self.path = path
+        self.max_turns = max_turns
+        self.journal = Journal(scope, path)
+
+    async def run(self, messages: Any, system: str | None) -> AgentResult:
+        first = self.model.start(messages, system)
+        mark = await self.journal.latest()
+        resumed = mark is not None
+        if mark is None:
+            mark = Mark("turn", 1, first, self.scope.gate_calls)
+            await self.journal.write("turn:1", "llm_call", mark)
+        # Gates are matched to decisions by the order they are asked in: start where the checkpoint stood.
+        self.scope.gate_calls = mark.gate_calls
+        while True:
+            if mark.kind == "final":
+                return AgentResult(mark.text, mark.history, mark.turn - 1)
+            if mark.kind == "turn":
+                reply = await self.model.ask(mark.history, list(self.tools.values()))
+                history = [*mark.history, reply.message]
+                if not reply.calls:
+                    done = Mark("final", mark.turn + 1, history, self.scope.gate_calls, text=reply.text)
+                    await self.journal.write(f"turn:{mark.turn + 1}", "final", done)
+                    return AgentResult(reply.text, history, mark.turn)
+                mark = Mark("tool", mark.turn, history, self.scope.gate_calls, call=0, results=[])
+                mark = await self._call_tools(mark, reply.calls, resumed=False)
+            else:
+                calls = _calls_of(self.model, mark.history[-1])
+                mark = await self._call_tools(mark, calls, resumed=resumed)
+            resumed = False
+
+    async def _call_tools(self, mark: Mark, calls: list[ToolCall], *, resumed: bool) -> Mark:
+        """Call the turn's tools from ``mark.call`` on, each after its checkpoint; return the next turn's mark."""
+        results = list(mark.results or [])
+        # Resumed after a pause at this call: its siblings after it are answered, not run.
+        paused_here = resumed and len(self.scope.decisions) > mark.gate_calls
+        for index in range(mark.call, len(calls)):
+            call = calls[index]
+            if paused_here and index > mark.call:
+                results.append([call.id, NOT_RUN, True])
+                continue
+            at = Mark("tool", mark.turn, mark.history, self.scope.gate_calls, call=index, results=results)
+            if not (resumed and index == mark.call):
+                await self.journal.write(
+                    f"turn:{mark.turn}/tool:{call.name}",
+                    "tool_call",
+                    at,
+                    tool_path=f"{self.path}/tool:{call.name}",
+                    name=call.name,
+                    call_id=call.id,
+                    arguments=_arguments_record(call),
+                )
+            text, is_error = await self._dispatch(call)
+            results.append([call.id, text, is_error])
+        by_id = {c.id: c for c in calls}
+        answers = [(by_id[r[0]], str(r[1]), bool(r[2])) for r in results if r[0] in by_id]
+        history = [*mark.history, *self.model.results(answers)]
+        turn = mark.turn + 1
+        if turn > self.max_turns:
+            raise AgentFailed(
+                f"Agent {self.path!r} used its {self.max_turns} turns without a final answer; raise max_turns, "
+                "or resume the run to give it more (its turns so far are kept)."
+            )
+        following = Mark("turn", turn, history, self.scope.gate_calls)
+        await self.journal.write(f"turn:{turn}", "llm_call", following)
+        return following
+
+    async def _dispatch(self, call: ToolCall) -> tuple[str, bool]:
+        """Run one tool call; a tool's error goes back to the model as its result."""
+        chosen = self.tools.get(call.name)
+        if chosen is None:
+            return f"There is no tool named {call.name!r}; the tools are {sorted(self.tools)}.", True
+        try:
+            arguments = call.parsed()
+        except ValueError as error:
+            return f"The arguments of {call.name!r} are not valid: {error}. Send a JSON object.", True
+        previous = self.scope.agent_path
+        self.scope.agent_path = f"{self.path}/tool:{call.name}"
+        try:
+            value = chosen.fn(**arguments)
+            if inspect.isawaitable(value):
+                value = await value
+        except TypeError as error:
+            return f"{call.name} could not take these arguments: {error}.", True
+        except Exception as error:  # noqa: BLE001 - the model sees the failure and may try otherwise
+            return f"{call.name} failed: {type(error).__name__}: {error}", True
+        finally:
+            self.scope.agent_path = previous
+        return _as_text(value), False
+
+
+def _calls_of(model: Model, message: dict[str, Any]) -> list[ToolCall]:
+    """Read the tool calls of a stored assistant message (the reply a tool checkpoint kept)."""
+    content = message.get("content")
+    if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_use" for b in content):
+        return [
+            ToolCall(str(b["id"]), str(b["name"]), json.dumps(b.get("input") or {}))
+            for b in content
+            if isinstance(b, dict) and b.get("type") == "tool_use"
+        ]
+    return [
+        ToolCall(str(c["id"]), str(c["function"]["name"]), str(c["function"].get("arguments") or "{}"))
+        for c in message.get("tool_calls") or []
+    ]
+
+
+def _arguments_record(call: ToolCall) -> Any:
+    try:
+        return call.parsed()
+    except ValueError:
+        return call.arguments
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
