@@ -31,6 +31,7 @@ from ..model import (
 )
 from ..store import codec
 from ..store.protocol import Conflict, Store
+from .agents.journal import AgentSteps
 from .cancel import CANCELLED
 from .cell_lineage import CellLineage
 from .cell_records import CellOutcome, Restorable
@@ -365,6 +366,34 @@ class CellRun(CellLineage):
             run=RunUpdate(status=RunStatus.PAUSED, owner=None, lease_until=None),
         )
         return draft.checkpoint_id
+
+    def agent_steps(self) -> AgentSteps:
+        """Return the hook through which an agent in a cell commits its checkpoints."""
+        return AgentSteps(None, self._agent_step, self.values)
+
+    async def _agent_step(
+        self,
+        *,
+        node_id: str,
+        item_index: int | None,
+        step: str,
+        agent_path: str,
+        node_input: dict[str, Any],
+        blobs: list[Any],
+        step_type: str,
+    ) -> None:
+        draft = self._draft(
+            "",
+            node_id,
+            CheckpointStatus.OK,
+            step=step,
+            agent_path=agent_path,
+            node_input=node_input,
+            item_index=item_index,
+            extra={"step_type": step_type},
+        )
+        await self._commit(checkpoints=[draft], blobs=blobs)
+        self.values.mark_stored(blobs)
 
     async def cancel_cell(self, node: str) -> None:
         """Record an interrupted cell: the run is cancelled, nothing of the cell kept."""

@@ -282,6 +282,7 @@ class KernelSession:
                 store=cell_run.store,
                 secret=cell_run.values.secret,
                 decisions=list(cell_run.resumes.get(node, [])),
+                steps=cell_run.agent_steps(),
             )
             before = {name: id(value) for name, value in namespace.items()}
             watch = SettingsWatch()
