@@ -31,7 +31,7 @@ __all__ = ["HISTORY_COLUMNS", "Conflict", "Store"]
 # The columns of a history row; the last one is the bytes of values the checkpoint wrote.
 HISTORY_COLUMNS = (
     "seq, checkpoint_id, node_id, step, status, created_at, duration, attempts, error, error_type, "
-    "node_output, iteration, item_index, branch_key, parent_checkpoint_id"
+    "node_output, iteration, item_index, branch_key, parent_checkpoint_id, agent_path"
 )
 
 

@@ -115,7 +115,7 @@ async def ahistory(run: Any, *, store: Any = None) -> pd.DataFrame:
     resolved = resolve_store(store)
     await current_run(resolved, run_id)
     rows = await resolved.history_rows(run_id)
-    columns = list(zip(*rows, strict=True)) if rows else [()] * 16
+    columns = list(zip(*rows, strict=True)) if rows else [()] * 17
     return pd.DataFrame(
         {
             "seq": pd.Series(columns[0], dtype="int64"),
@@ -129,13 +129,25 @@ async def ahistory(run: Any, *, store: Any = None) -> pd.DataFrame:
             "error": _text(list(columns[8])),
             "error_type": _text(list(columns[9])),
             "changed": pd.Series([sorted(json.loads(v)) if v else [] for v in columns[10]], dtype="object"),
-            "bytes_written": pd.Series(list(columns[15]), dtype="int64"),
+            "bytes_written": pd.Series(list(columns[16]), dtype="int64"),
             "iteration": pd.Series(list(columns[11]), dtype="Int64"),
             "item_index": pd.Series(list(columns[12]), dtype="Int64"),
             "branch_key": _text(list(columns[13])),
             "parent_checkpoint_id": _text(list(columns[14])),
+            "agent_path": _text(list(columns[15])),
+            "step_type": pd.Categorical([_step_type(s) for s in columns[3]], categories=STEP_TYPES),
         }
     )
+
+
+STEP_TYPES = ["node", "llm_call", "tool_call"]
+
+
+def _step_type(step: str) -> str:
+    """An agent's checkpoints are model calls (``turn:N``) and tool calls (``turn:N/tool:x``); the rest, nodes."""
+    if not step.startswith("turn:"):
+        return "node"
+    return "tool_call" if "/tool:" in step else "llm_call"
 
 
 history = blocking(ahistory)

@@ -29,16 +29,17 @@ _HISTORY = "history"
 
 
 class AgentSteps:
-    """The hook a node's runner gives its scope: write one agent checkpoint on the runner's loop."""
+    """The hook a node's runner gives its scope: write one agent checkpoint on the runner's loop
+    (None: the loop the agent runs on, as for a notebook cell, whose agent runs where its commits do)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, write: Writer, values: ValueCodec) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop | None, write: Writer, values: ValueCodec) -> None:
         self.loop = loop
         self._write = write
         self.values = values
 
     async def write(self, **fields: Any) -> None:
         """Commit a checkpoint (step, agent_path, node_input, blobs, step_type) from any thread or loop."""
-        if asyncio.get_running_loop() is self.loop:
+        if self.loop is None or asyncio.get_running_loop() is self.loop:
             await self._write(**fields)
             return
         # A sync node runs its agent on a loop of its own thread: the commit belongs to the runner's.

@@ -149,7 +149,7 @@ class _Loop:
                 history = [*mark.history, reply.message]
                 if not reply.calls:
                     done = Mark("final", mark.turn + 1, history, self.scope.gate_calls, text=reply.text)
-                    await self.journal.write(f"turn:{mark.turn + 1}", "final", done)
+                    await self.journal.write(f"turn:{mark.turn + 1}", "llm_call", done)
                     return AgentResult(reply.text, history, mark.turn)
                 mark = Mark("tool", mark.turn, history, self.scope.gate_calls, call=0, results=[])
                 mark = await self._call_tools(mark, reply.calls, resumed=False)
