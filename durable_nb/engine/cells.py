@@ -8,6 +8,7 @@ finds what a re-executed cell can restore, and keeps the kernel's ownership of t
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .._ids import new_id
@@ -367,9 +368,9 @@ class CellRun(CellLineage):
         )
         return draft.checkpoint_id
 
-    def agent_steps(self) -> AgentSteps:
-        """Return the hook through which an agent in a cell commits its checkpoints."""
-        return AgentSteps(None, self._agent_step, self.values)
+    def agent_steps(self, observer: Callable[[str], None] | None = None) -> AgentSteps:
+        """Return the hook through which an agent in a cell commits its checkpoints (and shows its turns)."""
+        return AgentSteps(None, self._agent_step, self.values, observer)
 
     async def _agent_step(
         self,

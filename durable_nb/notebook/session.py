@@ -282,7 +282,7 @@ class KernelSession:
                 store=cell_run.store,
                 secret=cell_run.values.secret,
                 decisions=list(cell_run.resumes.get(node, [])),
-                steps=cell_run.agent_steps(),
+                steps=cell_run.agent_steps(_show_turn),
             )
             before = {name: id(value) for name, value in namespace.items()}
             watch = SettingsWatch()
@@ -400,6 +400,11 @@ class KernelSession:
         run_sync(cell_run.take(run, decided.checkpoints[-1]))
         self._execute(cell_run, node, source, analyze(source), CellOptions())
         return f"Decision recorded and cell '{node}' continued. Run the cells below (Run All restores the rest)."
+
+
+def _show_turn(line: str) -> None:
+    # An agent's turns, live, in the cell's output (captured and restored with it).
+    print(line, flush=True)
 
 
 def _show_value(shell: Any, value: Any) -> None:

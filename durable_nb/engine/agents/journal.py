@@ -32,10 +32,18 @@ class AgentSteps:
     """The hook a node's runner gives its scope: write one agent checkpoint on the runner's loop
     (None: the loop the agent runs on, as for a notebook cell, whose agent runs where its commits do)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop | None, write: Writer, values: ValueCodec) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop | None,
+        write: Writer,
+        values: ValueCodec,
+        observer: Callable[[str], None] | None = None,
+    ) -> None:
         self.loop = loop
         self._write = write
         self.values = values
+        # Told each turn as it happens (a notebook cell shows them in its output).
+        self.observer = observer
 
     async def write(self, **fields: Any) -> None:
         """Commit a checkpoint (step, agent_path, node_input, blobs, step_type) from any thread or loop."""

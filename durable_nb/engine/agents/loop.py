@@ -131,11 +131,14 @@ class _Loop:
         self.path = path
         self.max_turns = max_turns
         self.journal = Journal(scope, path)
+        self.tell = _Narrator(path, getattr(scope.steps, "observer", None))
 
     async def run(self, messages: Any, system: str | None) -> AgentResult:
         first = self.model.start(messages, system)
         mark = await self.journal.latest()
         resumed = mark is not None
+        if mark is not None:
+            self.tell.replayed(mark.history, mark.turn)
         if mark is None:
             mark = Mark("turn", 1, first, self.scope.gate_calls)
             await self.journal.write("turn:1", "llm_call", mark)
@@ -146,6 +149,7 @@ class _Loop:
                 return AgentResult(mark.text, mark.history, mark.turn - 1)
             if mark.kind == "turn":
                 reply = await self.model.ask(mark.history, list(self.tools.values()))
+                self.tell.reply(mark.turn, reply.text, reply.calls)
                 history = [*mark.history, reply.message]
                 if not reply.calls:
                     done = Mark("final", mark.turn + 1, history, self.scope.gate_calls, text=reply.text)
@@ -154,7 +158,7 @@ class _Loop:
                 mark = Mark("tool", mark.turn, history, self.scope.gate_calls, call=0, results=[])
                 mark = await self._call_tools(mark, reply.calls, resumed=False)
             else:
-                calls = _calls_of(self.model, mark.history[-1])
+                calls = _calls_of(mark.history[-1])
                 mark = await self._call_tools(mark, calls, resumed=resumed)
             resumed = False
 
@@ -180,6 +184,7 @@ class _Loop:
                     arguments=_arguments_record(call),
                 )
             text, is_error = await self._dispatch(call)
+            self.tell.result(mark.turn, call, text, is_error)
             results.append([call.id, text, is_error])
         by_id = {c.id: c for c in calls}
         answers = [(by_id[r[0]], str(r[1]), bool(r[2])) for r in results if r[0] in by_id]
@@ -218,7 +223,50 @@ class _Loop:
         return _as_text(value), False
 
 
-def _calls_of(model: Model, message: dict[str, Any]) -> list[ToolCall]:
+class _Narrator:
+    """Tells an observer (a notebook cell's output) each turn as it happens, and what was replayed."""
+
+    def __init__(self, path: str, observer: Any) -> None:
+        self.path = path
+        self.observer = observer
+
+    def _say(self, text: str) -> None:
+        if self.observer is not None:
+            self.observer(f"{self.path} {text}")
+
+    def replayed(self, history: list[dict[str, Any]], turn: int) -> None:
+        if self.observer is None:
+            return
+        done = [m for m in history if m.get("role") == "assistant"]
+        self._say(f"continues at turn {turn}: {len(done)} answered turn(s) restored from the store, not asked again")
+        for number, message in enumerate(done, start=1):
+            calls = _calls_of(message)
+            self.reply(number, _text_of(message), calls, stored=True)
+
+    def reply(self, turn: int, text: str, calls: list[ToolCall], stored: bool = False) -> None:
+        mark = " (stored)" if stored else ""
+        if text:
+            self._say(f"turn {turn}{mark}: {_short(text)}")
+        for call in calls:
+            self._say(f"turn {turn}{mark} → {call.name}({_short(call.arguments)})")
+
+    def result(self, turn: int, call: ToolCall, text: str, is_error: bool) -> None:
+        self._say(f"turn {turn} ← {call.name}{' failed' if is_error else ''}: {_short(text)}")
+
+
+def _short(text: str, limit: int = 200) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _text_of(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):
+        return "".join(str(b.get("text", "")) for b in content if isinstance(b, dict) and b.get("type") == "text")
+    return str(content or "")
+
+
+def _calls_of(message: dict[str, Any]) -> list[ToolCall]:
     """Read the tool calls of a stored assistant message (the reply a tool checkpoint kept)."""
     content = message.get("content")
     if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_use" for b in content):
