@@ -19,6 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .agents import agents_scenario
+from .agents import installed as agent_contenders
+from .agents import render as render_agents
 from .contenders import available, postgres_contenders
 from .correctness import correctness_scenario, render_correctness
 from .history import history_scenario, render_history
@@ -26,7 +29,7 @@ from .notebook import dataframe_scenario, render_dataframe, render_run_all, run_
 from .realnb import realnb_scenario, render_realnb
 from .scale import installed_contenders, json_safe, render_scale, scale_scenario
 
-SCENARIOS = ("chain", "large", "postgres", "history", "race", "dataframe", "run_all", "realnb", "scale")
+SCENARIOS = ("chain", "large", "postgres", "history", "race", "dataframe", "run_all", "realnb", "scale", "agents")
 
 
 def describe_machine() -> str:
@@ -55,7 +58,15 @@ def versions() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     found = []
-    for package in ("durable-nb", "langgraph", "langgraph-checkpoint-sqlite", "langgraph-checkpoint-postgres", "dbos"):
+    packages = (
+        "durable-nb",
+        "langgraph",
+        "langgraph-checkpoint-sqlite",
+        "langgraph-checkpoint-postgres",
+        "langchain-openai",
+        "dbos",
+    )
+    for package in packages:
         try:
             found.append(f"{package} {version(package)}")
         except PackageNotFoundError:
@@ -194,6 +205,11 @@ def main(argv: list[str] | None = None) -> int:
             scale = scale_scenario([10, 40], 1, contenders=("durable_nb",), notebook_cells=12, budget_s=120)
         else:
             scale = scale_scenario([10, 100, 1_000, 10_000], 3, contenders=installed_contenders())
+    # A 10-turn agent killed at 20 random points, per contender (about 2 minutes);
+    # `python -m benchmarks.agents` runs it alone.
+    agents = None
+    if "agents" in only:
+        agents = agents_scenario(3, 1, ("durable_nb",)) if args.smoke else agents_scenario(20, 5, agent_contenders())
     machine = describe_machine()
     for result in results:
         print(render(result))
@@ -216,12 +232,15 @@ def main(argv: list[str] | None = None) -> int:
     if scale is not None:
         print(render_scale(scale))
         print()
+    if agents is not None:
+        print(render_agents(agents))
+        print()
     print(f"machine: {machine}")
     peers = versions()
     print(f"versions: {peers}")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     report = {"machine": machine, "versions": peers, "results": results, "history": history, "race": race}
-    report.update(dataframe=dataframe, run_all=run_all, realnb=real, scale=json_safe(scale))
+    report.update(dataframe=dataframe, run_all=run_all, realnb=real, scale=json_safe(scale), agents=agents)
     Path(args.json).write_text(json.dumps(report, indent=2))
     return 0
 

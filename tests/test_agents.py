@@ -375,3 +375,26 @@ def test_an_agent_in_a_durable_cell(server: ModelServer, tmp_path: Path) -> None
     run_id = str(dnb.runs("cell-agent", store=url).run_id.iloc[0])
     steps = [s for s, _ in _steps(run_id, url)]
     assert steps[:3] == ["turn:1", "turn:1/tool:lookup", "turn:2"] and "after:ask" in steps
+
+
+def test_two_agents_of_one_name_in_one_node_keep_their_own_checkpoints(store_url: str) -> None:
+    def model(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
+        return "answer to " + messages[0]["content"]
+
+    flow = dnb.Workflow("twice", store=store_url)
+    runs: list[int] = []
+
+    @flow.node(retry_count=1)
+    def talk(state: dict[str, Any]) -> dict[str, Any]:
+        first = dnb.agent(model, "one").text
+        second = dnb.agent(model, "two").text
+        runs.append(1)
+        if len(runs) == 1:
+            raise RuntimeError("fails once, after both agents answered")
+        return {"answers": [first, second]}
+
+    run = flow.run({})
+    assert run.status == "completed", run.error
+    assert run.state["answers"] == ["answer to one", "answer to two"]
+    paths = set(dnb.history(run.id, store=store_url)["agent_path"].dropna())
+    assert paths == {"agent:agent", "agent:agent#2"}

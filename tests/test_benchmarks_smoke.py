@@ -53,3 +53,9 @@ def test_smoke_run_writes_tables_and_json(tmp_path: Path) -> None:
         assert row["history_rows"] >= row["size"], row
     assert scale["notebook"]["cells"] == 12
     assert "Cost by run size" in result.stdout
+    # Agents: killed at random points, durable_nb finishes and redoes at most the call in flight per kill.
+    (ours_agent,) = data["agents"]["rows"]
+    assert ours_agent["contender"] == "durable_nb" and ours_agent["finished"], ours_agent
+    assert ours_agent["kills"] == 3 and ours_agent["refused"] == 0, ours_agent
+    assert ours_agent["model_calls_redone"] + ours_agent["tool_calls_redone"] <= ours_agent["kills"], ours_agent
+    assert "paid calls redone after a crash" in result.stdout

@@ -26,6 +26,8 @@ class NodeScope:
     # Where an agent in this node writes its checkpoints (the node's runner), and its map item.
     steps: Any = None
     item_index: int | None = None
+    # How many agents of each path this execution of the node has started (a second one is '#2').
+    agent_calls: dict[str, int] = field(default_factory=dict)
 
 
 _current: contextvars.ContextVar[NodeScope | None] = contextvars.ContextVar("durable_nb_scope", default=None)

@@ -199,7 +199,7 @@ def _node_checkpoint(
     params: list[Any] = [run_id, node_id, max_seq if max_seq is not None else 2**62, len(prefix), prefix]
     if agent_path is not None:
         sql += " AND (agent_path = ? OR substr(agent_path, 1, ?) = ?)"
-        params += [agent_path, len(agent_path) + 1, agent_path + "/"]
+        params += [agent_path, len(agent_path) + 6, agent_path + "/tool:"]
     row = conn.execute(sql + " ORDER BY seq DESC LIMIT 1", params).fetchone()
     return None if row is None else rows.checkpoint_from_row(row)
 

@@ -94,8 +94,14 @@ def agent_path(scope: NodeScope, name: str) -> str:
         raise ConfigurationError(f"An agent's name is non-empty text without '/', not {name!r}.")
     own = f"agent:{name}"
     if scope.agent_path:
-        return f"{scope.agent_path}/{own}"
-    return own if scope.item_index is None else f"item:{scope.item_index}/{own}"
+        base = f"{scope.agent_path}/{own}"
+    else:
+        base = own if scope.item_index is None else f"item:{scope.item_index}/{own}"
+    # A node that runs the same agent twice keeps two sets of checkpoints: its code runs again
+    # from the top after a crash, so the count comes out the same.
+    count = scope.agent_calls.get(base, 0) + 1
+    scope.agent_calls[base] = count
+    return base if count == 1 else f"{base}#{count}"
 
 
 async def _drive(
