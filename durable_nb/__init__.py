@@ -5,7 +5,7 @@ wait for a person's decision without a live process; any checkpoint can be forke
 """
 
 from ._loop import run_blocking as _run_blocking
-from .engine.agents import AgentResult, Tool, aagent, agent, tool
+from .engine.agents import AgentResult, Tool, aagent, afork_agent, agent, fork_agent, tool
 from .engine.calls import (
     aapprove,
     acancel,
@@ -136,6 +136,7 @@ __all__ = [
     "acompare",
     "aevents",
     "afork",
+    "afork_agent",
     "aforks",
     "agent",
     "aget_run",
@@ -151,6 +152,7 @@ __all__ = [
     "connect",
     "events",
     "fork",
+    "fork_agent",
     "forks",
     "gate",
     "get_run",

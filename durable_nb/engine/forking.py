@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from .._ids import new_id
 from ..errors import DurableError, InvalidInput, NotResumable
-from ..model import CheckpointRecord, CheckpointStatus, EventType, NewEvent, NewRun, RunRecord, RunStatus
+from ..model import (
+    Blob,
+    CheckpointDraft,
+    CheckpointRecord,
+    CheckpointStatus,
+    EventType,
+    NewEvent,
+    NewRun,
+    RunRecord,
+    RunStatus,
+)
 from ..store.protocol import Store
 from ..store.rows import checkpoint_from_draft
 from ..store.secret import load_secret
@@ -36,8 +46,13 @@ async def create_fork(
     owner: str | None = None,
     lease_until: float | None = None,
     first_events: list[NewEvent] | None = None,
+    then: Callable[[CheckpointRecord, CheckpointDraft], tuple[list[CheckpointDraft], list[Blob]]] | None = None,
 ) -> Fork:
-    """Create a run branched from a checkpoint of ``run_id``; the original is untouched."""
+    """Create a run branched from a checkpoint of ``run_id``; the original is untouched.
+
+    ``then(source, fork_draft)`` may add checkpoints after the fork's own (and their values), written
+    in the same transaction: an agent's edited turn, say.
+    """
     source_run = await store.get_run(run_id)
     if checkpoint_id is None:
         source = await store.resume_point(run_id)
@@ -62,6 +77,8 @@ async def create_fork(
         node_output=delta,
         extra={"overrides": sorted(changes), "forked_from": {"run_id": run_id, "step": source.step, "seq": source.seq}},
     )
+    following, more_blobs = then(source, draft) if then is not None else ([], [])
+    blobs = [*blobs, *more_blobs]
     record, _ = await store.create_run(
         NewRun(
             run_id=new_run_id,
@@ -75,7 +92,7 @@ async def create_fork(
             owner=owner,
             lease_until=lease_until,
             meta=dict(source_run.meta),
-            checkpoints=[draft],
+            checkpoints=[draft, *following],
             events=[
                 NewEvent(
                     EventType.FORK_CREATED,
@@ -91,8 +108,9 @@ async def create_fork(
         )
     )
     values.mark_stored(blobs)
-    # The fork's one checkpoint is the draft as written: the run's head, stamped when the run was.
-    return Fork(record, checkpoint_from_draft(new_run_id, record.head_seq, record.created_at, draft))
+    # The fork's head is the last draft as written, stamped when the run was.
+    head = following[-1] if following else draft
+    return Fork(record, checkpoint_from_draft(new_run_id, record.head_seq, record.created_at, head))
 
 
 async def values_at_fork_point(store: Store, run_id: str, at: str | None, names: Iterable[str]) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .forks import afork_agent, fork_agent
 from .loop import AgentResult, aagent, agent
 from .models import AnthropicMessages, CallableModel, Model, OpenAIChat
 from .tools import Tool, tool
@@ -14,6 +15,8 @@ __all__ = [
     "OpenAIChat",
     "Tool",
     "aagent",
+    "afork_agent",
     "agent",
+    "fork_agent",
     "tool",
 ]

@@ -65,6 +65,8 @@ class Mark:
     call: int = 0
     results: list[list[Any]] | None = None
     text: str = ""
+    # False when a fork set this call up (it answered the call before): it was never started.
+    started: bool = True
 
 
 class Journal:
@@ -95,6 +97,7 @@ class Journal:
             call=int(data.get("call", 0)),
             results=[list(r) for r in data.get("results") or []],
             text=str(data.get("text") or ""),
+            started=bool(data.get("started", True)),
         )
 
     async def _latest_record(self) -> CheckpointRecord | None:

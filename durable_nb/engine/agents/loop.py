@@ -179,7 +179,7 @@ class _Loop:
                 results.append([call.id, NOT_RUN, True])
                 continue
             at = Mark("tool", mark.turn, mark.history, self.scope.gate_calls, call=index, results=results)
-            if not (resumed and index == mark.call):
+            if not (resumed and index == mark.call and mark.started):
                 await self.journal.write(
                     f"turn:{mark.turn}/tool:{call.name}",
                     "tool_call",
@@ -226,7 +226,7 @@ class _Loop:
             return f"{call.name} failed: {type(error).__name__}: {error}", True
         finally:
             self.scope.agent_path = previous
-        return _as_text(value), False
+        return tool_text(value), False
 
 
 class _Narrator:
@@ -294,7 +294,8 @@ def _arguments_record(call: ToolCall) -> Any:
         return call.arguments
 
 
-def _as_text(value: Any) -> str:
+def tool_text(value: Any) -> str:
+    """Return what the model is shown of a tool's result: text as is, anything else as JSON."""
     if isinstance(value, str):
         return value
     try:
