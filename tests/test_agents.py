@@ -293,9 +293,6 @@ def test_tool_schema_comes_from_hints_and_docstring() -> None:
 @pytest.mark.parametrize(
     ("call", "error", "fragment"),
     [
-        pytest.param(
-            lambda: dnb.agent(lambda m, t: "x", "hi"), dnb.NoActiveNode, "outside a durable node", id="outside-node"
-        ),
         pytest.param(lambda: tool(5), dnb.ConfigurationError, "a function", id="tool-not-function"),
         pytest.param(lambda: tool(lambda: 1, name="bad name!"), dnb.ConfigurationError, "letters", id="tool-bad-name"),
         pytest.param(
@@ -398,3 +395,53 @@ def test_two_agents_of_one_name_in_one_node_keep_their_own_checkpoints(store_url
     assert run.state["answers"] == ["answer to one", "answer to two"]
     paths = set(dnb.history(run.id, store=store_url)["agent_path"].dropna())
     assert paths == {"agent:agent", "agent:agent#2"}
+
+
+def test_an_agent_outside_any_node_is_a_run_of_its_own(server: ModelServer, store_url: str) -> None:
+    client = openai_client(server)
+    first = dnb.agent(client, "Find it.", [lookup], model="scripted", name="solo", store=store_url, run_key="k1")
+    assert first.text == "done after 3 turns" and first.turns == 3
+    asked = sum(server.requests.values())
+    again = dnb.agent(client, "Find it.", [lookup], model="scripted", name="solo", store=store_url, run_key="k1")
+    # The same key finds the finished run: its answer, no model request.
+    assert again.text == first.text and sum(server.requests.values()) == asked
+    runs = dnb.runs("agent:solo", store=store_url)
+    assert len(runs) == 1 and runs["status"].iloc[0] == "completed"
+    # Inside a node the agent belongs to the node's run: a key of its own is refused.
+    flow = dnb.Workflow("inside", store=store_url)
+
+    @flow.node(retry_count=0)
+    def talk(state: dict[str, Any]) -> dict[str, Any]:
+        return {"a": dnb.agent(client, "x", model="scripted", run_key="nope").text}
+
+    run = flow.run({})
+    assert run.status == "failed" and "ConfigurationError" in (run.error or "") and "run_key" in (run.error or "")
+
+
+def test_a_standalone_agent_killed_mid_request_resumes_with_its_key(server: ModelServer, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "solo.py"
+    script.write_text(
+        "import os, sys, openai, durable_nb as dnb\n"
+        "def lookup(turn: int, k: int) -> str:\n"
+        '    """Look something up."""\n'
+        "    return f'found {turn}'\n"
+        "client = openai.OpenAI(base_url=sys.argv[1] + '/v1', api_key='t', max_retries=0,\n"
+        "                       default_headers={'x-kill-pid': str(os.getpid())})\n"
+        "reply = dnb.agent(client, 'Go.', [lookup], model='scripted', name='solo', run_key='nightly',\n"
+        "                  store='sqlite:///' + sys.argv[2])\n"
+        "print(reply.text)\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=str(root))
+    server.kill_at = {1}
+    argv = [sys.executable, str(script), server.url, str(tmp_path / "solo.db")]
+    killed = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -9
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "done after 3 turns"
+    assert [server.requests[("openai", t)] for t in range(3)] == [1, 2, 1]

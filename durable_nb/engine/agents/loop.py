@@ -50,17 +50,33 @@ def agent(
     name: str = "agent",
     system: str | None = None,
     max_turns: int = 20,
+    store: Any = None,
+    run_key: str | None = None,
     **options: Any,
 ) -> AgentResult:
-    """Run a tool-calling loop inside a durable node or cell, checkpointing before every model and tool call.
+    """Run a tool-calling loop durably, checkpointing before every model and tool call.
 
     ``client`` is an ``openai`` or ``anthropic`` client (sync or async; ``model=`` names the model,
     other keywords go to each request), or a function ``(messages, tools) -> message``. ``tools``
     are plain functions (schemas from type hints and docstrings) or ``@dnb.tool`` ones.
-    ``name`` tells several agents of one node apart. Returns an ``AgentResult``.
+    ``name`` tells several agents of one node apart. Inside a node or a ``%%durable`` cell the
+    checkpoints go to that run; anywhere else the agent is a run of its own in ``store``, which
+    ``run_key`` finds again (to resume it after a crash). Returns an ``AgentResult``.
     """
-    scope = _scope()
-    return run_sync(_drive(scope, client, messages, tools, model, name, system, max_turns, options))
+    return run_sync(
+        aagent(
+            client,
+            messages,
+            tools,
+            model=model,
+            name=name,
+            system=system,
+            max_turns=max_turns,
+            store=store,
+            run_key=run_key,
+            **options,
+        )
+    )
 
 
 async def aagent(
@@ -72,9 +88,31 @@ async def aagent(
     name: str = "agent",
     system: str | None = None,
     max_turns: int = 20,
+    store: Any = None,
+    run_key: str | None = None,
     **options: Any,
 ) -> AgentResult:
     """The async form of ``agent``, for ``async def`` nodes."""
+    scope = current_scope()
+    if scope is None:
+        from .standalone import arun_agent  # a workflow of its own: imported only when needed
+
+        return await arun_agent(
+            client,
+            messages,
+            tools,
+            model=model,
+            name=name,
+            system=system,
+            max_turns=max_turns,
+            options=options,
+            store=store,
+            run_key=run_key,
+        )
+    if store is not None or run_key is not None:
+        raise ConfigurationError(
+            "store= and run_key= are for an agent run on its own; inside a node it uses the node's run."
+        )
     return await _drive(_scope(), client, messages, tools, model, name, system, max_turns, options)
 
 
