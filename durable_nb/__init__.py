@@ -5,7 +5,7 @@ wait for a person's decision without a live process; any checkpoint can be forke
 """
 
 from ._loop import run_blocking as _run_blocking
-from .engine.agents import AgentResult, Tool, aagent, afork_agent, agent, fork_agent, tool
+from .engine.agents import AgentResult, Tool, aagent, afork_agent, agent, fork_agent, tool, worker
 from .engine.calls import (
     aapprove,
     acancel,
@@ -167,4 +167,5 @@ __all__ = [
     "runs",
     "status",
     "tool",
+    "worker",
 ]

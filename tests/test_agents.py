@@ -445,3 +445,96 @@ def test_a_standalone_agent_killed_mid_request_resumes_with_its_key(server: Mode
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "done after 3 turns"
     assert [server.requests[("openai", t)] for t in range(3)] == [1, 2, 1]
+
+
+SUPERVISED = '''
+import json, os, pathlib, signal, sys
+import durable_nb as dnb
+
+STORE, LOG, FLAG = sys.argv[1], sys.argv[2], sys.argv[3]
+
+
+def log(line):
+    with open(LOG, "a") as handle:
+        handle.write(line + "\\n")
+
+
+def call(name, arguments, ident):
+    return {"id": ident, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+def boss_model(messages, tools):
+    done = [m for m in messages if m["role"] == "tool"]
+    log("boss %d" % len(done))
+    if len(done) < 2:
+        task = ["find apples", "find pears"][len(done)]
+        asked = call("researcher", {"task": task}, "b%d" % len(done))
+        return {"role": "assistant", "content": None, "tool_calls": [asked]}
+    return "report: " + " | ".join(m["content"] for m in done)
+
+
+def researcher_model(messages, tools):
+    task = messages[0]["content"]
+    done = [m for m in messages if m["role"] == "tool"]
+    log("researcher %s %d" % (task, len(done)))
+    if not done:
+        return {"role": "assistant", "content": None, "tool_calls": [call("search", {"q": task}, "r0")]}
+    return "found " + done[0]["content"]
+
+
+def search(q: str) -> str:
+    """Search."""
+    log("search " + q)
+    if q == "find pears" and not pathlib.Path(FLAG).exists():
+        pathlib.Path(FLAG).touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return q.split()[-1]
+
+
+flow = dnb.Workflow("supervised", store=STORE)
+researcher = dnb.worker(researcher_model, [search], name="researcher", description="Finds things.")
+
+
+@flow.node(retry_count=0)
+def work(state):
+    return {"report": dnb.agent(boss_model, "Report on fruit.", [researcher], name="boss").text}
+
+
+if sys.argv[4] == "run":
+    print(flow.run({}).state["report"])
+else:
+    print(flow.resume(dnb.runs("supervised", store=STORE).run_id.iloc[0]).state["report"])
+'''
+
+
+def test_a_supervisor_and_its_worker_resume_inside_the_worker(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+    from collections import Counter
+
+    script = tmp_path / "supervised.py"
+    script.write_text(SUPERVISED)
+    url, log = f"sqlite:///{tmp_path}/s.db", tmp_path / "log.txt"
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    argv = [sys.executable, str(script), url, str(log), str(tmp_path / "flag")]
+    killed = subprocess.run([*argv, "run"], env=env, capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    done = subprocess.run([*argv, "resume"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "report: found apples | found pears"
+    asked = Counter(log.read_text().splitlines())
+    # The first worker call finished before the kill: neither it nor the boss's turns before it ran again.
+    assert asked["boss 0"] == 1 and asked["boss 1"] == 1 and asked["boss 2"] == 1
+    assert asked["researcher find apples 0"] == 1 and asked["researcher find apples 1"] == 1
+    assert asked["search find apples"] == 1
+    # The second call was inside its tool: that search ran again (in flight), its model turn did not.
+    assert asked["researcher find pears 0"] == 1 and asked["search find pears"] == 2
+    run_id = str(dnb.runs("supervised", store=url).run_id.iloc[0])
+    paths = set(dnb.history(run_id, store=url)["agent_path"].dropna())
+    assert {
+        "supervisor:boss",
+        "supervisor:boss/tool:researcher",
+        "supervisor:boss/worker:researcher",
+        "supervisor:boss/worker:researcher/tool:search",
+    } == paths

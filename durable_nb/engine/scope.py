@@ -28,6 +28,8 @@ class NodeScope:
     item_index: int | None = None
     # How many agents of each path this execution of the node has started (a second one is '#2').
     agent_calls: dict[str, int] = field(default_factory=dict)
+    # While a supervisor's worker runs: the supervisor's call id that started it.
+    invocation: str | None = None
 
 
 _current: contextvars.ContextVar[NodeScope | None] = contextvars.ContextVar("durable_nb_scope", default=None)

@@ -6,6 +6,7 @@ from .forks import afork_agent, fork_agent
 from .loop import AgentResult, aagent, agent
 from .models import AnthropicMessages, CallableModel, Model, OpenAIChat
 from .tools import Tool, tool
+from .workers import worker
 
 __all__ = [
     "AgentResult",
@@ -19,4 +20,5 @@ __all__ = [
     "agent",
     "fork_agent",
     "tool",
+    "worker",
 ]

@@ -72,12 +72,14 @@ class Mark:
 class Journal:
     """Reads and writes one agent's checkpoints in its node."""
 
-    def __init__(self, scope: NodeScope, path: str) -> None:
+    def __init__(self, scope: NodeScope, path: str, invocation: str | None = None) -> None:
         if scope.steps is None:
             raise RuntimeError("this node's runner keeps no agent checkpoints")
         self.scope = scope
         self.path = path
         self.steps: AgentSteps = scope.steps
+        # A worker's checkpoints name the supervisor's call that started it: an earlier call's are not its own.
+        self.invocation = invocation
         self._history_address: str | None = None
 
     async def latest(self) -> Mark | None:
@@ -86,6 +88,8 @@ class Journal:
         if found is None:
             return None
         data = found.node_input or {}
+        if data.get("invocation") != self.invocation:
+            return None
         address = data.get(_HISTORY)
         history = (await self.steps.values.load({_HISTORY: address}))[_HISTORY] if address else []
         self._history_address = address
@@ -133,6 +137,8 @@ class Journal:
             "gate_calls": mark.gate_calls,
             **data,
         }
+        if self.invocation is not None:
+            node_input["invocation"] = self.invocation
         if mark.kind == "tool":
             node_input["call"] = mark.call
             node_input["results"] = mark.results or []

@@ -126,11 +126,15 @@ def _scope() -> NodeScope:
     return scope
 
 
-def agent_path(scope: NodeScope, name: str) -> str:
-    """Return an agent's path: ``agent:<name>`` (under its map item, or under the agent whose tool runs it)."""
+def agent_path(scope: NodeScope, name: str, supervisor: bool = False) -> str:
+    """Return an agent's path: ``agent:<name>``, or ``supervisor:<name>`` when its tools are agents
+    (whose paths are ``supervisor:<s>/worker:<w>``), under its map item or the agent whose tool runs it."""
     if not isinstance(name, str) or not name or "/" in name:
         raise ConfigurationError(f"An agent's name is non-empty text without '/', not {name!r}.")
-    own = f"agent:{name}"
+    if scope.invocation is not None:
+        # A worker, called by its supervisor: each call is told apart by its call id instead.
+        return f"{scope.agent_path}/worker:{name}"
+    own = f"{'supervisor' if supervisor else 'agent'}:{name}"
     if scope.agent_path:
         base = f"{scope.agent_path}/{own}"
     else:
@@ -160,7 +164,12 @@ async def _drive(
     # Tools run with the scope current, so gate() and @idempotent inside them find their node.
     token = enter_scope(scope)
     try:
-        return await _Loop(scope, model, described, agent_path(scope, name), max_turns).run(messages, system)
+        path = agent_path(scope, name, supervisor=any(t.worker for t in described.values()))
+        invocation, scope.invocation = scope.invocation, None  # this agent's own tools are not its workers
+        try:
+            return await _Loop(scope, model, described, path, max_turns, invocation).run(messages, system)
+        finally:
+            scope.invocation = invocation
     finally:
         leave_scope(token)
 
@@ -168,13 +177,21 @@ async def _drive(
 class _Loop:
     """One agent's turns, resumed from its latest checkpoint."""
 
-    def __init__(self, scope: NodeScope, model: Model, tools: dict[str, Tool], path: str, max_turns: int) -> None:
+    def __init__(
+        self,
+        scope: NodeScope,
+        model: Model,
+        tools: dict[str, Tool],
+        path: str,
+        max_turns: int,
+        invocation: str | None = None,
+    ) -> None:
         self.scope = scope
         self.model = model
         self.tools = tools
         self.path = path
         self.max_turns = max_turns
-        self.journal = Journal(scope, path)
+        self.journal = Journal(scope, path, invocation)
         self.tell = _Narrator(path, getattr(scope.steps, "observer", None))
 
     async def run(self, messages: Any, system: str | None) -> AgentResult:
@@ -252,8 +269,12 @@ class _Loop:
             arguments = call.parsed()
         except ValueError as error:
             return f"The arguments of {call.name!r} are not valid: {error}. Send a JSON object.", True
-        previous = self.scope.agent_path
-        self.scope.agent_path = f"{self.path}/tool:{call.name}"
+        previous = self.scope.agent_path, self.scope.invocation
+        if chosen.worker:
+            # A worker's checkpoints go under this agent's path, told apart by the call that asked.
+            self.scope.agent_path, self.scope.invocation = self.path, call.id
+        else:
+            self.scope.agent_path = f"{self.path}/tool:{call.name}"
         try:
             value = chosen.fn(**arguments)
             if inspect.isawaitable(value):
@@ -263,7 +284,7 @@ class _Loop:
         except Exception as error:  # noqa: BLE001 - the model sees the failure and may try otherwise
             return f"{call.name} failed: {type(error).__name__}: {error}", True
         finally:
-            self.scope.agent_path = previous
+            self.scope.agent_path, self.scope.invocation = previous
         return tool_text(value), False
 
 

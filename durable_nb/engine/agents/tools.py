@@ -19,7 +19,7 @@ from ...errors import ConfigurationError
 
 __all__ = ["Tool", "as_tools", "schema_of", "tool"]
 
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _SIMPLE = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
 
@@ -31,6 +31,8 @@ class Tool:
     name: str
     description: str
     parameters: dict[str, Any] = field(default_factory=dict)
+    # An agent called as a tool (a supervisor's worker): see ``worker``.
+    worker: bool = False
 
     @property
     def is_async(self) -> bool:
@@ -51,7 +53,7 @@ def tool(
         if not callable(function):
             raise ConfigurationError(f"A tool is a function, not {function!r}.")
         tool_name = name or getattr(function, "__name__", "")
-        if not isinstance(tool_name, str) or not _NAME.match(tool_name):
+        if not isinstance(tool_name, str) or not NAME.match(tool_name):
             raise ConfigurationError(
                 f"A tool's name is 1 to 64 letters, digits, '_' or '-' (what the model APIs accept), not {tool_name!r}."
             )
