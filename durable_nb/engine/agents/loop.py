@@ -23,6 +23,7 @@ from ...errors import AgentFailed, ConfigurationError, NoActiveNode
 from ..scope import NodeScope, current_scope, enter_scope, leave_scope
 from .journal import Journal, Mark
 from .models import Model, ToolCall, model_for
+from .narrate import Narrator, calls_of
 from .tools import Tool, as_tools
 
 __all__ = ["NOT_RUN", "AgentResult", "aagent", "agent", "agent_path"]
@@ -192,7 +193,7 @@ class _Loop:
         self.path = path
         self.max_turns = max_turns
         self.journal = Journal(scope, path, invocation)
-        self.tell = _Narrator(path, getattr(scope.steps, "observer", None))
+        self.tell = Narrator(path, getattr(scope.steps, "observer", None))
 
     async def run(self, messages: Any, system: str | None) -> AgentResult:
         first = self.model.start(messages, system)
@@ -219,7 +220,7 @@ class _Loop:
                 mark = Mark("tool", mark.turn, history, self.scope.gate_calls, call=0, results=[])
                 mark = await self._call_tools(mark, reply.calls, resumed=False)
             else:
-                calls = _calls_of(mark.history[-1])
+                calls = calls_of(mark.history[-1])
                 mark = await self._call_tools(mark, calls, resumed=resumed)
             resumed = False
 
@@ -286,64 +287,6 @@ class _Loop:
         finally:
             self.scope.agent_path, self.scope.invocation = previous
         return tool_text(value), False
-
-
-class _Narrator:
-    """Tells an observer (a notebook cell's output) each turn as it happens, and what was replayed."""
-
-    def __init__(self, path: str, observer: Any) -> None:
-        self.path = path
-        self.observer = observer
-
-    def _say(self, text: str) -> None:
-        if self.observer is not None:
-            self.observer(f"{self.path} {text}")
-
-    def replayed(self, history: list[dict[str, Any]], turn: int) -> None:
-        if self.observer is None:
-            return
-        done = [m for m in history if m.get("role") == "assistant"]
-        self._say(f"continues at turn {turn}: {len(done)} answered turn(s) restored from the store, not asked again")
-        for number, message in enumerate(done, start=1):
-            calls = _calls_of(message)
-            self.reply(number, _text_of(message), calls, stored=True)
-
-    def reply(self, turn: int, text: str, calls: list[ToolCall], stored: bool = False) -> None:
-        mark = " (stored)" if stored else ""
-        if text:
-            self._say(f"turn {turn}{mark}: {_short(text)}")
-        for call in calls:
-            self._say(f"turn {turn}{mark} → {call.name}({_short(call.arguments)})")
-
-    def result(self, turn: int, call: ToolCall, text: str, is_error: bool) -> None:
-        self._say(f"turn {turn} ← {call.name}{' failed' if is_error else ''}: {_short(text)}")
-
-
-def _short(text: str, limit: int = 200) -> str:
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
-def _text_of(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, list):
-        return "".join(str(b.get("text", "")) for b in content if isinstance(b, dict) and b.get("type") == "text")
-    return str(content or "")
-
-
-def _calls_of(message: dict[str, Any]) -> list[ToolCall]:
-    """Read the tool calls of a stored assistant message (the reply a tool checkpoint kept)."""
-    content = message.get("content")
-    if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_use" for b in content):
-        return [
-            ToolCall(str(b["id"]), str(b["name"]), json.dumps(b.get("input") or {}))
-            for b in content
-            if isinstance(b, dict) and b.get("type") == "tool_use"
-        ]
-    return [
-        ToolCall(str(c["id"]), str(c["function"]["name"]), str(c["function"].get("arguments") or "{}"))
-        for c in message.get("tool_calls") or []
-    ]
 
 
 def _arguments_record(call: ToolCall) -> Any:
