@@ -104,10 +104,10 @@ def durable_nb():
     import durable_nb as dnb
     import openai
     flow = dnb.Workflow("agent-bench", store="sqlite:///" + os.path.join(FOLDER, "durable_nb.db"))
+    client = openai.OpenAI(base_url=URL + "/v1", api_key="t", max_retries=0, default_headers=HEADERS)
 
     @flow.node(retry_count=0)
     def talk(state):
-        client = openai.OpenAI(base_url=URL + "/v1", api_key="t", max_retries=0, default_headers=HEADERS)
         return {"answer": dnb.agent(client, PROMPT, [lookup, pay], model="scripted", max_turns=50).text}
 
     dnb.runs(store=flow.store)  # the store is opened and its tables made before the clock starts
