@@ -53,8 +53,10 @@ from .errors import (
     StoreUnavailable,
     TamperedValueError,
     WorkflowMismatch,
+    WorkflowNotFound,
 )
 from .model import Decision, EventType, PruneReport, RunStatus
+from .service import Client
 from .store import Store, connect
 from .store.offload import use_offload as _use_offload
 from .views import acompare, aevents, aforks, ahistory, aruns, compare, events, forks, history, runs
@@ -97,6 +99,7 @@ __all__ = [
     "AgentResult",
     "AlreadyResumed",
     "CheckpointNotFound",
+    "Client",
     "ConfigurationError",
     "Decision",
     "DurableError",
@@ -129,6 +132,7 @@ __all__ = [
     "Tool",
     "Workflow",
     "WorkflowMismatch",
+    "WorkflowNotFound",
     "__version__",
     "aagent",
     "aapprove",

@@ -284,6 +284,20 @@ def cmd_recover(args: argparse.Namespace) -> None:
         print(f"  {printable(run.id)}: {printable(run.status)}")
 
 
+def cmd_serve(args: argparse.Namespace) -> None:
+    from .service.serve import serve
+
+    serve(
+        [load_workflow(spec) for spec in args.workflow],
+        store=args.store,
+        host=args.host,
+        port=args.port,
+        tokens=args.tokens,
+        no_auth=args.no_auth,
+        recover_every=args.recover_every,
+    )
+
+
 def cmd_demo(args: argparse.Namespace) -> None:
     from .demo.run import run_demo
 
@@ -329,6 +343,12 @@ COMMANDS: list[tuple[str, Callable[[argparse.Namespace], None], str, str]] = [
         "durable-nb recover --workflow app.flows:triage",
     ),
     ("demo", cmd_demo, "Run the quickstart notebook: crash it, restore it, approve it.", "durable-nb demo"),
+    (
+        "serve",
+        cmd_serve,
+        "Serve workflows over HTTP: start, watch, decide and steer runs; recover stranded ones.",
+        "durable-nb serve --workflow app.flows:triage --tokens tokens.txt --port 8000",
+    ),
 ]
 
 
@@ -362,7 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         sub.set_defaults(handler=handler)
-        if name not in ("runs", "prune", "recover", "demo"):
+        if name not in ("runs", "prune", "recover", "demo", "serve"):
             sub.add_argument("run", help="the run id (see durable-nb runs)")
         if name == "runs":
             sub.add_argument("--name", default=None, help="only runs of this name")
@@ -388,6 +408,17 @@ def build_parser() -> argparse.ArgumentParser:
         elif name == "demo":
             sub.add_argument("--folder", default=None, help="work here instead of a temporary folder")
             sub.add_argument("--keep", action="store_true", help="keep the temporary folder")
+        elif name == "serve":
+            sub.add_argument("--workflow", action="append", default=[], help="module:attribute (repeatable)")
+            sub.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+            sub.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+            sub.add_argument(
+                "--tokens", default=None, help="file of 'name scope secret' lines ($DURABLE_NB_TOKENS too)"
+            )
+            sub.add_argument("--no-auth", action="store_true", help="no tokens needed (only on a loopback address)")
+            sub.add_argument(
+                "--recover-every", type=float, default=30.0, help="seconds between looks for stranded runs"
+            )
     return parser
 
 

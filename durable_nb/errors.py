@@ -6,6 +6,7 @@
      │    ├── InvalidState        state or node updates that are not a dict of str keys
      │    └── InvalidDecision     an approval/rejection that cannot be recorded
      ├── RunNotFound              no run with that id (also a LookupError)
+     ├── WorkflowNotFound         a service serves no workflow of that name
      ├── CheckpointNotFound       no checkpoint with that id in that run
      ├── AlreadyResumed           someone else already decided / resumed / completed it
      ├── NotResumable             the run is in a state resume cannot continue from
@@ -59,6 +60,7 @@ __all__ = [
     "StoreUnavailable",
     "TamperedValueError",
     "WorkflowMismatch",
+    "WorkflowNotFound",
 ]
 
 
@@ -104,6 +106,10 @@ class RunNotFound(DurableError, LookupError):
             "or `durable-nb runs`, and check the store URL."
         )
         self.run_id = run_id
+
+
+class WorkflowNotFound(DurableError, LookupError):
+    """The service serves no workflow of that name."""
 
 
 class CheckpointNotFound(DurableError, LookupError):

@@ -18,7 +18,8 @@ ALLOWED = {
     "views": {"base", "store", "engine", "driver"},
     "widgets": {"base", "store", "engine", "views", "driver"},
     "notebook": {"base", "store", "engine", "views", "widgets", "driver"},
-    "cli": {"base", "store", "engine", "views", "demo", "driver"},
+    "cli": {"base", "store", "engine", "views", "demo", "service", "driver"},
+    "service": {"base", "store", "engine", "views", "driver"},
     "demo": {"base", "store", "engine", "views", "driver"},
     "driver": set(),
 }

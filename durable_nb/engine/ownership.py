@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import os
 import tempfile
@@ -18,6 +19,7 @@ __all__ = [
     "give_up",
     "lease_deadline",
     "owner_alive",
+    "release_on_interrupt",
     "taken_back",
     "this_owner",
 ]
@@ -80,6 +82,12 @@ def _pid_alive(pid: int) -> bool:
         return True
     return True
 
+
+# Set by a server for the runs it drives: stopping the server hands them back (pending, no
+# owner) for the next one to continue, instead of recording a cancel as Ctrl-C does.
+release_on_interrupt: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "durable_nb_release_on_interrupt", default=False
+)
 
 # Runs this process gave up because the store refused to record it (see give_up).
 _given_up: set[str] = set()

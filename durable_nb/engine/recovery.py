@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,11 +30,13 @@ class RecoveryReport:
     failed: list[str] = field(default_factory=list)
     left_alone: list[str] = field(default_factory=list)
     expired_gates: list[str] = field(default_factory=list)
+    # Runs taken over and continuing in the background (when recover() was given resume=).
+    handed_over: list[str] = field(default_factory=list)
 
     def __repr__(self) -> str:
         return (
-            f"RecoveryReport(resumed={[r.id for r in self.resumed]}, failed={self.failed}, "
-            f"left_alone={self.left_alone}, expired_gates={self.expired_gates})"
+            f"RecoveryReport(resumed={[r.id for r in self.resumed]}, handed_over={self.handed_over}, "
+            f"failed={self.failed}, left_alone={self.left_alone}, expired_gates={self.expired_gates})"
         )
 
 
@@ -50,11 +52,17 @@ def _store_of(workflows: list[Workflow], store: Any) -> Store:
     return chosen
 
 
-async def arecover(workflows: Iterable[Workflow] = (), *, store: Any = None) -> RecoveryReport:
+async def arecover(
+    workflows: Iterable[Workflow] = (),
+    *,
+    store: Any = None,
+    resume: Callable[[Workflow, str], Awaitable[Run | None]] | None = None,
+) -> RecoveryReport:
     """Resume runs stranded by dead processes whose workflow is given; mark the others failed.
 
     Paused runs are left alone (their gates' deadlines are applied); a run whose owner is
-    alive is never touched.
+    alive is never touched. ``resume(flow, run_id)`` replaces waiting for each resumed run to
+    end (a server starts it in the background and returns None).
     """
     flows = list(workflows)
     resolved = _store_of(flows, store)
@@ -70,7 +78,11 @@ async def arecover(workflows: Iterable[Workflow] = (), *, store: Any = None) -> 
             if flow.store is not resolved:
                 flow = Workflow._bound_to(flow, resolved)
             try:
-                report.resumed.append(await flow.aresume(run.run_id))
+                resumed = await (resume(flow, run.run_id) if resume is not None else flow.aresume(run.run_id))
+                if resumed is not None:
+                    report.resumed.append(resumed)
+                else:
+                    report.handed_over.append(run.run_id)
             except (AlreadyResumed, RunOwnedElsewhere):
                 report.left_alone.append(run.run_id)  # another recoverer or owner got there first
             continue

@@ -33,7 +33,7 @@ from .attempts import Attempter, Outcome
 from .cancel import CANCELLED
 from .graph import Graph, NodeSpec
 from .node_kinds import NodeKinds
-from .ownership import lease_deadline
+from .ownership import lease_deadline, release_on_interrupt
 from .settle import release_after_failure
 from .statelog import StateLog
 from .stops import WaveStops, failure_text
@@ -282,17 +282,19 @@ class Runner(NodeKinds, WaveStops):
         self._ended = True
 
     async def _record_interrupt(self) -> None:
+        # A server stopping hands the run back for the next process; Ctrl-C cancels it.
+        handed_back = release_on_interrupt.get()
         try:
             await self.store.commit(
                 Commit(
                     run_id=self.run.run_id,
-                    events=[NewEvent(EventType.RUN_CANCELLED, None, {"was": "running"})],
-                    run=CANCELLED,
+                    events=[] if handed_back else [NewEvent(EventType.RUN_CANCELLED, None, {"was": "running"})],
+                    run=RunUpdate(status=RunStatus.PENDING, owner=None, lease_until=None) if handed_back else CANCELLED,
                     expect_status=_RUNNING,
                     expect_owner=self.owner,
                 )
             )
-        except Conflict:
+        except (Conflict, StoreError):
             pass
 
     def _start(self, spec: NodeSpec, alone: bool) -> asyncio.Future[Outcome]:

@@ -83,37 +83,58 @@ class Workflow(GraphDefinition):
 
     async def arun(self, input: Any = None, *, idempotency_key: str | None = None) -> Run:
         """Start a run with ``input`` as its state and drive it until it pauses, fails or ends."""
-        self._graph.check()
-        state = check_state(input, "The run input")
-        if idempotency_key is not None and (not isinstance(idempotency_key, str) or not idempotency_key):
-            raise InvalidInput(f"idempotency_key must be non-empty text, not {idempotency_key!r}.")
-        values = self._values()
-        manifest, blobs = values.encode(state)
         owner = this_owner()
-        wave = self._graph.ready([])
+        values = self._values()
+        state = check_state(input, "The run input")
         run_id = new_id()
         with active(run_id):
-            record, created = await self.store.create_run(
-                NewRun(
-                    run_id=run_id,
-                    name=self.name,
-                    kind=RunKind.WORKFLOW,
-                    status=RunStatus.RUNNING,
-                    input_manifest=manifest,
-                    blobs=blobs,
-                    idempotency_key=idempotency_key,
-                    owner=owner,
-                    lease_until=lease_deadline(),
-                    events=[NewEvent(EventType.RUN_STARTED)] + [NewEvent(EventType.NODE_STARTED, n) for n in wave],
-                )
-            )
+            record, created = await self._create(run_id, values, state, idempotency_key, owner)
             if not created:
                 return await load_run(self.store, record.run_id, record)
-            values.mark_stored(blobs)
-            runner = self._runner(values, record, owner, state, CheckpointState(dict(manifest), []), None)
+            runner = self._runner(values, record, owner, state, CheckpointState(dict(record.input_manifest), []), None)
             return await self._finish(runner)
 
     run = blocking(arun)
+
+    async def astart(self, input: Any = None, *, idempotency_key: str | None = None) -> Run:
+        """Create a run without running it: it waits, ``pending``, for a process with this workflow's
+        code to resume it (``durable-nb serve`` does at once). A repeated key returns the first run."""
+        record, _ = await self._create(new_id(), self._values(), check_state(input, "The run input"), idempotency_key)
+        return await load_run(self.store, record.run_id, record)
+
+    start = blocking(astart)
+
+    async def _create(
+        self,
+        run_id: str,
+        values: ValueCodec,
+        state: dict[str, Any],
+        idempotency_key: str | None,
+        owner: str | None = None,
+    ) -> tuple[RunRecord, bool]:
+        """Write a new run (running under ``owner``, else pending); a repeated key returns the first."""
+        self._graph.check()
+        if idempotency_key is not None and (not isinstance(idempotency_key, str) or not idempotency_key):
+            raise InvalidInput(f"idempotency_key must be non-empty text, not {idempotency_key!r}.")
+        manifest, blobs = values.encode(state)
+        record, created = await self.store.create_run(
+            NewRun(
+                run_id=run_id,
+                name=self.name,
+                kind=RunKind.WORKFLOW,
+                status=RunStatus.RUNNING if owner else RunStatus.PENDING,
+                input_manifest=manifest,
+                blobs=blobs,
+                idempotency_key=idempotency_key,
+                owner=owner,
+                lease_until=lease_deadline() if owner else None,
+                events=[NewEvent(EventType.RUN_STARTED)]
+                + ([NewEvent(EventType.NODE_STARTED, n) for n in self._graph.ready([])] if owner else []),
+            )
+        )
+        if created:
+            values.mark_stored(blobs)
+        return record, created
 
     async def aresume(self, run_id: str, value: Resume | None = None) -> Run:
         """Continue a failed, cancelled, crashed or new (forked) run from its last checkpoint.

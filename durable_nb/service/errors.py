@@ -1,0 +1,63 @@
+"""How errors cross HTTP: a status code and ``{"error": type, "message": ...}``, and back into the same type."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import errors
+from ..errors import (
+    AlreadyResumed,
+    CheckpointNotFound,
+    DurableError,
+    InvalidInput,
+    NotCancellable,
+    NotResumable,
+    RunNotFound,
+    RunOwnedElsewhere,
+    StoreFailed,
+    StoreUnavailable,
+    WorkflowMismatch,
+    WorkflowNotFound,
+)
+from .auth import Forbidden, Unauthorized
+
+__all__ = ["error_body", "error_from", "status_of"]
+
+# The first class an error is an instance of gives its status.
+_STATUS: tuple[tuple[type[DurableError], int], ...] = (
+    (Unauthorized, 401),
+    (Forbidden, 403),
+    (RunNotFound, 404),
+    (CheckpointNotFound, 404),
+    (WorkflowNotFound, 404),
+    (AlreadyResumed, 409),
+    (RunOwnedElsewhere, 409),
+    (NotResumable, 400),
+    (NotCancellable, 400),
+    (WorkflowMismatch, 400),
+    (InvalidInput, 400),
+    (StoreUnavailable, 503),
+    (StoreFailed, 503),
+)
+
+
+def status_of(error: DurableError) -> int:
+    """Return the HTTP status of a library error (400 when nothing more precise applies)."""
+    return next((status for kind, status in _STATUS if isinstance(error, kind)), 400)
+
+
+def error_body(error: BaseException) -> dict[str, Any]:
+    """Return the JSON body of an error response."""
+    return {"error": type(error).__name__, "message": str(error)}
+
+
+def error_from(body: Any, status: int) -> DurableError:
+    """Rebuild the library error an error response stands for (DurableError for an unknown type)."""
+    name = body.get("error") if isinstance(body, dict) else None
+    message = body.get("message") if isinstance(body, dict) else None
+    text = str(message or body or f"HTTP {status}")
+    found = getattr(errors, str(name), None) or {"Unauthorized": Unauthorized, "Forbidden": Forbidden}.get(str(name))
+    kind = found if isinstance(found, type) and issubclass(found, DurableError) else DurableError
+    error = kind.__new__(kind, text)
+    Exception.__init__(error, text)
+    return error

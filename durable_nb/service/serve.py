@@ -1,0 +1,43 @@
+"""``durable-nb serve``: check the configuration, build the app, run it with uvicorn."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..engine.workflow import Workflow
+from ..errors import ConfigurationError
+from .auth import ENV_TOKENS, Auth, is_loopback, load_tokens
+
+__all__ = ["serve"]
+
+
+def serve(
+    workflows: list[Workflow],
+    *,
+    store: Any = None,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    tokens: str | None = None,
+    no_auth: bool = False,
+    recover_every: float = 30.0,
+) -> None:
+    """Serve ``workflows`` until interrupted; refuse to start without tokens unless told, on loopback only."""
+    try:
+        import uvicorn
+
+        from .app import create_app
+    except ImportError as error:
+        raise ConfigurationError("The service needs its extra: pip install 'durable-nb[serve]'.") from error
+    if not workflows:
+        raise ConfigurationError("Name the workflows to serve: --workflow module:attribute (repeatable).")
+    if recover_every <= 0:
+        raise ConfigurationError(f"--recover-every takes a number of seconds > 0, not {recover_every}.")
+    known = load_tokens(tokens)
+    if no_auth and not is_loopback(host):
+        raise ConfigurationError(f"--no-auth is only for a loopback address (127.0.0.1, ::1), not {host!r}.")
+    if not known and not no_auth:
+        raise ConfigurationError(
+            f"No tokens: give --tokens FILE or set ${ENV_TOKENS} (name:scope:secret, …), or --no-auth on 127.0.0.1."
+        )
+    app = create_app(workflows, store=store, auth=Auth(known, open_access=no_auth), recover_every=recover_every)
+    uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -1,0 +1,342 @@
+"""The service (issue 17): the HTTP API, its tokens, the Python client, and recovery on start.
+
+Endpoints are exercised through the real app (Starlette's test client runs its lifespan);
+the two-minute durability test runs ``durable-nb serve`` as a real subprocess, kills it with
+SIGKILL and starts it again: a paused run stays paused and completes once approved over HTTP,
+and a run killed mid-node is continued by the restarted server on its own.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import durable_nb as dnb
+from durable_nb.service.auth import Auth, load_tokens
+
+pytest.importorskip("fastapi", reason="the service needs the serve extra (fastapi, uvicorn)")
+
+from fastapi.testclient import TestClient
+
+from durable_nb.service.app import create_app
+
+ROOT = Path(__file__).resolve().parent.parent
+ADMIN, DECIDER, READER = "a" * 24, "d" * 24, "r" * 24
+TOKENS = f"ops:admin:{ADMIN},ana:decide:{DECIDER},viewer:read:{READER}"
+
+FLOWS = """
+import os, time, pathlib
+import durable_nb as dnb
+
+STORE = os.environ["SERVICE_STORE"]
+SIDE = pathlib.Path(os.environ["SERVICE_SIDE"])
+
+gated = dnb.Workflow("gated", store=STORE)
+
+
+@gated.node
+def draft(state):
+    return {"draft": "hello " + state.get("who", "world")}
+
+
+@gated.node(after="draft")
+def publish(state):
+    decision = dnb.gate("publish?", {"draft": state["draft"]})
+    return {"published": decision.approved, "by": decision.by}
+
+
+slow = dnb.Workflow("slow", store=STORE)
+
+
+@slow.node
+def first(state):
+    with open(SIDE, "a") as side:
+        side.write("first\\n")
+    return {"one": 1}
+
+
+@slow.node(after="first")
+def work(state):
+    with open(SIDE, "a") as side:
+        side.write("work\\n")
+    release = SIDE.with_name("release")
+    deadline = time.monotonic() + 120
+    while not release.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return {"two": 2}
+"""
+
+
+def _headers(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def app_client(tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
+    monkeypatch.setenv("SERVICE_STORE", store_url)
+    monkeypatch.setenv("SERVICE_SIDE", str(tmp_path / "side.txt"))
+    (tmp_path / "release").touch()
+    module = tmp_path / "service_flows.py"
+    module.write_text(FLOWS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    flows = importlib.import_module("service_flows")
+    importlib.reload(flows)
+    auth = Auth(load_tokens(environ={"DURABLE_NB_TOKENS": TOKENS}))
+    app = create_app([flows.gated, flows.slow], store=store_url, auth=auth, recover_every=3600)
+    with TestClient(app) as client:
+        yield client
+
+
+def _wait(client: TestClient, run_id: str, status: str) -> dict[str, Any]:
+    for _ in range(400):
+        found = client.get(f"/api/runs/{run_id}", headers=_headers(READER)).json()
+        if found["status"] == status:
+            return found
+        time.sleep(0.025)
+    raise AssertionError(f"run {run_id} is {found['status']}, not {status}")
+
+
+def test_start_decide_and_watch_a_run(app_client: TestClient, store_url: str) -> None:
+    started = app_client.post(
+        "/api/workflows/gated/runs", json={"input": {"who": "ana"}}, headers={**_headers(ADMIN), "Idempotency-Key": "k"}
+    )
+    assert started.status_code == 202 and started.json()["status"] == "pending"
+    run_id = started.json()["id"]
+    again = app_client.post(
+        "/api/workflows/gated/runs", json={"input": {}}, headers={**_headers(ADMIN), "Idempotency-Key": "k"}
+    )
+    assert again.json()["id"] == run_id  # the key returns the first run, not a second
+    paused = _wait(app_client, run_id, "paused")
+    assert paused["node_counts"]["suspended"] == 1 and paused["node_counts"]["ok"] == 1
+    decided = app_client.post(
+        f"/api/runs/{run_id}/approve", json={"approved": True, "comment": "ok"}, headers=_headers(DECIDER)
+    )
+    assert decided.status_code == 202
+    late = app_client.post(f"/api/runs/{run_id}/approve", json={"approved": True}, headers=_headers(DECIDER))
+    assert late.status_code == 409 and late.json()["error"] == "AlreadyResumed"
+    _wait(app_client, run_id, "completed")
+    assert dnb.get_run(run_id, store=store_url).state == {
+        "who": "ana",
+        "draft": "hello ana",
+        "published": True,
+        "by": "ana",
+    }
+    history = app_client.get(f"/api/runs/{run_id}/history", headers=_headers(READER)).json()
+    assert [row["step"] for row in history][-2:] == ["after:publish", "run_end"]
+    events = app_client.get(f"/api/runs/{run_id}/events", params={"after": 0}, headers=_headers(READER)).json()
+    assert events[0]["type"] == "run_started" and [e["seq"] for e in events] == sorted(e["seq"] for e in events)
+    listed = app_client.get(
+        "/api/runs", params={"name": "gated", "status": "completed"}, headers=_headers(READER)
+    ).json()
+    assert [r["run_id"] for r in listed] == [run_id]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "token", "status", "error"),
+    [
+        pytest.param("POST", "/api/workflows/gated/runs", {}, None, 401, "Unauthorized", id="no-token"),
+        pytest.param("POST", "/api/workflows/gated/runs", {}, "x" * 24, 401, "Unauthorized", id="unknown-token"),
+        pytest.param("POST", "/api/workflows/gated/runs", {}, DECIDER, 403, "Forbidden", id="decider-cannot-start"),
+        pytest.param(
+            "POST", "/api/runs/{run}/approve", {"approved": True}, READER, 403, "Forbidden", id="reader-cannot-decide"
+        ),
+        pytest.param("GET", "/api/runs/{run}", None, None, 401, "Unauthorized", id="no-token-read"),
+        pytest.param("GET", "/api/runs/0192-nope", None, READER, 404, "RunNotFound", id="unknown-run"),
+        pytest.param("POST", "/api/workflows/nope/runs", {}, ADMIN, 404, "WorkflowNotFound", id="unknown-workflow"),
+        pytest.param(
+            "POST", "/api/workflows/gated/runs", {"input": 5}, ADMIN, 422, "InvalidRequest", id="input-not-object"
+        ),
+        pytest.param(
+            "POST",
+            "/api/runs/{run}/approve",
+            {"approved": "yes"},
+            DECIDER,
+            422,
+            "InvalidRequest",
+            id="approved-not-bool",
+        ),
+        pytest.param(
+            "POST",
+            "/api/workflows/gated/runs",
+            {"input": {"__loop_x": 1}},
+            ADMIN,
+            400,
+            "InvalidState",
+            id="reserved-input",
+        ),
+        pytest.param("POST", "/api/runs/{run}/resume", None, ADMIN, 400, "NotResumable", id="resume-paused"),
+        pytest.param(
+            "POST",
+            "/api/runs/{run}/fork",
+            {"checkpoint_id": "nope"},
+            ADMIN,
+            404,
+            "CheckpointNotFound",
+            id="fork-unknown-checkpoint",
+        ),
+        pytest.param("GET", "/api/runs?status=bogus", None, READER, 422, "InvalidRequest", id="bad-status-filter"),
+    ],
+)
+def test_refusals_are_typed_and_change_nothing(
+    app_client: TestClient, method: str, path: str, body: Any, token: str | None, status: int, error: str
+) -> None:
+    run_id = app_client.post("/api/workflows/gated/runs", json={"input": {}}, headers=_headers(ADMIN)).json()["id"]
+    before = _wait(app_client, run_id, "paused")
+    headers = _headers(token) if token else {}
+    response = app_client.request(method, path.format(run=run_id), json=body, headers=headers)
+    assert response.status_code == status, response.text
+    assert response.json()["error"] == error and response.json()["message"]
+    assert app_client.get(f"/api/runs/{run_id}", headers=_headers(READER)).json() == before
+    if "resume" in path:
+        assert "approve" in response.json()["message"]
+
+
+def test_cancel_and_fork(app_client: TestClient, store_url: str) -> None:
+    run_id = app_client.post("/api/workflows/gated/runs", json={"input": {}}, headers=_headers(ADMIN)).json()["id"]
+    _wait(app_client, run_id, "paused")
+    forked = app_client.post(f"/api/runs/{run_id}/fork", json={"state": {"who": "bo"}}, headers=_headers(ADMIN))
+    assert forked.status_code == 202
+    fork_id = forked.json()["id"]
+    _wait(app_client, fork_id, "paused")
+    assert app_client.post(f"/api/runs/{run_id}/cancel", headers=_headers(ADMIN)).json()["status"] == "cancelled"
+    finished = app_client.post(f"/api/runs/{run_id}/cancel", headers=_headers(ADMIN))
+    assert finished.status_code == 400 and finished.json()["error"] == "NotCancellable"
+    resumed = app_client.post(f"/api/runs/{run_id}/resume", headers=_headers(ADMIN))
+    assert resumed.status_code == 202
+    _wait(app_client, run_id, "paused")  # cancelled at its gate, resumed: it asks again
+    assert dnb.get_run(fork_id, store=store_url).state["draft"] == "hello world"
+
+
+def test_openapi_document_lists_every_endpoint(app_client: TestClient) -> None:
+    paths = set(app_client.get("/openapi.json").json()["paths"])
+    assert {
+        "/api/workflows/{name}/runs",
+        "/api/runs",
+        "/api/runs/{run_id}",
+        "/api/runs/{run_id}/history",
+        "/api/runs/{run_id}/events",
+        "/api/runs/{run_id}/resume",
+        "/api/runs/{run_id}/approve",
+        "/api/runs/{run_id}/cancel",
+        "/api/runs/{run_id}/fork",
+    } <= paths
+
+
+# -- the real server, killed and started again --------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class Server:
+    """``durable-nb serve`` as a subprocess."""
+
+    def __init__(self, folder: Path, store: str, port: int) -> None:
+        env = dict(os.environ, SERVICE_STORE=store, SERVICE_SIDE=str(folder / "side.txt"), DURABLE_NB_TOKENS=TOKENS)
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(folder), env.get("PYTHONPATH", "")])
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "durable_nb.cli",
+                "serve",
+                "--workflow",
+                "service_flows:gated",
+                "--workflow",
+                "service_flows:slow",
+                "--store",
+                store,
+                "--port",
+                str(port),
+                "--recover-every",
+                "1",
+            ],
+            env=env,
+            cwd=folder,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        self.client = dnb.Client(f"http://127.0.0.1:{port}", token=ADMIN)
+        for _ in range(600):
+            try:
+                self.client.runs()
+                return
+            except dnb.DurableError:
+                if self.process.poll() is not None:
+                    raise AssertionError(self.process.stderr.read().decode()[-2000:]) from None
+                time.sleep(0.05)
+        raise AssertionError("the server did not start")
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=30)
+        self.client.close()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+        self.client.close()
+
+
+@pytest.fixture
+def serving(tmp_path: Path, store_url: str) -> Iterator[Any]:
+    (tmp_path / "service_flows.py").write_text(FLOWS)
+    started: list[Server] = []
+
+    def start() -> Server:
+        server = Server(tmp_path, store_url, _free_port())
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def test_a_paused_run_survives_a_killed_server_and_completes_when_approved(serving: Any, store_url: str) -> None:
+    first = serving()
+    run_id = first.client.run("gated", {"who": "kim"})["id"]
+    assert first.client.wait(run_id)["status"] == "paused"
+    first.kill()
+    second = serving()
+    assert second.client.get(run_id)["status"] == "paused"
+    decider = dnb.Client(second.client.url, token=DECIDER)
+    assert decider.approve(run_id, comment="go")["approved"] is True
+    with pytest.raises(dnb.AlreadyResumed):
+        decider.approve(run_id)
+    assert second.client.wait(run_id, until=("completed", "failed"))["status"] == "completed"
+    assert dnb.get_run(run_id, store=store_url).state["by"] == "ana"
+
+
+def test_a_run_killed_mid_node_is_continued_by_the_restarted_server(
+    serving: Any, tmp_path: Path, store_url: str
+) -> None:
+    side = tmp_path / "side.txt"
+    first = serving()
+    run_id = first.client.run("slow")["id"]
+    for _ in range(600):
+        if side.exists() and "work" in side.read_text():
+            break
+        time.sleep(0.05)
+    first.kill()  # in the middle of node 'work'
+    (tmp_path / "release").touch()
+    second = serving()
+    # Nobody asks: the server's recovery on start takes the stranded run over.
+    assert second.client.wait(run_id, until=("completed", "failed"), timeout=120)["status"] == "completed"
+    assert side.read_text().split() == ["first", "work", "work"]  # only the node in flight ran again
+    assert dnb.get_run(run_id, store=store_url).state == {"one": 1, "two": 2}
