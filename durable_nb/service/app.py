@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -18,21 +17,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, StrictBool
 
-from .. import views
-from ..engine import calls
-from ..engine.ownership import release_on_interrupt
-from ..engine.recovery import arecover
 from ..engine.workflow import Workflow
-from ..errors import AlreadyResumed, DurableError, NotResumable, RunOwnedElsewhere, WorkflowNotFound
+from ..errors import DurableError
 from ..model import RunStatus
-from ..store import Store, resolve_store
+from ..store import resolve_store
 from .auth import Auth, Token
 from .errors import error_body, status_of
-from .shapes import event_json, history_json, run_json
+from .operations import Service
 
 __all__ = ["Service", "create_app"]
-
-log = logging.getLogger("durable_nb.service")
 
 
 class StartBody(BaseModel):
@@ -57,61 +50,18 @@ class ForkBody(BaseModel):
     state: dict[str, Any] = {}
 
 
-class Service:
-    """The workflows a server serves, its store, and the runs it drives in the background."""
-
-    def __init__(self, workflows: list[Workflow], store: Store, auth: Auth) -> None:
-        self.store = store
-        self.auth = auth
-        self.flows = {flow.name: Workflow._bound_to(flow, store) for flow in workflows}
-        self.tasks: set[asyncio.Task[Any]] = set()
-
-    def flow(self, name: str) -> Workflow:
-        """Return a served workflow; raise WorkflowNotFound."""
-        flow = self.flows.get(name)
-        if flow is None:
-            raise WorkflowNotFound(f"This server serves no workflow {name!r}; it serves {sorted(self.flows)}.")
-        return flow
-
-    def drive(self, flow: Workflow, run_id: str) -> None:
-        """Continue a run in the background (a run someone else continues meanwhile is left to them)."""
-        task = asyncio.get_running_loop().create_task(self._continue(flow, run_id))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-
-    async def _continue(self, flow: Workflow, run_id: str) -> None:
-        release_on_interrupt.set(True)  # stopping the server hands its runs to the next one
-        try:
-            await flow.aresume(run_id)
-        except (AlreadyResumed, RunOwnedElsewhere, NotResumable):
-            pass
-        except Exception:  # the run records its own failure; the server goes on
-            log.exception("run %s stopped in the server", run_id)
-
-    async def recover(self) -> None:
-        """Take over stranded runs of the served workflows; fail the others' (never a live owner's)."""
-        try:
-            await arecover(list(self.flows.values()), store=self.store, resume=self._take)
-        except Exception:  # a failing store now must not stop the next attempt
-            log.exception("recovery failed; trying again later")
-
-    async def _take(self, flow: Workflow, run_id: str) -> None:
-        self.drive(flow, run_id)
-        return None
-
-    def caller(self, needed: str) -> Any:
-        """A dependency that checks the request's token for ``needed`` and returns its Token."""
-
-        async def check(authorization: Annotated[str | None, Header()] = None) -> Token:
-            return self.auth.check(authorization, needed)
-
-        return Depends(check)
-
-
 def create_app(workflows: list[Workflow], *, store: Any = None, auth: Auth, recover_every: float = 30.0) -> FastAPI:
     """Return the ASGI app serving ``workflows`` on ``store`` (default: the first workflow's)."""
     resolved = resolve_store(store) if store is not None or not workflows else workflows[0].store
-    service = Service(workflows, resolved, auth)
+    service = Service(workflows, resolved)
+
+    def caller(needed: str) -> Any:
+        """A dependency that checks the request's token for ``needed`` and returns its Token."""
+
+        async def check(authorization: Annotated[str | None, Header()] = None) -> Token:
+            return auth.check(authorization, needed)
+
+        return Depends(check)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -125,9 +75,8 @@ def create_app(workflows: list[Workflow], *, store: Any = None, auth: Auth, reco
             yield
         finally:
             recovering.cancel()
-            for task in list(service.tasks):
-                task.cancel()
-            await asyncio.gather(recovering, *service.tasks, return_exceptions=True)
+            await asyncio.gather(recovering, return_exceptions=True)
+            await service.stop()
 
     app = FastAPI(
         title="durable_nb",
@@ -136,7 +85,7 @@ def create_app(workflows: list[Workflow], *, store: Any = None, auth: Auth, reco
         lifespan=lifespan,
     )
     app.state.service = service
-    read, decide, admin = service.caller("read"), service.caller("decide"), service.caller("admin")
+    read, decide, admin = caller("read"), caller("decide"), caller("admin")
 
     @app.exception_handler(DurableError)
     async def library_error(request: Request, error: DurableError) -> JSONResponse:
@@ -155,79 +104,48 @@ def create_app(workflows: list[Workflow], *, store: Any = None, auth: Auth, reco
         token: Token = admin,
     ) -> dict[str, Any]:
         """Start a run (pending; the server runs it). A repeated Idempotency-Key returns the first run."""
-        flow = service.flow(name)
-        run = await flow.astart(body.input, idempotency_key=idempotency_key)
-        if run.status == "pending":
-            service.drive(flow, run.id)
-        return {"id": run.id, "status": run.status}
+        return await service.start(name, body.input, idempotency_key)
 
     @app.get("/api/runs")
     async def list_runs(
         name: str | None = None, status: RunStatus | None = None, token: Token = read
     ) -> list[dict[str, Any]]:
         """List runs, newest first, optionally of one workflow and one status."""
-        found = await resolved.list_runs(name, None if status is None else [status])
-        return [run_json(r) for r in found]
+        return await service.list(name, status)
 
     @app.get("/api/runs/{run_id}")
     async def get_run(run_id: str, token: Token = read) -> dict[str, Any]:
         """A run's status: ``{run_id, status, node_counts, executions}``."""
-        return await calls.astatus(run_id, store=resolved)
+        return await service.status(run_id)
 
     @app.get("/api/runs/{run_id}/history")
     async def get_history(run_id: str, token: Token = read) -> list[dict[str, Any]]:
         """Every checkpoint of a run, in order."""
-        return history_json(await views.ahistory(run_id, store=resolved))
+        return await service.history(run_id)
 
     @app.get("/api/runs/{run_id}/events")
     async def get_events(run_id: str, after: int = 0, token: Token = read) -> list[dict[str, Any]]:
         """A run's events after sequence number ``after`` (poll with the last one seen)."""
-        await resolved.get_run(run_id)
-        return [event_json(e) for e in await resolved.list_events(run_id, after)]
+        return await service.events(run_id, after)
 
     @app.post("/api/runs/{run_id}/resume", status_code=202)
     async def resume_run(run_id: str, token: Token = admin) -> dict[str, Any]:
         """Continue a failed or cancelled run from its last checkpoint (a paused one is approved instead)."""
-        run = await calls.aget_run(run_id, store=resolved)
-        if run.status == "paused":
-            raise NotResumable(f"Run {run_id} waits at a gate: POST /api/runs/{run_id}/approve to decide it.")
-        if run.status not in ("failed", "cancelled"):
-            raise NotResumable(f"Run {run_id} is {run.status}; only failed or cancelled runs are resumed.")
-        if await resolved.resume_point(run_id) is None:
-            raise NotResumable(f"Run {run_id} has no checkpoint to resume from; start a new run.")
-        service.drive(service.flow(run.name), run_id)
-        return {"id": run_id, "status": run.status}
+        return await service.resume(run_id)
 
     @app.post("/api/runs/{run_id}/approve", status_code=202)
     async def approve_run(run_id: str, body: DecisionBody, token: Token = decide) -> dict[str, Any]:
         """Decide the gate a run waits at (one decision wins; the others get 409); the server continues it."""
-        decided = await calls.aapprove(
-            run_id,
-            node=body.node,
-            value=body.value,
-            comment=body.comment,
-            by=token.name,
-            store=resolved,
-            approved=body.approved,
-        )
-        flow = service.flows.get(decided.name)
-        if flow is not None and decided.status == "pending":
-            service.drive(flow, run_id)
-        return {"id": run_id, "status": decided.status, "approved": body.approved}
+        return await service.decide(run_id, body.approved, body.comment, body.value, body.node, token.name)
 
     @app.post("/api/runs/{run_id}/cancel")
     async def cancel_run(run_id: str, token: Token = admin) -> dict[str, Any]:
         """Stop a running run mid-node, or settle a paused or pending one."""
-        run = await calls.acancel(run_id, store=resolved)
-        return {"id": run_id, "status": run.status}
+        return await service.cancel(run_id)
 
     @app.post("/api/runs/{run_id}/fork", status_code=202)
     async def fork_run(run_id: str, body: ForkBody, token: Token = admin) -> dict[str, Any]:
         """Branch a run from a checkpoint (default: its latest) with state overrides; the server runs it."""
-        fork = await calls.afork(run_id, body.checkpoint_id, body.state, store=resolved)
-        flow = service.flows.get(fork.name)
-        if flow is not None:
-            service.drive(flow, fork.id)
-        return {"id": fork.id, "status": fork.status, "parent_run_id": run_id}
+        return await service.fork(run_id, body.checkpoint_id, body.state)
 
     return app
