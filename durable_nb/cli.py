@@ -284,6 +284,12 @@ def cmd_recover(args: argparse.Namespace) -> None:
         print(f"  {printable(run.id)}: {printable(run.status)}")
 
 
+def cmd_mcp(args: argparse.Namespace) -> None:
+    from .service.serve import serve_mcp
+
+    serve_mcp([load_workflow(spec) for spec in args.workflow], store=args.store, scope=args.scope)
+
+
 def cmd_serve(args: argparse.Namespace) -> None:
     from .service.serve import serve
 
@@ -344,6 +350,12 @@ COMMANDS: list[tuple[str, Callable[[argparse.Namespace], None], str, str]] = [
     ),
     ("demo", cmd_demo, "Run the quickstart notebook: crash it, restore it, approve it.", "durable-nb demo"),
     (
+        "mcp",
+        cmd_mcp,
+        "Serve the MCP tools (run_get, run_list, run_start, run_approve, …) over stdio.",
+        "durable-nb mcp --workflow app.flows:triage --scope decide",
+    ),
+    (
         "serve",
         cmd_serve,
         "Serve workflows over HTTP: start, watch, decide and steer runs; recover stranded ones.",
@@ -382,7 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         sub.set_defaults(handler=handler)
-        if name not in ("runs", "prune", "recover", "demo", "serve"):
+        if name not in ("runs", "prune", "recover", "demo", "serve", "mcp"):
             sub.add_argument("run", help="the run id (see durable-nb runs)")
         if name == "runs":
             sub.add_argument("--name", default=None, help="only runs of this name")
@@ -408,6 +420,11 @@ def build_parser() -> argparse.ArgumentParser:
         elif name == "demo":
             sub.add_argument("--folder", default=None, help="work here instead of a temporary folder")
             sub.add_argument("--keep", action="store_true", help="keep the temporary folder")
+        elif name == "mcp":
+            sub.add_argument("--workflow", action="append", default=[], help="module:attribute (repeatable)")
+            sub.add_argument(
+                "--scope", default="read", choices=["read", "decide", "admin"], help="what the tools may do (read)"
+            )
         elif name == "serve":
             sub.add_argument("--workflow", action="append", default=[], help="module:attribute (repeatable)")
             sub.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")

@@ -6,9 +6,9 @@ from typing import Any
 
 from ..engine.workflow import Workflow
 from ..errors import ConfigurationError
-from .auth import ENV_TOKENS, Auth, is_loopback, load_tokens
+from .auth import ENV_TOKENS, SCOPES, Auth, Token, is_loopback, load_tokens
 
-__all__ = ["serve"]
+__all__ = ["serve", "serve_mcp"]
 
 
 def serve(
@@ -41,3 +41,18 @@ def serve(
         )
     app = create_app(workflows, store=store, auth=Auth(known, open_access=no_auth), recover_every=recover_every)
     uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+def serve_mcp(workflows: list[Workflow], *, store: Any = None, scope: str = "read", name: str = "mcp") -> None:
+    """Serve the MCP tools over stdio, with ``scope`` for every call (runs proceed in this process)."""
+    try:
+        from ..store import resolve_store
+        from .mcp_tools import build_mcp
+        from .operations import Service
+    except ImportError as error:  # pragma: no cover - the extra is missing
+        raise ConfigurationError("MCP needs its extra: pip install 'durable-nb[serve]'.") from error
+    if scope not in SCOPES:
+        raise ConfigurationError(f"--scope is one of {', '.join(SCOPES)}, not {scope!r}.")
+    resolved = resolve_store(store) if store is not None or not workflows else workflows[0].store
+    token = Token(name, scope)
+    build_mcp(Service(workflows, resolved), lambda: token).run("stdio")
