@@ -9,21 +9,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import html
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
+from urllib.parse import parse_qs
 
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel, StrictBool
 
 from ..engine.workflow import Workflow
 from ..errors import DurableError
 from ..model import RunStatus
 from ..store import resolve_store
-from .auth import Auth, Token
+from .auth import Auth, Forbidden, Token, Unauthorized
 from .errors import error_body, status_of
 from .operations import Service
+from .page import COOKIE, approvals_page, history_page
 
 __all__ = ["Service", "create_app"]
 
@@ -147,5 +150,63 @@ def create_app(workflows: list[Workflow], *, store: Any = None, auth: Auth, reco
     async def fork_run(run_id: str, body: ForkBody, token: Token = admin) -> dict[str, Any]:
         """Branch a run from a checkpoint (default: its latest) with state overrides; the server runs it."""
         return await service.fork(run_id, body.checkpoint_id, body.state)
+
+    # -- the approvals page ---------------------------------------------------------------------
+
+    def page_caller(request: Request, needed: str) -> Token:
+        header = request.headers.get("authorization")
+        cookie = request.cookies.get(COOKIE)
+        return auth.check(header if header else (f"Bearer {cookie}" if cookie else None), needed)
+
+    def refused(error: DurableError) -> HTMLResponse:
+        hint = "Open /?token=YOUR_TOKEN once to sign in (a cookie keeps it)." if isinstance(error, Unauthorized) else ""
+        body = f"<!doctype html><title>Not allowed</title><p>{html.escape(str(error))}</p><p>{hint}</p>"
+        return HTMLResponse(body, status_code=status_of(error))
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def page(request: Request, token: str | None = None) -> Response:
+        """The approvals page: every open gate, with Approve / Reject."""
+        if token is not None:
+            try:
+                auth.check(f"Bearer {token}", "read")
+            except (Unauthorized, Forbidden) as error:
+                return refused(error)
+            # Sign in once: the cookie keeps the token out of later URLs and off other sites' requests.
+            signed = RedirectResponse("/", status_code=303)
+            signed.set_cookie(COOKIE, token, httponly=True, samesite="strict", secure=request.url.scheme == "https")
+            return signed
+        try:
+            page_caller(request, "read")
+        except (Unauthorized, Forbidden) as error:
+            return refused(error)
+        return HTMLResponse(await approvals_page(resolved))
+
+    @app.get("/runs/{run_id}", response_class=HTMLResponse, include_in_schema=False)
+    async def run_page(request: Request, run_id: str) -> Response:
+        """A run's history as a page."""
+        try:
+            page_caller(request, "read")
+        except (Unauthorized, Forbidden) as error:
+            return refused(error)
+        return HTMLResponse(await history_page(resolved, await service.history(run_id), run_id))
+
+    @app.post("/runs/{run_id}/decide", response_class=HTMLResponse, include_in_schema=False)
+    async def decide_from_page(request: Request, run_id: str) -> Response:
+        """The page's Approve / Reject: decide, then show the page with the outcome."""
+        try:
+            caller = page_caller(request, "decide")
+        except (Unauthorized, Forbidden) as error:
+            return refused(error)
+        form = parse_qs((await request.body()).decode("utf-8", "replace"))
+        approved = form.get("approved", ["true"])[0] == "true"
+        comment = form.get("comment", [""])[0].strip() or None
+        node = form.get("node", [None])[0]
+        try:
+            await service.decide(run_id, approved, comment, None, node, caller.name)
+        except DurableError as error:
+            note, failed = f"Not recorded: {error}", True
+        else:
+            note, failed = f"{'Approved' if approved else 'Rejected'} run {run_id}; it continues.", False
+        return HTMLResponse(await approvals_page(resolved, note, failed))
 
     return app

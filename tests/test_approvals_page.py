@@ -1,0 +1,90 @@
+"""The approvals page (issue 17) in headless Chromium: sign in, see the open gate, approve it.
+
+A real ``durable-nb serve`` subprocess; Debian's chromium driven by Playwright. The page shows
+the gate's frozen context escaped (a script in it stays text), and Approve with a comment
+decides the gate as the token's name; the run then completes in the server. The screenshot in
+docs/ is written here.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from servicekit import ADMIN, DECIDER, READER, Server, free_port
+
+import durable_nb as dnb
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+@pytest.fixture
+def server(tmp_path: Path, store_url: str) -> Iterator[Server]:
+    if CHROMIUM is None:
+        pytest.skip("browser tests need Debian's chromium (apt-get install chromium); .ci/run installs it")
+    pytest.importorskip("playwright", reason="browser tests need Playwright for Python (pip install playwright)")
+    from servicekit import FLOWS
+
+    (tmp_path / "service_flows.py").write_text(FLOWS)
+    running = Server(tmp_path, store_url, free_port())
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def page() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
+        yield chromium.new_page(viewport={"width": 1100, "height": 700})
+        chromium.close()
+
+
+def test_approve_a_gate_from_the_page(server: Server, page: Any, store_url: str) -> None:
+    hostile = "<script>window.pwned = 1</script>"
+    run_id = server.client.run("gated", {"who": hostile})["id"]
+    assert server.client.wait(run_id)["status"] == "paused"
+    base = server.client.url
+
+    page.goto(f"{base}/")
+    assert "sign in" in page.content()  # no token, no page
+    page.goto(f"{base}/?token={READER}")
+    assert page.url == f"{base}/"  # the token went into a cookie, not the address
+    gate = page.locator(f"section.gate[data-run='{run_id}']")
+    gate.wait_for()
+    assert "publish?" in gate.inner_text() and hostile in gate.inner_text()
+    assert page.evaluate("window.pwned") is None  # the context is text, never markup
+    DOCS.mkdir(exist_ok=True)
+    page.screenshot(path=str(DOCS / "approvals-page.png"), full_page=True)
+    gate.locator("textarea").fill("looks right")
+    gate.get_by_role("button", name="Approve").click()
+    assert "decide" in page.content()  # a read token cannot decide
+    assert server.client.get(run_id)["status"] == "paused"
+
+    page.goto(f"{base}/?token={DECIDER}")
+    gate.locator("textarea").fill("looks right")
+    gate.get_by_role("button", name="Approve").click()
+    page.get_by_text(f"Approved run {run_id}").wait_for()
+    assert server.client.wait(run_id, until=("completed", "failed"))["status"] == "completed"
+    assert dnb.get_run(run_id, store=store_url).state["by"] == "ana"
+    page.goto(f"{base}/runs/{run_id}")
+    assert "after:publish" in page.content() and "completed" in page.content()
+    assert ADMIN not in page.content()
