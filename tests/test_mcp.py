@@ -127,3 +127,34 @@ def test_a_read_scope_cannot_start_or_decide(tmp_path: Path, store_url: str) -> 
     asyncio.run(_session(tmp_path, store_url, "read", script))
     assert len(dnb.runs("gated", store=store_url)) == 1
     assert dnb.get_run(paused.id, store=store_url).status == "paused"
+
+
+def test_the_tools_over_http_take_the_requests_token(tmp_path: Path, store_url: str) -> None:
+    """The same tools mounted on `durable-nb serve` at /mcp/: the bearer token sets the scope and the `by`."""
+    from mcp import ClientSession
+    from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+    from servicekit import DECIDER, FLOWS, READER, Server, free_port
+
+    (tmp_path / "service_flows.py").write_text(FLOWS)
+    server = Server(tmp_path, store_url, free_port())
+    try:
+        run_id = server.client.run("gated", {})["id"]
+        assert server.client.wait(run_id)["status"] == "paused"
+
+        async def as_token(token: str, tool: str, arguments: dict[str, Any]) -> Any:
+            headers = {"Authorization": f"Bearer {token}"}
+            async with create_mcp_http_client(headers=headers) as http:
+                async with streamable_http_client(f"{server.client.url}/mcp/", http_client=http) as streams:
+                    async with ClientSession(streams[0], streams[1]) as session:
+                        await session.initialize()
+                        return await session.call_tool(tool, arguments)
+
+        refused = asyncio.run(as_token(READER, "run_approve", {"run_id": run_id}))
+        assert _failed(refused) and "Forbidden" in _text(refused)
+        assert server.client.get(run_id)["status"] == "paused"
+        decided = asyncio.run(as_token(DECIDER, "run_approve", {"run_id": run_id, "comment": "via mcp"}))
+        assert not _failed(decided), _text(decided)
+        assert server.client.wait(run_id, until=("completed", "failed"))["status"] == "completed"
+        assert dnb.get_run(run_id, store=store_url).state["by"] == "ana"
+    finally:
+        server.stop()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import html
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
@@ -25,6 +26,7 @@ from ..model import RunStatus
 from ..store import resolve_store
 from .auth import Auth, Forbidden, Token, Unauthorized
 from .errors import error_body, status_of
+from .mcp_tools import build_mcp
 from .operations import Service
 from .page import COOKIE, approvals_page, history_page
 
@@ -53,7 +55,36 @@ class ForkBody(BaseModel):
     state: dict[str, Any] = {}
 
 
-def create_app(workflows: list[Workflow], *, store: Any = None, auth: Auth, recover_every: float = 30.0) -> FastAPI:
+class _TokenGate:
+    """Lets a request through to the MCP app only with a known token, which the tools then read."""
+
+    def __init__(self, inner: Any, auth: Auth, holder: contextvars.ContextVar[Token]) -> None:
+        self.inner = inner
+        self.auth = auth
+        self.holder = holder
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.inner(scope, receive, send)
+            return
+        header = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"authorization"), None)
+        try:
+            token = self.auth.check(header, "read")
+        except DurableError as error:
+            await JSONResponse(error_body(error), status_code=status_of(error))(scope, receive, send)
+            return
+        self.holder.set(token)
+        await self.inner(scope, receive, send)
+
+
+def create_app(
+    workflows: list[Workflow],
+    *,
+    store: Any = None,
+    auth: Auth,
+    recover_every: float = 30.0,
+    host: str = "127.0.0.1",
+) -> FastAPI:
     """Return the ASGI app serving ``workflows`` on ``store`` (default: the first workflow's)."""
     resolved = resolve_store(store) if store is not None or not workflows else workflows[0].store
     service = Service(workflows, resolved)
@@ -66,6 +97,11 @@ def create_app(workflows: list[Workflow], *, store: Any = None, auth: Auth, reco
 
         return Depends(check)
 
+    # MCP over HTTP, at /mcp/: the same tools as `durable-nb mcp`, with the request's token.
+    asked_by: contextvars.ContextVar[Token] = contextvars.ContextVar("durable_nb_mcp_token")
+    tools = build_mcp(service, asked_by.get)
+    tools_app = tools.streamable_http_app(streamable_http_path="/", stateless_http=True, json_response=True, host=host)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async def every() -> None:
@@ -75,7 +111,8 @@ def create_app(workflows: list[Workflow], *, store: Any = None, auth: Auth, reco
 
         recovering = asyncio.get_running_loop().create_task(every())
         try:
-            yield
+            async with tools.session_manager.run():
+                yield
         finally:
             recovering.cancel()
             await asyncio.gather(recovering, return_exceptions=True)
@@ -88,6 +125,7 @@ def create_app(workflows: list[Workflow], *, store: Any = None, auth: Auth, reco
         lifespan=lifespan,
     )
     app.state.service = service
+    app.mount("/mcp", _TokenGate(tools_app, auth, asked_by))
     read, decide, admin = caller("read"), caller("decide"), caller("admin")
 
     @app.exception_handler(DurableError)

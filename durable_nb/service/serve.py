@@ -39,7 +39,9 @@ def serve(
         raise ConfigurationError(
             f"No tokens: give --tokens FILE or set ${ENV_TOKENS} (name:scope:secret, …), or --no-auth on 127.0.0.1."
         )
-    app = create_app(workflows, store=store, auth=Auth(known, open_access=no_auth), recover_every=recover_every)
+    app = create_app(
+        workflows, store=store, auth=Auth(known, open_access=no_auth), recover_every=recover_every, host=host
+    )
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
