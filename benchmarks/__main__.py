@@ -28,8 +28,21 @@ from .history import history_scenario, render_history
 from .notebook import dataframe_scenario, render_dataframe, render_run_all, run_all_scenario
 from .realnb import realnb_scenario, render_realnb
 from .scale import installed_contenders, json_safe, render_scale, scale_scenario
+from .service import main as service_main
 
-SCENARIOS = ("chain", "large", "postgres", "history", "race", "dataframe", "run_all", "realnb", "scale", "agents")
+SCENARIOS = (
+    "chain",
+    "large",
+    "postgres",
+    "history",
+    "race",
+    "dataframe",
+    "run_all",
+    "realnb",
+    "scale",
+    "agents",
+    "service",
+)
 
 
 def describe_machine() -> str:
@@ -210,6 +223,10 @@ def main(argv: list[str] | None = None) -> int:
     agents = None
     if "agents" in only:
         agents = agents_scenario(3, 1, ("durable_nb",)) if args.smoke else agents_scenario(20, 5, agent_contenders())
+    # The HTTP service against a DBOS + FastAPI peer (about a minute; not in the smoke run);
+    # `python -m benchmarks.service` runs it alone.
+    if "service" in only and not args.smoke:
+        service_main([])
     machine = describe_machine()
     for result in results:
         print(render(result))
