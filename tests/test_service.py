@@ -233,3 +233,41 @@ def test_a_run_killed_mid_node_is_continued_by_the_restarted_server(
     assert second.client.wait(run_id, until=("completed", "failed"), timeout=120)["status"] == "completed"
     assert side.read_text().split() == ["first", "work", "work"]  # only the node in flight ran again
     assert dnb.get_run(run_id, store=store_url).state == {"one": 1, "two": 2}
+
+
+def test_two_servers_on_one_store_continue_a_stranded_run_once(serving: Any, tmp_path: Path, store_url: str) -> None:
+    side = tmp_path / "side.txt"
+    first = serving()
+    run_id = first.client.run("slow")["id"]
+    for _ in range(600):
+        if side.exists() and "work" in side.read_text():
+            break
+        time.sleep(0.05)
+    first.kill()
+    (tmp_path / "release").touch()
+    # Two servers start at once; both look for stranded runs every second.
+    second, third = serving(), serving()
+    assert second.client.wait(run_id, until=("completed", "failed"), timeout=120)["status"] == "completed"
+    time.sleep(2.5)  # both have looked again since: nobody continues a finished run
+    assert side.read_text().split() == ["first", "work", "work"]
+    assert third.client.get(run_id)["status"] == "completed"
+
+
+def test_the_client_has_async_twins(serving: Any) -> None:
+    import asyncio
+
+    server = serving()
+
+    async def go() -> dict[str, Any]:
+        started = await server.client.arun("gated", {"who": "async"}, idempotency_key="a-1")
+        again = await server.client.arun("gated", {}, idempotency_key="a-1")
+        assert again["id"] == started["id"]
+        paused = await server.client.await_run(started["id"])
+        assert paused["status"] == "paused"
+        history = await server.client.ahistory(started["id"])
+        assert history[0]["step"].startswith("after:")
+        with pytest.raises(dnb.RunNotFound):
+            await server.client.aget("0192-nope")
+        return paused
+
+    asyncio.run(go())
