@@ -284,6 +284,58 @@ def cmd_recover(args: argparse.Namespace) -> None:
         print(f"  {printable(run.id)}: {printable(run.status)}")
 
 
+def _parameter_value(text: str) -> Any:
+    """A -p value as papermill reads it: a number, true/false, none, else the text."""
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered in ("none", "null"):
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def cmd_run_notebook(args: argparse.Namespace) -> int:
+    from .headless import run_notebook
+
+    parameters: dict[str, Any] = {}
+    if args.parameters_file:
+        parameters.update(_parameters_file(args.parameters_file))
+    parameters.update({name: _parameter_value(value) for name, value in args.parameter})
+    return run_notebook(
+        args.notebook,
+        args.output,
+        parameters=parameters,
+        run=args.run,
+        store=args.store,
+        kernel=args.kernel,
+        wait=args.wait,
+        say=lambda line: print(printable(line), flush=True),
+    )
+
+
+def _parameters_file(path: str) -> dict[str, Any]:
+    try:
+        text = open(path, encoding="utf-8").read()
+    except OSError as error:
+        raise InvalidInput(f"Cannot read the parameters file {path}: {error.strerror or error}.") from error
+    try:
+        import yaml
+
+        found = yaml.safe_load(text)
+    except ImportError:
+        found = json.loads(text)
+    except Exception as error:  # any parse error is the file's
+        raise InvalidInput(f"The parameters file {path} is not YAML or JSON: {error}.") from error
+    if not isinstance(found, dict):
+        raise InvalidInput(f"The parameters file {path} must hold a mapping of names to values.")
+    return found
+
+
 def cmd_mcp(args: argparse.Namespace) -> None:
     from .service.serve import serve_mcp
 
@@ -350,6 +402,12 @@ COMMANDS: list[tuple[str, Callable[[argparse.Namespace], None], str, str]] = [
     ),
     ("demo", cmd_demo, "Run the quickstart notebook: crash it, restore it, approve it.", "durable-nb demo"),
     (
+        "run-notebook",
+        cmd_run_notebook,
+        "Run a notebook headless with every cell durable; run it again after a crash to resume.",
+        "durable-nb run-notebook report.ipynb -o out.ipynb -p region EU",
+    ),
+    (
         "mcp",
         cmd_mcp,
         "Serve the MCP tools (run_get, run_list, run_start, run_approve, …) over stdio.",
@@ -394,7 +452,7 @@ def build_parser() -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         sub.set_defaults(handler=handler)
-        if name not in ("runs", "prune", "recover", "demo", "serve", "mcp"):
+        if name not in ("runs", "prune", "recover", "demo", "serve", "mcp", "run-notebook"):
             sub.add_argument("run", help="the run id (see durable-nb runs)")
         if name == "runs":
             sub.add_argument("--name", default=None, help="only runs of this name")
@@ -420,6 +478,22 @@ def build_parser() -> argparse.ArgumentParser:
         elif name == "demo":
             sub.add_argument("--folder", default=None, help="work here instead of a temporary folder")
             sub.add_argument("--keep", action="store_true", help="keep the temporary folder")
+        elif name == "run-notebook":
+            sub.add_argument("notebook", help="the notebook to run (it is not changed)")
+            sub.add_argument("-o", "--output", default=None, help="write the executed notebook here, as cells finish")
+            sub.add_argument(
+                "-p",
+                "--parameter",
+                nargs=2,
+                action="append",
+                default=[],
+                metavar=("NAME", "VALUE"),
+                help="a parameter, injected after the cell tagged 'parameters' (repeatable)",
+            )
+            sub.add_argument("-f", "--parameters-file", default=None, help="parameters from a YAML or JSON file")
+            sub.add_argument("--run", default=None, help="the run's name (default: the notebook's)")
+            sub.add_argument("--kernel", default="python3", help="the kernel to run it in (default python3)")
+            sub.add_argument("--wait", action="store_true", help="at a gate, wait for the decision, then go on")
         elif name == "mcp":
             sub.add_argument("--workflow", action="append", default=[], help="module:attribute (repeatable)")
             sub.add_argument(
@@ -501,10 +575,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        args.handler(args)
+        code = args.handler(args)
     except (Exception, KeyboardInterrupt) as error:  # noqa: BLE001 - every error is one line, never a traceback
         return _report(error, args.json)
-    return 0
+    return code if isinstance(code, int) else 0
 
 
 if __name__ == "__main__":

@@ -18,8 +18,9 @@ ALLOWED = {
     "views": {"base", "store", "engine", "driver"},
     "widgets": {"base", "store", "engine", "views", "driver"},
     "notebook": {"base", "store", "engine", "views", "widgets", "driver"},
-    "cli": {"base", "store", "engine", "views", "demo", "service", "driver"},
+    "cli": {"base", "store", "engine", "views", "demo", "service", "headless", "driver"},
     "service": {"base", "store", "engine", "views", "driver"},
+    "headless": {"base", "store", "engine", "views", "driver"},
     "demo": {"base", "store", "engine", "views", "driver"},
     "driver": set(),
 }

@@ -1,0 +1,217 @@
+"""``durable-nb run-notebook``: run any notebook headless with every code cell durable, and resume it.
+
+The notebook is not edited on disk. In the copy that runs, each code cell gets a ``%%durable``
+line (cells already marked keep theirs; a cell tagged ``not-durable`` runs plain), a first cell
+attaches the kernel to the notebook's run, and parameters are injected after the cell tagged
+``parameters``, as papermill does. The run is found again by the notebook's path and parameters
+(or ``--run``): running the same command after a crash restores what committed and executes the
+rest. The output notebook, with the original sources, is written as cells finish.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigurationError, InvalidInput
+
+__all__ = ["EXIT_COMPLETED", "EXIT_FAILED", "EXIT_PAUSED", "NotebookRun", "cell_name", "run_notebook"]
+
+EXIT_COMPLETED, EXIT_FAILED, EXIT_PAUSED = 0, 1, 3
+PLAIN_TAG, PARAMETERS_TAG, INJECTED_TAG = "not-durable", "parameters", "injected-parameters"
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+_RESERVED_TAGS = {PLAIN_TAG, PARAMETERS_TAG, INJECTED_TAG}
+
+
+def cell_name(index: int, source: str, tags: list[str]) -> str:
+    """A cell's stable name: its first tag that is a name, else its position and a digest of its source."""
+    for tag in tags:
+        if tag not in _RESERVED_TAGS and _NAME.match(tag):
+            return tag
+    digest = hashlib.sha256(source.encode("utf-8")).hexdigest()[:6]
+    return f"cell{index}_{digest}"
+
+
+def _injected(parameters: dict[str, Any]) -> str:
+    lines = ["# Parameters"]
+    for name, value in parameters.items():
+        if not isinstance(name, str) or not name.isidentifier() or name.startswith("__"):
+            raise InvalidInput(f"A parameter's name is a Python identifier (not starting with '__'), not {name!r}.")
+        lines.append(f"{name} = {value!r}")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class NotebookRun:
+    """A notebook prepared to run durably: the copy that runs, and how to write the output."""
+
+    source: Path
+    run_name: str
+    run_key: str
+    store: str | None
+    parameters: dict[str, Any] = field(default_factory=dict)
+    notebook: Any = None
+    originals: dict[int, str] = field(default_factory=dict)
+
+    @classmethod
+    def prepare(
+        cls,
+        path: str | Path,
+        parameters: dict[str, Any] | None = None,
+        run: str | None = None,
+        store: str | None = None,
+    ) -> NotebookRun:
+        """Read ``path`` and build the durable copy (the file itself is never changed)."""
+        import nbformat
+
+        source = Path(path).resolve()
+        try:
+            notebook = nbformat.read(str(source), as_version=4)
+        except (OSError, ValueError) as error:
+            raise InvalidInput(f"Cannot read the notebook {path}: {error}.") from error
+        values = dict(parameters or {})
+        identity = json.dumps([str(source), values], sort_keys=True, default=repr)
+        key = hashlib.sha256(identity.encode()).hexdigest()[:24]
+        prepared = cls(source, run or source.stem, key, store, values, notebook)
+        prepared._inject(nbformat)
+        prepared._make_durable()
+        return prepared
+
+    def _inject(self, nbformat: Any) -> None:
+        if not self.parameters:
+            return
+        cells = self.notebook.cells
+        where = next((i for i, c in enumerate(cells) if PARAMETERS_TAG in c.get("metadata", {}).get("tags", [])), -1)
+        cell = nbformat.v4.new_code_cell(_injected(self.parameters), metadata={"tags": [INJECTED_TAG]})
+        cells.insert(where + 1, cell)
+
+    def _make_durable(self) -> None:
+        import nbformat
+
+        for index, cell in enumerate(self.notebook.cells):
+            if cell.cell_type != "code":
+                continue
+            tags = list(cell.get("metadata", {}).get("tags", []))
+            text = cell.source
+            self.originals[index] = text
+            if PLAIN_TAG in tags or not text.strip() or text.lstrip().startswith("%%durable"):
+                continue
+            if text.lstrip().startswith("%%"):
+                continue  # another cell magic owns this cell: it runs as written
+            cell.source = f"%%durable {cell_name(index, text, tags)}\n{text}"
+        store = f" --store {self.store}" if self.store else ""
+        attach = f"%load_ext durable_nb\n%durable run {self.run_name} --key {self.run_key}{store}"
+        setup = nbformat.v4.new_code_cell(attach, metadata={"tags": ["durable-nb-setup"]})
+        self.notebook.cells.insert(0, setup)
+        self.originals = {index + 1: text for index, text in self.originals.items()}
+
+    def output(self) -> Any:
+        """The notebook as it ran, with each cell's original source and without the set-up cell."""
+        import copy
+
+        written = copy.deepcopy(self.notebook)
+        for index, text in self.originals.items():
+            written.cells[index].source = text
+        written.cells.pop(0)
+        return written
+
+
+def run_notebook(
+    path: str | Path,
+    output: str | Path | None = None,
+    *,
+    parameters: dict[str, Any] | None = None,
+    run: str | None = None,
+    store: str | None = None,
+    kernel: str = "python3",
+    wait: bool = False,
+    say: Callable[[str], None] = print,
+    cell_timeout: float | None = None,
+) -> int:
+    """Run a notebook durably; return 0 (completed), 1 (a cell failed) or 3 (paused at a gate)."""
+    target = Path(output) if output is not None else None
+    while True:
+        prepared = NotebookRun.prepare(path, parameters, run, store)
+        code = _execute(prepared, target, kernel, say, cell_timeout)
+        if code != EXIT_PAUSED:
+            return code
+        run_id = _paused_run(prepared)
+        say(
+            f"Decide it with `durable-nb approve {run_id}` (or reject), the service or its approvals page, then "
+            "run this command again" + (": waiting for the decision…" if wait else " (or add --wait).")
+        )
+        if not (wait and _await_decision(prepared, run_id)):
+            return EXIT_PAUSED
+
+
+def _execute(
+    prepared: NotebookRun, target: Path | None, kernel: str, say: Callable[[str], None], cell_timeout: float | None
+) -> int:
+    """Run the prepared notebook once in a new kernel; write the output as cells finish."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, DeadKernelError
+
+    total = sum(1 for c in prepared.notebook.cells if c.cell_type == "code") - 1
+
+    def write() -> None:
+        if target is not None:
+            nbformat.write(prepared.output(), str(target))
+
+    def finished(cell: Any, cell_index: int, execute_reply: Any) -> None:
+        if cell_index == 0:
+            return
+        restored = any("from checkpoint" in str(o.get("text", "")) for o in cell.get("outputs", []))
+        say(f"cell {cell_index}/{total} {'restored' if restored else 'executed'}")
+        write()
+
+    client = NotebookClient(
+        prepared.notebook,
+        kernel_name=kernel,
+        timeout=cell_timeout,
+        resources={"metadata": {"path": str(prepared.source.parent)}},
+        on_cell_executed=finished,
+    )
+    try:
+        client.execute()
+    except CellExecutionError as error:
+        write()
+        if error.ename == "GatePending":
+            say(f"paused at a gate: {error.evalue}")
+            return EXIT_PAUSED
+        say(f"a cell failed ({error.ename}: {error.evalue}); fix it and run this command again to resume")
+        return EXIT_FAILED
+    except DeadKernelError as error:
+        write()
+        say(f"the kernel died ({error}); run this command again to resume")
+        return EXIT_FAILED
+    write()
+    say(f"completed run {prepared.run_name} ({total} cells)")
+    return EXIT_COMPLETED
+
+
+def _paused_run(prepared: NotebookRun) -> str:
+    from ..views import runs as list_runs
+
+    runs = list_runs(prepared.run_name, store=prepared.store)
+    paused = runs[runs["status"] == "paused"]
+    if paused.empty:
+        raise ConfigurationError(f"The run of {prepared.run_name} paused, but no paused run is in the store.")
+    return str(paused["run_id"].iloc[0])
+
+
+def _await_decision(prepared: NotebookRun, run_id: str, poll: float = 0.5) -> bool:
+    """Wait until the gate is decided (polling the store); True to continue, False if it was cancelled."""
+    from ..engine.calls import get_run
+
+    while True:
+        status = get_run(run_id, store=prepared.store).status
+        if status != "paused":
+            return status != "cancelled"
+        time.sleep(poll)

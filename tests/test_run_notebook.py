@@ -1,0 +1,125 @@
+"""``durable-nb run-notebook`` (issue 18, first part): any notebook, durable without editing it.
+
+Real kernels through nbclient, on SQLite and PostgreSQL. A failing cell ends with exit 1; the
+same command again resumes: committed cells are restored, not run again (side effects are
+counted in a file). Parameters are injected after the cell tagged ``parameters``; changed
+parameters are a new run. A gate ends with exit 3 and says how to approve; ``--wait`` goes on
+once another process approves. The notebook on disk is never changed; the output notebook
+keeps the original sources.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import durable_nb as dnb
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _notebook(folder: Path) -> Path:
+    side = folder / "side.txt"
+    note = f"open({str(side)!r}, 'a').write('{{}}\\n')"
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_markdown_cell("# A report"),
+        nbformat.v4.new_code_cell("region = 'US'\nlimit = 3", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell(
+            f"{note.format('load')}\nrows = list(range(limit))\nprint('loaded', len(rows), region)"
+        ),
+        nbformat.v4.new_code_cell(
+            f"import pathlib\n{note.format('check')}\n"
+            f"if not pathlib.Path({str(folder / 'fixed')!r}).exists():\n    raise RuntimeError('not yet')\n"
+            "total = sum(rows)"
+        ),
+        nbformat.v4.new_code_cell(f"{note.format('plain')}", metadata={"tags": ["not-durable"]}),
+        nbformat.v4.new_code_cell(f"{note.format('end')}\nprint('total', total)"),
+    ]
+    path = folder / "report.ipynb"
+    nbformat.write(notebook, str(path))
+    return path
+
+
+def _run(folder: Path, store_url: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    command = [sys.executable, "-m", "durable_nb.cli", "run-notebook", "report.ipynb", "-o", "out.ipynb"]
+    return subprocess.run(
+        [*command, "--store", store_url, *extra], cwd=folder, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def _side(folder: Path) -> list[str]:
+    path = folder / "side.txt"
+    return path.read_text().split() if path.exists() else []
+
+
+def test_a_failed_run_resumes_when_run_again(tmp_path: Path, store_url: str) -> None:
+    path = _notebook(tmp_path)
+    before = path.read_text()
+    failed = _run(tmp_path, store_url, "-p", "region", "EU", "-p", "limit", "5")
+    assert failed.returncode == 1, failed.stderr[-2000:]
+    assert "a cell failed (RuntimeError: not yet)" in failed.stdout
+    assert _side(tmp_path) == ["load", "check"]
+    (tmp_path / "fixed").touch()
+    done = _run(tmp_path, store_url, "-p", "region", "EU", "-p", "limit", "5")
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+    assert "restored" in done.stdout and "completed run report" in done.stdout
+    # 'load' committed before the failure: restored, not run again; the failed cell ran again.
+    assert _side(tmp_path) == ["load", "check", "check", "plain", "end"]
+    assert path.read_text() == before  # the notebook itself is never changed
+    out = nbformat.read(str(tmp_path / "out.ipynb"), as_version=4)
+    tags = [c.get("metadata", {}).get("tags", []) for c in out.cells]
+    assert tags[1] == ["parameters"] and tags[2] == ["injected-parameters"]
+    assert out.cells[2].source == "# Parameters\nregion = 'EU'\nlimit = 5\n"
+    assert not any("%%durable" in c.source for c in out.cells)  # the original sources
+    printed = "".join(o.get("text", "") for o in out.cells[-1].outputs)
+    assert "total 10" in printed
+    # The same parameters again: one run, finished; everything restored, nothing runs.
+    again = _run(tmp_path, store_url, "-p", "region", "EU", "-p", "limit", "5")
+    assert again.returncode == 0 and _side(tmp_path) == ["load", "check", "check", "plain", "end", "plain"]
+    assert len(dnb.runs("report", store=store_url)) == 1
+    # Other parameters: another run.
+    other = _run(tmp_path, store_url, "-p", "region", "US")
+    assert other.returncode == 0 and len(dnb.runs("report", store=store_url)) == 2
+
+
+GATED = """
+import durable_nb as dnb
+decision = dnb.gate("publish?", {"total": 3})
+approved = decision.approved
+"""
+
+
+def test_a_gate_exits_3_and_wait_goes_on_once_approved(tmp_path: Path, store_url: str) -> None:
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell(GATED)]
+    nbformat.write(notebook, str(tmp_path / "report.ipynb"))
+    paused = _run(tmp_path, store_url)
+    assert paused.returncode == 3, paused.stdout + paused.stderr[-2000:]
+    run_id = str(dnb.runs("report", store=store_url).run_id.iloc[0])
+    assert f"durable-nb approve {run_id}" in paused.stdout
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    command = [sys.executable, "-m", "durable_nb.cli", "run-notebook", "report.ipynb", "--store", store_url, "--wait"]
+    waiting = subprocess.Popen(
+        command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        for _ in range(600):
+            if dnb.get_run(run_id, store=store_url).status == "paused":
+                break
+            time.sleep(0.05)
+        dnb.approve(run_id, comment="from another process", store=store_url)
+        out, err = waiting.communicate(timeout=300)
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+    assert waiting.returncode == 0, out + err[-2000:]
+    assert dnb.get_run(run_id, store=store_url).state["approved"] is True
