@@ -123,3 +123,25 @@ def test_a_gate_exits_3_and_wait_goes_on_once_approved(tmp_path: Path, store_url
             waiting.kill()
     assert waiting.returncode == 0, out + err[-2000:]
     assert dnb.get_run(run_id, store=store_url).state["approved"] is True
+
+
+def test_the_papermill_engine_resumes_a_failed_run(tmp_path: Path, store_url: str) -> None:
+    """`papermill --engine durable`: papermill's parameters and output, every cell durable, resumed on a rerun."""
+    pytest.importorskip("papermill", reason="the engine needs papermill")
+    _notebook(tmp_path)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), DURABLE_NB_STORE=store_url)
+    command = [
+        sys.executable, "-m", "papermill", "report.ipynb", "out.ipynb", "--engine", "durable", "-k", "python3",
+        "--language", "python", "-p", "region", "EU", "-p", "limit", "5", "--no-progress-bar",
+    ]  # fmt: skip
+    failed = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert failed.returncode != 0 and _side(tmp_path) == ["load", "check"], failed.stderr[-2000:]
+    (tmp_path / "fixed").touch()
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert _side(tmp_path) == ["load", "check", "check", "plain", "end"]
+    out = nbformat.read(str(tmp_path / "out.ipynb"), as_version=4)
+    injected = [c for c in out.cells if "injected-parameters" in c.get("metadata", {}).get("tags", [])]
+    assert len(injected) == 1 and 'region = "EU"' in injected[0].source  # papermill's own injection
+    assert not any("%%durable" in c.source for c in out.cells)
+    assert "total 10" in "".join(o.get("text", "") for o in out.cells[-1].outputs)

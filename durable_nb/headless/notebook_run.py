@@ -21,7 +21,17 @@ from typing import Any
 
 from ..errors import ConfigurationError, InvalidInput
 
-__all__ = ["EXIT_COMPLETED", "EXIT_FAILED", "EXIT_PAUSED", "NotebookRun", "cell_name", "run_notebook"]
+__all__ = [
+    "EXIT_COMPLETED",
+    "EXIT_FAILED",
+    "EXIT_PAUSED",
+    "NotebookRun",
+    "attach_code",
+    "cell_name",
+    "durable_source",
+    "run_key",
+    "run_notebook",
+]
 
 EXIT_COMPLETED, EXIT_FAILED, EXIT_PAUSED = 0, 1, 3
 PLAIN_TAG, PARAMETERS_TAG, INJECTED_TAG = "not-durable", "parameters", "injected-parameters"
@@ -36,6 +46,28 @@ def cell_name(index: int, source: str, tags: list[str]) -> str:
             return tag
     digest = hashlib.sha256(source.encode("utf-8")).hexdigest()[:6]
     return f"cell{index}_{digest}"
+
+
+def durable_source(index: int, cell: Any) -> str:
+    """Return the source a code cell runs with: behind a ``%%durable`` line unless it must run as written."""
+    tags = list(cell.get("metadata", {}).get("tags", []))
+    text = str(cell.source)
+    stripped = text.lstrip()
+    if PLAIN_TAG in tags or not stripped or stripped.startswith("%%"):
+        return text  # marked plain, empty, already durable, or owned by another cell magic
+    return f"%%durable {cell_name(index, text, tags)}\n{text}"
+
+
+def attach_code(run_name: str, run_key: str, store: str | None) -> str:
+    """The code that attaches a kernel to the notebook's run (found again by its key)."""
+    where = f" --store {store}" if store else ""
+    return f"%load_ext durable_nb\n%durable run {run_name} --key {run_key}{where}"
+
+
+def run_key(path: Path, parameters: dict[str, Any]) -> str:
+    """The key a notebook's run is found by: its path and its parameters."""
+    identity = json.dumps([str(path), parameters], sort_keys=True, default=repr)
+    return hashlib.sha256(identity.encode()).hexdigest()[:24]
 
 
 def _injected(parameters: dict[str, Any]) -> str:
@@ -76,9 +108,7 @@ class NotebookRun:
         except (OSError, ValueError) as error:
             raise InvalidInput(f"Cannot read the notebook {path}: {error}.") from error
         values = dict(parameters or {})
-        identity = json.dumps([str(source), values], sort_keys=True, default=repr)
-        key = hashlib.sha256(identity.encode()).hexdigest()[:24]
-        prepared = cls(source, run or source.stem, key, store, values, notebook)
+        prepared = cls(source, run or source.stem, run_key(source, values), store, values, notebook)
         prepared._inject(nbformat)
         prepared._make_durable()
         return prepared
@@ -97,16 +127,9 @@ class NotebookRun:
         for index, cell in enumerate(self.notebook.cells):
             if cell.cell_type != "code":
                 continue
-            tags = list(cell.get("metadata", {}).get("tags", []))
-            text = cell.source
-            self.originals[index] = text
-            if PLAIN_TAG in tags or not text.strip() or text.lstrip().startswith("%%durable"):
-                continue
-            if text.lstrip().startswith("%%"):
-                continue  # another cell magic owns this cell: it runs as written
-            cell.source = f"%%durable {cell_name(index, text, tags)}\n{text}"
-        store = f" --store {self.store}" if self.store else ""
-        attach = f"%load_ext durable_nb\n%durable run {self.run_name} --key {self.run_key}{store}"
+            self.originals[index] = cell.source
+            cell.source = durable_source(index, cell)
+        attach = attach_code(self.run_name, self.run_key, self.store)
         setup = nbformat.v4.new_code_cell(attach, metadata={"tags": ["durable-nb-setup"]})
         self.notebook.cells.insert(0, setup)
         self.originals = {index + 1: text for index, text in self.originals.items()}
