@@ -32,7 +32,7 @@ from ..store import codec
 from ..store.protocol import Conflict, Store
 from ..store.rules import ANY_NODE, choose_claim
 from .drafts import draft_after
-from .values import RESERVED_PREFIX
+from .values import refuse_reserved
 
 __all__ = [
     "TIMEOUT_BY",
@@ -82,13 +82,9 @@ def make_decision(approved: Any, value: Any = None, comment: Any = None, by: Any
             f"A decision's value is {size:,} bytes as JSON; the limit is {MAX_DECISION_VALUE_BYTES:,}. "
             "Store large data in the run's state and pass a reference."
         )
-    reserved = sorted(k for k in value if k.startswith(RESERVED_PREFIX)) if isinstance(value, dict) else []
-    if reserved:
+    if isinstance(value, dict):
         # A node may return its gate's value as state: an approver must not reach the engine's names.
-        raise InvalidDecision(
-            f"A decision's value sets {reserved[:5]!r}: names starting with '__' are reserved for "
-            "durable_nb's own bookkeeping; use another name."
-        )
+        refuse_reserved(value, "A decision's value", InvalidDecision)
     return Decision(approved=approved, value=value, comment=comment, by=by if by is not None else _default_by())
 
 

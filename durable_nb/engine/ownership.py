@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import os
+import stat
 import tempfile
 import threading
 import time
@@ -93,15 +94,16 @@ release_on_interrupt: contextvars.ContextVar[bool] = contextvars.ContextVar(
 _given_up: set[str] = set()
 
 
-def _released_folder() -> Path | None:
+def _released_folder(create: bool = False) -> Path | None:
     # Private to this user: a marker anyone could plant would let them take a live run.
     folder = Path(tempfile.gettempdir()) / f"durable_nb-{os.getuid()}-released"
     try:
-        folder.mkdir(mode=0o700, exist_ok=True)
+        if create:
+            folder.mkdir(mode=0o700, exist_ok=True)
         info = folder.lstat()
     except OSError:
-        return None
-    if info.st_uid != os.getuid() or info.st_mode & 0o077 or not folder.is_dir() or folder.is_symlink():
+        return None  # none made yet (nothing was given up), or one this user cannot use
+    if info.st_uid != os.getuid() or info.st_mode & 0o077 or not stat.S_ISDIR(info.st_mode):
         return None
     return folder
 
@@ -122,7 +124,7 @@ def give_up(run_id: str, owner: str, lease_until: float | None) -> None:
     with _active_lock:
         _given_up.add(run_id)
         _active.discard(run_id)
-    folder = _released_folder()
+    folder = _released_folder(create=True)
     if folder is not None:
         try:
             _marker(folder, run_id, owner, lease_until).touch()

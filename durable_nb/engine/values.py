@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
-from ..errors import InvalidState, StoreError, TamperedValueError
+from ..errors import InvalidInput, InvalidState, StoreError, TamperedValueError
 from ..model import Blob
 from ..store import codec
 from ..store.protocol import Store
@@ -38,11 +38,11 @@ def check_state(value: Any, what: str, *, from_node: bool = False) -> dict[str, 
     return dict(value)
 
 
-def refuse_reserved(names: Iterable[str], what: str) -> None:
-    """Raise InvalidState when a name is one of the engine's own (``__`` and more)."""
+def refuse_reserved(names: Iterable[str], what: str, error: type[InvalidInput] = InvalidState) -> None:
+    """Raise ``error`` (InvalidState) when a name is one of the engine's own (``__`` and more)."""
     reserved = sorted(n for n in names if n.startswith(RESERVED_PREFIX))
     if reserved:
-        raise InvalidState(
+        raise error(
             f"{what} sets {reserved[:5]!r}: names starting with '__' are reserved for durable_nb's own "
             "bookkeeping (loop counters, map items) and cannot be set from outside; use another name."
         )
