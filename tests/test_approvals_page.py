@@ -8,19 +8,18 @@ docs/ is written here.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from browserkit import CHROMIUM, chromium
 from servicekit import ADMIN, DECIDER, READER, Server, free_port
 
 import durable_nb as dnb
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
@@ -39,23 +38,8 @@ def server(tmp_path: Path, store_url: str) -> Iterator[Server]:
 
 @pytest.fixture
 def page() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            headless=True,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-            ],
-        )
-        yield chromium.new_page(viewport={"width": 1100, "height": 700})
-        chromium.close()
+    with chromium() as browser:
+        yield browser.new_page(viewport={"width": 1100, "height": 700})
 
 
 def test_approve_a_gate_from_the_page(server: Server, page: Any, store_url: str) -> None:

@@ -216,26 +216,8 @@ def test_a_paused_run_survives_a_killed_server_and_completes_when_approved(servi
     assert dnb.get_run(run_id, store=store_url).state["by"] == "ana"
 
 
-def test_a_run_killed_mid_node_is_continued_by_the_restarted_server(
-    serving: Any, tmp_path: Path, store_url: str
-) -> None:
-    side = tmp_path / "side.txt"
-    first = serving()
-    run_id = first.client.run("slow")["id"]
-    for _ in range(600):
-        if side.exists() and "work" in side.read_text():
-            break
-        time.sleep(0.05)
-    first.kill()  # in the middle of node 'work'
-    (tmp_path / "release").touch()
-    second = serving()
-    # Nobody asks: the server's recovery on start takes the stranded run over.
-    assert second.client.wait(run_id, until=("completed", "failed"), timeout=120)["status"] == "completed"
-    assert side.read_text().split() == ["first", "work", "work"]  # only the node in flight ran again
-    assert dnb.get_run(run_id, store=store_url).state == {"one": 1, "two": 2}
-
-
-def test_two_servers_on_one_store_continue_a_stranded_run_once(serving: Any, tmp_path: Path, store_url: str) -> None:
+def _stranded_in_work(serving: Any, tmp_path: Path) -> tuple[Path, str]:
+    """Start a 'slow' run in a server and kill the server (SIGKILL) in the middle of node 'work'."""
     side = tmp_path / "side.txt"
     first = serving()
     run_id = first.client.run("slow")["id"]
@@ -244,7 +226,23 @@ def test_two_servers_on_one_store_continue_a_stranded_run_once(serving: Any, tmp
             break
         time.sleep(0.05)
     first.kill()
-    (tmp_path / "release").touch()
+    (tmp_path / "release").touch()  # the node's next run may finish
+    return side, run_id
+
+
+def test_a_run_killed_mid_node_is_continued_by_the_restarted_server(
+    serving: Any, tmp_path: Path, store_url: str
+) -> None:
+    side, run_id = _stranded_in_work(serving, tmp_path)
+    second = serving()
+    # Nobody asks: the server's recovery on start takes the stranded run over.
+    assert second.client.wait(run_id, until=("completed", "failed"), timeout=120)["status"] == "completed"
+    assert side.read_text().split() == ["first", "work", "work"]  # only the node in flight ran again
+    assert dnb.get_run(run_id, store=store_url).state == {"one": 1, "two": 2}
+
+
+def test_two_servers_on_one_store_continue_a_stranded_run_once(serving: Any, tmp_path: Path, store_url: str) -> None:
+    side, run_id = _stranded_in_work(serving, tmp_path)
     # Two servers start at once; both look for stranded runs every second.
     second, third = serving(), serving()
     assert second.client.wait(run_id, until=("completed", "failed"), timeout=120)["status"] == "completed"
