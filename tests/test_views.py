@@ -554,7 +554,8 @@ def ok(shell: InteractiveShell, source: str) -> Any:
 
 
 def coloured(status: str, colour: str) -> str:
-    return f'<b style="color:{colour}">{status}</b>'
+    """The tail of a status badge's markup: its background colour, then the status (issue 18 item 6)."""
+    return f'background:{colour}">{status}</span>'
 
 
 def test_magics_return_styled_views_and_code_gets_plain_frames(store_url: str) -> None:

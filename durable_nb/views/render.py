@@ -1,19 +1,35 @@
-"""Notebook rendering of the views: the same DataFrame, with statuses in colour."""
+"""Notebook rendering of the views: the same DataFrame, shown for people.
+
+Only the HTML changes: durations read ``1.52 s`` or ``2 min 05 s``, times are local to the
+second with the UTC instant on hover, long ids are shortened with the full id on hover, and
+statuses are coloured badges. ``.frame`` and ``repr`` keep the DataFrame as it is.
+"""
 
 from __future__ import annotations
 
 import html
+import re
 from typing import Any
 
-from ..model import STATUS_COLOURS
+from ..model import STATUS_COLOURS, format_seconds
 
 __all__ = ["Styled", "styled"]
 
-COLOURS = STATUS_COLOURS
+COLOURS = STATUS_COLOURS  # the run inspector widget colours its statuses from here too
+
+ROWS_SHOWN = 200
+ID_HEAD = 8
+ID_TAIL = 4
+ID_COLUMNS = {"fork_point"}  # a column of checkpoint ids whose name does not end in _id
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE)
+BADGE = (
+    "display:inline-block;padding:0 0.5em;border-radius:0.75em;font-size:0.85em;"
+    "line-height:1.5;white-space:nowrap;color:{text};background:{background}"
+)
 
 
 class Styled:
-    """A DataFrame shown with coloured statuses in notebooks and plainly elsewhere (``.frame``)."""
+    """A DataFrame shown for people in notebooks and plainly elsewhere (``.frame``)."""
 
     def __init__(self, frame: Any, title: str | None = None) -> None:
         self.frame = frame
@@ -23,26 +39,79 @@ class Styled:
         return repr(self.frame)
 
     def _repr_html_(self) -> str:
-        frame = self.frame.head(200).astype(object)
-        # Every cell is escaped (errors can hold any text); only the status gets markup.
-        for column in frame.columns:
-            frame[column] = [_cell(column, value) for value in frame[column]]
-        table = frame.to_html(escape=False, border=0, classes="durable-nb-view")
-        caption = f"<div><b>{html.escape(self.title)}</b></div>" if self.title else ""
-        return caption + table
+        source = self.frame.head(ROWS_SHOWN)
+        shown = source.astype(object)
+        for position, column in enumerate(source.columns):
+            values = source.iloc[:, position]
+            shown.isetitem(position, [_cell(str(column), v, values.dtype) for v in values])
+        # Headers and the index are text from the store too (compare names its columns after state values).
+        shown.columns = [html.escape(str(column)) for column in source.columns]
+        index_name = str(source.index.name) if source.index.name is not None else ""
+        shown.index = [_cell(index_name, v, source.index.dtype) for v in source.index]
+        shown.index.name = html.escape(index_name) or None
+        table = shown.to_html(escape=False, border=0, classes="durable-nb-view")
+        return self._caption() + table
+
+    def _caption(self) -> str:
+        total = len(self.frame)
+        more = f" (first {ROWS_SHOWN:,} of {total:,} rows)" if total > ROWS_SHOWN else ""
+        if not self.title and not more:
+            return ""
+        return f"<div><b>{html.escape(self.title or '')}</b>{html.escape(more)}</div>"
 
 
-def _cell(column: str, value: Any) -> str:
-    try:
-        missing = value is None or bool(value != value)
-    except (TypeError, ValueError):
-        missing = False
-    if missing or str(value) in ("<NA>", "NaT"):
+def _cell(column: str, value: Any, dtype: Any) -> str:
+    # Every value is escaped (errors and state values can hold any text); markup is ours only.
+    if _missing(value):
         return ""
-    text = html.escape(str(value))
+    kind = getattr(dtype, "kind", "O")
+    if kind == "m":
+        return html.escape(format_seconds(value.total_seconds(), compound=True))
+    if kind == "M":
+        return _time(value)
+    text = str(value)
     if column == "status":
-        return f'<b style="color:{COLOURS.get(str(value), "inherit")}">{text}</b>'
-    return text
+        return _badge(text)
+    if (column.endswith("_id") or column in ID_COLUMNS) and UUID.fullmatch(text):
+        # Ids are UUIDv7: their first characters are the creation time, alike for every id made
+        # within a minute, so the random tail is kept too to tell rows apart.
+        short = f"{text[:ID_HEAD]}…{text[-ID_TAIL:]}"
+        return f'<span title="{html.escape(text)}">{html.escape(short)}</span>'
+    return html.escape(text)
+
+
+def _missing(value: Any) -> bool:
+    # None, NaN and NaT differ from themselves; pd.NA refuses bool(); lists and dicts are values.
+    if value is None:
+        return True
+    try:
+        return bool(value != value)
+    except (TypeError, ValueError):
+        return str(value) == "<NA>"
+
+
+def _time(value: Any) -> str:
+    utc = value if value.tzinfo is not None else value.tz_localize("UTC")
+    # astimezone() looks the local offset up for each instant, so times across a daylight-saving
+    # change are right; a zone taken from now() would be an hour off for half the year.
+    local = utc.floor("s").to_pydatetime().astimezone()
+    iso = utc.tz_convert("UTC").isoformat()
+    return f'<span title="{html.escape(iso)}">{local:%Y-%m-%d %H:%M:%S}</span>'
+
+
+def _badge(status: str) -> str:
+    background = STATUS_COLOURS.get(status, STATUS_COLOURS["pending"])
+    style = BADGE.format(background=background, text=_readable_on(background))
+    return f'<span class="durable-nb-status" style="{style}">{html.escape(status)}</span>'
+
+
+def _readable_on(background: str) -> str:
+    """Return black or white, whichever contrasts more with ``background`` (``#rrggbb``)."""
+    channels = [int(background[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+    # WCAG relative luminance; black wins above about 0.18, where its contrast ratio is higher.
+    linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    luminance = 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+    return "#000" if (luminance + 0.05) / 0.05 > 1.05 / (luminance + 0.05) else "#fff"
 
 
 def styled(frame: Any, title: str | None = None) -> Styled:
