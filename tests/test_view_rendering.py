@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from zoneinfo import ZoneInfo
 
 import pandas as pd
@@ -48,14 +49,23 @@ TEXT_ON = {
 }
 
 
+@contextmanager
+def kernel_zone(monkeypatch: pytest.MonkeyPatch, name: str) -> Iterator[str]:
+    """Put the process in the time zone ``name``, then back in its own zone, whatever happens."""
+    try:
+        with monkeypatch.context() as patch:
+            patch.setenv("TZ", name)
+            time.tzset()
+            yield name
+    finally:
+        time.tzset()  # TZ is back as it was: the C library must read it again
+
+
 @pytest.fixture
 def local_zone(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Run the test with the kernel in Asia/Kolkata, then put the process's zone back."""
-    with monkeypatch.context() as patch:
-        patch.setenv("TZ", ZONE)
-        time.tzset()
-        yield ZONE
-    time.tzset()
+    """Run the test with the kernel in Asia/Kolkata."""
+    with kernel_zone(monkeypatch, ZONE) as name:
+        yield name
 
 
 def cells(html: str, column: int) -> list[str]:
@@ -195,12 +205,8 @@ def test_times_follow_daylight_saving_for_each_instant(store_url: str, monkeypat
         "UPDATE runs SET created_at = ?, updated_at = ? WHERE run_id = ?",
         (SUMMER.timestamp(), WINTER.timestamp(), run.id),
     )
-    with monkeypatch.context() as patch:
-        patch.setenv("TZ", "America/New_York")
-        time.tzset()
-        listed = dnb.runs(store=store_url)
-        html = styled(listed)._repr_html_()
-    time.tzset()
+    with kernel_zone(monkeypatch, "America/New_York"):
+        html = styled(dnb.runs(store=store_url))._repr_html_()
     assert ">2026-07-01 06:35:45</span>" in html  # EDT, UTC-4
     assert ">2026-12-01 05:35:45</span>" in html  # EST, UTC-5
 
