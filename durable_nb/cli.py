@@ -353,6 +353,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
         tokens=args.tokens,
         no_auth=args.no_auth,
         recover_every=args.recover_every,
+        notebooks=args.notebooks,
+        notebook_outputs=args.notebook_outputs,
     )
 
 
@@ -509,6 +511,15 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--no-auth", action="store_true", help="no tokens needed (only on a loopback address)")
             sub.add_argument(
                 "--recover-every", type=float, default=30.0, help="seconds between looks for stranded runs"
+            )
+            sub.add_argument(
+                "--notebooks", default=None, metavar="DIR", help="run the notebooks in DIR (POST /api/notebooks/…)"
+            )
+            sub.add_argument(
+                "--notebook-outputs",
+                default=None,
+                metavar="DIR",
+                help="write executed notebooks and logs here (default DIR/.durable-nb-outputs)",
             )
     return parser
 

@@ -3,6 +3,8 @@
 Every endpoint is one library call; runs proceed in the server's background, so each answer
 comes at once. When it starts, and every ``recover_every`` seconds after, the server takes over
 the runs that dead processes left of the workflows it serves and marks the others failed.
+Given a notebooks folder, it also runs any notebook in it, each in a child process, and starts
+those children again after a decision or a crash.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import contextlib
 import contextvars
 import html
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import parse_qs
 
@@ -27,6 +30,8 @@ from ..store import resolve_store
 from .auth import Auth, Forbidden, Token, Unauthorized
 from .errors import error_body, status_of
 from .mcp_tools import build_mcp
+from .notebook_folder import NotebookFolder
+from .notebook_runs import NotebookRuns
 from .operations import Service
 from .page import COOKIE, approvals_page, history_page
 
@@ -37,6 +42,13 @@ class StartBody(BaseModel):
     """``POST /api/workflows/{name}/runs``."""
 
     input: dict[str, Any] = {}
+
+
+class NotebookStartBody(BaseModel):
+    """``POST /api/notebooks/{path}/runs``."""
+
+    parameters: dict[str, Any] = {}
+    run: str | None = None
 
 
 class DecisionBody(BaseModel):
@@ -84,10 +96,14 @@ def create_app(
     auth: Auth,
     recover_every: float = 30.0,
     host: str = "127.0.0.1",
+    notebooks: str | Path | None = None,
+    notebook_outputs: str | Path | None = None,
 ) -> FastAPI:
-    """Return the ASGI app serving ``workflows`` on ``store`` (default: the first workflow's)."""
+    """Return the ASGI app serving ``workflows`` on ``store`` (default: the first workflow's), and the
+    notebooks in the folder ``notebooks`` (outputs in ``notebook_outputs``, default a folder inside it)."""
     resolved = resolve_store(store) if store is not None or not workflows else workflows[0].store
-    service = Service(workflows, resolved)
+    runner = None if notebooks is None else NotebookRuns(NotebookFolder(notebooks, notebook_outputs), resolved)
+    service = Service(workflows, resolved, runner)
 
     def caller(needed: str) -> Any:
         """A dependency that checks the request's token for ``needed`` and returns its Token."""
@@ -146,6 +162,12 @@ def create_app(
     ) -> dict[str, Any]:
         """Start a run (pending; the server runs it). A repeated Idempotency-Key returns the first run."""
         return await service.start(name, body.input, idempotency_key)
+
+    @app.post("/api/notebooks/{path:path}/runs", status_code=202)
+    async def start_notebook(path: str, body: NotebookStartBody, token: Token = admin) -> dict[str, Any]:
+        """Run a notebook of the notebooks folder with parameters, in a child process; the same path and
+        parameters find the same run (resumed if it stopped), others start another."""
+        return await service.start_notebook(path, body.parameters, body.run)
 
     @app.get("/api/runs")
     async def list_runs(

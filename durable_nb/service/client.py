@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import quote
 
 from ..errors import ConfigurationError, DurableError, InvalidInput
 from .errors import error_from
@@ -42,6 +43,15 @@ class Client:
     ) -> dict[str, Any]:
         """Start a run of workflow ``name``; return ``{"id", "status"}`` at once (the server runs it)."""
         return self._call("POST", f"/api/workflows/{name}/runs", {"input": input or {}}, _key(idempotency_key))
+
+    def start_notebook(
+        self, path: str, parameters: dict[str, Any] | None = None, run: str | None = None
+    ) -> dict[str, Any]:
+        """Run the notebook at ``path`` in the server's notebooks folder; return ``{"id", "status", "output"}``.
+
+        The same path and parameters return the same run (resumed if it stopped); others start another.
+        """
+        return self._call("POST", _notebook_runs(path), {"parameters": parameters or {}, "run": run})
 
     def get(self, run_id: str) -> dict[str, Any]:
         """Return ``{run_id, status, node_counts, executions}``."""
@@ -106,6 +116,12 @@ class Client:
     ) -> dict[str, Any]:
         """Async ``run``."""
         return await self._acall("POST", f"/api/workflows/{name}/runs", {"input": input or {}}, _key(idempotency_key))
+
+    async def astart_notebook(
+        self, path: str, parameters: dict[str, Any] | None = None, run: str | None = None
+    ) -> dict[str, Any]:
+        """Async ``start_notebook``."""
+        return await self._acall("POST", _notebook_runs(path), {"parameters": parameters or {}, "run": run})
 
     async def aget(self, run_id: str) -> dict[str, Any]:
         """Async ``get``."""
@@ -205,6 +221,13 @@ def _answer(response: Any) -> Any:
     if response.status_code >= 400:
         raise error_from(body, response.status_code)
     return body
+
+
+def _notebook_runs(path: str) -> str:
+    # Each part escaped, '.' and '..' too: left bare, the HTTP client would resolve them away and
+    # the server could not say what was wrong with the path.
+    parts = [quote(part, safe="") if part not in (".", "..") else part.replace(".", "%2E") for part in path.split("/")]
+    return f"/api/notebooks/{'/'.join(parts)}/runs"
 
 
 def _key(idempotency_key: str | None) -> dict[str, str] | None:

@@ -1,4 +1,13 @@
-"""How errors cross HTTP: a status code and ``{"error": type, "message": ...}``, and back into the same type."""
+"""How errors cross HTTP: a status code and ``{"error": type, "message": ...}``, and back into the same type.
+
+The service adds three errors of its own, about the notebooks it runs:
+
+    DurableError
+     ├── NotebookNotFound         no notebook at that path in the notebooks folder
+     │    └── NotebooksNotServed  the server was started without --notebooks
+     └── InvalidInput
+          └── NotebookPathRefused a path that is absolute, climbs out of the folder, or is no .ipynb
+"""
 
 from __future__ import annotations
 
@@ -21,7 +30,22 @@ from ..errors import (
 )
 from .auth import Forbidden, Unauthorized
 
-__all__ = ["error_body", "error_from", "status_of"]
+__all__ = ["NotebookNotFound", "NotebookPathRefused", "NotebooksNotServed", "error_body", "error_from", "status_of"]
+
+
+class NotebookNotFound(DurableError, LookupError):
+    """The notebooks folder holds no notebook at that path."""
+
+
+class NotebooksNotServed(NotebookNotFound):
+    """The server runs no notebooks: it was started without a notebooks folder."""
+
+
+class NotebookPathRefused(InvalidInput):
+    """A notebook path that is absolute, leads out of the notebooks folder, or names no .ipynb file."""
+
+
+_OWN = {k.__name__: k for k in (Unauthorized, Forbidden, NotebookNotFound, NotebooksNotServed, NotebookPathRefused)}
 
 # The first class an error is an instance of gives its status.
 _STATUS: tuple[tuple[type[DurableError], int], ...] = (
@@ -30,6 +54,7 @@ _STATUS: tuple[tuple[type[DurableError], int], ...] = (
     (RunNotFound, 404),
     (CheckpointNotFound, 404),
     (WorkflowNotFound, 404),
+    (NotebookNotFound, 404),
     (AlreadyResumed, 409),
     (RunOwnedElsewhere, 409),
     (NotResumable, 400),
@@ -56,7 +81,7 @@ def error_from(body: Any, status: int) -> DurableError:
     name = body.get("error") if isinstance(body, dict) else None
     message = body.get("message") if isinstance(body, dict) else None
     text = str(message or body or f"HTTP {status}")
-    found = getattr(errors, str(name), None) or {"Unauthorized": Unauthorized, "Forbidden": Forbidden}.get(str(name))
+    found = getattr(errors, str(name), None) or _OWN.get(str(name))
     kind = found if isinstance(found, type) and issubclass(found, DurableError) else DurableError
     error = kind.__new__(kind, text)
     Exception.__init__(error, text)

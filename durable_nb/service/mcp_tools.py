@@ -2,7 +2,8 @@
 
 The tools are the HTTP API's, with its shapes and scopes: ``run_get`` and ``run_list`` need
 ``read``; ``run_approve`` and ``run_reject``, ``decide``; ``run_start``, ``run_resume`` and
-``run_cancel``, ``admin``. Over stdio the scope is the one the operator grants with ``--scope``.
+``run_cancel``, ``admin``; so does ``notebook_start``, there only when the server runs notebooks.
+Over stdio the scope is the one the operator grants with ``--scope``.
 A refusal is a tool error naming the library's error type, and changes nothing.
 """
 
@@ -48,6 +49,7 @@ def build_mcp(service: Service, caller: Callable[[], Token]) -> Any:
         instructions=(
             "Durable workflow runs: start them, read their status, and approve or reject the gates they wait at. "
             f"Workflows served: {', '.join(sorted(service.flows)) or 'none'}."
+            + (" Notebooks of the server's folder run with notebook_start." if service.notebooks is not None else "")
         ),
         lifespan=lifespan,
     )
@@ -71,6 +73,15 @@ def build_mcp(service: Service, caller: Callable[[], Token]) -> Any:
     ) -> dict[str, Any]:
         """Start a run of a served workflow; a repeated idempotency_key returns the first run."""
         return await as_caller("admin", lambda _: service.start(workflow, input or {}, idempotency_key))
+
+    if service.notebooks is not None:
+
+        @server.tool()
+        async def notebook_start(
+            path: str, parameters: dict[str, Any] | None = None, run: str | None = None
+        ) -> dict[str, Any]:
+            """Run a notebook of the server's folder; the same path and parameters return the same run."""
+            return await as_caller("admin", lambda _: service.start_notebook(path, parameters or {}, run))
 
     @server.tool()
     async def run_approve(

@@ -1,5 +1,5 @@
 """What the service does, whoever asks: HTTP, MCP. Each operation is one library call, and runs
-proceed in the background of the process that serves them."""
+proceed in the background of the process that serves them (a notebook's, in a child process)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ from ..engine import calls
 from ..engine.ownership import release_on_interrupt
 from ..engine.recovery import arecover
 from ..engine.workflow import Workflow
-from ..errors import AlreadyResumed, NotResumable, RunOwnedElsewhere, WorkflowNotFound
-from ..model import RunStatus
+from ..errors import AlreadyResumed, DurableError, NotResumable, RunOwnedElsewhere, WorkflowNotFound
+from ..model import RunKind, RunRecord, RunStatus
 from ..store import Store
+from .errors import NotebooksNotServed
+from .notebook_runs import NotebookRuns
 from .shapes import event_json, history_json, run_json
 
 __all__ = ["Service"]
@@ -23,11 +25,12 @@ log = logging.getLogger("durable_nb.service")
 
 
 class Service:
-    """The workflows a process serves, its store, and the runs it drives in the background."""
+    """The workflows a process serves, its notebooks, its store, and the runs it drives in the background."""
 
-    def __init__(self, workflows: list[Workflow], store: Store) -> None:
+    def __init__(self, workflows: list[Workflow], store: Store, notebooks: NotebookRuns | None = None) -> None:
         self.store = store
         self.flows = {flow.name: Workflow._bound_to(flow, store) for flow in workflows}
+        self.notebooks = notebooks
         self.tasks: set[asyncio.Task[Any]] = set()
 
     def flow(self, name: str) -> Workflow:
@@ -46,6 +49,15 @@ class Service:
         if run.status == "pending":
             self.drive(flow, run.id)
         return {"id": run.id, "status": run.status}
+
+    async def start_notebook(self, path: str, parameters: dict[str, Any], run: str | None) -> dict[str, Any]:
+        """Start (or find again) the run of a notebook in the notebooks folder with ``parameters``."""
+        if self.notebooks is None:
+            raise NotebooksNotServed(
+                "This server runs no notebooks: start it with `durable-nb serve --notebooks DIR` "
+                "(or create_app(..., notebooks=DIR)) to run the notebooks in DIR."
+            )
+        return await self.notebooks.start(path, parameters, run)
 
     async def status(self, run_id: str) -> dict[str, Any]:
         """``{run_id, status, node_counts, executions}``."""
@@ -71,10 +83,19 @@ class Service:
         decided = await calls.aapprove(
             run_id, node=node, value=value, comment=comment, by=by, store=self.store, approved=approved
         )
-        flow = self.flows.get(decided.name)
-        if flow is not None and decided.status == "pending":
-            self.drive(flow, run_id)
+        if decided.status == "pending" and decided.record.kind is RunKind.NOTEBOOK:
+            await self._continue_notebook(decided.record)
+        elif decided.status == "pending" and decided.name in self.flows:
+            self.drive(self.flows[decided.name], run_id)
         return {"id": run_id, "status": decided.status, "approved": approved}
+
+    async def _continue_notebook(self, run: RunRecord) -> None:
+        if self.notebooks is None:
+            return  # a kernel or `durable-nb run-notebook` continues it
+        try:
+            await self.notebooks.resume(run)
+        except DurableError as error:  # the decision stands; the run waits for a server that can run it
+            log.warning("run %s was decided but its notebook cannot start again: %s", run.run_id, error)
 
     async def resume(self, run_id: str) -> dict[str, Any]:
         """Continue a failed or cancelled run (a paused one is decided instead)."""
@@ -83,6 +104,8 @@ class Service:
             raise NotResumable(f"Run {run_id} waits at a gate: approve or reject it (POST /api/runs/{run_id}/approve).")
         if run.status not in ("failed", "cancelled"):
             raise NotResumable(f"Run {run_id} is {run.status}; only failed or cancelled runs are resumed.")
+        if self.notebooks is not None and await self.notebooks.resume(run.record):
+            return {"id": run_id, "status": run.status}
         if await self.store.resume_point(run_id) is None:
             raise NotResumable(f"Run {run_id} has no checkpoint to resume from; start a new run.")
         self.drive(self.flow(run.name), run_id)
@@ -118,14 +141,20 @@ class Service:
             log.exception("run %s stopped in the server", run_id)
 
     async def recover(self) -> None:
-        """Take over stranded runs of the served workflows; fail the others' (never a live owner's)."""
+        """Take over stranded runs of the served workflows and notebooks; fail the others' (never a live owner's)."""
+        if self.notebooks is not None:
+            try:  # first: the workflows' recovery would fail the stranded notebook runs it cannot continue
+                await self.notebooks.recover()
+            except Exception:
+                log.exception("recovering notebook runs failed; trying again later")
+        store = self.store if self.notebooks is None else self.notebooks.recovery_view()
         try:
-            await arecover(list(self.flows.values()), store=self.store, resume=self._take)
+            await arecover(list(self.flows.values()), store=store, resume=self._take)
         except Exception:  # a failing store now must not stop the next attempt
             log.exception("recovery failed; trying again later")
 
     async def _take(self, flow: Workflow, run_id: str) -> None:
-        self.drive(flow, run_id)
+        self.drive(self.flows.get(flow.name, flow), run_id)  # the served flow, on the store itself
 
     async def stop(self) -> None:
         """Stop the runs this process drives; each is handed back, pending, for the next process."""
@@ -133,3 +162,5 @@ class Service:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self.notebooks is not None:
+            await self.notebooks.stop()

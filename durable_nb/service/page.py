@@ -60,13 +60,13 @@ def _page(title: str, body: str) -> str:
     )
 
 
-def _gate(name: str, gate: PendingInterrupt) -> str:
+def _gate(kind: str, name: str, gate: PendingInterrupt) -> str:
     context = json.dumps(gate.context, indent=2, ensure_ascii=False, default=str)
     path = f"<div class='meta'>agent path {_e(gate.agent_path)}</div>" if gate.agent_path else ""
     return (
         f"<section class='gate' data-run='{_e(gate.run_id)}'>"
         f"<h2>{_e(gate.reason)}</h2>"
-        f"<div class='meta'>workflow <b>{_e(name)}</b> · run <a href='/runs/{_e(gate.run_id)}'>{_e(gate.run_id)}</a>"
+        f"<div class='meta'>{_e(kind)} <b>{_e(name)}</b> · run <a href='/runs/{_e(gate.run_id)}'>{_e(gate.run_id)}</a>"
         f" · node {_e(gate.node_id)} · asked of anyone with the decide scope</div>"
         f"<div class='meta'>waiting {_ago(gate.created_at)} (since {_when(gate.created_at)}) · deadline "
         f"{_when(gate.expires_at)}{'' if gate.expires_at is None else ' then ' + _e(gate.on_timeout)}</div>{path}"
@@ -82,12 +82,12 @@ def _gate(name: str, gate: PendingInterrupt) -> str:
 
 async def approvals_page(store: Store, note: str | None = None, error: bool = False) -> str:
     """Return the page of every open gate, oldest first (``note``: the outcome of the last decision)."""
-    gates: list[tuple[str, PendingInterrupt]] = []
+    gates: list[tuple[str, str, PendingInterrupt]] = []
     for run in await store.list_runs(statuses=[RunStatus.PAUSED]):
-        gates += [(run.name, gate) for gate in await store.pending_interrupts(run.run_id)]
-    gates.sort(key=lambda pair: pair[1].created_at)
+        gates += [(run.kind.value, run.name, gate) for gate in await store.pending_interrupts(run.run_id)]
+    gates.sort(key=lambda found: found[2].created_at)
     told = f"<p class='note{' error' if error else ''}'>{_e(note)}</p>" if note else ""
-    listed = "".join(_gate(name, gate) for name, gate in gates) or "<p>No gate is waiting for a decision.</p>"
+    listed = "".join(_gate(*found) for found in gates) or "<p>No gate is waiting for a decision.</p>"
     return _page("Approvals · durable_nb", f"<h1>Waiting for a decision ({len(gates)})</h1>{told}{listed}")
 
 

@@ -20,16 +20,21 @@ def serve(
     tokens: str | None = None,
     no_auth: bool = False,
     recover_every: float = 30.0,
+    notebooks: str | None = None,
+    notebook_outputs: str | None = None,
 ) -> None:
-    """Serve ``workflows`` until interrupted; refuse to start without tokens unless told, on loopback only."""
+    """Serve ``workflows`` and the ``notebooks`` folder until interrupted; refuse to start without tokens
+    unless told, on loopback only."""
     try:
         import uvicorn
 
         from .app import create_app
     except ImportError as error:
         raise ConfigurationError("The service needs its extra: pip install 'durable-nb[serve]'.") from error
-    if not workflows:
-        raise ConfigurationError("Name the workflows to serve: --workflow module:attribute (repeatable).")
+    if not workflows and notebooks is None:
+        raise ConfigurationError("Name what to serve: --workflow module:attribute (repeatable) and/or --notebooks DIR.")
+    if notebook_outputs is not None and notebooks is None:
+        raise ConfigurationError("--notebook-outputs goes with --notebooks DIR, the folder of notebooks to run.")
     if recover_every <= 0:
         raise ConfigurationError(f"--recover-every takes a number of seconds > 0, not {recover_every}.")
     known = load_tokens(tokens)
@@ -40,7 +45,13 @@ def serve(
             f"No tokens: give --tokens FILE or set ${ENV_TOKENS} (name:scope:secret, …), or --no-auth on 127.0.0.1."
         )
     app = create_app(
-        workflows, store=store, auth=Auth(known, open_access=no_auth), recover_every=recover_every, host=host
+        workflows,
+        store=store,
+        auth=Auth(known, open_access=no_auth),
+        recover_every=recover_every,
+        host=host,
+        notebooks=notebooks,
+        notebook_outputs=notebook_outputs,
     )
     uvicorn.run(app, host=host, port=port, log_level="warning")
 

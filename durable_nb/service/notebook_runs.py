@@ -1,0 +1,343 @@
+"""Notebook runs the service starts: each in a child process, ``durable-nb run-notebook``.
+
+The service finds or creates the run in the store under the very name and key by which the
+child's kernel attaches (``%durable run NAME --key KEY``): the run's id is known before the
+kernel starts, the same path and parameters find the same run, and other parameters make
+another. The notebook's path (relative to the folder) and its parameters ride with the run in
+its ``meta``, so that a decision, a resume or the next server can start the child again; the
+child resumes the run after its last committed cell.
+
+When a child exits, the service settles what the command leaves open: a run whose cells all
+ran is ended (completed, as ``%durable end`` does), and a run left running by a child that
+stopped outside any durable cell is marked failed with the child's last words.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import re
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, cast
+
+from .._ids import new_id
+from ..engine.cells import CellRun
+from ..engine.ownership import owner_alive
+from ..engine.settle import mark_failed
+from ..engine.values import ValueCodec
+from ..errors import ConfigurationError, DurableError, InvalidInput
+from ..model import Commit, EventType, NewEvent, NewRun, RunKind, RunRecord, RunStatus, RunUpdate
+from ..store import Store
+from ..store.protocol import Conflict
+from ..store.secret import load_secret
+from ..store.url import parse_url
+from .notebook_folder import NotebookFolder
+
+__all__ = ["META", "NotebookRuns", "run_key"]
+
+log = logging.getLogger("durable_nb.service")
+
+META = "notebook"  # the key of a run's meta that holds {"path", "parameters", "run"}
+_PAUSED = 3  # the command's exit code for a run paused at a gate
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+
+
+def run_key(notebook: Path, parameters: dict[str, Any]) -> str:
+    """The key a notebook's run is found by: its resolved path and its parameters."""
+    # The digest `durable-nb run-notebook` computes (its run_key), which the kernel attaches by;
+    # the service may not import the command's module, so a test pins the two together.
+    identity = json.dumps([str(notebook), parameters], sort_keys=True, default=repr)
+    return hashlib.sha256(identity.encode()).hexdigest()[:24]
+
+
+def _run_name(notebook: Path, run: str | None) -> str:
+    name = notebook.stem if run is None else run
+    if not _NAME.match(name):
+        fix = 'give a "run" name that is' if run is None else "use"
+        raise InvalidInput(
+            f"{name!r} cannot name a notebook's run: {fix} letters, digits, '_', '.' and '-' "
+            "(up to 64, not starting with '.' or '-')."
+        )
+    return name
+
+
+def _check_parameters(parameters: dict[str, Any]) -> None:
+    for name in parameters:
+        if not name.isidentifier() or name.startswith("__"):
+            raise InvalidInput(f"A parameter's name is a Python identifier (not starting with '__'), not {name!r}.")
+
+
+def _check_notebook(notebook: Path) -> None:
+    try:
+        cells = json.loads(notebook.read_bytes()).get("cells")
+    except (OSError, ValueError, AttributeError) as error:
+        raise InvalidInput(f"{notebook.name} cannot be read as a notebook ({error}); save it from Jupyter.") from None
+    if not isinstance(cells, list):
+        raise InvalidInput(f"{notebook.name} is JSON but no notebook (it has no cells); save it from Jupyter.")
+
+
+def _child_url(store: Store) -> str:
+    """The store URL a child opens: the service's own, with a SQLite path made absolute (kernels run elsewhere)."""
+    url = getattr(store, "url", None)
+    if not isinstance(url, str):
+        raise ConfigurationError("Notebook runs need a store opened from a URL (sqlite:///… or postgresql://…).")
+    parsed = parse_url(url)
+    if parsed.is_memory:
+        raise ConfigurationError("Notebook runs cannot share an in-memory store; use a SQLite file or PostgreSQL.")
+    if parsed.scheme == "sqlite" and parsed.path is not None:
+        return "sqlite:///" + os.path.abspath(parsed.path)
+    return url
+
+
+def _parameters_text(parameters: dict[str, Any]) -> str:
+    # Written as the command reads its -f file: YAML when PyYAML is there, else JSON. JSON text
+    # through a YAML parser would turn some floats (1e-05) into strings, and so into another key.
+    try:
+        import yaml
+    except ImportError:
+        return json.dumps(parameters)
+    return str(yaml.safe_dump(parameters, allow_unicode=True, sort_keys=False))
+
+
+def _last_words(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()[-40:]
+    except OSError:
+        return ""
+    said = [line.strip() for line in lines if line.strip() and not line.startswith("--") and "WARNING" not in line]
+    return said[-1] if said else ""
+
+
+class _Without:
+    """A store whose run listing leaves out some runs; everything else is the store's own.
+
+    Between a kernel's exit and its child's, the run's owner is dead while the child still
+    works; the workflows' recovery, which marks such runs failed, reads the store through this.
+    """
+
+    def __init__(self, store: Store, hidden: dict[str, Any]) -> None:
+        self._store = store
+        self._hidden = hidden
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def list_runs(self, name: str | None = None, statuses: Any = None) -> list[RunRecord]:
+        """The store's runs, less the hidden ones."""
+        return [run for run in await self._store.list_runs(name, statuses) if run.run_id not in self._hidden]
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """What a notebook run's child is started with."""
+
+    notebook: Path
+    relative: str
+    parameters: dict[str, Any]
+    run: str | None
+
+
+@dataclass
+class _Child:
+    """A child process working on a run."""
+
+    process: asyncio.subprocess.Process | None = None
+    again: bool = False  # decided or resumed while it was alive: start it again once it exits
+
+
+class NotebookRuns:
+    """The notebook runs of one server: at most one child process per run, started again when needed."""
+
+    def __init__(self, folder: NotebookFolder, store: Store) -> None:
+        self.folder = folder
+        self.store = store
+        self.store_url = _child_url(store)
+        self.children: dict[str, _Child] = {}
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.stopping = False
+
+    async def start(self, path: str, parameters: dict[str, Any], run: str | None) -> dict[str, Any]:
+        """Find or create the run of ``path`` with ``parameters``; start its child unless it is finished,
+        paused, or already worked on. Return ``{"id", "status", "output"}``."""
+        notebook = await asyncio.to_thread(self.folder.notebook, path)
+        name = _run_name(notebook, run)
+        _check_parameters(parameters)
+        await asyncio.to_thread(_check_notebook, notebook)
+        spec = _Spec(notebook, self.folder.relative(notebook), parameters, run)
+        # The same row `%durable run NAME --key KEY` creates, pending and unowned: the kernel takes it.
+        record, _ = await self.store.create_run(
+            NewRun(
+                run_id=new_id(),
+                name=name,
+                kind=RunKind.NOTEBOOK,
+                status=RunStatus.PENDING,
+                input_manifest={},
+                idempotency_key=run_key(notebook, parameters),
+                meta={META: {"path": spec.relative, "parameters": parameters, "run": run}},
+                events=[NewEvent(EventType.RUN_STARTED)],
+            )
+        )
+        if self._may_start(record):
+            await self._launch(record.run_id, spec)
+        output = self.folder.output(spec.relative, record.run_id)
+        return {"id": record.run_id, "status": record.status.value, "output": str(output)}
+
+    async def resume(self, run: RunRecord) -> bool:
+        """Start the child of one of these notebook runs again (after a decision or a resume); False if not one."""
+        child = self.children.get(run.run_id)
+        if child is not None:
+            child.again = True
+            return True
+        spec = self._spec_of(run)
+        if spec is None:
+            return False
+        if self._may_start(run):
+            await self._launch(run.run_id, spec)
+        return True
+
+    async def recover(self) -> None:
+        """Start again the notebook runs of this server left pending, or running by a dead owner."""
+        for run in await self.store.list_runs(statuses=[RunStatus.RUNNING, RunStatus.PENDING]):
+            if run.kind is not RunKind.NOTEBOOK or META not in run.meta or not self._may_start(run):
+                continue
+            try:
+                spec = self._spec_of(run)
+            except DurableError:
+                spec = None  # its notebook is not (or no longer) in this folder: it waits for a server that has it
+            if spec is None:
+                continue
+            if run.status is RunStatus.RUNNING:
+                # Handed back first: the workflows' recovery would mark a dead owner's run failed
+                # before the new child attaches to it.
+                try:
+                    await self.store.commit(
+                        Commit(
+                            run_id=run.run_id,
+                            run=RunUpdate(status=RunStatus.PENDING, owner=None, lease_until=None),
+                            expect_status=frozenset({RunStatus.RUNNING}),
+                            expect_owner=run.owner,
+                        )
+                    )
+                except Conflict:
+                    continue
+            await self._launch(run.run_id, spec)
+
+    async def stop(self) -> None:
+        """Stop the children; their runs stay with a dead owner, for the next server to start again."""
+        self.stopping = True
+        for child in self.children.values():
+            if child.process is not None and child.process.returncode is None:
+                # SIGKILL, not SIGTERM or SIGINT: those reach the kernel as an interrupt, which
+                # cancels the run. The kernel exits on its own once its parent is gone.
+                child.process.kill()
+        tasks = list(self.tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- children ------------------------------------------------------------------------------
+
+    def _may_start(self, run: RunRecord) -> bool:
+        if run.run_id in self.children or run.status in (RunStatus.COMPLETED, RunStatus.PAUSED):
+            return False
+        return not (run.status is RunStatus.RUNNING and owner_alive(run.run_id, run.owner, run.lease_until))
+
+    def _spec_of(self, run: RunRecord) -> _Spec | None:
+        """What a run's child starts with, from its meta; None for a run this folder did not start
+        (none recorded, a fork, or a folder moved since: the key would find another run)."""
+        recorded = run.meta.get(META)
+        if not isinstance(recorded, dict) or not isinstance(recorded.get("parameters"), dict):
+            return None
+        notebook = self.folder.notebook(str(recorded.get("path")))
+        parameters, name = recorded["parameters"], recorded.get("run")
+        if run.idempotency_key != run_key(notebook, parameters) or run.name != _run_name(notebook, name):
+            return None
+        return _Spec(notebook, self.folder.relative(notebook), parameters, name)
+
+    async def _launch(self, run_id: str, spec: _Spec) -> None:
+        if run_id in self.children or self.stopping:
+            return
+        child = _Child()
+        self.children[run_id] = child  # before any await: a request meanwhile finds it
+        try:
+            child.process = await self._spawn(run_id, spec)
+        except OSError as error:
+            del self.children[run_id]
+            raise ConfigurationError(f"Cannot start the process of notebook {spec.relative}: {error}.") from error
+        task = asyncio.get_running_loop().create_task(self._watch(run_id, spec, child))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _spawn(self, run_id: str, spec: _Spec) -> asyncio.subprocess.Process:
+        output = self.folder.output(spec.relative, run_id)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "durable_nb.cli", "run-notebook", str(spec.notebook), "-o", str(output)]
+        command += ["--store", self.store_url]
+        if spec.run is not None:
+            command += ["--run", spec.run]
+        if spec.parameters:
+            parameters = output.with_suffix(".parameters.yaml")
+            parameters.write_text(_parameters_text(spec.parameters), encoding="utf-8")
+            command += ["-f", str(parameters)]
+        with open(output.with_suffix(".log"), "ab") as said:
+            said.write(f"-- {datetime.now(UTC).isoformat()} started for run {run_id}\n".encode())
+            said.flush()
+            # A session of its own: a Ctrl-C meant for the server does not interrupt the kernel.
+            return await asyncio.create_subprocess_exec(
+                *command, stdin=asyncio.subprocess.DEVNULL, stdout=said, stderr=said, start_new_session=True
+            )
+
+    async def _watch(self, run_id: str, spec: _Spec, child: _Child) -> None:
+        assert child.process is not None
+        code = await child.process.wait()
+        # Registered until settled: recovery (ours and the workflows') leaves the run alone meanwhile.
+        try:
+            if not self.stopping:
+                await self._settle(run_id, code, spec, child)
+        except Exception:  # the run keeps what it committed; the next recovery looks again
+            log.exception("settling notebook run %s failed", run_id)
+        finally:
+            if self.children.get(run_id) is child:
+                del self.children[run_id]
+        if child.again and not self.stopping:
+            try:
+                run = await self.store.get_run(run_id)
+                if self._may_start(run):
+                    await self._launch(run_id, spec)
+            except Exception:
+                log.exception("starting notebook run %s again failed", run_id)
+
+    async def _settle(self, run_id: str, code: int, spec: _Spec, child: _Child) -> None:
+        """End a run whose child ran every cell; fail one its child left running."""
+        run = await self.store.get_run(run_id)
+        if child.again or owner_alive(run.run_id, run.owner, run.lease_until):
+            return  # decided or resumed meanwhile: it starts again; or in a live process's hands
+        if code == 0 and run.status in (RunStatus.RUNNING, RunStatus.PENDING):
+            await (
+                await CellRun.attach(self.store, ValueCodec(self.store, load_secret()), run.name, run_id=run_id)
+            ).end()
+        elif code not in (0, _PAUSED) and run.status in (RunStatus.RUNNING, RunStatus.PENDING):
+            said = self.folder.output(spec.relative, run_id).with_suffix(".log")
+            how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+            words = _last_words(said)
+            await self._fail(
+                run,
+                f"The notebook process {how}{': ' + words if words else ''}. Start the notebook again "
+                f"(or resume the run) once fixed; its log is {said}.",
+            )
+
+    def recovery_view(self) -> Store:
+        """The store as the workflows' recovery should read it: without the runs of live children here."""
+        return cast(Store, _Without(self.store, self.children))
+
+    async def _fail(self, run: RunRecord, message: str) -> None:
+        try:
+            await self.store.commit(mark_failed(run, message, "NotebookFailed", owner=run.owner))
+        except Conflict:
+            pass  # it moved on meanwhile: nothing to settle
