@@ -41,6 +41,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+from durable_nb.notebook.notes import is_note
+
 NOTEBOOKS = (
     "model_selection/plot_precision_recall.py",
     "model_selection/plot_roc.py",
@@ -329,6 +331,8 @@ class Kernel:
                 busy_at = time.perf_counter()
             elif kind == "stream":
                 text.append(content["text"])
+            elif kind in ("display_data", "update_display_data") and is_note(content):
+                text.append(content["data"]["text/plain"] + "\n")  # durable_nb's own notes
             elif kind in ("display_data", "execute_result") and "image/png" in content["data"]:
                 images.append(content["data"]["image/png"])
             elif kind == "error":

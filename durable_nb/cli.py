@@ -315,6 +315,7 @@ def cmd_run_notebook(args: argparse.Namespace) -> int:
         kernel=args.kernel,
         wait=args.wait,
         say=lambda line: print(printable(line), flush=True),
+        progress=sys.stderr,
     )
 
 

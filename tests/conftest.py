@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +108,23 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dnb.Store]
     yield dnb.connect(url)
     disconnect(url)
     _drop_schema(schema)
+
+
+@pytest.fixture
+def kernels(tmp_path: Path, store_url: str) -> Iterator[Callable[[], Any]]:
+    """Start real kernels working in ``tmp_path`` on the test's store; all are closed afterwards."""
+    from kernelkit import Kernel
+
+    started: list[Kernel] = []
+
+    def new_kernel() -> Kernel:
+        kernel = Kernel(tmp_path, env={"DURABLE_NB_STORE": store_url})
+        started.append(kernel)
+        return kernel
+
+    yield new_kernel
+    for kernel in started:
+        kernel.close()
 
 
 def is_postgres(url: str) -> bool:

@@ -26,18 +26,22 @@ class CellResult:
         for output in self.outputs:
             if output["type"] == "stream":
                 parts.append(output["text"])
-            elif output["type"] in ("display_data", "execute_result"):
+            elif output["type"] == "display_data":
+                parts.append(output["data"].get("text/plain", "") + "\n")
+            elif output["type"] == "execute_result":
                 parts.append(output["data"].get("text/plain", ""))
             elif output["type"] == "error":
                 parts.append(f"{output['ename']}: {output['evalue']}")
         return "".join(parts)
+
+    reply_error: str | None = None  # the exception the execute reply names (a paused cell shows none)
 
     @property
     def error(self) -> str | None:
         for output in self.outputs:
             if output["type"] == "error":
                 return output["ename"]
-        return None
+        return self.reply_error
 
 
 class Kernel:
@@ -66,9 +70,25 @@ class Kernel:
             if kind == "stream":
                 result.outputs.append({"type": "stream", "name": content["name"], "text": content["text"]})
             elif kind in ("display_data", "execute_result"):
-                result.outputs.append({"type": kind, "data": content["data"]})
+                display = (content.get("transient") or {}).get("display_id")
+                result.outputs.append(
+                    {"type": kind, "data": content["data"], "metadata": content["metadata"], "display_id": display}
+                )
+            elif kind == "update_display_data":
+                # As a front end does: the display with that id is redrawn in place.
+                display = content["transient"]["display_id"]
+                for output in result.outputs:
+                    if output.get("display_id") == display:
+                        output["data"], output["metadata"] = content["data"], content["metadata"]
             elif kind == "error":
-                result.outputs.append({"type": "error", "ename": content["ename"], "evalue": content["evalue"]})
+                result.outputs.append(
+                    {
+                        "type": "error",
+                        "ename": content["ename"],
+                        "evalue": content["evalue"],
+                        "traceback": content["traceback"],
+                    }
+                )
 
         msg_id = self.client.execute(code)
         deadline = time.monotonic() + timeout
@@ -94,6 +114,7 @@ class Kernel:
             if reply["parent_header"].get("msg_id") == msg_id:
                 break
         result.status = reply["content"]["status"]
+        result.reply_error = reply["content"].get("ename")
         return result
 
     def run_all(self, cells: list[str], timeout: float = 120) -> list[CellResult]:

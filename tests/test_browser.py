@@ -52,6 +52,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
     env = dict(os.environ)
     env["DURABLE_NB_STORE"] = store
+    # The key file the tests' own processes use (conftest's _isolated), so values read both ways.
+    env["XDG_CONFIG_HOME"] = str(tmp_path_factory.getbasetemp() / "config")
     env["JUPYTER_CONFIG_DIR"] = str(folder / ".jupyter")
     env["JUPYTERLAB_SETTINGS_DIR"] = str(folder / ".jupyter" / "lab" / "user-settings")
     env["JUPYTERLAB_WORKSPACES_DIR"] = str(folder / ".jupyter" / "lab" / "workspaces")
@@ -213,4 +215,51 @@ def test_inspector_forks_at_a_checkpoint(browser: object, lab: dict[str, str]) -
     forked = dnb.get_run(str(newest["run_id"]), store=store)
     assert forked.state["discount"] == 0.3
     assert first is not None
+    page.close()  # type: ignore[attr-defined]
+
+
+def _voice_notebook(folder: Path, store: str) -> Path:
+    """A small notebook whose second Run All restores two cells and waits at a gate."""
+    import nbformat
+
+    cells = [
+        f"%load_ext durable_nb\n%durable run voice --store {store}",
+        "%%durable load\nrows = list(range(5))\nprint(f'loaded {len(rows)} rows')",
+        "%%durable connect\nimport threading\nlock = threading.Lock()\nretries = 3",
+        "%%durable review\nimport durable_nb as dnb\ndecision = dnb.gate('publish?', {'rows': len(rows)})",
+    ]
+    path = folder / "voice.ipynb"
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(notebook, str(path))
+    return path
+
+
+def test_notes_are_quiet_lines_not_error_boxes(browser: object, lab: dict[str, str]) -> None:
+    """Issue 18 item 6: restore notes, a warning and a paused gate read as small styled notes in
+    JupyterLab, not as stderr (error-coloured) output; the screenshot in docs/ shows them."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    folder = Path(lab["folder"])
+    store = f"sqlite:///{folder}/.durable_nb/voice.db"
+    path = _voice_notebook(folder, store)
+    # The first Run All, headless: two cells commit, the third pauses at its gate.
+    NotebookClient(nbformat.read(str(path), as_version=4), allow_errors=True, kernel_name="python3").execute()
+    assert wait_for_run(store, "voice", "paused")
+    page = open_notebook(browser, lab, "voice.ipynb")
+    run_all(page)
+    notes = page.locator(".durable-nb-note")  # type: ignore[attr-defined]
+    wait_or_explain(page, page.locator("text=Approval needed").first, lab, "voice")  # type: ignore[attr-defined]
+    page.locator(".durable-nb-note:has-text('Waiting at gate')").first.wait_for(timeout=60_000)  # type: ignore[attr-defined]
+    texts = notes.all_inner_texts()
+    assert any("restored 'load' from checkpoint" in t for t in texts), texts
+    assert any("not restored, since they could not be stored: lock" in t for t in texts), texts
+    # No note is drawn as stderr, the style JupyterLab gives errors.
+    stderr = page.locator("[data-mime-type='application/vnd.jupyter.stderr']")  # type: ignore[attr-defined]
+    assert not [t for t in stderr.all_inner_texts() if "durable_nb" in t], stderr.all_inner_texts()
+    assert "⏸" not in page.locator(".jp-Notebook").inner_text()  # type: ignore[attr-defined]
+    notebook = page.locator(".jp-Notebook").first  # type: ignore[attr-defined]
+    DOCS.mkdir(exist_ok=True)
+    notebook.screenshot(path=str(DOCS / "notes.png"))
     page.close()  # type: ignore[attr-defined]

@@ -8,7 +8,7 @@ store, and what the restored session holds is compared with what the first one h
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,17 +23,8 @@ SETUP = "%load_ext durable_nb\n%durable run faithful"
 
 
 @pytest.fixture
-def start(tmp_path: Path, store_url: str) -> Iterator[Callable[[], Kernel]]:
-    started: list[Kernel] = []
-
-    def new_kernel() -> Kernel:
-        kernel = Kernel(tmp_path, env={"DURABLE_NB_STORE": store_url})
-        started.append(kernel)
-        return kernel
-
-    yield new_kernel
-    for kernel in started:
-        kernel.close()
+def start(kernels: Callable[[], Kernel]) -> Callable[[], Kernel]:
+    return kernels
 
 
 def run_all(kernel: Kernel, cells: list[str]) -> list[CellResult]:
@@ -211,7 +202,8 @@ def test_the_cell_value_is_out_n_and_underscore(start: Callable[[], Kernel]) -> 
     first.kill()
     second = start()
     results = run_all(second, cells)
-    assert [o["type"] for o in results[0].outputs] == ["execute_result", "stream"]
+    assert [o["type"] for o in results[0].outputs] == ["execute_result", "display_data"]
+    assert results[0].outputs[1]["data"]["text/plain"].startswith("durable_nb: restored 'value'")  # the note
     assert results[0].outputs[0]["data"]["text/plain"] == "[1, 2, 3]"
     assert probe(second, "[_ is numbers, Out[max(Out)] is numbers, Out[min(Out)]]") == [True, True, [1, 2, 3]]
 
@@ -231,9 +223,7 @@ def test_going_back_to_old_code_returns_to_its_run(start: Callable[[], Kernel], 
     assert len(dnb.runs("faithful", store=store_url)) == 2  # no third run
 
 
-def test_replay_cells_run_again_and_unknown_effects_are_named(
-    start: Callable[[], Kernel], tmp_path: Path
-) -> None:
+def test_replay_cells_run_again_and_unknown_effects_are_named(start: Callable[[], Kernel], tmp_path: Path) -> None:
     """Settings durable_nb cannot read: a --replay cell runs again on restore; a set-up call into
     a library it does not watch is named in a warning when its cell is restored."""
     (tmp_path / "fakelib.py").write_text("STATE = {'seed': None}\ndef set_seed(n):\n    STATE['seed'] = n\n")

@@ -20,8 +20,9 @@ ALLOWED = {
     "notebook": {"base", "store", "engine", "views", "widgets", "driver"},
     "cli": {"base", "store", "engine", "views", "demo", "service", "headless", "driver"},
     "service": {"base", "store", "engine", "views", "driver"},
-    "headless": {"base", "store", "engine", "views", "driver"},
-    "demo": {"base", "store", "engine", "views", "driver"},
+    # Headless runs drive kernels that load the notebook layer, and read its notes.
+    "headless": {"base", "store", "engine", "views", "notebook", "driver"},
+    "demo": {"base", "store", "engine", "views", "notebook", "driver"},
     "driver": set(),
 }
 

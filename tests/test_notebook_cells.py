@@ -101,8 +101,8 @@ def test_commit_then_restore_without_running(kernel: Kernel, capsys: pytest.Capt
     assert other.ns["total"] == 100
     assert other.ns["math"].pi > 3  # modules come back too
     assert "loaded 4 rows" in out.out  # the print is replayed
-    assert "restored 'load' from checkpoint" in out.err
-    assert "took" in out.err
+    assert "durable_nb: restored 'load' from checkpoint" in out.out  # a note, not stderr (issue 18 item 6)
+    assert "took" in out.out and out.err == ""
 
 
 def test_names_found_by_syntax(kernel: Kernel) -> None:
@@ -179,7 +179,7 @@ def test_edit_forks_the_run(kernel: Kernel, capsys: pytest.CaptureFixture[str]) 
     kernel.ok('%%durable clean\nbump(COUNTER, "clean")\ncleaned = [r * 100 for r in rows]\ntotal = sum(cleaned)')
     forked = _session(kernel).cell_run.run_id
     assert forked != original
-    assert "continuing in fork" in capsys.readouterr().err
+    assert "continuing in fork" in capsys.readouterr().out
     assert kernel.ns["total"] == 1000
     fork_run = dnb.get_run(forked, store=kernel.store_url)
     assert fork_run.parent_run_id == original
@@ -210,13 +210,13 @@ CONNECT = (
 def test_unserializable_values_are_named_and_skipped(kernel: Kernel, capsys: pytest.CaptureFixture[str]) -> None:
     """N3: a lock or a socket is named in a warning, not stored, and named again on restore; the rest commits."""
     kernel.ok(CONNECT)
-    err = capsys.readouterr().err
+    err = capsys.readouterr().out
     assert "lock" in err and "sock" in err and "cannot be stored" in err
     kernel.ns["sock"].close()
     other = fresh(kernel)
     capsys.readouterr()
     other.ok(CONNECT)
-    err = capsys.readouterr().err
+    err = capsys.readouterr().out
     assert other.ns["settings"] == {"retries": 3}
     assert "lock" not in other.ns and "sock" not in other.ns
     assert "not restored" in err and "lock" in err and "--exclude" in err
@@ -417,7 +417,7 @@ def test_views_from_magics(kernel: Kernel) -> None:
     kernel.ok(LOAD)
     shown = kernel.ok("%durable history")
     assert list(shown.frame["step"]) == ["after:load"]
-    assert "<b style" in shown._repr_html_()  # statuses in colour in notebooks
+    assert 'class="durable-nb-status"' in shown._repr_html_()  # statuses as coloured badges in notebooks
     assert len(kernel.ok("%durable runs").frame) == 1
     assert len(kernel.ok("%durable forks").frame) == 1
     status = kernel.ok("%durable status")

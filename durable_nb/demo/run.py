@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DurableError
+from ..notebook.notes import is_note
 
 __all__ = ["run_demo"]
 
@@ -61,6 +62,8 @@ class _Kernel:
             kind, content = message["msg_type"], message["content"]
             if kind == "stream":
                 text.append(content["text"])
+            elif kind in ("display_data", "update_display_data") and is_note(content):
+                text.append(content["data"]["text/plain"] + "\n")
             elif kind == "error":
                 text.append(f"{content['ename']}: {content['evalue']}\n")
             elif kind == "status" and content["execution_state"] == "idle":

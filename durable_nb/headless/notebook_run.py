@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigurationError, InvalidInput
+from .progress import progress_for
 
 __all__ = [
     "EXIT_COMPLETED",
@@ -134,6 +135,15 @@ class NotebookRun:
         self.notebook.cells.insert(0, setup)
         self.originals = {index + 1: text for index, text in self.originals.items()}
 
+    def labels(self) -> dict[int, str]:
+        """What the progress calls each code cell of the copy that runs (the set-up cell excluded)."""
+        found = {}
+        for index in self.originals:
+            first = self.notebook.cells[index].source.split("\n", 1)[0].split()
+            durable = len(first) > 1 and first[0] == "%%durable"
+            found[index] = first[1] if durable else f"cell {index} (plain)"
+        return found
+
     def output(self) -> Any:
         """The notebook as it ran, with each cell's original source and without the set-up cell."""
         import copy
@@ -156,12 +166,17 @@ def run_notebook(
     wait: bool = False,
     say: Callable[[str], None] = print,
     cell_timeout: float | None = None,
+    progress: Any = None,
 ) -> int:
-    """Run a notebook durably; return 0 (completed), 1 (a cell failed) or 3 (paused at a gate)."""
+    """Run a notebook durably; return 0 (completed), 1 (a cell failed) or 3 (paused at a gate).
+
+    ``progress`` is a stream for a progress bar (used when it is a terminal); otherwise each
+    finished cell is one line through ``say``.
+    """
     target = Path(output) if output is not None else None
     while True:
         prepared = NotebookRun.prepare(path, parameters, run, store)
-        code = _execute(prepared, target, kernel, say, cell_timeout)
+        code = _execute(prepared, target, kernel, say, cell_timeout, progress)
         if code != EXIT_PAUSED:
             return code
         run_id = _paused_run(prepared)
@@ -173,37 +188,71 @@ def run_notebook(
             return EXIT_PAUSED
 
 
+def _client_class() -> type:
+    try:
+        from nbclient import NotebookClient
+    except ImportError as error:
+        raise ConfigurationError(
+            "Running notebooks headless needs its extra: pip install 'durable-nb[headless]'."
+        ) from error
+
+    from .notes import NoteSeparator
+
+    class DurableClient(NoteSeparator, NotebookClient):  # type: ignore[misc]
+        """nbclient's client, with durable_nb's notes kept out of the outputs."""
+
+    return DurableClient
+
+
 def _execute(
-    prepared: NotebookRun, target: Path | None, kernel: str, say: Callable[[str], None], cell_timeout: float | None
+    prepared: NotebookRun,
+    target: Path | None,
+    kernel: str,
+    say: Callable[[str], None],
+    cell_timeout: float | None,
+    stream: Any,
 ) -> int:
     """Run the prepared notebook once in a new kernel; write the output as cells finish."""
+    client_class = _client_class()
     import nbformat
-    from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, DeadKernelError
 
-    total = sum(1 for c in prepared.notebook.cells if c.cell_type == "code") - 1
+    labels = prepared.labels()
+    shown = progress_for(len(labels), prepared.run_name, say, stream)
+    started: dict[int, float] = {}
 
     def write() -> None:
         if target is not None:
             nbformat.write(prepared.output(), str(target))
 
+    def starting(cell: Any, cell_index: int) -> None:
+        if cell_index in labels:
+            started[cell_index] = time.monotonic()
+            shown.started(labels[cell_index])
+
     def finished(cell: Any, cell_index: int, execute_reply: Any) -> None:
-        if cell_index == 0:
+        if cell_index not in labels:
             return
-        restored = any("from checkpoint" in str(o.get("text", "")) for o in cell.get("outputs", []))
-        say(f"cell {cell_index}/{total} {'restored' if restored else 'executed'}")
+        notes = client.notes(cell_index)
+        restored = any(note["kind"] == "restored" for note in notes)
+        warnings = [note["text"] for note in notes if note["level"] == "warning"]
+        shown.finished(
+            labels[cell_index], restored, time.monotonic() - started.get(cell_index, time.monotonic()), warnings
+        )
         write()
 
-    client = NotebookClient(
+    client = client_class(
         prepared.notebook,
         kernel_name=kernel,
         timeout=cell_timeout,
         resources={"metadata": {"path": str(prepared.source.parent)}},
+        on_cell_execute=starting,
         on_cell_executed=finished,
     )
     try:
         client.execute()
     except CellExecutionError as error:
+        shown.close()
         write()
         if error.ename == "GatePending":
             say(f"paused at a gate: {error.evalue}")
@@ -211,11 +260,16 @@ def _execute(
         say(f"a cell failed ({error.ename}: {error.evalue}); fix it and run this command again to resume")
         return EXIT_FAILED
     except DeadKernelError as error:
+        shown.close()
         write()
         say(f"the kernel died ({error}); run this command again to resume")
         return EXIT_FAILED
+    except BaseException:
+        shown.close()
+        raise
+    shown.close()
     write()
-    say(f"completed run {prepared.run_name} ({total} cells)")
+    say(f"completed run {prepared.run_name}: {len(labels)} cells, {shown.tally.summary()}")
     return EXIT_COMPLETED
 
 

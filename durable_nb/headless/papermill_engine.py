@@ -21,12 +21,17 @@ from papermill.log import logger
 from papermill.utils import merge_kwargs, remove_args
 
 from .notebook_run import attach_code, durable_source, run_key
+from .notes import NoteSeparator
 
 __all__ = ["DurableEngine"]
 
 
-class DurableNotebookClient(PapermillNotebookClient):  # type: ignore[misc]
-    """papermill's client, attaching the run first and running each code cell durably."""
+class DurableNotebookClient(NoteSeparator, PapermillNotebookClient):  # type: ignore[misc]
+    """papermill's client, attaching the run first and running each code cell durably.
+
+    durable_nb's notes go to papermill's log, not into the output notebook, so that a resumed
+    run's output reads as an uninterrupted one's.
+    """
 
     def __init__(self, nb_man: Any, attach: str, **kwargs: Any) -> None:
         super().__init__(nb_man, **kwargs)
@@ -49,6 +54,8 @@ class DurableNotebookClient(PapermillNotebookClient):  # type: ignore[misc]
             return super().execute_cell(cell, cell_index, *args, **kwargs)
         finally:
             cell.source = original  # the output notebook shows what the author wrote
+            for note in self.notes(cell_index):
+                (logger.warning if note["level"] == "warning" else logger.info)(f"durable_nb: {note['text']}")
 
 
 class DurableEngine(NBClientEngine):  # type: ignore[misc]

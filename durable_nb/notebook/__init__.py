@@ -8,11 +8,12 @@ __all__ = ["load_ipython_extension"]
 
 
 def _quiet_gate(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: int | None = None) -> list[str]:
-    # A paused cell is not an error to read: one line instead of a traceback. It is still
-    # reported as an error, so that Run All stops here.
-    stb = [f"⏸ {value}"]
-    shell._showtraceback(etype, value, stb)
-    return stb
+    # A paused cell is not an error to read: it says why in a note and shows no error. The
+    # cell's execution still ends in error (its reply says GatePending), so Run All stops here.
+    from .session import session_for
+
+    session_for(shell).notes.say(str(value), "paused", always=True)
+    return []
 
 
 def load_ipython_extension(ip: Any) -> None:

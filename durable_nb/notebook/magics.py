@@ -17,7 +17,20 @@ from .session import CellOptions, session_for
 
 __all__ = ["DurableMagics"]
 
-SUBCOMMANDS = ("run", "status", "history", "runs", "forks", "end", "fork", "switch", "inspect", "approve", "reject")
+SUBCOMMANDS = (
+    "run",
+    "status",
+    "history",
+    "runs",
+    "forks",
+    "end",
+    "fork",
+    "switch",
+    "inspect",
+    "approve",
+    "reject",
+    "notes",
+)
 
 
 def _names(text: str | None) -> frozenset[str]:
@@ -85,6 +98,7 @@ class DurableMagics(Magics):
             %durable inspect
             %durable approve [--node N] [--comment T] [--by NAME]
             %durable reject  [--node N] [--comment T] [--by NAME]
+            %durable notes on | off
         """
         words = line.split(None, 1)
         if not words or words[0] not in SUBCOMMANDS:
@@ -116,7 +130,7 @@ class DurableMagics(Magics):
 
         session = session_for(self.shell)
         cell_run = session.require()
-        print(session.describe())
+        session.notes.say(session.describe(), "status")
         return status(cell_run.run_id, store=cell_run.store)
 
     def _history(self, rest: str) -> Any:
@@ -143,7 +157,7 @@ class DurableMagics(Magics):
         session = session_for(self.shell)
         cell_run = session.require()
         run_sync(cell_run.end())
-        print(f"durable_nb: run {cell_run.run_id} '{cell_run.run.name}' completed")
+        session.notes.say(f"run {cell_run.run_id} '{cell_run.run.name}' completed", "completed")
         session.cell_run = None
 
     @magic_arguments()
@@ -175,9 +189,10 @@ class DurableMagics(Magics):
             run_id = fork(cell_run.run_id, state=overrides, store=cell_run.store).id
         session.attach(cell_run.run.name, run_id=run_id, quiet=True)
         self.shell.user_ns.update(overrides)
-        print(
-            f"durable_nb: forked run {cell_run.run_id} into {run_id}; this kernel now works in the fork "
-            f"(switch back with %durable switch {cell_run.run_id})"
+        session.notes.say(
+            f"forked run {cell_run.run_id} into {run_id}; this kernel now works in the fork "
+            f"(switch back with %durable switch {cell_run.run_id})",
+            "forked",
         )
 
     def _switch(self, rest: str) -> None:
@@ -213,12 +228,19 @@ class DurableMagics(Magics):
         cell_run = session.require()
         if run_sync(cell_run.refresh()).status is not RunStatus.PAUSED:
             # Run All after a click on the panel reaches this line with nothing left to decide.
-            print(f"durable_nb: run {cell_run.run_id} waits at no gate (already decided); nothing to do")
+            session.notes.say(f"run {cell_run.run_id} waits at no gate (already decided); nothing to do", "decided")
             return
         decided = session.decide(cell_run.run_id, args.node, approved=approved, comment=args.comment, by=args.by)
         node = decided.checkpoints[-1].node_id
-        print(f"durable_nb: {'approved' if approved else 'rejected'} the gate of cell '{node}'")
-        print(session.continue_after(decided))
+        session.notes.say(f"{'approved' if approved else 'rejected'} the gate of cell '{node}'", "decided")
+        session.notes.say(session.continue_after(decided), "continued")
 
     def _reject(self, rest: str) -> None:
         self._approve(rest, approved=False)
+
+    def _notes(self, rest: str) -> None:
+        """%durable notes on|off: show or silence durable_nb's notes (warnings always show)."""
+        choice = rest.strip().lower()
+        if choice not in ("on", "off"):
+            raise UsageError("%durable notes takes on or off, e.g. %durable notes off.")
+        session_for(self.shell).notes.enabled = choice == "on"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import sys
 import time
 import traceback
 import weakref
@@ -29,6 +28,7 @@ from .capture import Capture, close_restored_figures, open_figure_ids, replay
 from .cellcode import CellCode, analyze
 from .effects import set_attributes
 from .execute import run_code
+from .notes import Notes
 from .outcome import cell_outcome
 from .settings import SettingsWatch, apply_changes
 
@@ -50,10 +50,6 @@ def _ago(checkpoint: CheckpointRecord) -> str:
     return datetime.fromtimestamp(checkpoint.created_at).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _note(text: str) -> None:
-    print(f"durable_nb: {text}", file=sys.stderr, flush=True)
-
-
 class KernelSession:
     """The durable state of one IPython shell: its store and the run it is attached to."""
 
@@ -63,6 +59,8 @@ class KernelSession:
         self.cell_run: CellRun | None = None
         self.tracker: NamespaceTracker | None = None
         self._unstorable_warned: dict[str, int] = {}
+        self.notes = Notes(shell)
+        shell.events.register("pre_run_cell", self.notes.new_cell)
         atexit.register(self._release_at_exit)
 
     # -- attaching -----------------------------------------------------------------------
@@ -97,7 +95,7 @@ class KernelSession:
             CellRun.attach(self.store, values, name, new=new, run_id=run_id, key=key, tracker=self.tracker)
         )
         if not quiet:
-            print(self.describe(), flush=True)
+            self.notes.say(self.describe(), "attached")
         return self.cell_run
 
     def describe(self) -> str:
@@ -105,7 +103,7 @@ class KernelSession:
         cell_run = self.require()
         run = run_sync(cell_run.refresh())
         cells = cell_run.completed
-        text = f"durable_nb: run {run.run_id} '{run.name}' — {run.status.value}"
+        text = f"run {run.run_id} '{run.name}' — {run.status.value}"
         if cells:
             shown = ", ".join(cells[:8]) + (", …" if len(cells) > 8 else "")
             text += f"; {len(cells)} cell{'s' if len(cells) != 1 else ''} restorable ({shown})"
@@ -150,9 +148,14 @@ class KernelSession:
         cell = analyze(source)
         run = run_sync(cell_run.refresh())
         committed = run_sync(cell_run.lookup(node))
-        if committed is not None and not options.rerun and committed.extra.get("source_hash") not in (
-            None,
-            cell.source_hash,
+        if (
+            committed is not None
+            and not options.rerun
+            and committed.extra.get("source_hash")
+            not in (
+                None,
+                cell.source_hash,
+            )
         ):
             match = run_sync(cell_run.matching_run(node, cell.source_hash))
             if match is not None:
@@ -173,9 +176,10 @@ class KernelSession:
 
     def _return_to(self, current: CellRun, match: str, node: str) -> tuple[CellRun, CheckpointRecord | None, Any]:
         cell_run = self.attach(current.run.name, run_id=match, quiet=True)
-        _note(
+        self.notes.say(
             f"cell '{node}' matches run {match} at this cell: continuing there "
-            f"(switch back with %durable switch {current.run_id})"
+            f"(switch back with %durable switch {current.run_id})",
+            "switched",
         )
         return cell_run, run_sync(cell_run.lookup(node)), run_sync(cell_run.refresh())
 
@@ -221,20 +225,24 @@ class KernelSession:
             close_restored_figures(figures)
         replay(self.shell, restored.outputs, result)
         took = f", took {format_seconds(committed.duration)}" if committed.duration else ""
-        _note(f"restored '{committed.node_id}' from checkpoint (committed {_ago(committed)}{took})")
+        self.notes.say(
+            f"restored '{committed.node_id}' from checkpoint (committed {_ago(committed)}{took})", "restored"
+        )
         if restored.unstored:
             names = ", ".join(f"{n} ({t})" for n, t in sorted(restored.unstored.items()))
-            _note(
+            self.notes.warn(
                 f"not restored, since they could not be stored: {names}. Create such objects in a "
-                "plain cell, or leave them out with --exclude."
+                "plain cell, or leave them out with --exclude.",
+                "unstored",
             )
         if problems:
-            _note("could not re-apply what this cell set: " + "; ".join(problems))
+            self.notes.warn("could not re-apply what this cell set: " + "; ".join(problems), "settings")
         if extra.get("effects"):
-            _note(
+            self.notes.warn(
                 f"cell '{committed.node_id}' ran {', '.join(extra['effects'])}, whose effect outside its "
                 "variables durable_nb cannot restore. If later cells depend on it, add --replay to the "
-                "cell's %%durable line so that it runs again on restore."
+                "cell's %%durable line so that it runs again on restore.",
+                "effects",
             )
 
     def _replay_cell(self, cell_run: CellRun, node: str, source: str, cell: CellCode, options: CellOptions) -> Any:
@@ -243,18 +251,19 @@ class KernelSession:
         if run.status is RunStatus.PAUSED:
             filename = self.shell.compile.cache(source)
             value = run_code(cell, self.shell.user_ns, filename, timeout=options.timeout, node=node)
-            _note(f"replayed '{node}' (not committed: the run waits at a gate)")
+            self.notes.say(f"replayed '{node}' (not committed: the run waits at a gate)", "replayed")
             return _show_value(self.shell, value)
         run_sync(cell_run.take())
-        _note(f"replaying '{node}' (--replay)")
+        self.notes.say(f"replaying '{node}' (--replay)", "replaying")
         return self._execute(cell_run, node, source, cell, options, only_if_changed=True)
 
     def _fork_for(self, cell_run: CellRun, node: str, why: str) -> CellRun:
         forked = run_sync(cell_run.fork_before(node))
         self.cell_run = forked
-        _note(
+        self.notes.say(
             f"cell '{node}' {why}: continuing in fork {forked.run_id} of run {cell_run.run_id} "
-            f"(the original is kept; switch back with %durable switch {cell_run.run_id})"
+            f"(the original is kept; switch back with %durable switch {cell_run.run_id})",
+            "forked",
         )
         return forked
 
@@ -310,13 +319,17 @@ class KernelSession:
                 ) from None
             except KeyboardInterrupt:
                 run_sync(cell_run.cancel_cell(node))
-                _note(f"cell '{node}' interrupted: run {cell_run.run_id} is cancelled; run the cell again to resume")
+                self.notes.warn(
+                    f"cell '{node}' interrupted: run {cell_run.run_id} is cancelled; run the cell again to resume",
+                    "interrupted",
+                )
                 raise
             except Exception as error:
                 wait = attempts.failed(error)
                 if wait is not None:
-                    _note(
-                        f"cell '{node}' failed ({type(error).__name__}: {error}); retry {attempt} of {options.retries}"
+                    self.notes.warn(
+                        f"cell '{node}' failed ({type(error).__name__}: {error}); retry {attempt} of {options.retries}",
+                        "retrying",
                     )
                     time.sleep(wait)
                     continue
@@ -344,9 +357,10 @@ class KernelSession:
             self._unstorable_warned[name] = id(self.shell.user_ns.get(name))
         if fresh:
             names = ", ".join(f"{n} ({t})" for n, t in sorted(fresh.items()))
-            _note(
+            self.notes.warn(
                 f"committed '{outcome.node_id}' without {names}: they cannot be stored, so a restart will not "
-                "bring them back. Create such objects in a plain cell, or --exclude them."
+                "bring them back. Create such objects in a plain cell, or --exclude them.",
+                "unstored",
             )
 
     # -- gates ----------------------------------------------------------------------------------
