@@ -19,7 +19,8 @@ ALLOWED = {
     "widgets": {"base", "store", "engine", "views", "driver"},
     "notebook": {"base", "store", "engine", "views", "widgets", "driver"},
     "cli": {"base", "store", "engine", "views", "demo", "service", "headless", "driver"},
-    "service": {"base", "store", "engine", "views", "driver"},
+    # The service starts notebook runs as run-notebook does (the same run key).
+    "service": {"base", "store", "engine", "views", "headless", "driver"},
     # Headless runs drive kernels that load the notebook layer, and read its notes.
     "headless": {"base", "store", "engine", "views", "notebook", "driver"},
     "demo": {"base", "store", "engine", "views", "notebook", "driver"},

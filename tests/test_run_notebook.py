@@ -11,6 +11,7 @@ keeps the original sources.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -71,7 +72,11 @@ def test_a_failed_run_resumes_when_run_again(tmp_path: Path, store_url: str) -> 
     (tmp_path / "fixed").touch()
     done = _run(tmp_path, store_url, "-p", "region", "EU", "-p", "limit", "5")
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
-    assert "restored" in done.stdout and "completed run report" in done.stdout
+    assert "completed run report" in done.stdout
+    # Not a terminal: one line per cell, saying how it got its outputs (issue 18 item 4).
+    assert re.search(r"^\[\d+/\d+\] cell\d+_\w{6} restored from checkpoint$", done.stdout, re.M), done.stdout
+    assert re.search(r"^\[\d+/\d+\] \S+ executed in \d.*s$", done.stdout, re.M), done.stdout
+    assert dnb.runs("report", store=store_url)["status"].tolist() == ["completed"]  # ended, not left running
     # 'load' committed before the failure: restored, not run again; the failed cell ran again.
     assert _side(tmp_path) == ["load", "check", "check", "plain", "end"]
     assert path.read_text() == before  # the notebook itself is never changed
@@ -145,3 +150,7 @@ def test_the_papermill_engine_resumes_a_failed_run(tmp_path: Path, store_url: st
     assert len(injected) == 1 and 'region = "EU"' in injected[0].source  # papermill's own injection
     assert not any("%%durable" in c.source for c in out.cells)
     assert "total 10" in "".join(o.get("text", "") for o in out.cells[-1].outputs)
+    assert dnb.runs("report", store=store_url)["status"].tolist() == ["completed"]  # one run, ended
+    # The notes stay out of the output notebook (papermill logs them instead).
+    assert not [o for c in out.cells for o in c.get("outputs", []) if "durable_nb" in o.get("metadata", {})]
+    assert "durable_nb: restored" in done.stderr

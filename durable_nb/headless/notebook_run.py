@@ -23,6 +23,7 @@ from ..errors import ConfigurationError, InvalidInput
 from .progress import progress_for
 
 __all__ = [
+    "END_CODE",
     "EXIT_COMPLETED",
     "EXIT_FAILED",
     "EXIT_PAUSED",
@@ -35,6 +36,7 @@ __all__ = [
 ]
 
 EXIT_COMPLETED, EXIT_FAILED, EXIT_PAUSED = 0, 1, 3
+END_CODE = "%durable end"
 PLAIN_TAG, PARAMETERS_TAG, INJECTED_TAG = "not-durable", "parameters", "injected-parameters"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 _RESERVED_TAGS = {PLAIN_TAG, PARAMETERS_TAG, INJECTED_TAG}
@@ -134,6 +136,8 @@ class NotebookRun:
         setup = nbformat.v4.new_code_cell(attach, metadata={"tags": ["durable-nb-setup"]})
         self.notebook.cells.insert(0, setup)
         self.originals = {index + 1: text for index, text in self.originals.items()}
+        # Once every cell ran, the run is completed (a rerun of a completed run says so, and restores).
+        self.notebook.cells.append(nbformat.v4.new_code_cell(END_CODE, metadata={"tags": ["durable-nb-teardown"]}))
 
     def labels(self) -> dict[int, str]:
         """What the progress calls each code cell of the copy that runs (the set-up cell excluded)."""
@@ -151,6 +155,7 @@ class NotebookRun:
         written = copy.deepcopy(self.notebook)
         for index, text in self.originals.items():
             written.cells[index].source = text
+        written.cells.pop()
         written.cells.pop(0)
         return written
 

@@ -20,7 +20,7 @@ from papermill.engines import NBClientEngine
 from papermill.log import logger
 from papermill.utils import merge_kwargs, remove_args
 
-from .notebook_run import attach_code, durable_source, run_key
+from .notebook_run import END_CODE, attach_code, durable_source, run_key
 from .notes import NoteSeparator
 
 __all__ = ["DurableEngine"]
@@ -39,11 +39,19 @@ class DurableNotebookClient(NoteSeparator, PapermillNotebookClient):  # type: ig
 
     def papermill_execute_cells(self) -> None:
         # Attach the kernel to the run before the first cell, without a cell of its own.
-        reply = run_sync(self.kc.execute_interactive)(self.attach, store_history=False, timeout=120)
+        self._quietly(self.attach, "attach the run")
+        super().papermill_execute_cells()
+        # papermill stops at a failed cell without raising, and marks the notebook: the run is
+        # completed only when every cell ran.
+        if not self.nb.metadata.get("papermill", {}).get("exception"):
+            self._quietly(END_CODE, "complete the run")
+
+    def _quietly(self, code: str, what: str) -> None:
+        """Run durable_nb's own code in the kernel, outside any cell of the notebook."""
+        reply = run_sync(self.kc.execute_interactive)(code, store_history=False, timeout=120)
         if reply["content"].get("status") != "ok":
             content = reply["content"]
-            raise RuntimeError(f"durable_nb could not attach the run: {content.get('ename')}: {content.get('evalue')}")
-        super().papermill_execute_cells()
+            raise RuntimeError(f"durable_nb could not {what}: {content.get('ename')}: {content.get('evalue')}")
 
     def execute_cell(self, cell: Any, cell_index: int, *args: Any, **kwargs: Any) -> Any:
         if cell.cell_type != "code":

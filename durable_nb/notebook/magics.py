@@ -156,6 +156,11 @@ class DurableMagics(Magics):
     def _end(self, rest: str) -> None:
         session = session_for(self.shell)
         cell_run = session.require()
+        if run_sync(cell_run.refresh()).status is RunStatus.COMPLETED:
+            # Run All of a finished notebook restores every cell and reaches this line again.
+            session.notes.say(f"run {cell_run.run_id} '{cell_run.run.name}' is already completed", "completed")
+            session.cell_run = None
+            return
         run_sync(cell_run.end())
         session.notes.say(f"run {cell_run.run_id} '{cell_run.run.name}' completed", "completed")
         session.cell_run = None

@@ -15,7 +15,6 @@ stopped outside any durable cell is marked failed with the child's last words.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import os
@@ -32,6 +31,7 @@ from ..engine.ownership import owner_alive
 from ..engine.settle import mark_failed
 from ..engine.values import ValueCodec
 from ..errors import ConfigurationError, DurableError, InvalidInput
+from ..headless.notebook_run import run_key
 from ..model import Commit, EventType, NewEvent, NewRun, RunKind, RunRecord, RunStatus, RunUpdate
 from ..store import Store
 from ..store.protocol import Conflict
@@ -39,21 +39,13 @@ from ..store.secret import load_secret
 from ..store.url import parse_url
 from .notebook_folder import NotebookFolder
 
-__all__ = ["META", "NotebookRuns", "run_key"]
+__all__ = ["META", "NotebookRuns"]
 
 log = logging.getLogger("durable_nb.service")
 
 META = "notebook"  # the key of a run's meta that holds {"path", "parameters", "run"}
 _PAUSED = 3  # the command's exit code for a run paused at a gate
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
-
-
-def run_key(notebook: Path, parameters: dict[str, Any]) -> str:
-    """The key a notebook's run is found by: its resolved path and its parameters."""
-    # The digest `durable-nb run-notebook` computes (its run_key), which the kernel attaches by;
-    # the service may not import the command's module, so a test pins the two together.
-    identity = json.dumps([str(notebook), parameters], sort_keys=True, default=repr)
-    return hashlib.sha256(identity.encode()).hexdigest()[:24]
 
 
 def _run_name(notebook: Path, run: str | None) -> str:
