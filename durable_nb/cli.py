@@ -316,6 +316,7 @@ def cmd_run_notebook(args: argparse.Namespace) -> int:
         wait=args.wait,
         say=lambda line: print(printable(line), flush=True),
         progress=sys.stderr,
+        fork=args.fork,
     )
 
 
@@ -497,6 +498,12 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--run", default=None, help="the run's name (default: the notebook's)")
             sub.add_argument("--kernel", default="python3", help="the kernel to run it in (default python3)")
             sub.add_argument("--wait", action="store_true", help="at a gate, wait for the decision, then go on")
+            sub.add_argument(
+                "--fork",
+                action="store_true",
+                help="new parameters branch the notebook's last run at the parameters cell (the cells above are "
+                "restored, not run again) instead of starting a new run from the top",
+            )
         elif name == "mcp":
             sub.add_argument("--workflow", action="append", default=[], help="module:attribute (repeatable)")
             sub.add_argument(

@@ -154,3 +154,39 @@ def test_the_papermill_engine_resumes_a_failed_run(tmp_path: Path, store_url: st
     # The notes stay out of the output notebook (papermill logs them instead).
     assert not [o for c in out.cells for o in c.get("outputs", []) if "durable_nb" in o.get("metadata", {})]
     assert "durable_nb: restored" in done.stderr
+
+
+def test_fork_branches_the_last_run_at_the_parameters_cell(tmp_path: Path, store_url: str) -> None:
+    """Issue 18 item 2: with --fork, new parameters branch the last run just before the parameters:
+    the cells above are restored, the rest run with the new values; the same command again goes on
+    in that fork; without --fork, new parameters start from the top."""
+    side = tmp_path / "side.txt"
+    note = f"open({str(side)!r}, 'a').write('{{}}\\n')"
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_code_cell(f"{note.format('setup')}\nbase = 100"),
+        nbformat.v4.new_code_cell("limit = 3", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell(f"{note.format('sum')}\ntotal = base + sum(range(limit))\nprint('total', total)"),
+    ]
+    nbformat.write(notebook, str(tmp_path / "report.ipynb"))
+
+    def total() -> str:
+        out = nbformat.read(str(tmp_path / "out.ipynb"), as_version=4)
+        return "".join(o.get("text", "") for o in out.cells[-1].outputs).strip()
+
+    assert _run(tmp_path, store_url, "-p", "limit", "3").returncode == 0
+    first = dnb.runs("report", store=store_url)["run_id"].iloc[0]
+    forked = _run(tmp_path, store_url, "-p", "limit", "5", "--fork")
+    assert forked.returncode == 0, forked.stdout + forked.stderr[-2000:]
+    assert "forked the last run of report at the parameters cell" in forked.stdout
+    assert _side(tmp_path) == ["setup", "sum", "sum"]  # the cell above the parameters was restored
+    assert total() == "total 110"
+    runs = dnb.runs("report", store=store_url)
+    assert len(runs) == 2 and runs["parent_run_id"].iloc[0] == first
+    assert runs["status"].tolist() == ["completed", "completed"]
+    again = _run(tmp_path, store_url, "-p", "limit", "5", "--fork")
+    assert again.returncode == 0 and "forked" not in again.stdout  # the fork of these parameters goes on
+    assert _side(tmp_path) == ["setup", "sum", "sum"] and len(dnb.runs("report", store=store_url)) == 2
+    fresh = _run(tmp_path, store_url, "-p", "limit", "7")
+    assert fresh.returncode == 0 and _side(tmp_path) == ["setup", "sum", "sum", "setup", "sum"]
+    assert total() == "total 121"

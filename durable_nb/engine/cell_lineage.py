@@ -89,24 +89,32 @@ class CellLineage(_CellRun):
 
     # -- forks --------------------------------------------------------------------------------
 
-    async def fork_before(self, node: str, overrides: dict[str, Any] | None = None) -> CellRun:
-        """Branch a new run from the state just before ``node`` was committed; this run is untouched."""
+    async def fork_before(
+        self, node: str, overrides: dict[str, Any] | None = None, *, key: str | None = None, owned: bool = True
+    ) -> CellRun:
+        """Branch a new run from the state just before ``node`` was committed; this run is untouched.
+
+        ``key`` makes the fork the run of that idempotency key; ``owned=False`` leaves it pending
+        for whichever kernel attaches to it (by that key).
+        """
         committed = await self.lookup(node)
         source_run = self.run
         source_id: str | None = None
         if committed is not None:
             source_run = await self.store.get_run(committed.run_id)
             source_id = await self._before(committed, node)
+        owner, lease = (self.owner, lease_deadline()) if owned else (None, None)
         if source_id is None:
-            return await self._fresh_fork(source_run)
+            return await self._fresh_fork(source_run, key, owner, lease)
         fork = await create_fork(
             self.store,
             self.values,
             source_run.run_id,
             source_id,
             overrides or {},
-            owner=self.owner,
-            lease_until=lease_deadline(),
+            owner=owner,
+            lease_until=lease,
+            idempotency_key=key,
         )
         forked = type(self)(
             self.store, self.values, fork.run, fork.checkpoint, await self.store.state_at(fork.run.run_id), self.tracker
@@ -124,17 +132,18 @@ class CellLineage(_CellRun):
             parent_id = parent.parent_checkpoint_id
         return None
 
-    async def _fresh_fork(self, source: RunRecord) -> CellRun:
+    async def _fresh_fork(self, source: RunRecord, key: str | None, owner: str | None, lease: float | None) -> CellRun:
         run, _ = await self.store.create_run(
             NewRun(
                 run_id=new_id(),
                 name=source.name,
                 kind=RunKind.NOTEBOOK,
-                status=RunStatus.RUNNING,
+                status=RunStatus.RUNNING if owner else RunStatus.PENDING,
                 input_manifest=source.input_manifest,
+                idempotency_key=key,
                 parent_run_id=source.run_id,
-                owner=self.owner,
-                lease_until=lease_deadline(),
+                owner=owner,
+                lease_until=lease,
                 events=[
                     NewEvent(
                         EventType.FORK_CREATED, None, {"parent_run_id": source.run_id, "parent_checkpoint_id": None}

@@ -120,12 +120,17 @@ class CellRun(CellLineage):
                     events=[NewEvent(EventType.RUN_STARTED)],
                 )
             )
-        cell_run = cls(
-            store, values, run, await store.resume_point(run.run_id), await store.state_at(run.run_id), tracker
-        )
+        cell_run = await cls.open(store, values, run, tracker)
         if run.status in (RunStatus.RUNNING, RunStatus.PENDING, RunStatus.FAILED, RunStatus.CANCELLED):
             await cell_run.take()
         return cell_run
+
+    @classmethod
+    async def open(
+        cls, store: Store, values: ValueCodec, run: RunRecord, tracker: NamespaceTracker | None = None
+    ) -> CellRun:
+        """Read a run's head and state, without taking it (to look up its cells or fork it)."""
+        return cls(store, values, run, await store.resume_point(run.run_id), await store.state_at(run.run_id), tracker)
 
     async def refresh(self) -> RunRecord:
         """Re-read the run row (and apply gate deadlines that have passed)."""

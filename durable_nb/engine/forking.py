@@ -45,6 +45,7 @@ async def create_fork(
     *,
     owner: str | None = None,
     lease_until: float | None = None,
+    idempotency_key: str | None = None,
     first_events: list[NewEvent] | None = None,
     then: Callable[[CheckpointRecord, CheckpointDraft], tuple[list[CheckpointDraft], list[Blob]]] | None = None,
 ) -> Fork:
@@ -87,6 +88,7 @@ async def create_fork(
             status=RunStatus.RUNNING if owner else RunStatus.PENDING,
             input_manifest=source_run.input_manifest,
             blobs=blobs,
+            idempotency_key=idempotency_key,
             parent_run_id=run_id,
             parent_checkpoint_id=source.checkpoint_id,
             owner=owner,

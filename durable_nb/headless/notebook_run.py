@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._loop import run_sync
 from ..errors import ConfigurationError, InvalidInput
 from .progress import progress_for
 
@@ -31,6 +32,7 @@ __all__ = [
     "attach_code",
     "cell_name",
     "durable_source",
+    "fork_last_run",
     "run_key",
     "run_notebook",
 ]
@@ -93,6 +95,7 @@ class NotebookRun:
     parameters: dict[str, Any] = field(default_factory=dict)
     notebook: Any = None
     originals: dict[int, str] = field(default_factory=dict)
+    parameters_at: int = 1  # the first cell of the copy that runs whose outcome the parameters may change
 
     @classmethod
     def prepare(
@@ -117,10 +120,11 @@ class NotebookRun:
         return prepared
 
     def _inject(self, nbformat: Any) -> None:
-        if not self.parameters:
-            return
         cells = self.notebook.cells
         where = next((i for i, c in enumerate(cells) if PARAMETERS_TAG in c.get("metadata", {}).get("tags", [])), -1)
+        self.parameters_at = where + 2  # in the copy that runs, after the set-up cell
+        if not self.parameters:
+            return
         cell = nbformat.v4.new_code_cell(_injected(self.parameters), metadata={"tags": [INJECTED_TAG]})
         cells.insert(where + 1, cell)
 
@@ -160,6 +164,35 @@ class NotebookRun:
         return written
 
 
+def fork_last_run(prepared: NotebookRun) -> str | None:
+    """Branch the notebook's last run (of another key) just before its parameters cell, as this key's run.
+
+    Cells above the parameters cell are then restored from that run, and the rest run with the
+    new parameters. Nothing happens when a run of this key exists (it resumes) or none ran before.
+    """
+    return run_sync(_afork_last_run(prepared))
+
+
+async def _afork_last_run(prepared: NotebookRun) -> str | None:
+    from ..engine.cells import CellRun
+    from ..engine.values import ValueCodec
+    from ..model import RunKind
+    from ..store import resolve_store
+    from ..store.secret import load_secret
+
+    store = resolve_store(prepared.store)
+    runs = [run for run in await store.list_runs(prepared.run_name) if run.kind is RunKind.NOTEBOOK]
+    if not runs or any(run.idempotency_key == prepared.run_key for run in runs):
+        return None
+    last = await CellRun.open(store, ValueCodec(store, load_secret()), runs[0])  # newest first
+    labels = prepared.labels()
+    for index in sorted(i for i in labels if i >= prepared.parameters_at):
+        if await last.lookup(labels[index]) is not None:
+            forked = await last.fork_before(labels[index], key=prepared.run_key, owned=False)
+            return forked.run_id
+    return None  # it committed nothing from the parameters on: a new run does the same
+
+
 def run_notebook(
     path: str | Path,
     output: str | Path | None = None,
@@ -172,15 +205,22 @@ def run_notebook(
     say: Callable[[str], None] = print,
     cell_timeout: float | None = None,
     progress: Any = None,
+    fork: bool = False,
 ) -> int:
     """Run a notebook durably; return 0 (completed), 1 (a cell failed) or 3 (paused at a gate).
 
     ``progress`` is a stream for a progress bar (used when it is a terminal); otherwise each
-    finished cell is one line through ``say``.
+    finished cell is one line through ``say``. ``fork``: parameters not run before branch the
+    notebook's last run at the parameters cell instead of starting from the first cell.
     """
     target = Path(output) if output is not None else None
     while True:
         prepared = NotebookRun.prepare(path, parameters, run, store)
+        if fork:
+            forked = fork_last_run(prepared)
+            if forked is not None:
+                say(f"forked the last run of {prepared.run_name} at the parameters cell: run {forked}")
+            fork = False  # once: after a gate the same run goes on
         code = _execute(prepared, target, kernel, say, cell_timeout, progress)
         if code != EXIT_PAUSED:
             return code
