@@ -190,3 +190,42 @@ def test_fork_branches_the_last_run_at_the_parameters_cell(tmp_path: Path, store
     fresh = _run(tmp_path, store_url, "-p", "limit", "7")
     assert fresh.returncode == 0 and _side(tmp_path) == ["setup", "sum", "sum", "setup", "sum"]
     assert total() == "total 121"
+
+
+def test_a_terminal_gets_a_progress_bar(tmp_path: Path, store_url: str) -> None:
+    """Issue 18 item 4: on a terminal, a bar of cells done out of the total, restored vs executed."""
+    import pty
+    import threading
+
+    _notebook(tmp_path)
+    (tmp_path / "fixed").touch()
+    assert _run(tmp_path, store_url, "-p", "limit", "4").returncode == 0
+    master, terminal = pty.openpty()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    command = [sys.executable, "-m", "durable_nb.cli", "run-notebook", "report.ipynb", "--store", store_url]
+    process = subprocess.Popen(
+        [*command, "-p", "limit", "4"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=terminal, text=True
+    )
+    os.close(terminal)
+    drawn: list[bytes] = []
+
+    def read_terminal() -> None:
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # every writer closed the terminal
+                return
+            if not chunk:
+                return
+            drawn.append(chunk)
+
+    reader = threading.Thread(target=read_terminal, daemon=True)
+    reader.start()
+    stdout, _ = process.communicate(timeout=300)
+    reader.join(timeout=60)
+    os.close(master)
+    bar = b"".join(drawn).decode(errors="replace")
+    assert process.returncode == 0, stdout + bar[-2000:]
+    # Six cells (the injected parameters among them): five restored, the not-durable one executed.
+    assert "report" in bar and "6/6" in bar and "restored 5 · executed 1" in bar, bar[-2000:]
+    assert "restored from checkpoint" not in stdout  # the bar replaces the per-cell lines

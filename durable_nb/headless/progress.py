@@ -8,6 +8,7 @@ in full either way, since the output notebook leaves durable_nb's notes out.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -88,7 +89,18 @@ class BarProgress:
         from tqdm import tqdm
 
         self.tally = Tally(total)
-        self.bar = tqdm(total=total, desc=title, unit="cell", file=stream, dynamic_ncols=True, leave=True)
+        # A terminal that reports no size (a pty nobody sized) would get an empty bar.
+        sized = _columns(stream) > 0
+        self.bar = tqdm(
+            total=total,
+            desc=title,
+            unit="cell",
+            file=stream,
+            dynamic_ncols=sized,
+            ncols=None if sized else 100,
+            nrows=None if sized else 24,
+            leave=True,
+        )
         self._current: tuple[str, float] | None = None
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick, name="durable-nb-progress", daemon=True)
@@ -98,7 +110,9 @@ class BarProgress:
         text = self.tally.summary()
         if self._current is not None:
             label, since = self._current
-            text += f" · {label} {format_seconds(time.monotonic() - since, compound=True)}"
+            elapsed = time.monotonic() - since
+            # Whole seconds while it ticks: a running cell's milliseconds are noise.
+            text += f" · {label} {format_seconds(elapsed, compound=True) if elapsed >= 60 else f'{int(elapsed)} s'}"
         return text
 
     def _tick(self) -> None:
@@ -128,6 +142,13 @@ class BarProgress:
         self._current = None
         self.bar.set_postfix_str(self._postfix(), refresh=False)
         self.bar.close()
+
+
+def _columns(stream: Any) -> int:
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        return 0
 
 
 def progress_for(total: int, title: str, say: Callable[[str], None], stream: Any) -> CellProgress:
