@@ -229,3 +229,22 @@ def test_a_terminal_gets_a_progress_bar(tmp_path: Path, store_url: str) -> None:
     # Six cells (the injected parameters among them): five restored, the not-durable one executed.
     assert "report" in bar and "6/6" in bar and "restored 5 · executed 1" in bar, bar[-2000:]
     assert "restored from checkpoint" not in stdout  # the bar replaces the per-cell lines
+
+
+def test_cell_names_are_stable_and_never_repeat() -> None:
+    """Issue 18 item 1: names from tags (the parameters cells by their role), else position and
+    source digest; a tag met twice names only its first cell, so no two cells share a checkpoint."""
+    from durable_nb.headless.notebook_run import cell_names
+
+    cells = [
+        nbformat.v4.new_markdown_cell("# title"),
+        nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell("x = 2", metadata={"tags": ["injected-parameters"]}),
+        nbformat.v4.new_code_cell("y = x", metadata={"tags": ["load"]}),
+        nbformat.v4.new_code_cell("z = x", metadata={"tags": ["load"]}),
+        nbformat.v4.new_code_cell("print(z)"),
+    ]
+    names = cell_names(cells)
+    assert names[1] == "parameters" and names[2] == "injected-parameters" and names[3] == "load"
+    assert names[4].startswith("cell4_") and names[5].startswith("cell5_") and 0 not in names
+    assert cell_names(cells) == names  # stable

@@ -31,6 +31,7 @@ __all__ = [
     "NotebookRun",
     "attach_code",
     "cell_name",
+    "cell_names",
     "durable_source",
     "fork_last_run",
     "run_key",
@@ -45,22 +46,44 @@ _RESERVED_TAGS = {PLAIN_TAG, PARAMETERS_TAG, INJECTED_TAG}
 
 
 def cell_name(index: int, source: str, tags: list[str]) -> str:
-    """A cell's stable name: its first tag that is a name, else its position and a digest of its source."""
+    """A cell's stable name: its first tag that is a name, else its position and a digest of its source.
+
+    The parameters cells are named for what they are, so that a fork finds them in another run.
+    """
     for tag in tags:
         if tag not in _RESERVED_TAGS and _NAME.match(tag):
             return tag
+    for tag in (INJECTED_TAG, PARAMETERS_TAG):
+        if tag in tags:
+            return tag
+    return _positional(index, source)
+
+
+def _positional(index: int, source: str) -> str:
     digest = hashlib.sha256(source.encode("utf-8")).hexdigest()[:6]
     return f"cell{index}_{digest}"
 
 
-def durable_source(index: int, cell: Any) -> str:
-    """Return the source a code cell runs with: behind a ``%%durable`` line unless it must run as written."""
+def cell_names(cells: list[Any]) -> dict[int, str]:
+    """The name of each code cell, by position; a name met again falls back to position and digest."""
+    names: dict[int, str] = {}
+    for index, cell in enumerate(cells):
+        if cell.cell_type != "code":
+            continue
+        source = str(cell.source)
+        name = cell_name(index, source, list(cell.get("metadata", {}).get("tags", [])))
+        names[index] = _positional(index, source) if name in names.values() else name
+    return names
+
+
+def durable_source(cell: Any, name: str) -> str:
+    """Return the source a code cell runs with: behind a ``%%durable NAME`` line unless it must run as written."""
     tags = list(cell.get("metadata", {}).get("tags", []))
     text = str(cell.source)
     stripped = text.lstrip()
     if PLAIN_TAG in tags or not stripped or stripped.startswith("%%"):
         return text  # marked plain, empty, already durable, or owned by another cell magic
-    return f"%%durable {cell_name(index, text, tags)}\n{text}"
+    return f"%%durable {name}\n{text}"
 
 
 def attach_code(run_name: str, run_key: str, store: str | None) -> str:
@@ -131,11 +154,10 @@ class NotebookRun:
     def _make_durable(self) -> None:
         import nbformat
 
-        for index, cell in enumerate(self.notebook.cells):
-            if cell.cell_type != "code":
-                continue
+        for index, name in cell_names(self.notebook.cells).items():
+            cell = self.notebook.cells[index]
             self.originals[index] = cell.source
-            cell.source = durable_source(index, cell)
+            cell.source = durable_source(cell, name)
         attach = attach_code(self.run_name, self.run_key, self.store)
         setup = nbformat.v4.new_code_cell(attach, metadata={"tags": ["durable-nb-setup"]})
         self.notebook.cells.insert(0, setup)

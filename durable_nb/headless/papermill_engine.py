@@ -20,7 +20,7 @@ from papermill.engines import NBClientEngine
 from papermill.log import logger
 from papermill.utils import merge_kwargs, remove_args
 
-from .notebook_run import END_CODE, attach_code, durable_source, run_key
+from .notebook_run import END_CODE, attach_code, cell_names, durable_source, run_key
 from .notes import NoteSeparator
 
 __all__ = ["DurableEngine"]
@@ -40,6 +40,7 @@ class DurableNotebookClient(NoteSeparator, PapermillNotebookClient):  # type: ig
     def papermill_execute_cells(self) -> None:
         # Attach the kernel to the run before the first cell, without a cell of its own.
         self._quietly(self.attach, "attach the run")
+        self.names = cell_names(self.nb.cells)
         super().papermill_execute_cells()
         # papermill stops at a failed cell without raising, and marks the notebook: the run is
         # completed only when every cell ran.
@@ -57,7 +58,7 @@ class DurableNotebookClient(NoteSeparator, PapermillNotebookClient):  # type: ig
         if cell.cell_type != "code":
             return super().execute_cell(cell, cell_index, *args, **kwargs)
         original = cell.source
-        cell.source = durable_source(cell_index, cell)
+        cell.source = durable_source(cell, self.names[cell_index])
         try:
             return super().execute_cell(cell, cell_index, *args, **kwargs)
         finally:
