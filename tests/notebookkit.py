@@ -1,0 +1,80 @@
+"""Harness for tests that run whole notebooks headless: the CLI in a child process, the output read back."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment a child needs to import this checkout of durable_nb."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), **extra)
+
+
+def run_notebook_command(notebook: str, *args: str) -> list[str]:
+    """``durable-nb run-notebook NOTEBOOK ARGS…`` as a command line for this interpreter."""
+    return [sys.executable, "-m", "durable_nb.cli", "run-notebook", notebook, *args]
+
+
+def write_notebook(path: Path, cells: list[Any]) -> Path:
+    """Write a notebook of ``cells`` that names its kernel (papermill needs one)."""
+    notebook = nbformat.v4.new_notebook(metadata={"kernelspec": KERNELSPEC})
+    notebook.cells = cells
+    nbformat.write(notebook, str(path))
+    return path
+
+
+def run(command: list[str], folder: Path, timeout: float = 300, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` in ``folder`` to the end and return what it printed."""
+    return subprocess.run(command, cwd=folder, env=child_env(**env), capture_output=True, text=True, timeout=timeout)
+
+
+def start(command: list[str], folder: Path, log: Path) -> subprocess.Popen[bytes]:
+    """Start ``command`` in a process group of its own, its output appended to ``log`` (no pipe to fill)."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            command, cwd=folder, env=child_env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group led by ``pid`` (gone already is fine)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def wait_gone(pid: int, timeout: float = 60) -> None:
+    """Wait until ``pid`` (not our child, so not reapable here) has exited: absent or a zombie."""
+    deadline = time.monotonic() + timeout
+    stat = Path(f"/proc/{pid}/stat")
+    while time.monotonic() < deadline:
+        try:
+            if stat.read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                return
+        except (FileNotFoundError, ProcessLookupError):
+            return
+        time.sleep(0.02)
+    raise TimeoutError(f"process {pid} still runs {timeout} s after SIGKILL")
+
+
+def comparable(path: Path) -> dict[str, Any]:
+    """The output notebook at ``path`` with only its truly volatile fields taken out."""
+    notebook = nbformat.read(str(path), as_version=4)
+    for cell in notebook.cells:
+        # nbclient's wall-clock timestamps of each execution (iopub.status.busy, shell.execute_reply, …).
+        cell.metadata.pop("execution", None)
+        if "injected-parameters" in cell.metadata.get("tags", []):
+            cell.pop("id", None)  # nbformat gives the injected cell a new random id every time it is made
+    return dict(notebook)
