@@ -26,6 +26,7 @@ from .engine.forking import values_at_fork_point
 from .engine.overrides import parse_overrides
 from .errors import (
     AlreadyResumed,
+    ConfigurationError,
     DurableError,
     InvalidInput,
     NotCancellable,
@@ -285,12 +286,9 @@ def cmd_recover(args: argparse.Namespace) -> None:
 
 
 def _parameter_value(text: str) -> Any:
-    """A -p value as papermill reads it: a number, true/false, none, else the text."""
-    lowered = text.strip().lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    if lowered in ("none", "null"):
-        return None
+    """A -p value as papermill reads it: True, False and None as written, an int, a float, else the text."""
+    if text in ("True", "False", "None"):
+        return {"True": True, "False": False, "None": None}[text]
     for kind in (int, float):
         try:
             return kind(text)
@@ -299,13 +297,34 @@ def _parameter_value(text: str) -> Any:
     return text
 
 
+def _parameter_pairs(argv: list[str]) -> list[str]:
+    """Give each ``-p NAME VALUE`` of run-notebook as one ``--parameter-pair=NAME=VALUE``.
+
+    argparse would take a value starting with '-' (``-inf``, ``-v``) for an option; papermill's
+    ``-p`` takes the two words after it as they are, and so does this.
+    """
+    if "run-notebook" not in argv:
+        return argv
+    joined = argv[: argv.index("run-notebook") + 1]
+    rest = iter(argv[len(joined) :])
+    for word in rest:
+        if word not in ("-p", "--parameter"):
+            joined.append(word)
+            continue
+        pair = [w for w in (next(rest, None), next(rest, None)) if w is not None]
+        # A pair cut short stays as written: argparse then says what is missing.
+        joined.extend([f"--parameter-pair={pair[0]}={pair[1]}"] if len(pair) == 2 else [word, *pair])
+    return joined
+
+
 def cmd_run_notebook(args: argparse.Namespace) -> int:
     from .headless import run_notebook
 
     parameters: dict[str, Any] = {}
     if args.parameters_file:
         parameters.update(_parameters_file(args.parameters_file))
-    parameters.update({name: _parameter_value(value) for name, value in args.parameter})
+    pairs = [pair.split("=", 1) for pair in args.parameter_pair] + list(args.parameter)
+    parameters.update({name: _parameter_value(value) for name, value in pairs})
     return run_notebook(
         args.notebook,
         args.output,
@@ -321,17 +340,18 @@ def cmd_run_notebook(args: argparse.Namespace) -> int:
 
 
 def _parameters_file(path: str) -> dict[str, Any]:
+    if not os.path.isfile(path):
+        raise InvalidInput(f"Cannot read the parameters file {path}: there is no such file.")
     try:
-        text = open(path, encoding="utf-8").read()
-    except OSError as error:
-        raise InvalidInput(f"Cannot read the parameters file {path}: {error.strerror or error}.") from error
+        # papermill's reader: YAML (or JSON) without YAML's dates, which no injected cell could spell.
+        from papermill.iorw import read_yaml_file
+    except ImportError as error:
+        raise ConfigurationError(
+            "Parameter files are read by papermill: pip install 'durable-nb[headless]'."
+        ) from error
     try:
-        import yaml
-
-        found = yaml.safe_load(text)
-    except ImportError:
-        found = json.loads(text)
-    except Exception as error:  # any parse error is the file's
+        found = read_yaml_file(path)
+    except Exception as error:  # any read or parse error is the file's
         raise InvalidInput(f"The parameters file {path} is not YAML or JSON: {error}.") from error
     if not isinstance(found, dict):
         raise InvalidInput(f"The parameters file {path} must hold a mapping of names to values.")
@@ -494,6 +514,7 @@ def build_parser() -> argparse.ArgumentParser:
                 metavar=("NAME", "VALUE"),
                 help="a parameter, injected after the cell tagged 'parameters' (repeatable)",
             )
+            sub.add_argument("--parameter-pair", action="append", default=[], help=argparse.SUPPRESS)
             sub.add_argument("-f", "--parameters-file", default=None, help="parameters from a YAML or JSON file")
             sub.add_argument("--run", default=None, help="the run's name (default: the notebook's)")
             sub.add_argument("--kernel", default="python3", help="the kernel to run it in (default python3)")
@@ -592,7 +613,7 @@ def _report(error: BaseException, as_json: bool) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_parameter_pairs(list(sys.argv[1:] if argv is None else argv)))
     try:
         code = args.handler(args)
     except (Exception, KeyboardInterrupt) as error:  # noqa: BLE001 - every error is one line, never a traceback

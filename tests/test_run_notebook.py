@@ -83,7 +83,7 @@ def test_a_failed_run_resumes_when_run_again(tmp_path: Path, store_url: str) -> 
     out = nbformat.read(str(tmp_path / "out.ipynb"), as_version=4)
     tags = [c.get("metadata", {}).get("tags", []) for c in out.cells]
     assert tags[1] == ["parameters"] and tags[2] == ["injected-parameters"]
-    assert out.cells[2].source == "# Parameters\nregion = 'EU'\nlimit = 5\n"
+    assert out.cells[2].source == '# Parameters\nregion = "EU"\nlimit = 5\n'  # papermill's spelling
     assert not any("%%durable" in c.source for c in out.cells)  # the original sources
     printed = "".join(o.get("text", "") for o in out.cells[-1].outputs)
     assert "total 10" in printed

@@ -124,18 +124,11 @@ def test_parameters_take_papermills_values_and_place(tmp_path: Path, tagged: boo
     assert _injection(durable) == expected
     assert _injection(engine) == expected
     assert _source(engine) == _source(papermill)  # papermill's own translator
-    # run-notebook's text: the same comment, names in the same order, literals spelled by repr.
-    assert _source(durable).splitlines()[0] == _source(papermill).splitlines()[0] == "# Parameters"
-    assert _assignments(_source(durable)) == _assignments(_source(papermill))
+    assert _source(durable) == _source(papermill)  # run-notebook injects with papermill's code too
 
 
-def _bug(reason: str) -> pytest.MarkDecorator:
-    """Mark a known run-notebook bug: strict, so the test fails once it is fixed and the mark must go."""
-    return pytest.mark.xfail(strict=True, reason=f"run-notebook bug: {reason}")
-
-
-# Where run-notebook reads or writes a value otherwise than papermill: each case is the same
-# command line for both tools, and the kernel must see papermill's values.
+# Values papermill reads or writes in its own way: each case is the same command line for both
+# tools, and the kernel must see papermill's values.
 EDGES = [
     pytest.param(
         # papermill's -p knows True, False and None as written; any other word is text.
@@ -143,7 +136,6 @@ EDGES = [
         ["-p", "word", "true", "-p", "empty", "null", "-p", "upper", "NONE"],
         "",
         id="words",
-        marks=_bug("cli._parameter_value reads true/false/none/null in any case as bool and None"),
     ),
     pytest.param(
         # Floats with no literal: papermill writes float('nan'), float('inf'), float('-inf').
@@ -151,7 +143,6 @@ EDGES = [
         ["-p", "high", "inf", "-p", "odd", "nan", "-f", "params.yaml"],
         "low: -.inf\nspread: [1.5, .inf]\n",
         id="non-finite",
-        marks=_bug("notebook_run._injected writes repr(): 'x = inf' fails with NameError in the kernel"),
     ),
     pytest.param(
         # click takes the two words after -p as they are, a leading dash too.
@@ -159,7 +150,6 @@ EDGES = [
         ["-p", "low", "-inf", "-p", "switch", "-v"],
         "",
         id="leading-dash",
-        marks=_bug("argparse takes '-inf' or '-v' after -p NAME for an option: exit 2"),
     ),
     pytest.param(
         # papermill reads parameter files without YAML's timestamps: a date stays text.
@@ -167,7 +157,6 @@ EDGES = [
         ["-f", "params.yaml"],
         "when: 2024-01-05\nstamp: 2024-01-05 10:30:00\n",
         id="dates",
-        marks=_bug("cli._parameters_file uses yaml.safe_load: 'datetime.date(…)' fails with NameError"),
     ),
 ]
 
@@ -182,7 +171,6 @@ def test_edge_values_are_papermills(tmp_path: Path, names: list[str], arguments:
     assert _injection(durable) == _injection(papermill)
 
 
-@_bug("NotebookRun._inject adds a second injected cell after the parameters cell; the old one runs last and wins")
 def test_an_already_parameterized_notebook_gets_its_injected_cell_replaced(tmp_path: Path) -> None:
     """Issue 18: run on an output notebook, the new parameters replace the injected cell, as papermill does."""
     _notebook(tmp_path, "count = 0\n", ["count"])

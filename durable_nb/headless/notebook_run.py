@@ -98,13 +98,14 @@ def run_key(path: Path, parameters: dict[str, Any]) -> str:
     return hashlib.sha256(identity.encode()).hexdigest()[:24]
 
 
-def _injected(parameters: dict[str, Any]) -> str:
-    lines = ["# Parameters"]
-    for name, value in parameters.items():
+def _check_names(parameters: dict[str, Any]) -> None:
+    for name in parameters:
         if not isinstance(name, str) or not name.isidentifier() or name.startswith("__"):
             raise InvalidInput(f"A parameter's name is a Python identifier (not starting with '__'), not {name!r}.")
-        lines.append(f"{name} = {value!r}")
-    return "\n".join(lines) + "\n"
+
+
+def _tagged(cells: list[Any], tag: str) -> int:
+    return next((i for i, c in enumerate(cells) if tag in c.get("metadata", {}).get("tags", [])), -1)
 
 
 @dataclass
@@ -127,6 +128,7 @@ class NotebookRun:
         parameters: dict[str, Any] | None = None,
         run: str | None = None,
         store: str | None = None,
+        kernel: str | None = None,
     ) -> NotebookRun:
         """Read ``path`` and build the durable copy (the file itself is never changed)."""
         import nbformat
@@ -138,18 +140,33 @@ class NotebookRun:
             raise InvalidInput(f"Cannot read the notebook {path}: {error}.") from error
         values = dict(parameters or {})
         prepared = cls(source, run or source.stem, run_key(source, values), store, values, notebook)
-        prepared._inject(nbformat)
+        prepared._inject(kernel)
         prepared._make_durable()
         return prepared
 
-    def _inject(self, nbformat: Any) -> None:
+    def _inject(self, kernel: str | None) -> None:
+        """Inject the parameters with papermill's own code: the same cell, place and literals as papermill."""
+        if self.parameters:
+            _check_names(self.parameters)
+            try:
+                from papermill.parameterize import parameterize_notebook
+            except ImportError as error:
+                raise ConfigurationError(
+                    "Parameters are injected as papermill does, by papermill: pip install 'durable-nb[headless]'."
+                ) from error
+            metadata = self.notebook.metadata
+            metadata.setdefault("papermill", {})  # where papermill records the parameters it injected
+            for cell in self.notebook.cells:
+                cell.metadata.setdefault("tags", [])  # as papermill's loader leaves them, and its code expects
+            spec = metadata.get("kernelspec", {})
+            language = spec.get("language") or metadata.get("language_info", {}).get("name") or "python"
+            self.notebook = parameterize_notebook(
+                self.notebook, self.parameters, kernel_name=kernel or spec.get("name") or "python3", language=language
+            )
         cells = self.notebook.cells
-        where = next((i for i, c in enumerate(cells) if PARAMETERS_TAG in c.get("metadata", {}).get("tags", [])), -1)
-        self.parameters_at = where + 2  # in the copy that runs, after the set-up cell
-        if not self.parameters:
-            return
-        cell = nbformat.v4.new_code_cell(_injected(self.parameters), metadata={"tags": [INJECTED_TAG]})
-        cells.insert(where + 1, cell)
+        injected = _tagged(cells, INJECTED_TAG)
+        where = injected if injected >= 0 else _tagged(cells, PARAMETERS_TAG) + 1
+        self.parameters_at = where + 1  # in the copy that runs, after the set-up cell
 
     def _make_durable(self) -> None:
         import nbformat
@@ -237,7 +254,7 @@ def run_notebook(
     """
     target = Path(output) if output is not None else None
     while True:
-        prepared = NotebookRun.prepare(path, parameters, run, store)
+        prepared = NotebookRun.prepare(path, parameters, run, store, kernel)
         if fork:
             forked = fork_last_run(prepared)
             if forked is not None:
