@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import time
 from collections.abc import Callable
@@ -307,7 +308,10 @@ def _execute(
 
     def write() -> None:
         if target is not None:
-            nbformat.write(prepared.output(), str(target))
+            # Written beside it, then renamed over it: a crash mid-write leaves the previous version whole.
+            partial = target.with_name(f".{target.name}.partial")
+            nbformat.write(prepared.output(), str(partial))
+            os.replace(partial, target)
 
     def starting(cell: Any, cell_index: int) -> None:
         if cell_index in labels:
