@@ -362,13 +362,16 @@ def _execute(
 
 
 def _paused_run(prepared: NotebookRun) -> str:
-    from ..views import runs as list_runs
+    """The run of this notebook and these parameters (its key), which paused at a gate."""
+    from ..model import RunStatus
+    from ..store import resolve_store
 
-    runs = list_runs(prepared.run_name, store=prepared.store)
-    paused = runs[runs["status"] == "paused"]
-    if paused.empty:
+    store = resolve_store(prepared.store)
+    paused = run_sync(store.list_runs(prepared.run_name, [RunStatus.PAUSED]))
+    mine = [run for run in paused if run.idempotency_key == prepared.run_key]
+    if not mine:
         raise ConfigurationError(f"The run of {prepared.run_name} paused, but no paused run is in the store.")
-    return str(paused["run_id"].iloc[0])
+    return mine[0].run_id
 
 
 def _await_decision(prepared: NotebookRun, run_id: str, poll: float = 0.5) -> bool:
