@@ -24,6 +24,8 @@ ALLOWED = {
     # Headless runs drive kernels that load the notebook layer, and read its notes.
     "headless": {"base", "store", "engine", "views", "notebook", "driver"},
     "demo": {"base", "store", "engine", "views", "notebook", "driver"},
+    # A LangGraph checkpointer over the store and the engine's values; LangGraph is imported only here.
+    "langgraph": {"base", "store", "engine", "views", "driver"},
     "driver": set(),
 }
 

@@ -1,0 +1,166 @@
+"""LangGraph's records in durable_nb's terms and back: no I/O here.
+
+A thread's namespace is a run (named after the thread); a LangGraph checkpoint is one of its
+checkpoints, whose state maps each channel to the content address of its serialized value.
+Everything else LangGraph keeps of a checkpoint (its id, time, versions, metadata, parent)
+rides in the checkpoint's ``extra`` under ``"langgraph"``, as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    PendingWrite,
+    get_serializable_checkpoint_metadata,
+    writes_sort_key,
+)
+
+from ..errors import InvalidInput, SerializationError
+from ..model import CheckpointRecord, RunStatus
+
+__all__ = [
+    "KEY_PREFIX",
+    "META",
+    "Head",
+    "address",
+    "checkpoint_id_of",
+    "lg",
+    "metadata_json",
+    "node_of",
+    "our_id",
+    "pick_writes",
+    "tuple_of",
+]
+
+# A run that holds a LangGraph thread's namespace says so in its meta under this key, and has
+# this prefix before the namespace as its idempotency key: one run per thread and namespace.
+META = "langgraph"
+KEY_PREFIX = "langgraph:"
+
+_USAGE = "pass config={'configurable': {'thread_id': '…'}} as LangGraph does (graph.invoke(input, config))"
+
+
+def address(config: RunnableConfig | None) -> tuple[str, str]:
+    """Return (thread id, namespace) of a config; raise InvalidInput saying how to call."""
+    configurable = (config or {}).get("configurable") if isinstance(config, Mapping) else None
+    if not isinstance(configurable, Mapping) or configurable.get("thread_id") is None:
+        raise InvalidInput(f"DurableSaver needs a thread id: {_USAGE}. Got config={config!r}.")
+    thread_id = configurable["thread_id"]
+    if isinstance(thread_id, (int, uuid.UUID)) and not isinstance(thread_id, bool):
+        thread_id = str(thread_id)
+    if not isinstance(thread_id, str) or not thread_id:
+        raise InvalidInput(f"A thread id is non-empty text (or a number or UUID), not {thread_id!r}: {_USAGE}.")
+    ns = configurable.get("checkpoint_ns") or ""
+    if not isinstance(ns, str):
+        raise InvalidInput(f"checkpoint_ns is text ('' for the root graph), not {ns!r}.")
+    return thread_id, ns
+
+
+def checkpoint_id_of(config: RunnableConfig | None) -> str | None:
+    """Return the checkpoint id a config names, if any."""
+    value = ((config or {}).get("configurable") or {}).get("checkpoint_id")
+    if value is not None and not isinstance(value, str):
+        raise InvalidInput(f"checkpoint_id is the text id of a checkpoint (from saver.list()), not {value!r}.")
+    return value or None
+
+
+def our_id(checkpoint_id: str, run_id: str) -> str:
+    """Return the store's id of a LangGraph checkpoint: unique across threads, copies included."""
+    return f"{checkpoint_id}@{run_id}"
+
+
+def lg(record: CheckpointRecord) -> dict[str, Any]:
+    """Return what LangGraph keeps of a stored checkpoint."""
+    return record.extra[META]
+
+
+def metadata_json(config: RunnableConfig, metadata: CheckpointMetadata) -> dict[str, Any]:
+    """Return a checkpoint's metadata as LangGraph stores it, checked to be JSON."""
+    merged = dict(get_serializable_checkpoint_metadata(config, metadata))
+    for key, value in merged.items():
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError) as error:
+            type_name = f"{type(value).__module__}.{type(value).__qualname__}"
+            raise SerializationError(
+                f"Checkpoint metadata {key!r} of type {type_name} is not JSON ({error}); metadata is "
+                "stored as JSON so that list(filter=…) can read it. Put plain values (text, numbers, "
+                "lists, dicts) in metadata, and anything else in the graph's state.",
+                name=key,
+                type_name=type_name,
+            ) from None
+    return merged
+
+
+def node_of(metadata: Mapping[str, Any]) -> str:
+    """Name a checkpoint in history: what made it (input, loop, update, fork) and its step."""
+    source, step = metadata.get("source"), metadata.get("step")
+    if source is None and step is None:
+        return "checkpoint"
+    return f"{source or 'step'}:{step if step is not None else ''}"
+
+
+def pick_writes(found: list[tuple[str, list[Any]]]) -> list[list[Any]]:
+    """Order stored writes ([task_id, channel, task_path, idx, value address]) as LangGraph applies
+    them; of special writes (errors, interrupts) stored again for one task, the latest replaces
+    the earlier ones."""
+    chosen: dict[tuple[str, int], tuple[int, list[Any]]] = {}
+    for key, write in found:
+        task_id, idx = write[0], write[3]
+        order = int(key.rsplit(":", 1)[1]) if idx < 0 else 0
+        if (task_id, idx) not in chosen or order > chosen[task_id, idx][0]:
+            chosen[task_id, idx] = (order, write)
+    return sorted((w for _, w in chosen.values()), key=lambda w: writes_sort_key(w[2], w[0], w[3]))
+
+
+def tuple_of(
+    thread_id: str,
+    ns: str,
+    record: CheckpointRecord,
+    channel_values: dict[str, Any],
+    pending_writes: list[PendingWrite],
+) -> CheckpointTuple:
+    """Assemble the CheckpointTuple LangGraph expects from a stored checkpoint."""
+    info = lg(record)
+    checkpoint: Checkpoint = {
+        "v": info["v"],
+        "id": info["id"],
+        "ts": info["ts"],
+        "channel_values": channel_values,
+        "channel_versions": info["versions"],
+        "versions_seen": info["seen"],
+        "updated_channels": info.get("updated"),
+    }
+    parent = info.get("parent")
+    return CheckpointTuple(
+        config={"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": info["id"]}},
+        checkpoint=checkpoint,
+        metadata=info["metadata"],
+        parent_config=(
+            {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent}} if parent else None
+        ),
+        pending_writes=pending_writes,
+    )
+
+
+@dataclass(slots=True)
+class Head:
+    """What a saver remembers of a run's latest checkpoint, to write the next one's changes
+    without reading the store: the run's head seq (checked by the commit), its LangGraph id,
+    channel versions, state, and the run's status."""
+
+    seq: int
+    checkpoint_id: str | None
+    versions: dict[str, Any]
+    manifest: dict[str, str]
+    since_snapshot: int
+    status: RunStatus
