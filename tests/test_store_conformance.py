@@ -383,8 +383,7 @@ def test_prune_keeps_what_paused_runs_resume_and_forks_need(store: dnb.Store) ->
         kept_value = encode(("kept", 2), KEY, "v")
         done, _ = await store.create_run(new_run())
         steps = [
-            draft(f"after:n{i}", f"n{i}", changes={"v": old_value.hash if i < 2 else kept_value.hash})
-            for i in range(4)
+            draft(f"after:n{i}", f"n{i}", changes={"v": old_value.hash if i < 2 else kept_value.hash}) for i in range(4)
         ]
         gate = draft("gate:g", "g", CheckpointStatus.INTERRUPTED, changes={"v": old_value.hash})
         await store.commit(
@@ -579,5 +578,43 @@ def test_a_fork_reads_its_parents_state_without_copying_it(store: dnb.Store) -> 
         assert (await store.state_at(parent.run_id)).manifest == {"x": "j-3", "y": "j-2", "z": "j-4"}
         [row] = await store.list_checkpoints(fork.run_id)
         assert row.changes == {"y": "j-9"} and row.snapshot is None
+
+    sync(main())
+
+
+def test_bulk_reads_and_deletes(store: dnb.Store) -> None:
+    """§3 (issue 19): keyed results by prefix, checkpoints found by a field of their extra, and
+    deleting checkpoints (the rest stays rebuildable; a run left empty goes) or whole runs."""
+
+    async def main() -> None:
+        record, _ = await store.create_run(new_run())
+        run_id = record.run_id
+        blobs = [encode(i, KEY, f"v{i}") for i in range(4)]
+        drafts = [
+            draft(f"after:n{i}", f"n{i}", changes={f"v{i}": blobs[i].hash}, extra={"tag": {"of": f"r{i % 2}"}})
+            for i in range(4)
+        ]
+        keyed = [(f"w:{i}:{j}", blobs[i].hash) for i in range(4) for j in range(2)] + [("other", blobs[0].hash)]
+        await store.commit(Commit(run_id=run_id, checkpoints=drafts, blobs=blobs, idempotent=keyed))
+        assert sorted(await store.keyed_results(run_id, "w:1:")) == [("w:1:0", blobs[1].hash), ("w:1:1", blobs[1].hash)]
+        assert len(await store.keyed_results(run_id, "w:")) == 8 and await store.keyed_results(run_id, "none") == []
+        found = await store.checkpoints_by_extra(("tag", "of"), ["r1"])
+        assert [c.seq for c in found] == [2, 4] and {c.run_id for c in found} == {run_id}
+        assert await store.checkpoints_by_extra(("tag", "of"), []) == []
+        # Deleting seq 1 and 2: seq 3 and 4 still read the state they had, with their own values.
+        before = await store.state_at(run_id, 4)
+        assert await store.forget_checkpoints({run_id: [(1, "w:0:"), (2, "w:1:")]}) == []
+        assert [c.seq for c in await store.list_checkpoints(run_id)] == [3, 4]
+        assert (await store.state_at(run_id, 4)).manifest == before.manifest
+        assert len(await store.keyed_results(run_id, "w:")) == 4
+        assert await store.get_idempotent(run_id, "other") == blobs[0].hash
+        # Deleting every checkpoint deletes the run; delete_runs deletes another whole.
+        assert await store.forget_checkpoints({run_id: [(3, ""), (4, "")]}) == [run_id]
+        with pytest.raises(dnb.RunNotFound):
+            await store.get_run(run_id)
+        other, _ = await store.create_run(new_run())
+        await store.delete_runs([other.run_id])
+        with pytest.raises(dnb.RunNotFound):
+            await store.get_run(other.run_id)
 
     sync(main())

@@ -42,10 +42,10 @@ from ..store import codec, connect, resolve_store
 from ..store.protocol import Conflict, Store
 from ..store.secret import load_secret
 from ..store.state import snapshot_due
-from . import _sql
 from ._shape import (
     KEY_PREFIX,
     META,
+    WRITE_KEYS,
     Head,
     address,
     checkpoint_id_of,
@@ -55,6 +55,7 @@ from ._shape import (
     our_id,
     pick_writes,
     tuple_of,
+    write_prefix,
 )
 
 __all__ = ["DurableSaver"]
@@ -84,7 +85,6 @@ class DurableSaver(BaseCheckpointSaver[int]):
     ) -> None:
         super().__init__(serde=serde)
         self.store = resolve_store(store)
-        self._dialect = _sql.dialect_of(self.store)
         self._secret = load_secret()
         self._runs: dict[tuple[str, str], str] = {}
         self._heads: dict[str, Head] = {}
@@ -250,8 +250,8 @@ class DurableSaver(BaseCheckpointSaver[int]):
     ) -> list[CheckpointTuple]:
         """Load stored checkpoints of one run with their values and pending writes."""
         states = [await self.store.state_at(run_id, record.seq) for record in records]
-        prefix = _sql.write_prefix(lg(records[0])["id"]) if len(records) == 1 else _sql.WRITE_KEYS
-        stored_writes = dict(await self.store._run(_sql.writes_of, self._dialect, run_id, prefix))  # type: ignore[attr-defined]
+        prefix = write_prefix(lg(records[0])["id"]) if len(records) == 1 else WRITE_KEYS
+        stored_writes = dict(await self.store.keyed_results(run_id, prefix))
         manifests: dict[Any, dict[str, str]] = {i: state.manifest for i, state in enumerate(states)}
         manifests["writes"] = stored_writes
         values = ValueCodec(self.store, self._secret)
@@ -261,7 +261,7 @@ class DurableSaver(BaseCheckpointSaver[int]):
         typed = await values.load({w[4]: w[4] for w in written.values()}) if written else {}
         found = []
         for i, record in enumerate(records):
-            mine = _sql.write_prefix(lg(record)["id"])
+            mine = write_prefix(lg(record)["id"])
             writes = pick_writes([(key, written[key]) for key in stored_writes if key.startswith(mine)])
             found.append(
                 tuple_of(
@@ -447,7 +447,7 @@ class DurableSaver(BaseCheckpointSaver[int]):
             )
         if not isinstance(task_id, str) or not task_id:
             raise InvalidInput(f"task_id is the non-empty text id of the task that wrote, not {task_id!r}.")
-        prefix = _sql.write_prefix(checkpoint_id)
+        prefix = write_prefix(checkpoint_id)
         # Special writes (errors, interrupts) replace earlier ones of their task: stored under a
         # new key each time, the latest wins when read.
         stamp = time.time_ns()
@@ -485,19 +485,19 @@ class DurableSaver(BaseCheckpointSaver[int]):
         thread_id, _ = address({"configurable": {"thread_id": thread_id}})
         runs = [run.run_id for run in await self._thread_runs(thread_id)]
         if runs:
-            await self.store._run(_sql.delete_runs, self._dialect, runs)  # type: ignore[attr-defined]
+            await self.store.delete_runs(runs)
             self._forget(runs)
             await self._collect()
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete every checkpoint (and its writes) made by the given LangGraph runs, in any thread."""
         ids = _texts(run_ids, "run_ids", "LangGraph run ids (metadata['run_id'])")
-        touched = await self.store._run(  # type: ignore[attr-defined]
-            _sql.forget_for_runs,
-            self._dialect,
-            self.store._sql._state_at,
-            ids,  # type: ignore[attr-defined]
-        )
+        found = await self.store.checkpoints_by_extra(("langgraph", "metadata", "run_id"), ids)
+        doomed: dict[str, list[tuple[int, str]]] = {}
+        for record in found:
+            doomed.setdefault(record.run_id, []).append((record.seq, write_prefix(lg(record)["id"])))
+        await self.store.forget_checkpoints(doomed)
+        touched = list(doomed)
         if touched:
             self._forget(touched)
             await self._collect()
@@ -525,7 +525,7 @@ class DurableSaver(BaseCheckpointSaver[int]):
                     # The copy's first checkpoint cannot build on the source's earlier rows.
                     fields["snapshot"] = CheckpointState(dict(first.manifest), [])
                 drafts.append(CheckpointDraft(**fields))
-            writes = await self.store._run(_sql.writes_of, self._dialect, run.run_id, _sql.WRITE_KEYS)  # type: ignore[attr-defined]
+            writes = await self.store.keyed_results(run.run_id, WRITE_KEYS)
             await self.store.commit(Commit(copy_id, checkpoints=drafts, idempotent=writes))
             self._heads.pop(copy_id, None)
 
@@ -539,21 +539,16 @@ class DurableSaver(BaseCheckpointSaver[int]):
             return
         run_ids = [run.run_id for run in runs]
         if strategy == "delete":
-            await self.store._run(_sql.delete_runs, self._dialect, run_ids)  # type: ignore[attr-defined]
+            await self.store.delete_runs(run_ids)
         else:
             doomed = {}
             for run_id in run_ids:
                 records = await self.store.list_checkpoints(run_id)
                 if len(records) > 1:
-                    doomed[run_id] = [(r.seq, _sql.write_prefix(lg(r)["id"])) for r in records[:-1]]
+                    doomed[run_id] = [(r.seq, write_prefix(lg(r)["id"])) for r in records[:-1]]
             if not doomed:
                 return
-            await self.store._run(  # type: ignore[attr-defined]
-                _sql.forget_checkpoints,
-                self._dialect,
-                self.store._sql._state_at,
-                doomed,  # type: ignore[attr-defined]
-            )
+            await self.store.forget_checkpoints(doomed)
         self._forget(run_ids)
         await self._collect()
 

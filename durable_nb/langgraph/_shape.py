@@ -29,6 +29,7 @@ from ..model import CheckpointRecord, RunStatus
 
 __all__ = [
     "KEY_PREFIX",
+    "WRITE_KEYS",
     "META",
     "Head",
     "address",
@@ -38,6 +39,7 @@ __all__ = [
     "node_of",
     "our_id",
     "pick_writes",
+    "write_prefix",
     "tuple_of",
 ]
 
@@ -164,3 +166,12 @@ class Head:
     manifest: dict[str, str]
     since_snapshot: int
     status: RunStatus
+
+
+# Every pending write's key starts so; a checkpoint's keys start with ``write_prefix(id)``.
+WRITE_KEYS = "lgw:"
+
+
+def write_prefix(checkpoint_id: str) -> str:
+    """Return the key prefix of one checkpoint's pending writes (its id's length keeps ids apart)."""
+    return f"{WRITE_KEYS}{len(checkpoint_id)}:{checkpoint_id}:"

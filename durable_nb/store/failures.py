@@ -33,12 +33,14 @@ _ADVICE = (
     ),
 )
 # The operations that write; every other one only reads, and is safe to try again.
-WRITES = frozenset({"_commit", "_create_run", "_prune", "_delete_unreferenced"})
+WRITES = frozenset({"_commit", "_create_run", "_prune", "_delete_unreferenced", "delete_runs", "forget_checkpoints"})
 _NAMES = {
     "_commit": "write a commit",
     "_create_run": "create a run",
     "_prune": "prune old history",
     "_delete_unreferenced": "delete unreferenced value files",
+    "delete_runs": "delete runs",
+    "forget_checkpoints": "delete checkpoints",
 }
 
 _ERRNO_ADVICE = {

@@ -7,7 +7,7 @@ fails nothing is written.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import StoreError
@@ -145,6 +145,23 @@ class Store(Protocol):
 
     async def prune(self, older_than: float) -> PruneReport:
         """Delete finished history last touched before the epoch time ``older_than``."""
+        ...
+
+    async def keyed_results(self, run_id: str, prefix: str) -> list[tuple[str, str]]:
+        """Return (key, value address) of a run's keyed results whose key starts with ``prefix``."""
+        ...
+
+    async def checkpoints_by_extra(self, path: Sequence[str], values: Sequence[str]) -> list[CheckpointRecord]:
+        """Return the checkpoints, in any run, whose ``extra`` holds one of ``values`` at ``path``."""
+        ...
+
+    async def delete_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete runs with all they hold, in one transaction (values go at the next collection)."""
+        ...
+
+    async def forget_checkpoints(self, doomed: Mapping[str, Sequence[tuple[int, str]]]) -> list[str]:
+        """Delete checkpoints (run -> [(seq, key prefix of its keyed results)]) and those results, keeping
+        the rest rebuildable; delete and return the runs left empty."""
         ...
 
     async def close(self) -> None:

@@ -8,7 +8,7 @@ under its lock, or a pooled PostgreSQL one. The SQL differs; the protocol does n
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import ModuleType
 from typing import Any, TypeVar
 
@@ -27,6 +27,7 @@ from ..model import (
     RunStatus,
     StatusRows,
 )
+from . import bulk_ops
 from .rules import check_run_id
 
 __all__ = ["SQLStore"]
@@ -40,6 +41,8 @@ class SQLStore:
     url: str
     # The backend's module of operations (``_get_run``, ``_commit``, …).
     _sql: ModuleType
+    # How the backend spells the SQL that the bulk operations share.
+    _dialect: bulk_ops.Dialect
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         raise NotImplementedError
@@ -139,3 +142,20 @@ class SQLStore:
     async def prune(self, older_than: float) -> PruneReport:
         """Delete finished history older than the epoch time ``older_than``; collect blobs."""
         return await self._run(self._sql._prune, older_than)
+
+    async def keyed_results(self, run_id: str, prefix: str) -> list[tuple[str, str]]:
+        """Return (key, value address) of a run's keyed results whose key starts with ``prefix``."""
+        return await self._run(bulk_ops.keyed_results, self._dialect, run_id, prefix)
+
+    async def checkpoints_by_extra(self, path: Sequence[str], values: Sequence[str]) -> list[CheckpointRecord]:
+        """Return the checkpoints, in any run, whose ``extra`` holds one of ``values`` at ``path``."""
+        return await self._run(bulk_ops.checkpoints_by_extra, self._dialect, list(path), list(values))
+
+    async def delete_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete runs with all they hold, in one transaction (values go at the next collection)."""
+        await self._run(bulk_ops.delete_runs, self._dialect, list(run_ids))
+
+    async def forget_checkpoints(self, doomed: Mapping[str, Sequence[tuple[int, str]]]) -> list[str]:
+        """Delete checkpoints (run -> [(seq, key prefix of its keyed results)]) and those results, keeping
+        the rest rebuildable; delete and return the runs left empty."""
+        return await self._run(bulk_ops.forget_checkpoints, self._dialect, self._sql._state_at, doomed)

@@ -31,7 +31,7 @@ from ..model import (
     PruneReport,
     RunRecord,
 )
-from . import sqlite_ops
+from . import bulk_ops, sqlite_ops
 from .blob_files import FILE_BYTES, BlobFolder, FileVanished
 from .failures import operation_name, store_failed
 from .offload import offload
@@ -65,6 +65,7 @@ class SQLiteStore(SQLStore):
         self.blob_folder = None if path == ":memory:" else BlobFolder(Path(f"{path}-blobs"), durability == "full")
 
     _sql = sqlite_ops
+    _dialect = bulk_ops.SQLITE
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.url!r}, durability={self.durability!r})"

@@ -1,0 +1,146 @@
+"""Operations on many rows at once, for both SQL backends: keyed results by prefix, checkpoints
+found by a field of their ``extra``, and deleting checkpoints or whole runs.
+
+Each function takes a connection and runs whole through the store's ``_run`` (its lock on
+SQLite, a pooled connection on PostgreSQL), in one transaction. What differs between the
+backends (placeholders, JSON paths, how a transaction starts) is a ``Dialect``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from ..model import CheckpointRecord, CheckpointState
+from . import rows
+from .state import keep_rebuildable
+
+__all__ = [
+    "POSTGRES",
+    "SQLITE",
+    "Dialect",
+    "checkpoints_by_extra",
+    "delete_runs",
+    "forget_checkpoints",
+    "keyed_results",
+]
+
+StateAt = Callable[[Any, str, int], CheckpointState]
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """How one backend spells what differs: placeholders, a JSON path in ``extra``, transactions."""
+
+    p: str
+    sqlite: bool
+
+    def extra_at(self, path: Sequence[str]) -> str:
+        """The SQL text of the value at ``path`` inside a checkpoint's ``extra`` JSON, as text."""
+        if self.sqlite:
+            return f"json_extract(extra, {self.p})"
+        return f"(extra::json #>> CAST({self.p} AS text[]))"
+
+    def path_parameter(self, path: Sequence[str]) -> str:
+        """The parameter that names ``path`` for ``extra_at``."""
+        if self.sqlite:
+            return "$." + ".".join(json.dumps(key) for key in path)
+        return "{" + ",".join(path) + "}"
+
+
+SQLITE = Dialect("?", True)
+POSTGRES = Dialect("%s", False)
+
+
+@contextmanager
+def _transaction(conn: Any, d: Dialect) -> Iterator[None]:
+    if not d.sqlite:
+        with conn.transaction():
+            yield
+        return
+    # IMMEDIATE, as the store's own writers: two processes never both read and then both write.
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def keyed_results(conn: Any, d: Dialect, run_id: str, prefix: str) -> list[tuple[str, str]]:
+    """Return (key, value address) of a run's keyed results whose key starts with ``prefix``."""
+    sql = f"SELECT key, hash FROM idempotency WHERE run_id = {d.p} AND substr(key, 1, CAST({d.p} AS INTEGER)) = {d.p}"
+    return [(str(k), str(h)) for k, h in conn.execute(sql, (run_id, len(prefix), prefix)).fetchall()]
+
+
+def checkpoints_by_extra(conn: Any, d: Dialect, path: Sequence[str], values: Sequence[str]) -> list[CheckpointRecord]:
+    """Return the checkpoints, in any run, whose ``extra`` holds one of ``values`` at ``path``."""
+    if not values:
+        return []
+    sql = (
+        f"SELECT {rows.CHECKPOINT_COLUMNS} FROM checkpoints WHERE {d.extra_at(path)} IN {_in(d, list(values))} "
+        "ORDER BY run_id, seq"
+    )
+    return [rows.checkpoint_from_row(row) for row in conn.execute(sql, [d.path_parameter(path), *values])]
+
+
+def _in(d: Dialect, items: list[Any]) -> str:
+    return f"({', '.join([d.p] * len(items))})"
+
+
+def _delete_rows(conn: Any, d: Dialect, run_ids: list[str]) -> None:
+    for table in ("checkpoints", "events", "idempotency", "pending_interrupts", "runs"):
+        conn.execute(f"DELETE FROM {table} WHERE run_id IN {_in(d, run_ids)}", run_ids)
+
+
+def delete_runs(conn: Any, d: Dialect, run_ids: list[str]) -> None:
+    """Delete runs with everything they hold (their values stay until garbage collection)."""
+    if run_ids:
+        with _transaction(conn, d):
+            _delete_rows(conn, d, run_ids)
+
+
+def forget_checkpoints(
+    conn: Any, d: Dialect, state_at: StateAt, doomed: Mapping[str, Sequence[tuple[int, str]]]
+) -> list[str]:
+    """Delete checkpoints (run -> [(seq, key prefix of its keyed results)]) with those results; return
+    the runs left with no checkpoint, which are deleted too.
+
+    A kept checkpoint whose state was rebuilt from a deleted one gets the whole state first. The
+    run's head moves on, so that a writer elsewhere that remembers the state at a deleted head
+    finds its next commit refused and reads again.
+    """
+    if not doomed:
+        return []
+    p = d.p
+    with _transaction(conn, d):
+        keep_rebuildable(
+            [(run_id, seq) for run_id, items in doomed.items() for seq, _ in items],
+            lambda run_id: conn.execute(
+                f"SELECT seq, snapshot IS NOT NULL FROM checkpoints WHERE run_id = {p} ORDER BY seq", (run_id,)
+            ).fetchall(),
+            lambda run_id, seq: state_at(conn, run_id, seq),
+            lambda run_id, seq, state: conn.execute(
+                f"UPDATE checkpoints SET snapshot = {p} WHERE run_id = {p} AND seq = {p}",
+                (rows.snapshot_json(state), run_id, seq),
+            ),
+        )
+        emptied = []
+        for run_id, items in doomed.items():
+            for seq, prefix in items:
+                conn.execute(f"DELETE FROM checkpoints WHERE run_id = {p} AND seq = {p}", (run_id, seq))
+                if prefix:
+                    conn.execute(
+                        f"DELETE FROM idempotency WHERE run_id = {p} AND substr(key, 1, CAST({p} AS INTEGER)) = {p}",
+                        (run_id, len(prefix), prefix),
+                    )
+            conn.execute(f"UPDATE runs SET head_seq = head_seq + 1 WHERE run_id = {p}", (run_id,))
+            if conn.execute(f"SELECT 1 FROM checkpoints WHERE run_id = {p} LIMIT 1", (run_id,)).fetchone() is None:
+                emptied.append(run_id)
+        if emptied:
+            _delete_rows(conn, d, emptied)
+    return emptied
