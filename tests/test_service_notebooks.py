@@ -157,7 +157,7 @@ def test_a_notebook_runs_once_per_path_and_parameters(
 
     written = nbformat.read(output, as_version=4)
     injected = [c for c in written.cells if "injected-parameters" in c.get("metadata", {}).get("tags", [])]
-    assert len(injected) == 1 and "region = 'EU'" in injected[0].source and "limit = 5" in injected[0].source
+    assert len(injected) == 1 and 'region = "EU"' in injected[0].source and "limit = 5" in injected[0].source
     assert "total 10 EU" in "".join(o.get("text", "") for o in written.cells[-1].outputs)
     assert path.read_text() == before  # the notebook itself is never changed
 
