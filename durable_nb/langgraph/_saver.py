@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import dataclasses
 import os
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
+from contextvars import ContextVar
+from datetime import datetime
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -18,12 +22,12 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
+from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME
 
 from .._ids import new_id
 from .._loop import run_sync
 from ..engine.values import ValueCodec
-from ..errors import CheckpointNotFound, InvalidInput, RunNotFound, SerializationError, StoreError
+from ..errors import AlreadyResumed, CheckpointNotFound, InvalidInput, RunNotFound, SerializationError, StoreError
 from ..model import (
     Blob,
     CheckpointDraft,
@@ -31,7 +35,10 @@ from ..model import (
     CheckpointState,
     CheckpointStatus,
     Commit,
+    EventType,
+    NewEvent,
     NewRun,
+    PendingInterrupt,
     RunKind,
     RunRecord,
     RunStatus,
@@ -40,8 +47,11 @@ from ..model import (
 )
 from ..store import codec, connect, resolve_store
 from ..store.protocol import Conflict, Store
+from ..store.rules import ANY_NODE
 from ..store.secret import load_secret
 from ..store.state import snapshot_due
+from ..views.threads import register_value_decoder, thread_run
+from ._gates import gate_node, gate_of, with_decisions
 from ._shape import (
     KEY_PREFIX,
     META,
@@ -49,6 +59,7 @@ from ._shape import (
     Head,
     address,
     checkpoint_id_of,
+    is_lg,
     lg,
     metadata_json,
     node_of,
@@ -64,6 +75,25 @@ __all__ = ["DurableSaver"]
 # computed again from what is stored now, a bounded number of times.
 _ATTEMPTS = 8
 _STRATEGIES = ("keep_latest", "delete")
+
+# LangGraph's task id for writes of the graph's input, such as Command(resume=…).
+_INPUT_TASK = "00000000-0000-0000-0000-000000000000"
+
+
+@dataclasses.dataclass
+class _Invocation:
+    """What a saver learns during one graph invocation: the interrupts whose resume it lost.
+
+    LangGraph stores writes from background threads (or tasks), each in a copy of the context
+    of the invocation that loaded the thread with get_tuple(): they share this object.
+    """
+
+    # Keyed by (thread id, namespace, checkpoint id): the resumes in flight, and those lost.
+    claims: dict[tuple[str, str, str], concurrent.futures.Future[None]] = dataclasses.field(default_factory=dict)
+    lost: dict[tuple[str, str, str], AlreadyResumed] = dataclasses.field(default_factory=dict)
+
+
+_invocation: ContextVar[_Invocation | None] = ContextVar("durable_nb_langgraph_invocation", default=None)
 
 
 class DurableSaver(BaseCheckpointSaver[int]):
@@ -90,6 +120,16 @@ class DurableSaver(BaseCheckpointSaver[int]):
         self._heads: dict[str, Head] = {}
         # Per run, the checkpoint at which this saver saw the thread stop (an interrupt, a failed task).
         self._stops: dict[str, str] = {}
+        register_value_decoder(META, self._view_value)
+
+    def _view_value(self, value: Any) -> Any:
+        # Channel values are stored as LangGraph's serializer made them: (type, bytes).
+        if isinstance(value, tuple | list) and len(value) == 2 and isinstance(value[0], str):
+            try:
+                return self.serde.loads_typed((value[0], value[1]))
+            except Exception:  # noqa: BLE001 - a view shows what it cannot decode as stored
+                return value
+        return value
 
     @classmethod
     def from_url(
@@ -100,6 +140,15 @@ class DurableSaver(BaseCheckpointSaver[int]):
 
     def __repr__(self) -> str:
         return f"DurableSaver({self.store!r})"
+
+    async def arun_id(self, thread_id: str, checkpoint_ns: str = "") -> str:
+        """Return the id of the durable_nb run holding a thread: what history(), forks() and inspect() take."""
+        thread_id, ns = address({"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}})
+        return (await thread_run(self.store, thread_id, ns)).run_id
+
+    def run_id(self, thread_id: str, checkpoint_ns: str = "") -> str:
+        """Return the id of the durable_nb run holding a thread: what history(), forks() and inspect() take."""
+        return run_sync(self.arun_id(thread_id, checkpoint_ns))
 
     # -- runs of threads ------------------------------------------------------------------------
 
@@ -155,14 +204,21 @@ class DurableSaver(BaseCheckpointSaver[int]):
         head = self._heads.get(run_id)
         if head is None:
             run = await self.store.get_run(run_id)
-            record = await self.store.head_checkpoint(run_id)
+            record, _ = await self._latest(run_id)
             if record is None:
-                head = Head(run.head_seq, None, {}, {}, 0, run.status)
+                head = Head(run.head_seq, None, {}, {}, 0, run.status, {}, None)
             else:
-                state = await self.store.state_at(run_id, record.seq)
+                state = await self.store.state_at(run_id, run.head_seq)
                 info = lg(record)
                 head = Head(
-                    run.head_seq, info["id"], info["versions"], state.manifest, state.since_snapshot, run.status
+                    run.head_seq,
+                    info["id"],
+                    info["versions"],
+                    state.manifest,
+                    state.since_snapshot,
+                    run.status,
+                    info["seen"],
+                    info["ts"],
                 )
             self._heads[run_id] = head
         return head
@@ -179,21 +235,23 @@ class DurableSaver(BaseCheckpointSaver[int]):
             if stop >= checkpoint_id:
                 return None
             self._stops.pop(run_id, None)
-        elif head.status not in (RunStatus.PAUSED, RunStatus.FAILED):
+        elif head.status not in (RunStatus.PAUSED, RunStatus.FAILED, RunStatus.PENDING):
             return None
         return RunUpdate(status=RunStatus.COMPLETED, error=None, error_type=None)
 
-    async def _base(self, run_id: str, head: Head, parent_id: str | None) -> tuple[dict[str, Any], dict[str, str]]:
-        """Return the channel versions and value addresses of the checkpoint a new one follows."""
+    async def _base(self, run_id: str, head: Head, parent_id: str | None) -> tuple[Any, ...]:
+        """Return the channel versions, value addresses, seen versions and time of the checkpoint
+        a new one follows."""
         if parent_id is None:
-            return {}, {}
+            return {}, {}, {}, None
         if parent_id == head.checkpoint_id:
-            return head.versions, head.manifest
+            return head.versions, head.manifest, head.seen, head.ts
         try:
             record = await self.store.get_checkpoint(run_id, our_id(parent_id, run_id))
         except CheckpointNotFound:
-            return {}, {}
-        return lg(record)["versions"], (await self.store.state_at(run_id, record.seq)).manifest
+            return {}, {}, {}, None
+        info = lg(record)
+        return info["versions"], (await self.store.state_at(run_id, record.seq)).manifest, info["seen"], info["ts"]
 
     # -- values ---------------------------------------------------------------------------------
 
@@ -214,7 +272,7 @@ class DurableSaver(BaseCheckpointSaver[int]):
         self,
         checkpoint: Checkpoint,
         new_versions: ChannelVersions,
-        base: tuple[dict[str, Any], dict[str, str]],
+        base: tuple[Any, ...],
         encoded: dict[str, tuple[str, list[Blob]]],
     ) -> tuple[dict[str, str], list[Blob]]:
         """Return the new checkpoint's channel -> address and the blobs to store.
@@ -222,7 +280,7 @@ class DurableSaver(BaseCheckpointSaver[int]):
         A channel whose version is the one the parent checkpoint stored keeps its address: its
         value is neither serialized nor written again.
         """
-        base_versions, base_manifest = base
+        base_versions, base_manifest = base[0], base[1]
         values = checkpoint.get("channel_values") or {}
         manifest: dict[str, str] = {}
         blobs: list[Blob] = []
@@ -246,9 +304,15 @@ class DurableSaver(BaseCheckpointSaver[int]):
         return manifest, list({blob.hash: blob for blob in blobs}.values())
 
     async def _tuples(
-        self, thread_id: str, ns: str, run_id: str, records: list[CheckpointRecord]
+        self,
+        thread_id: str,
+        ns: str,
+        run_id: str,
+        records: list[CheckpointRecord],
+        decisions: Mapping[str, list[CheckpointRecord]] | None = None,
     ) -> list[CheckpointTuple]:
-        """Load stored checkpoints of one run with their values and pending writes."""
+        """Load stored checkpoints of one run with their values and pending writes (and, as
+        resume writes, the decisions recorded at their gates)."""
         states = [await self.store.state_at(run_id, record.seq) for record in records]
         prefix = write_prefix(lg(records[0])["id"]) if len(records) == 1 else WRITE_KEYS
         stored_writes = dict(await self.store.keyed_results(run_id, prefix))
@@ -262,14 +326,21 @@ class DurableSaver(BaseCheckpointSaver[int]):
         found = []
         for i, record in enumerate(records):
             mine = write_prefix(lg(record)["id"])
-            writes = pick_writes([(key, written[key]) for key in stored_writes if key.startswith(mine)])
+            keys = [key for key in stored_writes if key.startswith(mine)]
+            writes = pick_writes([(key, written[key]) for key in keys])
+            pending = [(w[0], w[1], self.serde.loads_typed(typed[w[4]])) for w in writes]
+            made = (decisions or {}).get(record.checkpoint_id)
+            if made:
+                paths = {w[0]: w[2] for w in writes}
+                stamps = {written[k][0]: int(k.rsplit(":", 1)[1]) for k in keys if written[k][1] == RESUME}
+                pending = with_decisions(pending, paths, stamps, made)
             found.append(
                 tuple_of(
                     thread_id,
                     ns,
                     record,
                     {channel: self.serde.loads_typed(value) for channel, value in loaded[i].items()},
-                    [(w[0], w[1], self.serde.loads_typed(typed[w[4]])) for w in writes],
+                    pending,
                 )
             )
         return found
@@ -278,22 +349,41 @@ class DurableSaver(BaseCheckpointSaver[int]):
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Return a checkpoint of a thread (its latest unless the config names one), or None."""
+        _invocation.set(_Invocation())
         thread_id, ns = address(config)
         checkpoint_id = checkpoint_id_of(config)
         for fresh in (False, True):
             run_id = await self._find_run(thread_id, ns, fresh)
             if run_id is None:
                 return None
+            latest, decisions = await self._latest(run_id)
             if checkpoint_id is None:
-                record = await self.store.head_checkpoint(run_id)
+                record = latest
             else:
                 try:
                     record = await self.store.get_checkpoint(run_id, our_id(checkpoint_id, run_id))
                 except CheckpointNotFound:
                     record = None
-            if record is not None:
-                return (await self._tuples(thread_id, ns, run_id, [record]))[0]
+            if record is not None and is_lg(record):
+                found = {record.checkpoint_id: decisions} if latest is not None and record.seq == latest.seq else {}
+                return (await self._tuples(thread_id, ns, run_id, [record], found))[0]
         return None
+
+    async def _latest(self, run_id: str) -> tuple[CheckpointRecord | None, list[CheckpointRecord]]:
+        """Return a run's latest LangGraph checkpoint and the decisions recorded after it, in order.
+
+        durable_nb's front ends decide a thread's gates as any run's: a decision is a checkpoint
+        of the run after the one the thread stopped at, which LangGraph knows nothing of.
+        """
+        record = await self.store.head_checkpoint(run_id)
+        decisions = []
+        while record is not None and not is_lg(record):
+            if record.decision is not None:
+                decisions.append(record)
+            if record.parent_checkpoint_id is None:
+                return None, []
+            record = await self.store.get_checkpoint(run_id, record.parent_checkpoint_id)
+        return record, decisions[::-1]
 
     async def _list(
         self,
@@ -318,8 +408,17 @@ class DurableSaver(BaseCheckpointSaver[int]):
         wanted = checkpoint_id_of(config)
         before_id = checkpoint_id_of(before) if before is not None else None
         chosen: list[tuple[str, RunRecord, CheckpointRecord]] = []
+        decided: dict[str, list[CheckpointRecord]] = {}
         for run in runs:
-            for record in await self.store.list_checkpoints(run.run_id):
+            records = await self.store.list_checkpoints(run.run_id)
+            tail = len(records)
+            while tail and not is_lg(records[tail - 1]):
+                tail -= 1
+            if tail and tail < len(records):
+                decided[records[tail - 1].checkpoint_id] = [r for r in records[tail:] if r.decision is not None]
+            for record in records:
+                if not is_lg(record):
+                    continue
                 info = lg(record)
                 if wanted is not None and info["id"] != wanted:
                     continue
@@ -339,7 +438,9 @@ class DurableSaver(BaseCheckpointSaver[int]):
         for run in runs:
             if run.run_id in by_run:
                 info = run.meta[META]
-                tuples = await self._tuples(info["thread_id"], info["checkpoint_ns"], run.run_id, by_run[run.run_id])
+                tuples = await self._tuples(
+                    info["thread_id"], info["checkpoint_ns"], run.run_id, by_run[run.run_id], decided
+                )
                 loaded.update((our_id(t.checkpoint["id"], run.run_id), t) for t in tuples)
         return [loaded[our_id(checkpoint_id, run.run_id)] for checkpoint_id, run, _ in chosen]
 
@@ -384,6 +485,8 @@ class DurableSaver(BaseCheckpointSaver[int]):
         encoded: dict[str, tuple[str, list[Blob]]] = {}
         for _ in range(_ATTEMPTS):
             run_id = await self._open_run(thread_id, ns)
+            if parent_id is not None:
+                await _after_claim((thread_id, ns, parent_id))
             try:
                 head = await self._head(run_id)
                 base = await self._base(run_id, head, parent_id)
@@ -394,12 +497,13 @@ class DurableSaver(BaseCheckpointSaver[int]):
                 snapshot = None
                 if snapshot_due(since, len(manifest)):
                     snapshot, since = CheckpointState(dict(manifest), []), 0
-                node = node_of(info["metadata"])
+                kind, node = node_of(info["metadata"], info["seen"], base[2])
                 draft = CheckpointDraft(
                     checkpoint_id=our_id(checkpoint_id, run_id),
-                    step=step_name("after", node),
+                    step=step_name(kind, node),
                     node_id=node,
-                    status=CheckpointStatus.OK,
+                    status=CheckpointStatus.FORK if kind == "fork" else CheckpointStatus.OK,
+                    duration=_seconds_between(base[3], info["ts"]),
                     changes=changes,
                     snapshot=snapshot,
                     # The channels this step changed: what history shows and counts the bytes of.
@@ -412,7 +516,9 @@ class DurableSaver(BaseCheckpointSaver[int]):
                         run_id,
                         checkpoints=[draft],
                         blobs=blobs,
-                        run=self._status_after(run_id, head, checkpoint_id),
+                        run=(moved_on := self._status_after(run_id, head, checkpoint_id)),
+                        # A step stored past the thread's stop answered the gates it waited at.
+                        release_interrupts=moved_on is not None and head.status is RunStatus.PAUSED,
                         expect_head_seq=head.seq,
                     )
                 )
@@ -423,7 +529,14 @@ class DurableSaver(BaseCheckpointSaver[int]):
                 self._forget([run_id])  # the thread was deleted meanwhile: start it again
                 continue
             self._heads[run_id] = Head(
-                result.run.head_seq, checkpoint_id, info["versions"], manifest, since, result.run.status
+                result.run.head_seq,
+                checkpoint_id,
+                info["versions"],
+                manifest,
+                since,
+                result.run.status,
+                info["seen"],
+                info["ts"],
             )
             return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
         raise StoreError(
@@ -431,14 +544,42 @@ class DurableSaver(BaseCheckpointSaver[int]):
             "other processes write to it at the same time. Give each concurrent run its own thread_id."
         )
 
-    async def aput_writes(
+    def aput_writes(
         self,
         config: RunnableConfig,
         writes: Sequence[tuple[str, Any]],
         task_id: str,
         task_path: str = "",
+    ) -> Coroutine[Any, Any, None]:
+        """Store a task's writes under the checkpoint the config names (a write stored before is kept).
+
+        A resume (``Command(resume=…)``) claims the interrupt it answers in the same transaction:
+        of concurrent resumers exactly one is stored; the others get AlreadyResumed.
+        """
+        # Not a coroutine function: LangGraph calls it before the invocation's tasks run, so a
+        # resume is known to be in flight from then on (its own later writes wait for it).
+        return self._put_writes(config, writes, task_id, task_path, _claim_started(config, writes, task_id))
+
+    async def _put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+        claim: concurrent.futures.Future[None] | None,
     ) -> None:
-        """Store a task's writes under the checkpoint the config names (a write stored before is kept)."""
+        try:
+            await self._store_writes(config, writes, task_id, task_path, claim is not None)
+        except BaseException as error:
+            if claim is not None:
+                claim.set_exception(error)
+            raise
+        if claim is not None:
+            claim.set_result(None)
+
+    async def _store_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str, claims: bool
+    ) -> None:
         thread_id, ns = address(config)
         checkpoint_id = checkpoint_id_of(config)
         if checkpoint_id is None:
@@ -468,17 +609,77 @@ class DurableSaver(BaseCheckpointSaver[int]):
             blobs.append(dataclasses.replace(record, parts=(value_address,)))
             manifest[key] = record.hash
         update = _status_of(writes)
+        channels = {channel for channel, _ in writes}
+        if not claims:
+            await _after_claim((thread_id, ns, checkpoint_id))
         for _ in range(2):
             run_id = await self._open_run(thread_id, ns)
             if update is not None:
                 # Before the commit: a checkpoint stored meanwhile by another thread must see it.
                 self._stops[run_id] = max(checkpoint_id, self._stops.get(run_id, ""))
+            gates = await self._gates(run_id, checkpoint_id, channels, writes, task_id, task_path)
             try:
-                await self.store.commit(Commit(run_id, blobs=blobs, idempotent=list(manifest.items()), run=update))
+                await self.store.commit(
+                    Commit(run_id, blobs=blobs, idempotent=list(manifest.items()), run=update, **gates)
+                )
             except RunNotFound:
                 self._forget([run_id])
                 continue
+            except AlreadyResumed:
+                lost = AlreadyResumed(
+                    f"The interrupt of thread {thread_id!r} at checkpoint {checkpoint_id} was already resumed "
+                    "(by another process, at a gate panel or with durable_nb.approve), or the thread is not "
+                    "waiting there; this resume was not stored. See where the thread is with "
+                    "graph.get_state(config)."
+                )
+                invocation = _invocation.get()
+                if invocation is not None:
+                    invocation.lost[thread_id, ns, checkpoint_id] = lost
+                raise lost from None
             return
+
+    async def _gates(
+        self,
+        run_id: str,
+        checkpoint_id: str,
+        channels: set[str],
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> dict[str, Any]:
+        """Return what a commit of writes does to the run's gates: a task that stopped at
+        interrupt() opens one; a resume claims the one it answers, in the same transaction."""
+        if INTERRUPT not in channels and RESUME not in channels:
+            return {}
+        gate_id = our_id(checkpoint_id, run_id)
+        pending = await self.store.pending_interrupts(run_id)
+        here = [p for p in pending if p.checkpoint_id == gate_id]
+        if INTERRUPT in channels:
+            node = gate_node(task_path, task_id)
+            if any(p.node_id == node for p in here):
+                return {}  # the same interrupt stored again
+            gate = gate_of(run_id, gate_id, node, dict(writes)[INTERRUPT])
+            events = [
+                NewEvent(EventType.GATE_OPENED, node, {"reason": gate.reason}),
+                NewEvent(EventType.RUN_PAUSED, node),
+            ]
+            kept: list[PendingInterrupt] = [p for p in here if p.node_id != node]
+            # Gates left open at checkpoints the thread has left (a replay from an earlier one) close.
+            stale = len(here) != len(pending)
+            return {"open_interrupts": [*kept, gate], "release_interrupts": stale, "events": events}
+        if task_id != _INPUT_TASK:
+            # A task's own resume write, stored once it ran: the resume that let it run was the
+            # claim (a resume by map, which LangGraph stores no input write for, closes the gate
+            # when the step's checkpoint is stored).
+            return {}
+        # Command(resume=…): the graph's input answers the interrupt the thread waits at.
+        node = here[0].node_id if len(here) == 1 else ANY_NODE
+        return {
+            "claim": node,
+            "claim_gate": gate_id,
+            "status_after_claim": RunStatus.PENDING,
+            "events": [NewEvent(EventType.GATE_DECIDED, None if node == ANY_NODE else node, {"resumed": True})],
+        }
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Delete a thread: every namespace's checkpoints and writes, and values nothing else uses."""
@@ -512,6 +713,8 @@ class DurableSaver(BaseCheckpointSaver[int]):
             records = await self.store.list_checkpoints(run.run_id)
             if not records:
                 continue
+            # Decisions recorded at the thread's gates stay with it: the copy starts unclaimed.
+            records = [record for record in records if is_lg(record)]
             ns = run.meta[META]["checkpoint_ns"]
             copy_id = await self._open_run(target, ns)
             first = await self.store.state_at(run.run_id, records[0].seq)
@@ -544,8 +747,12 @@ class DurableSaver(BaseCheckpointSaver[int]):
             doomed = {}
             for run_id in run_ids:
                 records = await self.store.list_checkpoints(run_id)
-                if len(records) > 1:
-                    doomed[run_id] = [(r.seq, write_prefix(lg(r)["id"])) for r in records[:-1]]
+                # The latest LangGraph checkpoint stays, with the decisions recorded after it.
+                latest = max((i for i, r in enumerate(records) if is_lg(r)), default=0)
+                if latest > 0:
+                    doomed[run_id] = [
+                        (r.seq, write_prefix(lg(r)["id"] if is_lg(r) else r.checkpoint_id)) for r in records[:latest]
+                    ]
             if not doomed:
                 return
             await self.store.forget_checkpoints(doomed)
@@ -562,6 +769,7 @@ class DurableSaver(BaseCheckpointSaver[int]):
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Return a checkpoint of a thread (its latest unless the config names one), or None."""
+        _invocation.set(_Invocation())  # here: the coroutine runs in a copy of this context
         return run_sync(self.aget_tuple(config))
 
     def list(
@@ -606,6 +814,50 @@ class DurableSaver(BaseCheckpointSaver[int]):
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Prune threads' checkpoints (``"keep_latest"`` or ``"delete"``)."""
         run_sync(self.aprune(thread_ids, strategy=strategy))
+
+
+def _claim_started(
+    config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str
+) -> concurrent.futures.Future[None] | None:
+    """Note a resume of this invocation as in flight (its later writes wait for it); return its future."""
+    invocation = _invocation.get()
+    if invocation is None or task_id != _INPUT_TASK or not any(w[0] == RESUME for w in writes):
+        return None
+    try:
+        key = (*address(config), checkpoint_id_of(config) or "")
+    except InvalidInput:
+        return None  # refused when the writes are stored
+    claim: concurrent.futures.Future[None] = concurrent.futures.Future()
+    invocation.claims[key] = claim
+    return claim
+
+
+async def _after_claim(key: tuple[str, str, str]) -> None:
+    """Wait for this invocation's resume at a checkpoint, if one is in flight; refuse to go on from
+    a resume it lost: the winner's run goes on, not this one."""
+    invocation = _invocation.get()
+    if invocation is None:
+        return
+    claim = invocation.claims.get(key)
+    if claim is not None and not claim.done():
+        try:
+            await asyncio.wrap_future(claim)
+        except Exception:  # noqa: BLE001 - the resume's own caller reports how it failed
+            pass
+    lost = invocation.lost.get(key)
+    if lost is not None:
+        raise AlreadyResumed(str(lost))
+
+
+def _seconds_between(start: str | None, end: str | None) -> float | None:
+    """Return the seconds between two LangGraph checkpoint times (ISO text), if both are known."""
+    if not start or not end:
+        return None
+    try:
+        seconds = (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+    except (TypeError, ValueError):
+        return None
+    return seconds if seconds >= 0 else None
 
 
 def _status_of(writes: Sequence[tuple[str, Any]]) -> RunUpdate | None:

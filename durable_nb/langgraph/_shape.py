@@ -9,7 +9,6 @@ rides in the checkpoint's ``extra`` under ``"langgraph"``, as JSON.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +25,8 @@ from langgraph.checkpoint.base import (
 
 from ..errors import InvalidInput, SerializationError
 from ..model import CheckpointRecord, RunStatus
+from ..views.threads import META
+from ..views.threads import thread_address as address
 
 __all__ = [
     "KEY_PREFIX",
@@ -34,6 +35,7 @@ __all__ = [
     "Head",
     "address",
     "checkpoint_id_of",
+    "is_lg",
     "lg",
     "metadata_json",
     "node_of",
@@ -43,28 +45,9 @@ __all__ = [
     "tuple_of",
 ]
 
-# A run that holds a LangGraph thread's namespace says so in its meta under this key, and has
+# A run that holds a LangGraph thread's namespace says so in its meta under META, and has
 # this prefix before the namespace as its idempotency key: one run per thread and namespace.
-META = "langgraph"
 KEY_PREFIX = "langgraph:"
-
-_USAGE = "pass config={'configurable': {'thread_id': '…'}} as LangGraph does (graph.invoke(input, config))"
-
-
-def address(config: RunnableConfig | None) -> tuple[str, str]:
-    """Return (thread id, namespace) of a config; raise InvalidInput saying how to call."""
-    configurable = (config or {}).get("configurable") if isinstance(config, Mapping) else None
-    if not isinstance(configurable, Mapping) or configurable.get("thread_id") is None:
-        raise InvalidInput(f"DurableSaver needs a thread id: {_USAGE}. Got config={config!r}.")
-    thread_id = configurable["thread_id"]
-    if isinstance(thread_id, (int, uuid.UUID)) and not isinstance(thread_id, bool):
-        thread_id = str(thread_id)
-    if not isinstance(thread_id, str) or not thread_id:
-        raise InvalidInput(f"A thread id is non-empty text (or a number or UUID), not {thread_id!r}: {_USAGE}.")
-    ns = configurable.get("checkpoint_ns") or ""
-    if not isinstance(ns, str):
-        raise InvalidInput(f"checkpoint_ns is text ('' for the root graph), not {ns!r}.")
-    return thread_id, ns
 
 
 def checkpoint_id_of(config: RunnableConfig | None) -> str | None:
@@ -85,6 +68,11 @@ def lg(record: CheckpointRecord) -> dict[str, Any]:
     return record.extra[META]
 
 
+def is_lg(record: CheckpointRecord) -> bool:
+    """Tell a LangGraph checkpoint from one durable_nb added to the thread's run (a decision)."""
+    return META in record.extra
+
+
 def metadata_json(config: RunnableConfig, metadata: CheckpointMetadata) -> dict[str, Any]:
     """Return a checkpoint's metadata as LangGraph stores it, checked to be JSON."""
     merged = dict(get_serializable_checkpoint_metadata(config, metadata))
@@ -103,12 +91,24 @@ def metadata_json(config: RunnableConfig, metadata: CheckpointMetadata) -> dict[
     return merged
 
 
-def node_of(metadata: Mapping[str, Any]) -> str:
-    """Name a checkpoint in history: what made it (input, loop, update, fork) and its step."""
+def node_of(metadata: Mapping[str, Any], seen: Mapping[str, Any], parent_seen: Mapping[str, Any]) -> tuple[str, str]:
+    """Name a checkpoint in history: (kind, node). A step's checkpoint is named after the nodes
+    that ran in it (those whose seen versions moved on), ``update:<node>`` after update_state,
+    ``fork:<step>`` where a replay from an earlier checkpoint branched, ``input`` for the input."""
     source, step = metadata.get("source"), metadata.get("step")
-    if source is None and step is None:
-        return "checkpoint"
-    return f"{source or 'step'}:{step if step is not None else ''}"
+    ran = sorted(
+        node for node, versions in seen.items() if parent_seen.get(node) != versions and node != "__interrupt__"
+    )
+    names = "+".join("start" if node == "__start__" else node for node in ran)
+    if source == "input":
+        return "after", "input"
+    if source == "fork":
+        return "fork", f"step {step}"
+    if source == "update":
+        return "update", names or f"step {step}"
+    if names:
+        return "after", names
+    return "after", "checkpoint" if step is None else f"step {step}"
 
 
 def pick_writes(found: list[tuple[str, list[Any]]]) -> list[list[Any]]:
@@ -158,7 +158,7 @@ def tuple_of(
 class Head:
     """What a saver remembers of a run's latest checkpoint, to write the next one's changes
     without reading the store: the run's head seq (checked by the commit), its LangGraph id,
-    channel versions, state, and the run's status."""
+    channel versions, state, the run's status, the versions each node saw, and its time."""
 
     seq: int
     checkpoint_id: str | None
@@ -166,6 +166,8 @@ class Head:
     manifest: dict[str, str]
     since_snapshot: int
     status: RunStatus
+    seen: dict[str, Any]
+    ts: str | None
 
 
 # Every pending write's key starts so; a checkpoint's keys start with ``write_prefix(id)``.

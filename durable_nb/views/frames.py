@@ -19,6 +19,7 @@ from ..model import CheckpointStatus, EventType, RunStatus
 from ..store import resolve_store
 from ..store.rules import check_run_id
 from ..store.secret import load_secret
+from .threads import META, decode_values, is_thread_config, thread_address, thread_run
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -64,8 +65,11 @@ def _text(values: list[Any]) -> Any:
     return _pd().Series(values, dtype="string")
 
 
-def _run_id(run: Any) -> str:
-    # A Run object, or its id as text: anything else is refused, never turned into text.
+async def _run_id(run: Any, store: Any) -> str:
+    # A Run object, its id as text, or a LangGraph config naming a thread: anything else is
+    # refused, never turned into text.
+    if is_thread_config(run):
+        return (await thread_run(store, *thread_address(run))).run_id
     run_id = getattr(run, "id", run)
     check_run_id(run_id)
     return str(run_id)
@@ -111,18 +115,25 @@ runs = blocking(aruns)
 async def ahistory(run: Any, *, store: Any = None) -> pd.DataFrame:
     """Return one row per checkpoint of a run, in order: step, status, time, duration, what changed, bytes."""
     pd = _pd()
-    run_id = _run_id(run)
     resolved = resolve_store(store)
-    await current_run(resolved, run_id)
+    run_id = await _run_id(run, resolved)
+    record = await current_run(resolved, run_id)
     rows = await resolved.history_rows(run_id)
     columns = list(zip(*rows, strict=True)) if rows else [()] * 17
+    statuses = list(columns[4])
+    if META in record.meta and record.status is RunStatus.PAUSED:
+        # A LangGraph checkpoint is written before its tasks run: the one a task stopped at
+        # with interrupt() reads as interrupted while the interrupt waits.
+        waiting = {p.checkpoint_id for p in await resolved.pending_interrupts(run_id)}
+        interrupted = CheckpointStatus.INTERRUPTED.value
+        statuses = [interrupted if c in waiting else s for c, s in zip(columns[1], statuses, strict=True)]
     return pd.DataFrame(
         {
             "seq": pd.Series(columns[0], dtype="int64"),
             "checkpoint_id": _text(list(columns[1])),
             "node_id": _text(list(columns[2])),
             "step": _text(list(columns[3])),
-            "status": pd.Categorical(list(columns[4]), categories=CHECKPOINT_STATUSES),
+            "status": pd.Categorical(statuses, categories=CHECKPOINT_STATUSES),
             "created_at": _times(list(columns[5])),
             "duration": _durations(list(columns[6])),
             "attempts": pd.Series(list(columns[7]), dtype="Int64"),
@@ -160,7 +171,7 @@ async def aforks(run: Any, *, store: Any = None) -> pd.DataFrame:
     """Return the whole fork tree holding a run, from its root: parent, fork point, overrides, status."""
     pd = _pd()
     resolved = resolve_store(store)
-    run_id = _run_id(run)
+    run_id = await _run_id(run, resolved)
     await resolved.get_run(run_id)
     tree = await resolved.fork_tree(run_id)
     wanted = {h for _, detail in tree for h in detail["overrides"].values()}
@@ -198,7 +209,7 @@ async def aevents(run: Any, *, store: Any = None) -> pd.DataFrame:
     """Return a run's event log: seq, type, node, time, details."""
     pd = _pd()
     resolved = resolve_store(store)
-    run_id = _run_id(run)
+    run_id = await _run_id(run, resolved)
     await resolved.get_run(run_id)
     found = await resolved.list_events(run_id)
     return pd.DataFrame(
@@ -224,7 +235,8 @@ async def acompare(run_ids: Any, names: Any = None, *, store: Any = None) -> pd.
     resolved = resolve_store(store)
     if not isinstance(run_ids, str | Iterable):
         raise InvalidInput(f"compare takes a run id or a list of run ids, not {type(run_ids).__name__}.")
-    ids = [_run_id(r) for r in ([run_ids] if isinstance(run_ids, str) else run_ids)]
+    single = isinstance(run_ids, str) or is_thread_config(run_ids)
+    ids = [await _run_id(r, resolved) for r in ([run_ids] if single else run_ids)]
     records = {r.run_id: r for r in await resolved.list_runs() if r.run_id in set(ids)}
     missing = [i for i in ids if i not in records]
     if missing:
@@ -242,6 +254,7 @@ async def acompare(run_ids: Any, names: Any = None, *, store: Any = None) -> pd.
     # Each run's values are loaded together: a notebook's variables come in groups.
     loader = ValueCodec(resolved, load_secret())
     loaded = await loader.load_many({i: {n: m[n] for n in chosen if n in m} for i, m in manifests.items()})
+    loaded = {i: decode_values(records[i], values) for i, values in loaded.items()}
     data: dict[str, Any] = {
         "run_id": _text(ids),
         "status": pd.Categorical([records[i].status.value for i in ids], categories=RUN_STATUSES),
@@ -263,7 +276,7 @@ async def astatus(run: Any, *, store: Any = None) -> pd.DataFrame:
     """Return a run's status as a one-row DataFrame (``durable_nb.status`` gives it as a dict)."""
     pd = _pd()
     resolved = resolve_store(store)
-    run_id = _run_id(run)
+    run_id = await _run_id(run, resolved)
     record = await current_run(resolved, run_id)
     summary = describe(record, await resolved.status_rows(run_id))
     row: dict[str, Any] = {

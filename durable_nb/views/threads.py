@@ -1,0 +1,74 @@
+"""LangGraph threads among runs: find a thread's run from a LangGraph config, show its values.
+
+A LangGraph thread stored by ``durable_nb.langgraph.DurableSaver`` is one run per namespace,
+named after the thread, whose meta says so under ``"langgraph"``. The views take such a
+config (``{"configurable": {"thread_id": …}}``) wherever they take a run; nothing here imports
+LangGraph.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..errors import InvalidInput, RunNotFound
+from ..model import RunRecord
+from ..store.protocol import Store
+
+__all__ = ["META", "decode_values", "is_thread_config", "register_value_decoder", "thread_address", "thread_run"]
+
+# A run holding a LangGraph thread's namespace says so in its meta under this key.
+META = "langgraph"
+
+_USAGE = "pass config={'configurable': {'thread_id': '…'}} as LangGraph does (graph.invoke(input, config))"
+
+# How the values of a kind of run are turned back into objects (LangGraph's serializer stores
+# (type, bytes) pairs); registered by the package that wrote them, when it is imported.
+_decoders: dict[str, Callable[[Any], Any]] = {}
+
+
+def is_thread_config(value: Any) -> bool:
+    """Tell whether ``value`` looks like a LangGraph config rather than a run."""
+    return isinstance(value, Mapping) and "configurable" in value
+
+
+def thread_address(config: Any) -> tuple[str, str]:
+    """Return (thread id, namespace) of a LangGraph config; raise InvalidInput saying how to call."""
+    configurable = config.get("configurable") if isinstance(config, Mapping) else None
+    if not isinstance(configurable, Mapping) or configurable.get("thread_id") is None:
+        raise InvalidInput(f"A LangGraph thread needs its thread id: {_USAGE}. Got config={config!r}.")
+    thread_id = configurable["thread_id"]
+    if isinstance(thread_id, (int, uuid.UUID)) and not isinstance(thread_id, bool):
+        thread_id = str(thread_id)
+    if not isinstance(thread_id, str) or not thread_id:
+        raise InvalidInput(f"A thread id is non-empty text (or a number or UUID), not {thread_id!r}: {_USAGE}.")
+    ns = configurable.get("checkpoint_ns") or ""
+    if not isinstance(ns, str):
+        raise InvalidInput(f"checkpoint_ns is text ('' for the root graph), not {ns!r}.")
+    return thread_id, ns
+
+
+async def thread_run(store: Store, thread_id: str, checkpoint_ns: str = "") -> RunRecord:
+    """Return the run holding a LangGraph thread's namespace; raise RunNotFound when it has none."""
+    if not isinstance(thread_id, str) or not thread_id:
+        raise InvalidInput(f"A thread id is non-empty text: {_USAGE}; got {thread_id!r}.")
+    for run in await store.list_runs(thread_id):
+        info = run.meta.get(META)
+        if isinstance(info, dict) and info.get("thread_id") == thread_id and info.get("checkpoint_ns") == checkpoint_ns:
+            return run
+    where = f" (namespace {checkpoint_ns!r})" if checkpoint_ns else ""
+    raise RunNotFound(f"langgraph thread {thread_id!r}{where}", store.url)
+
+
+def register_value_decoder(kind: str, decode: Callable[[Any], Any]) -> None:
+    """Decode the stored values of runs whose meta holds ``kind`` with ``decode`` in the views."""
+    _decoders[kind] = decode
+
+
+def decode_values(run: RunRecord, values: dict[str, Any]) -> dict[str, Any]:
+    """Return a run's loaded values as objects (a LangGraph thread's through its serializer)."""
+    for kind, decode in _decoders.items():
+        if kind in run.meta:
+            return {name: decode(value) for name, value in values.items()}
+    return values
