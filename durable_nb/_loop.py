@@ -18,6 +18,7 @@ Whatever runs it, the coroutine sees the caller's context variables, and an inte
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import contextvars
 import functools
@@ -47,6 +48,20 @@ def _thread_loop() -> asyncio.AbstractEventLoop:
         _local.loop = loop
         _own.add(loop)
     return loop
+
+
+def _close_idle_loops() -> None:
+    # Worker threads (a thread pool's, LangGraph's) leave their loop behind when they end. Left
+    # to the collector at interpreter shutdown, closing it fails noisily; close it here first.
+    for loop in list(_own):
+        if not loop.is_running() and not loop.is_closed():
+            try:
+                loop.close()
+            except Exception:  # noqa: BLE001 - exiting anyway; nothing is left to run on it
+                pass
+
+
+atexit.register(_close_idle_loops)
 
 
 def _portal_loop() -> asyncio.AbstractEventLoop:

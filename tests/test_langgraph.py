@@ -231,3 +231,31 @@ def test_langgraph_is_imported_only_by_durable_nb_langgraph() -> None:
                 names = [node.module or ""]
             outside += [f"{path}: {n}" for n in names if n.split(".")[0] in ("langgraph", "langchain_core")]
     assert outside == []
+
+
+def test_a_script_exits_quietly(tmp_path: Path) -> None:
+    """Issue 19 item 1: a plain script compiling a graph with DurableSaver exits without noise
+    (the sync calls from LangGraph's worker threads leave no event loop for the collector)."""
+    import subprocess
+    import sys
+
+    from conftest import env_with_repo
+
+    script = tmp_path / "graph.py"
+    script.write_text(
+        "from typing import TypedDict\n"
+        "from langgraph.graph import END, START, StateGraph\n"
+        "from durable_nb.langgraph import DurableSaver\n"
+        "class S(TypedDict):\n    n: int\n"
+        "g = StateGraph(S)\n"
+        "g.add_node('a', lambda s: {'n': s['n'] + 1})\n"
+        "g.add_node('b', lambda s: {'n': s['n'] * 2})\n"
+        "g.add_edge(START, 'a'); g.add_edge('a', 'b'); g.add_edge('b', END)\n"
+        "graph = g.compile(checkpointer=DurableSaver.from_url('sqlite:///runs.db'))\n"
+        "print(graph.invoke({'n': 1}, {'configurable': {'thread_id': 't1'}}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env_with_repo(), capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "{'n': 4}", done.stderr
+    assert done.stderr == ""
