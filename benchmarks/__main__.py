@@ -27,6 +27,7 @@ from .correctness import correctness_scenario, render_correctness
 from .history import history_scenario, render_history
 from .notebook import dataframe_scenario, render_dataframe, render_run_all, run_all_scenario
 from .realnb import realnb_scenario, render_realnb
+from .saver import render_saver, saver_scenario
 from .scale import installed_contenders, json_safe, render_scale, scale_scenario
 from .service import main as service_main
 
@@ -42,6 +43,7 @@ SCENARIOS = (
     "scale",
     "agents",
     "service",
+    "saver",
 )
 
 
@@ -223,6 +225,15 @@ def main(argv: list[str] | None = None) -> int:
     agents = None
     if "agents" in only:
         agents = agents_scenario(3, 1, ("durable_nb",)) if args.smoke else agents_scenario(20, 5, agent_contenders())
+    # LangGraph's SqliteSaver (and PostgresSaver) against DurableSaver under the same graphs: per
+    # step, a 10,000-checkpoint thread, and two processes resuming one interrupt (about 11 minutes
+    # with PostgreSQL, most of it DurableSaver listing the long thread); `--only saver` runs it alone.
+    saver = None
+    if "saver" in only:
+        if args.smoke:
+            saver = saver_scenario(nodes, reps, 50, 1, 1, None)
+        else:
+            saver = saver_scenario(nodes, reps, 10_000, 3, 10, postgres)
     # The HTTP service against a DBOS + FastAPI peer (about a minute; not in the smoke run);
     # `python -m benchmarks.service` runs it alone.
     if "service" in only and not args.smoke:
@@ -252,12 +263,15 @@ def main(argv: list[str] | None = None) -> int:
     if agents is not None:
         print(render_agents(agents))
         print()
+    if saver is not None:
+        print(render_saver(saver))
+        print()
     print(f"machine: {machine}")
     peers = versions()
     print(f"versions: {peers}")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     report = {"machine": machine, "versions": peers, "results": results, "history": history, "race": race}
-    report.update(dataframe=dataframe, run_all=run_all, realnb=real, scale=json_safe(scale), agents=agents)
+    report.update(dataframe=dataframe, run_all=run_all, realnb=real, scale=json_safe(scale), agents=agents, saver=saver)
     Path(args.json).write_text(json.dumps(report, indent=2))
     return 0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -59,3 +60,18 @@ def test_smoke_run_writes_tables_and_json(tmp_path: Path) -> None:
     assert ours_agent["kills"] == 3 and ours_agent["refused"] == 0, ours_agent
     assert ours_agent["model_calls_redone"] + ours_agent["tool_calls_redone"] <= ours_agent["kills"], ours_agent
     assert "paid calls redone after a crash" in result.stdout
+    # LangGraph savers: the same graphs under SqliteSaver (when installed) and DurableSaver, every measure.
+    saver = data["saver"]
+    expected = ["DurableSaver (SQLite)"]
+    if importlib.util.find_spec("langgraph.checkpoint.sqlite"):
+        expected.insert(0, "LangGraph SqliteSaver")
+    for table in saver["per_step"]:
+        assert [row["checkpointer"] for row in table["rows"]] == expected, table
+        assert table["rows"][0]["vs_reference"] == 1.0 and all(row["ms_per_step"] > 0 for row in table["rows"])
+    ours = next(r for r in saver["per_step"][1]["rows"] if r["checkpointer"] == "DurableSaver (SQLite)")
+    assert ours["growth_bytes_per_run"] < 3_000_000  # the 1 MB value stored per run, not per step
+    assert [row["checkpoints"] for row in saver["history"]["rows"]] == [50] * len(expected)
+    # Both racers ran; how many side effects each race had is reported, not asserted.
+    for row in saver["race"]["rows"]:
+        assert len(row["effects_per_race"]) == 1 and row["effects_per_race"][0] >= 1, row
+    assert "Two processes resume the same interrupt at once" in result.stdout
