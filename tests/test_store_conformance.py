@@ -544,6 +544,18 @@ def test_state_at_any_checkpoint_is_rebuilt_from_changes(store: dnb.Store) -> No
             assert (state.manifest, state.completed) == (want_manifest, want_completed), seq
         latest = await store.state_at(record.run_id)
         assert (latest.manifest, latest.completed) == expected[-1]
+        # Many states at once (a listing) equal the one-by-one rebuilds, snapshots or not.
+        wanted = [1, 2, 13, 14, 15, 29, 31, 32, 40]
+        many = await store.states_at(record.run_id, wanted)
+        assert sorted(many) == wanted
+        for seq in wanted:
+            one = await store.state_at(record.run_id, seq)
+            assert (many[seq].manifest, many[seq].completed, many[seq].since_snapshot) == (
+                one.manifest,
+                one.completed,
+                one.since_snapshot,
+            ), seq
+        assert await store.states_at(record.run_id, []) == {}
         assert latest.since_snapshot == 40 - 31  # rows after the last snapshot (seq 31)
 
     sync(main())

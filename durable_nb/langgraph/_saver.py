@@ -59,6 +59,7 @@ from ._shape import (
     Head,
     address,
     checkpoint_id_of,
+    checkpoint_of_write,
     is_lg,
     lg,
     metadata_json,
@@ -313,10 +314,14 @@ class DurableSaver(BaseCheckpointSaver[int]):
     ) -> list[CheckpointTuple]:
         """Load stored checkpoints of one run with their values and pending writes (and, as
         resume writes, the decisions recorded at their gates)."""
-        states = [await self.store.state_at(run_id, record.seq) for record in records]
+        by_seq = await self.store.states_at(run_id, [record.seq for record in records])
         prefix = write_prefix(lg(records[0])["id"]) if len(records) == 1 else WRITE_KEYS
         stored_writes = dict(await self.store.keyed_results(run_id, prefix))
-        manifests: dict[Any, dict[str, str]] = {i: state.manifest for i, state in enumerate(states)}
+        # Each checkpoint's writes, found once (not a scan of every write per checkpoint).
+        keys_of: dict[str, list[str]] = {}
+        for key in stored_writes:
+            keys_of.setdefault(checkpoint_of_write(key), []).append(key)
+        manifests: dict[Any, dict[str, str]] = {i: by_seq[record.seq].manifest for i, record in enumerate(records)}
         manifests["writes"] = stored_writes
         values = ValueCodec(self.store, self._secret)
         loaded = await values.load_many(manifests)
@@ -325,8 +330,7 @@ class DurableSaver(BaseCheckpointSaver[int]):
         typed = await values.load({w[4]: w[4] for w in written.values()}) if written else {}
         found = []
         for i, record in enumerate(records):
-            mine = write_prefix(lg(record)["id"])
-            keys = [key for key in stored_writes if key.startswith(mine)]
+            keys = keys_of.get(lg(record)["id"], [])
             writes = pick_writes([(key, written[key]) for key in keys])
             pending = [(w[0], w[1], self.serde.loads_typed(typed[w[4]])) for w in writes]
             made = (decisions or {}).get(record.checkpoint_id)

@@ -34,6 +34,7 @@ __all__ = [
     "META",
     "Head",
     "address",
+    "checkpoint_of_write",
     "checkpoint_id_of",
     "is_lg",
     "lg",
@@ -177,3 +178,9 @@ WRITE_KEYS = "lgw:"
 def write_prefix(checkpoint_id: str) -> str:
     """Return the key prefix of one checkpoint's pending writes (its id's length keeps ids apart)."""
     return f"{WRITE_KEYS}{len(checkpoint_id)}:{checkpoint_id}:"
+
+
+def checkpoint_of_write(key: str) -> str:
+    """Return the LangGraph checkpoint id a pending write's key (from ``write_prefix``) belongs to."""
+    size, _, rest = key[len(WRITE_KEYS) :].partition(":")
+    return rest[: int(size)]

@@ -30,7 +30,7 @@ from . import rows
 from .ddl import live_blobs
 from .protocol import HISTORY_COLUMNS
 from .rules import check_expectations, choose_claim, trusted_seen, updated_run
-from .state import keep_rebuildable, state_from_sql
+from .state import keep_rebuildable, state_from_sql, states_from_sql
 
 _INSERT_BLOB = (
     "INSERT INTO blobs (hash, codec, size, created_at, data, parts) VALUES (%s, %s, %s, %s, %s, %s) "
@@ -239,6 +239,12 @@ def _checkpoint_by_id(conn: Any, run_id: str, checkpoint_id: str) -> CheckpointR
         (checkpoint_id, run_id),
     ).fetchone()
     return None if row is None else rows.checkpoint_from_row(row)
+
+
+def _states_at(conn: Any, run_id: str, seqs: list[int]) -> dict[int, CheckpointState]:
+    return states_from_sql(
+        lambda sql, params: conn.execute(sql, params).fetchall(), partial(_get_run, conn), "%s", run_id, seqs
+    )
 
 
 def _latest_states(conn: Any, run_ids: list[str]) -> dict[str, CheckpointState]:

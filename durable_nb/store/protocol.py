@@ -98,6 +98,10 @@ class Store(Protocol):
         """
         ...
 
+    async def states_at(self, run_id: str, seqs: Iterable[int]) -> dict[int, CheckpointState]:
+        """Return a run's states at many checkpoints (by seq), reading each row once."""
+        ...
+
     async def latest_states(self, run_ids: list[str]) -> dict[str, CheckpointState]:
         """Return the latest state of each run, in one call."""
         ...

@@ -98,6 +98,10 @@ class SQLStore:
         """Return a run's state (values and completed nodes) at checkpoint ``seq``, or at its latest."""
         return await self._run(self._sql._state_at, run_id, seq)
 
+    async def states_at(self, run_id: str, seqs: Iterable[int]) -> dict[int, CheckpointState]:
+        """Return a run's states at many checkpoints (by seq), reading each row once."""
+        return await self._run(self._sql._states_at, run_id, list(seqs))
+
     async def latest_states(self, run_ids: list[str]) -> dict[str, CheckpointState]:
         """Return the latest state of each run (one call)."""
         return await self._run(self._sql._latest_states, list(run_ids)) if run_ids else {}

@@ -31,7 +31,7 @@ from .blob_files import FILE_BYTES, BlobFolder, FileBlob, FileVanished, read_has
 from .ddl import live_blobs
 from .protocol import HISTORY_COLUMNS
 from .rules import check_expectations, choose_claim, trusted_seen, updated_run
-from .state import keep_rebuildable, state_from_sql
+from .state import keep_rebuildable, state_from_sql, states_from_sql
 
 
 class _Transaction:
@@ -215,6 +215,12 @@ def _checkpoint_by_id(conn: sqlite3.Connection, run_id: str, checkpoint_id: str)
 def _state_at(conn: sqlite3.Connection, run_id: str, seq: int | None) -> CheckpointState:
     return state_from_sql(
         lambda sql, params: conn.execute(sql, params).fetchall(), partial(_get_run, conn), "?", run_id, seq
+    )
+
+
+def _states_at(conn: Any, run_id: str, seqs: list[int]) -> dict[int, CheckpointState]:
+    return states_from_sql(
+        lambda sql, params: conn.execute(sql, params).fetchall(), partial(_get_run, conn), "?", run_id, seqs
     )
 
 
