@@ -323,7 +323,8 @@ def cmd_run_notebook(args: argparse.Namespace) -> int:
     parameters: dict[str, Any] = {}
     if args.parameters_file:
         parameters.update(_parameters_file(args.parameters_file))
-    pairs = [pair.split("=", 1) for pair in args.parameter_pair] + list(args.parameter)
+    # main() gave every -p NAME VALUE as one --parameter-pair (see _parameter_pairs).
+    pairs = [pair.split("=", 1) for pair in args.parameter_pair]
     parameters.update({name: _parameter_value(value) for name, value in pairs})
     return run_notebook(
         args.notebook,

@@ -44,9 +44,26 @@ from .settle import release_after_failure
 from .statelog import StateLog
 from .values import ValueCodec
 
-__all__ = ["CellOutcome", "CellRun", "Restorable"]
+__all__ = ["CellOutcome", "CellRun", "Restorable", "new_notebook_run"]
 
 _UNFINISHED = [RunStatus.RUNNING, RunStatus.PENDING, RunStatus.PAUSED, RunStatus.FAILED, RunStatus.CANCELLED]
+
+
+def new_notebook_run(name: str, key: str | None, *, owned: bool = True, meta: dict[str, Any] | None = None) -> NewRun:
+    """The row that starts a notebook's run: owned by this process (a kernel attaching), or pending
+    for whichever kernel attaches to it by ``key`` (a notebook run the service starts)."""
+    return NewRun(
+        run_id=new_id(),
+        name=name,
+        kind=RunKind.NOTEBOOK,
+        status=RunStatus.RUNNING if owned else RunStatus.PENDING,
+        input_manifest={},
+        idempotency_key=key,
+        owner=this_owner() if owned else None,
+        lease_until=lease_deadline() if owned else None,
+        meta=dict(meta or {}),
+        events=[NewEvent(EventType.RUN_STARTED)],
+    )
 
 
 class CellRun(CellLineage):
@@ -107,19 +124,7 @@ class CellRun(CellLineage):
             candidates = await store.list_runs(name, statuses=_UNFINISHED)
             run = candidates[0] if candidates else None
         if run is None:
-            run, _ = await store.create_run(
-                NewRun(
-                    run_id=new_id(),
-                    name=name,
-                    kind=RunKind.NOTEBOOK,
-                    status=RunStatus.RUNNING,
-                    input_manifest={},
-                    idempotency_key=key,
-                    owner=this_owner(),
-                    lease_until=lease_deadline(),
-                    events=[NewEvent(EventType.RUN_STARTED)],
-                )
-            )
+            run, _ = await store.create_run(new_notebook_run(name, key))
         cell_run = await cls.open(store, values, run, tracker)
         if run.status in (RunStatus.RUNNING, RunStatus.PENDING, RunStatus.FAILED, RunStatus.CANCELLED):
             await cell_run.take()

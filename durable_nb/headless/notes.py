@@ -17,21 +17,20 @@ __all__ = ["NoteSeparator"]
 class NoteSeparator:
     """An nbclient client mixin: notes never reach the output notebook; ``notes(i)`` lists cell i's."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # By cell, then by display: an update repeats the display's earlier lines.
+        self._notes_by_cell: dict[int, dict[str, list[dict[str, str]]]] = {}
+
     def process_message(self, msg: dict[str, Any], cell: Any, cell_index: int) -> Any:
         """Set a note aside (by its display, since updates repeat the earlier lines); pass the rest on."""
         content = msg.get("content") or {}
         if msg.get("msg_type") in ("display_data", "update_display_data") and is_note(content):
             display = (content.get("transient") or {}).get("display_id") or msg["header"]["msg_id"]
-            self._notes_by_cell().setdefault(cell_index, {})[display] = content["metadata"][NOTE_KEY]["notes"]
+            self._notes_by_cell.setdefault(cell_index, {})[display] = content["metadata"][NOTE_KEY]["notes"]
             return None
         return super().process_message(msg, cell, cell_index)  # type: ignore[misc]
 
     def notes(self, cell_index: int) -> list[dict[str, str]]:
         """The notes cell ``cell_index`` showed, in order: ``{kind, level, text}`` each."""
-        return [note for lines in self._notes_by_cell().get(cell_index, {}).values() for note in lines]
-
-    def _notes_by_cell(self) -> dict[int, dict[str, list[dict[str, str]]]]:
-        found = self.__dict__.get("_durable_notes")
-        if found is None:
-            found = self.__dict__["_durable_notes"] = {}
-        return found
+        return [note for lines in self._notes_by_cell.get(cell_index, {}).values() for note in lines]

@@ -25,14 +25,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
-from .._ids import new_id
-from ..engine.cells import CellRun
+from ..engine.cells import CellRun, new_notebook_run
 from ..engine.ownership import owner_alive
 from ..engine.settle import mark_failed
 from ..engine.values import ValueCodec
 from ..errors import ConfigurationError, DurableError, InvalidInput
 from ..headless.notebook_run import run_key
-from ..model import Commit, EventType, NewEvent, NewRun, RunKind, RunRecord, RunStatus, RunUpdate
+from ..model import Commit, RunKind, RunRecord, RunStatus, RunUpdate
 from ..store import Store
 from ..store.protocol import Conflict
 from ..store.secret import load_secret
@@ -164,15 +163,11 @@ class NotebookRuns:
         spec = _Spec(notebook, self.folder.relative(notebook), parameters, run)
         # The same row `%durable run NAME --key KEY` creates, pending and unowned: the kernel takes it.
         record, _ = await self.store.create_run(
-            NewRun(
-                run_id=new_id(),
-                name=name,
-                kind=RunKind.NOTEBOOK,
-                status=RunStatus.PENDING,
-                input_manifest={},
-                idempotency_key=run_key(notebook, parameters),
+            new_notebook_run(
+                name,
+                run_key(notebook, parameters),
+                owned=False,
                 meta={META: {"path": spec.relative, "parameters": parameters, "run": run}},
-                events=[NewEvent(EventType.RUN_STARTED)],
             )
         )
         if self._may_start(record):

@@ -38,8 +38,9 @@ class Dialect:
     p: str
     sqlite: bool
 
-    def extra_at(self, path: Sequence[str]) -> str:
-        """The SQL text of the value at ``path`` inside a checkpoint's ``extra`` JSON, as text."""
+    def extra_at(self) -> str:
+        """The SQL text of a value inside a checkpoint's ``extra`` JSON, as text; its path is
+        the parameter ``path_parameter`` gives."""
         if self.sqlite:
             return f"json_extract(extra, {self.p})"
         return f"(extra::json #>> CAST({self.p} AS text[]))"
@@ -82,7 +83,7 @@ def checkpoints_by_extra(conn: Any, d: Dialect, path: Sequence[str], values: Seq
     if not values:
         return []
     sql = (
-        f"SELECT {rows.CHECKPOINT_COLUMNS} FROM checkpoints WHERE {d.extra_at(path)} IN {_in(d, list(values))} "
+        f"SELECT {rows.CHECKPOINT_COLUMNS} FROM checkpoints WHERE {d.extra_at()} IN {_in(d, list(values))} "
         "ORDER BY run_id, seq"
     )
     return [rows.checkpoint_from_row(row) for row in conn.execute(sql, [d.path_parameter(path), *values])]
