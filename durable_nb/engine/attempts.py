@@ -15,14 +15,17 @@ from typing import Any
 
 from .._loop import owns_running_loop
 from ..errors import InvalidState
-from ..model import Decision, NewEvent
+from ..model import Blob, Commit, Decision, NewEvent
+from ..store import codec
+from .executors import Batch
 from .gates import Suspend
 from .graph import NodeSpec
 from .policy import Attempts
+from .remote import ItemPart, pack, rebuild_suspend
 from .scope import NodeScope, enter_scope
 from .values import check_state
 
-__all__ = ["Attempter", "Outcome"]
+__all__ = ["Attempter", "Outcome", "RemoteCall", "journal_prefix", "node_journal"]
 
 Sleep = Callable[[float], Awaitable[Any]]
 
@@ -93,6 +96,36 @@ class Outcome:
     value: Any = None
     # Updates already stored (a map's results): name to address, and the blobs to commit with it.
     stored: dict[str, tuple[str, list[Any]]] = field(default_factory=dict)
+    # @idempotent results made on an executor's worker, to commit with the node: (key, address), blobs.
+    records: list[tuple[str, str]] = field(default_factory=list)
+    record_blobs: list[Blob] = field(default_factory=list)
+
+
+def node_journal(node_id: str) -> str:
+    """The key prefix of the @idempotent results that a node's calls made on an executor."""
+    # The node id's length keeps "a/1" + "2" apart from "a" + "1/2".
+    return f"remote/{len(node_id)}:{node_id}/"
+
+
+def journal_prefix(node_id: str, part: str) -> str:
+    """The key prefix of the @idempotent results of one remote call of a node (``part``: "node" or an item)."""
+    return f"{node_journal(node_id)}{part}/"
+
+
+@dataclass(slots=True)
+class RemoteCall:
+    """A node or map item run on an executor: its batch, and the @idempotent results its attempts made."""
+
+    batch: Batch
+    name: str
+    journal: str
+    known: dict[str, Any] = field(default_factory=dict)
+    # Made by the attempt that succeeded: committed with the node or item.
+    fresh: dict[str, Any] = field(default_factory=dict)
+
+
+def spec_label(remote: RemoteCall) -> str:
+    return remote.batch.label
 
 
 class Attempter:
@@ -129,6 +162,55 @@ class Attempter:
         except TimeoutError:
             raise spec.policy.timed_out(spec.label, spec.node_id) from None
 
+    async def _call_remote(self, spec: NodeSpec, remote: RemoteCall, args: tuple[Any, ...], scope: NodeScope) -> Any:
+        part = ItemPart(args=args, item_index=scope.item_index, decisions=scope.decisions, known=remote.known)
+        call = remote.batch.call(pack(part), remote.name)
+        if spec.timeout_seconds is None:
+            outcome = await call
+        else:
+            try:
+                # Enforced here, at the owner: a late result is dropped with the cancelled future.
+                outcome = await asyncio.wait_for(call, spec.timeout_seconds)
+            except TimeoutError:
+                raise spec.policy.timed_out(spec.label, spec.node_id) from None
+        if outcome.calls:
+            remote.known.update(outcome.calls)
+            if outcome.error is None and outcome.suspend is None:
+                remote.fresh.update(outcome.calls)
+            else:
+                # The attempt failed after paid calls: keep them now, so no later attempt pays again.
+                blobs, pairs = self.encode_calls(remote, outcome.calls)
+                await self.store.commit(Commit(run_id=self.run_id, blobs=blobs, idempotent=pairs))
+        if outcome.suspend is not None:
+            raise rebuild_suspend(outcome.suspend)
+        if outcome.error is not None:
+            raise outcome.error
+        return outcome.value
+
+    def encode_calls(self, remote: RemoteCall, calls: dict[str, Any]) -> tuple[list[Blob], list[tuple[str, str]]]:
+        """Return the blobs and keyed-result rows that store a worker's @idempotent results: under the
+        call's key, as every @idempotent result of the run, and under the call's journal for its next attempt."""
+        blobs: list[Blob] = []
+        pairs: list[tuple[str, str]] = []
+        for digest, value in calls.items():
+            blob = codec.encode(value, self.secret, f"@idempotent result in '{spec_label(remote)}'")
+            blobs.append(blob)
+            pairs += [(digest, blob.hash), (remote.journal + digest, blob.hash)]
+        return blobs, pairs
+
+    async def known_calls(self, prefix: str) -> dict[str, dict[str, Any]]:
+        """Return the @idempotent results workers made under ``prefix``, by the part of the key after it."""
+        rows = await self.store.keyed_results(self.run_id, prefix)
+        if not rows:
+            return {}
+        blobs = await self.store.get_blobs({address for _, address in rows})
+        found: dict[str, dict[str, Any]] = {}
+        for key, address in rows:
+            part, _, digest = key[len(prefix) :].rpartition("/")
+            if address in blobs:
+                found.setdefault(part, {})[digest] = codec.decode(blobs[address], self.secret)
+        return found
+
     async def run(
         self,
         spec: NodeSpec,
@@ -138,6 +220,7 @@ class Attempter:
         expect_dict: bool = True,
         item_index: int | None = None,
         alone: bool = False,
+        remote: RemoteCall | None = None,
     ) -> Outcome:
         """Run attempts of one node until one succeeds, pauses, or the retries are spent."""
         started = time.perf_counter()
@@ -153,7 +236,10 @@ class Attempter:
                 item_index=item_index,
             )
             try:
-                result = await self._call(spec, args, scope, alone)
+                if remote is None:
+                    result = await self._call(spec, args, scope, alone)
+                else:
+                    result = await self._call_remote(spec, remote, args, scope)
             except Suspend as suspend:
                 return Outcome(spec.node_id, suspend=suspend, duration=time.perf_counter() - started, attempts=attempt)
             except Exception as error:  # noqa: BLE001 - a node's failure is data, recorded in its checkpoint
@@ -163,11 +249,19 @@ class Attempter:
                     continue
                 return Outcome(spec.node_id, error=error, duration=time.perf_counter() - started, attempts=attempt)
             elapsed = time.perf_counter() - started
+            outcome = Outcome(spec.node_id, duration=elapsed, attempts=attempt)
+            if remote is not None and remote.fresh:
+                outcome.record_blobs, outcome.records = self.encode_calls(remote, remote.fresh)
             if not expect_dict:
-                return Outcome(spec.node_id, value=result, duration=elapsed, attempts=attempt)
+                outcome.value = result
+                return outcome
             try:
-                updates = check_state(result, f"The result of node '{spec.label}'", from_node=True)
+                outcome.updates = check_state(result, f"The result of node '{spec.label}'", from_node=True)
             except InvalidState as error:
-                return Outcome(spec.node_id, error=error, duration=elapsed, attempts=attempt)
-            return Outcome(spec.node_id, updates=updates, duration=elapsed, attempts=attempt)
+                outcome.error = error
+                if outcome.records:
+                    await self.store.commit(
+                        Commit(run_id=self.run_id, blobs=outcome.record_blobs, idempotent=outcome.records)
+                    )
+            return outcome
         raise AssertionError("unreachable")

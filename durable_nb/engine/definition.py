@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from ..errors import ConfigurationError
+from .executors import check_executor
 from .graph import Graph, NodeSpec
 
 __all__ = ["GraphDefinition"]
@@ -35,17 +36,29 @@ class GraphDefinition:
         label: str | None = None,
         name: str | None = None,
         writes: Iterable[str] = (),
+        executor: Any = None,
     ) -> Any:
         """Register a node function ``fn(state) -> dict of updates`` (sync or async).
 
         ``after`` names the nodes (or node functions) it waits for; ``retry_count`` extra
         attempts follow a failure; each attempt may run ``timeout_seconds``.
         ``writes`` optionally declares the keys it returns, so that two nodes of one wave
-        writing one key are refused before anything runs.
+        writing one key are refused before anything runs. ``executor`` (a Dask client, any
+        ``concurrent.futures.Executor``, or "local") runs the function there instead of here.
         """
         if isinstance(writes, str) or not isinstance(writes, Iterable) or not all(isinstance(k, str) for k in writes):
             raise ConfigurationError(f"writes= takes a list of the state names the node returns, not {writes!r}.")
-        return self._register("node", fn, after, retry_count, timeout_seconds, label, name, writes=tuple(writes))
+        return self._register(
+            "node",
+            fn,
+            after,
+            retry_count,
+            timeout_seconds,
+            label,
+            name,
+            writes=tuple(writes),
+            executor=check_executor(executor),
+        )
 
     def loop(
         self,
@@ -115,21 +128,23 @@ class GraphDefinition:
         items: str | Callable[[dict[str, Any]], Iterable[Any]],
         into: str | None = None,
         after: str | Callable[..., Any] | Iterable[str | Callable[..., Any]] | None = None,
-        max_concurrency: int = 8,
+        max_concurrency: int | None = None,
         retry_count: int = 1,
         timeout_seconds: float | None = None,
         label: str | None = None,
         name: str | None = None,
+        executor: Any = None,
     ) -> Any:
         """Register a map node: ``fn(state, item)`` runs once per item, each result committed on its own.
 
         ``items`` is a state key or ``callable(state)``; the results, in item order, become the
         state value ``into`` (default: the node's name). After a crash only unfinished items run.
+        ``executor`` (a Dask client, any ``concurrent.futures.Executor``, or "local") runs the items
+        there; ``max_concurrency`` caps the items in flight (default 8 here, all of them on an executor).
         """
         if not (isinstance(items, str) or callable(items)):
             raise ConfigurationError("A map needs items= a state key or callable(state) -> items.")
-        if not isinstance(max_concurrency, int) or isinstance(max_concurrency, bool) or max_concurrency < 1:
-            raise ConfigurationError(f"max_concurrency must be a whole number >= 1, not {max_concurrency!r}.")
+        check_concurrency(max_concurrency)
         return self._register(
             "map",
             fn,
@@ -141,6 +156,7 @@ class GraphDefinition:
             items=items,
             into=into,
             max_concurrency=max_concurrency,
+            executor=check_executor(executor),
         )
 
     def _register(
@@ -187,6 +203,14 @@ class GraphDefinition:
             return function
 
         return register(fn) if fn is not None else register
+
+
+def check_concurrency(max_concurrency: Any) -> None:
+    """Refuse a ``max_concurrency`` that is not None or a whole number >= 1."""
+    if max_concurrency is not None and (
+        not isinstance(max_concurrency, int) or isinstance(max_concurrency, bool) or max_concurrency < 1
+    ):
+        raise ConfigurationError(f"max_concurrency must be a whole number >= 1, not {max_concurrency!r}.")
 
 
 def _dependency_ids(after: Any) -> tuple[str, ...]:

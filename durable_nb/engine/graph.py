@@ -34,7 +34,10 @@ class NodeSpec:
     max_iterations: int = 5
     items: str | Callable[[dict[str, Any]], Any] | None = None
     into: str | None = None
-    max_concurrency: int = 8
+    # None: eight at a time in this process; on an executor, every item is handed to it at once.
+    max_concurrency: int | None = None
+    # Where the function runs: None (the workflow's default), "local", a Dask client or an Executor.
+    executor: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

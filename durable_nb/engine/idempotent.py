@@ -75,6 +75,12 @@ def idempotent(fn: Any = None, *, key: Callable[..., Any] | None = None) -> Any:
             if scope is None:
                 return await fn(*args, **kwargs)
             digest = call_key(fn, args, kwargs, key)
+            if scope.remote is not None:
+                found, value = scope.remote.lookup(digest)
+                if not found:
+                    value = await fn(*args, **kwargs)
+                    scope.remote.remember(digest, value)
+                return value
             found, value = await _lookup(scope, digest)
             if found:
                 return value
@@ -91,6 +97,13 @@ def idempotent(fn: Any = None, *, key: Callable[..., Any] | None = None) -> Any:
         if scope is None:
             return fn(*args, **kwargs)
         digest = call_key(fn, args, kwargs, key)
+        if scope.remote is not None:
+            # On an executor's worker: the owner commits the result with the item's outcome.
+            found, value = scope.remote.lookup(digest)
+            if not found:
+                value = fn(*args, **kwargs)
+                scope.remote.remember(digest, value)
+            return value
         found, value = run_sync(_lookup(scope, digest))
         if found:
             return value

@@ -9,9 +9,11 @@ from collections.abc import Hashable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError, InvalidState
-from ..model import EventType, NewEvent
-from .attempts import Outcome
+from ..model import Commit, EventType, NewEvent
+from .attempts import Outcome, RemoteCall, journal_prefix, node_journal
+from .executors import open_batch
 from .graph import ITEM_KEY_PREFIX, NodeSpec
+from .remote import SharedPart
 
 if TYPE_CHECKING:
     from .runner import Runner as _Runner
@@ -21,6 +23,8 @@ else:
 __all__ = ["NodeKinds"]
 
 _SHORT = reprlib.Repr()
+# Items of one map in flight at once when they run in this process and the map sets no limit.
+LOCAL_CONCURRENCY = 8
 
 
 class NodeKinds(_Runner):
@@ -89,16 +93,37 @@ class NodeKinds(_Runner):
         # Every item sees the state as the map found it, without the items' own results: copying
         # the run's state for each item would cost more with every item finished.
         seen = {k: v for k, v in self.state.items() if not k.startswith(ITEM_KEY_PREFIX)}
-        gate = asyncio.Semaphore(spec.max_concurrency)
+        executor = self.executor_of(spec)
+        batch = None
+        known: dict[str, dict[str, Any]] = {}
+        if executor is not None:
+            # The function and the state travel once per map; each item carries only itself.
+            batch = open_batch(executor, SharedPart(spec.fn, self.run.run_id, spec.node_id, spec.label, (seen,)))
+            known = await self.attempter.known_calls(node_journal(spec.node_id))
+        limit = spec.max_concurrency or (len(todo) if executor is not None else LOCAL_CONCURRENCY)
+        gate = asyncio.Semaphore(limit)
         last: list[int | None] = [None]
         last_blobs: list[Any] = []
+        last_records: list[tuple[str, str]] = []
         remaining = set(todo)
         failures: list[Outcome] = []
 
         async def one(index: int) -> None:
             async with gate:
-                arguments = (dict(seen), items[index])
-                outcome = await self.attempter.run(spec, arguments, [], expect_dict=False, item_index=index)
+                if batch is None:
+                    outcome = await self.attempter.run(
+                        spec, (dict(seen), items[index]), [], expect_dict=False, item_index=index
+                    )
+                else:
+                    remote = RemoteCall(
+                        batch,
+                        f"{self.graph.workflow_name}:{spec.node_id}[{index}]",
+                        journal_prefix(spec.node_id, str(index)),
+                        known.get(str(index), {}),
+                    )
+                    outcome = await self.attempter.run(
+                        spec, (items[index],), [], expect_dict=False, item_index=index, remote=remote
+                    )
             if outcome.suspend is not None:
                 outcome.suspend, outcome.error = (
                     None,
@@ -109,6 +134,10 @@ class NodeKinds(_Runner):
             if outcome.error is not None:
                 outcome.value = index
                 failures.append(outcome)
+                if outcome.records:
+                    await self.store.commit(
+                        Commit(run_id=self.run.run_id, blobs=outcome.record_blobs, idempotent=outcome.records)
+                    )
                 return
             try:
                 delta, blobs = self.values.encode({spec.item_key(index): outcome.value})
@@ -121,16 +150,18 @@ class NodeKinds(_Runner):
                 self.log.update(delta)
                 if not remaining and not failures:
                     last[0] = index
-                    last_blobs.extend(blobs)
+                    last_blobs.extend(blobs + outcome.record_blobs)
+                    last_records.extend(outcome.records)
                     return  # the last item's commit is the node's: see _complete_map
                 event = NewEvent(
                     EventType.NODE_FINISHED, spec.node_id, {"item_index": index, "duration": outcome.duration}
                 )
                 await self._commit_node(
                     spec.node_id,
-                    blobs,
+                    blobs + outcome.record_blobs,
                     [event],
                     True,
+                    idempotent=outcome.records,
                     node_output=delta,
                     duration=outcome.duration,
                     attempts=outcome.attempts,
@@ -143,11 +174,17 @@ class NodeKinds(_Runner):
         finally:
             for worker in workers:
                 worker.cancel()
+            if batch is not None:
+                # Items still queued on the executor are cancelled with their tasks, before the state goes.
+                await asyncio.gather(*workers, return_exceptions=True)
+                batch.close()
         if failures:
             first = min(failures, key=lambda o: o.value)
             first.duration = time.perf_counter() - started
             return first
-        return await self._complete_map(spec, len(items), started, last[0], last_blobs)
+        outcome = await self._complete_map(spec, len(items), started, last[0], last_blobs)
+        outcome.records = last_records
+        return outcome
 
     def _items_of(self, spec: NodeSpec) -> list[Any]:
         if not isinstance(spec.items, str):

@@ -29,11 +29,13 @@ from ..model import (
 )
 from ..store.protocol import Conflict, Store
 from .agents.journal import AgentSteps
-from .attempts import Attempter, Outcome
+from .attempts import Attempter, Outcome, RemoteCall, journal_prefix, node_journal
 from .cancel import CANCELLED
+from .executors import LOCAL, open_batch
 from .graph import Graph, NodeSpec
 from .node_kinds import NodeKinds
 from .ownership import lease_deadline, release_on_interrupt
+from .remote import SharedPart
 from .settle import release_after_failure
 from .statelog import StateLog
 from .stops import WaveStops, failure_text
@@ -81,8 +83,10 @@ class Runner(NodeKinds, WaveStops):
         head_checkpoint_id: str | None,
         sleep: Sleep,
         head_wave_writes: dict[str, str] | None = None,
+        executor: Any = None,
     ) -> None:
         self.graph = graph
+        self.executor = executor
         self.store = store
         self.values = values
         self.run = run
@@ -197,7 +201,13 @@ class Runner(NodeKinds, WaveStops):
         return RunUpdate(status=status, error=error, error_type=error_type, owner=None, lease_until=None)
 
     async def _commit_node(
-        self, node_id: str, blobs: list[Any], events: list[NewEvent], wave_busy: bool, **fields: Any
+        self,
+        node_id: str,
+        blobs: list[Any],
+        events: list[NewEvent],
+        wave_busy: bool,
+        idempotent: list[tuple[str, str]] | None = None,
+        **fields: Any,
     ) -> None:
         """Commit ``after:<node>``; when the wave is done, the next wave's start (or the end) rides along."""
         upcoming = self.ready()
@@ -215,7 +225,7 @@ class Runner(NodeKinds, WaveStops):
                 events = [*events, NewEvent(EventType.RUN_COMPLETED)]
                 run_update = self._finished(RunStatus.COMPLETED)
                 self._ended = True
-        await self._commit(events, checkpoints=checkpoints, blobs=blobs, run=run_update)
+        await self._commit(events, checkpoints=checkpoints, blobs=blobs, run=run_update, idempotent=idempotent or [])
 
     async def _agent_step(
         self,
@@ -302,12 +312,32 @@ class Runner(NodeKinds, WaveStops):
             task: asyncio.Future[Outcome] = asyncio.ensure_future(self._run_map(spec))
         elif spec.kind == "switch":
             task = asyncio.ensure_future(self._route(spec))
+        elif self.executor_of(spec) is not None:
+            task = asyncio.ensure_future(self._run_remote(spec))
         else:
             task = asyncio.ensure_future(
                 self.attempter.run(spec, (dict(self.state),), self.resumes.get(spec.node_id, []), alone=alone)
             )
         self._tasks.add(task)
         return task
+
+    def executor_of(self, spec: NodeSpec) -> Any:
+        """Return the executor a node's function runs on, or None to run it in this process."""
+        executor = spec.executor if spec.executor is not None else self.executor
+        return None if executor == LOCAL else executor
+
+    async def _run_remote(self, spec: NodeSpec) -> Outcome:
+        """Run a node's attempts on its executor; @idempotent results of earlier attempts go with it."""
+        journal = journal_prefix(spec.node_id, "node")
+        batch = open_batch(self.executor_of(spec), SharedPart(spec.fn, self.run.run_id, spec.node_id, spec.label))
+        try:
+            known = (await self.attempter.known_calls(node_journal(spec.node_id))).get("node", {})
+            remote = RemoteCall(batch, f"{self.graph.workflow_name}:{spec.node_id}", journal, known)
+            return await self.attempter.run(
+                spec, (dict(self.state),), self.resumes.get(spec.node_id, []), remote=remote
+            )
+        finally:
+            batch.close()
 
     async def _wave(self, wave: list[str]) -> None:
         self._announced = False
@@ -412,9 +442,10 @@ class Runner(NodeKinds, WaveStops):
             ]
             await self._commit_node(
                 node_id,
-                blobs,
+                blobs + outcome.record_blobs,
                 events,
                 wave_busy,
+                idempotent=outcome.records,
                 node_output=delta,
                 duration=outcome.duration,
                 attempts=outcome.attempts,

@@ -30,6 +30,8 @@ class NodeScope:
     agent_calls: dict[str, int] = field(default_factory=dict)
     # While a supervisor's worker runs: the supervisor's call id that started it.
     invocation: str | None = None
+    # On an executor's worker: the @idempotent results the owner shipped, and the new ones.
+    remote: Any = None
 
 
 _current: contextvars.ContextVar[NodeScope | None] = contextvars.ContextVar("durable_nb_scope", default=None)

@@ -35,6 +35,7 @@ from ..store.secret import load_secret
 from .cancel import cancel_run
 from .decisions import current_run, decide, decisions_of, make_decision
 from .definition import GraphDefinition
+from .executors import check_executor
 from .forking import create_fork
 from .gates import Resume
 from .graph import Graph
@@ -60,10 +61,13 @@ class Workflow(GraphDefinition):
         *,
         store: Store | str | os.PathLike[str] | None = None,
         sleep: Sleep = asyncio.sleep,
+        executor: Any = None,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
             raise ConfigurationError(f"A workflow needs a non-empty name, not {name!r}.")
         self.name = name
+        # Where nodes and map items run unless they name their own executor (None: in this process).
+        self.executor = check_executor(executor)
         self._store_arg = store
         self._store: Store | None = None
         self._graph = Graph(name)
@@ -346,6 +350,7 @@ class Workflow(GraphDefinition):
             head_checkpoint_id=checkpoint.checkpoint_id if checkpoint else None,
             sleep=self._sleep,
             head_wave_writes=checkpoint.extra.get("wave_writes") if checkpoint else None,
+            executor=self.executor,
         )
 
     async def _finish(self, runner: Runner) -> Run:

@@ -119,6 +119,11 @@ async def aagent(
 
 def _scope() -> NodeScope:
     scope = current_scope()
+    if scope is not None and scope.remote is not None:
+        raise ConfigurationError(
+            "dnb.agent() cannot run on an executor's worker: its turns are committed by the process that "
+            "owns the run. Run the node that calls the agent without executor= (its tools may still use one)."
+        )
     if scope is None or scope.steps is None:
         raise NoActiveNode(
             "dnb.agent() was called outside a durable node. Call it inside a Workflow node function or a "

@@ -1,0 +1,181 @@
+"""The owner side of running nodes and map items on an executor: a Dask client or any
+``concurrent.futures.Executor``.
+
+The owner stays the one that commits: an executor only computes. Calls go out as bytes (see
+``remote``); what comes back is committed by the run's owner as it arrives, one commit per item.
+Cancelling the awaiting task (a timeout, a cancelled run, an interrupted cell) cancels the
+call's future on the executor, so a queued item never starts; an item already running on a
+worker finishes there and its result is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import sys
+import threading
+import uuid
+from typing import Any
+
+from ..errors import ConfigurationError
+from .remote import RemoteOutcome, SharedPart, pack, run_remote, unpack
+
+__all__ = ["LOCAL", "Batch", "check_executor", "open_batch"]
+
+# executor="local" runs a node in this process even when its workflow's default is an executor.
+LOCAL = "local"
+
+
+def _dask_client_class() -> type | None:
+    # Dask is optional: a Client can only exist if its module was imported.
+    distributed = sys.modules.get("distributed")
+    return getattr(distributed, "Client", None)
+
+
+def is_dask_client(executor: Any) -> bool:
+    """Whether ``executor`` is a ``dask.distributed.Client``."""
+    client_class = _dask_client_class()
+    return client_class is not None and isinstance(executor, client_class)
+
+
+def check_executor(executor: Any) -> Any:
+    """Return ``executor`` if nodes can run on it (None, "local", a Dask client or an Executor)."""
+    if executor is None or executor == LOCAL:
+        return executor
+    if is_dask_client(executor):
+        if getattr(executor, "asynchronous", False):
+            raise ConfigurationError(
+                "executor= takes a synchronous dask.distributed.Client; this one was made with "
+                "asynchronous=True. Create it with Client(...) (the default) and pass that."
+            )
+        return executor
+    if isinstance(executor, concurrent.futures.Executor):
+        return executor
+    raise ConfigurationError(
+        f"executor= takes a dask.distributed.Client, a concurrent.futures.Executor (ProcessPoolExecutor, "
+        f"ThreadPoolExecutor, loky's) or 'local', not {executor!r}."
+    )
+
+
+class Batch:
+    """Calls of one node (or the items of one map) on an executor; their shared part travels once."""
+
+    def __init__(self, shared: SharedPart) -> None:
+        self.token = uuid.uuid4().hex
+        self.shared = pack(shared)
+        self.label = shared.label
+
+    async def call(self, item: bytes, name: str) -> RemoteOutcome:
+        """Run one call (its packed ``ItemPart``) and return its outcome; ``name`` labels it on the executor."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Forget the shared part on the executor."""
+
+
+class _FuturesBatch(Batch):
+    def __init__(self, executor: concurrent.futures.Executor, shared: SharedPart) -> None:
+        super().__init__(shared)
+        self.executor = executor
+
+    async def call(self, item: bytes, name: str) -> RemoteOutcome:
+        try:
+            future = self.executor.submit(run_remote, self.token, self.shared, item)
+        except concurrent.futures.BrokenExecutor as broken:
+            broken.add_note(
+                "A worker process of the executor died and the pool cannot take more work: create a new "
+                "executor and resume the run (a Dask cluster replaces lost workers instead)."
+            )
+            raise
+        # Cancelling the awaiting task cancels the future: a call not yet started never runs.
+        packed = await asyncio.wrap_future(future)
+        return _outcome(packed)
+
+
+class _DaskBatch(Batch):
+    def __init__(self, client: Any, shared: SharedPart) -> None:
+        super().__init__(shared)
+        self.client = client
+        self._shared_future: Any = None
+        self._scatter: asyncio.Future[Any] | None = None
+        self._cancels: list[Any] = []
+
+    async def _shared_on_cluster(self) -> Any:
+        # Scattered once: every item then names it instead of carrying the state again.
+        if self._scatter is None:
+            self._scatter = asyncio.ensure_future(asyncio.to_thread(self.client.scatter, self.shared, hash=False))
+        if self._shared_future is None:
+            self._shared_future = await asyncio.shield(self._scatter)
+        return self._shared_future
+
+    async def call(self, item: bytes, name: str) -> RemoteOutcome:
+        shared = await self._shared_on_cluster()
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bytes] = loop.create_future()
+        key = f"{name}-{uuid.uuid4().hex[:12]}"
+        future = self.client.submit(run_remote, self.token, shared, item, key=key, pure=False, retries=0)
+
+        def settle(result: Any, error: BaseException | None) -> None:
+            if waiter.done():
+                return
+            if error is not None:
+                waiter.set_exception(error)
+            else:
+                waiter.set_result(result)
+
+        def finished(done: Any) -> None:
+            # On Dask's callback thread: read the result there, hand it to the owner's loop.
+            result: Any = None
+            error: BaseException | None = None
+            try:
+                if done.cancelled():
+                    error = concurrent.futures.CancelledError(f"Dask cancelled {key}")
+                else:
+                    error = done.exception()
+                    if error is None:
+                        result = done.result()
+            except BaseException as failure:  # noqa: BLE001 - the call fails with it at the owner
+                error = failure
+            try:
+                loop.call_soon_threadsafe(settle, result, error)
+            except RuntimeError:
+                pass  # the owner's loop is gone: nobody waits for this result any more
+
+        future.add_done_callback(finished)
+        try:
+            packed = await waiter
+        except asyncio.CancelledError:
+            self._cancel_soon(future)
+            raise
+        return _outcome(packed)
+
+    def _cancel_soon(self, future: Any) -> None:
+        # A cancelled map cancels its items together: one request to the scheduler, off the loop.
+        self._cancels.append(future)
+        if len(self._cancels) == 1:
+            asyncio.get_running_loop().call_soon(self._flush_cancels)
+
+    def _flush_cancels(self) -> None:
+        doomed, self._cancels = self._cancels, []
+        threading.Thread(target=self.client.cancel, args=(doomed,), name="durable-dask-cancel", daemon=True).start()
+
+    def close(self) -> None:
+        if self._scatter is not None and not self._scatter.done():
+            self._scatter.cancel()
+        shared, self._shared_future = self._shared_future, None
+        if shared is not None:
+            threading.Thread(target=shared.release, name="durable-dask-release", daemon=True).start()
+
+
+def _outcome(packed: Any) -> RemoteOutcome:
+    outcome = unpack(packed)
+    if not isinstance(outcome, RemoteOutcome):
+        raise TypeError(f"the executor returned {type(outcome).__name__}, not a durable_nb outcome")
+    return outcome
+
+
+def open_batch(executor: Any, shared: SharedPart) -> Batch:
+    """Start a batch of calls sharing ``shared`` on ``executor`` (checked by ``check_executor``)."""
+    if is_dask_client(executor):
+        return _DaskBatch(executor, shared)
+    return _FuturesBatch(executor, shared)
