@@ -24,6 +24,7 @@ from .engine.calls import (
 )
 from .engine.gates import Resume, gate, interrupt
 from .engine.idempotent import idempotent
+from .engine.item_map import amap_items, map_items
 from .engine.recovery import RecoveryReport, arecover, recover
 from .engine.run import Run
 from .engine.workflow import Workflow
@@ -145,6 +146,7 @@ __all__ = [
     "agent",
     "aget_run",
     "ahistory",
+    "amap_items",
     "approve",
     "aprune",
     "arecover",
@@ -165,6 +167,7 @@ __all__ = [
     "inspect",
     "interrupt",
     "load_ipython_extension",
+    "map_items",
     "prune",
     "recover",
     "reject",

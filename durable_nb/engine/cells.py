@@ -392,6 +392,7 @@ class CellRun(CellLineage):
         node_input: dict[str, Any],
         blobs: list[Any],
         step_type: str,
+        idempotent: list[tuple[str, str]] | None = None,
     ) -> None:
         draft = self._draft(
             "",
@@ -403,7 +404,7 @@ class CellRun(CellLineage):
             item_index=item_index,
             extra={"step_type": step_type},
         )
-        await self._commit(checkpoints=[draft], blobs=blobs)
+        await self._commit(checkpoints=[draft], blobs=blobs, idempotent=idempotent or [])
         self.values.mark_stored(blobs)
 
     async def cancel_cell(self, node: str) -> None:

@@ -237,8 +237,10 @@ class Runner(NodeKinds, WaveStops):
         node_input: dict[str, Any],
         blobs: list[Any],
         step_type: str,
+        idempotent: list[tuple[str, str]] | None = None,
     ) -> None:
-        """Commit an agent's checkpoint inside a running node: the run's queue and decisions carry on."""
+        """Commit an agent's checkpoint (or a map_items item) inside a running node: the run's queue and
+        decisions carry on."""
         async with self._guard():
             draft = self._draft(
                 "",
@@ -252,7 +254,7 @@ class Runner(NodeKinds, WaveStops):
                 iteration=None,
                 extra={"step_type": step_type, "wave_writes": dict(self.wave_writes)},
             )
-            await self._commit([], checkpoints=[draft], blobs=blobs)
+            await self._commit([], checkpoints=[draft], blobs=blobs, idempotent=idempotent or [])
 
     # -- the run loop -------------------------------------------------------------------
 

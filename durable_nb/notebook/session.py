@@ -28,6 +28,7 @@ from .capture import Capture, close_restored_figures, open_figure_ids, replay
 from .cellcode import CellCode, analyze
 from .effects import set_attributes
 from .execute import run_code
+from .map_progress import MapProgress
 from .notes import Notes
 from .outcome import cell_outcome
 from .settings import SettingsWatch, apply_changes
@@ -293,6 +294,7 @@ class KernelSession:
                 decisions=list(cell_run.resumes.get(node, [])),
                 steps=cell_run.agent_steps(_show_turn),
             )
+            scope.steps.progress = MapProgress(self.shell, self.notes.enabled)
             before = {name: id(value) for name, value in namespace.items()}
             watch = SettingsWatch()
             token = enter_scope(scope)

@@ -44,6 +44,8 @@ class AgentSteps:
         self.values = values
         # Told each turn as it happens (a notebook cell shows them in its output).
         self.observer = observer
+        # Told how far a map_items call has got: (name, done, total, restored, failed, final).
+        self.progress: Callable[..., None] | None = None
 
     async def write(self, **fields: Any) -> None:
         """Commit a checkpoint (step, agent_path, node_input, blobs, step_type) from any thread or loop."""
