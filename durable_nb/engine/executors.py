@@ -157,14 +157,17 @@ class _DaskBatch(Batch):
 
     def _flush_cancels(self) -> None:
         doomed, self._cancels = self._cancels, []
+        if not doomed:
+            return
         threading.Thread(target=self.client.cancel, args=(doomed,), name="durable-dask-cancel", daemon=True).start()
 
     def close(self) -> None:
+        self._flush_cancels()  # the loop may stop before the scheduled flush runs
         if self._scatter is not None and not self._scatter.done():
             self._scatter.cancel()
         shared, self._shared_future = self._shared_future, None
         if shared is not None:
-            threading.Thread(target=shared.release, name="durable-dask-release", daemon=True).start()
+            shared.release()  # only schedules the release on the client's loop
 
 
 def _outcome(packed: Any) -> RemoteOutcome:
