@@ -50,7 +50,7 @@ def test_items_commit_one_by_one_and_a_resume_runs_only_unfinished_ones(
     history = dnb.history(run.id, store=store)
     items = history[history["step"].str.startswith("item:")]
     assert sorted(items["item_index"].astype(int)) == [i for i in range(40) if i != 13]
-    assert set(items["agent_path"]) == {"map:sq"}
+    assert set(items["agent_path"]) == {"map:sq"} and set(items["step_type"]) == {"map_item"}
     # The node's own retry (retry_count=1) called map_items again: only item 13 ran again.
     assert sorted(_lines(ran)) == sorted([*range(40), 13])
 

@@ -151,11 +151,14 @@ async def ahistory(run: Any, *, store: Any = None) -> pd.DataFrame:
     )
 
 
-STEP_TYPES = ["node", "llm_call", "tool_call"]
+STEP_TYPES = ["node", "llm_call", "tool_call", "map_item"]
 
 
 def _step_type(step: str) -> str:
-    """An agent's checkpoints are model calls (``turn:N``) and tool calls (``turn:N/tool:x``); the rest, nodes."""
+    """An agent's checkpoints are model calls (``turn:N``) and tool calls (``turn:N/tool:x``), map_items'
+    are items (``item:N``); the rest, nodes."""
+    if step.startswith("item:"):
+        return "map_item"
     if not step.startswith("turn:"):
         return "node"
     return "tool_call" if "/tool:" in step else "llm_call"
