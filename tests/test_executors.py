@@ -285,6 +285,27 @@ def test_node_executor_and_workflow_default_with_a_local_node(store_url: str, da
     assert set(run.state["item_pids"]) <= workers
 
 
+def test_recover_on_another_store_object_keeps_the_default_executor(
+    store_url: str, other_store: dnb.Store, dask_client: Any
+) -> None:
+    """Issue 20 item 5.3, C7: ``recover([flow], store=...)`` (as ``durable-nb serve`` and the service do)
+    runs a workflow on the store it is given; the workflow-wide default executor goes with it, so
+    the recovered run's node still runs on a Dask worker."""
+    flow = dnb.Workflow("recovered", store=store_url, sleep=FakeSleep(), executor=dask_client)
+
+    @flow.node()
+    def where(state: dict[str, Any]) -> dict[str, Any]:
+        return {"pid": os.getpid()}
+
+    waiting = flow.start({})
+    report = dnb.recover([flow], store=other_store)
+
+    assert [r.id for r in report.resumed] == [waiting.id]
+    (resumed,) = report.resumed
+    assert resumed.status == "completed", resumed.error
+    assert resumed.state["pid"] in worker_pids(dask_client)
+
+
 # -- 4: @idempotent inside remote items --------------------------------------------------------
 
 
@@ -423,6 +444,14 @@ class Unpicklable(Exception):
         self.lock = threading.Lock()
 
 
+class PaymentRequired(Exception):
+    """An error whose constructor takes two arguments: pickled by default, it cannot be rebuilt."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(f"{code} {reason}")
+        self.code = code
+
+
 @pytest.fixture(params=["dask", "process"])
 def remote(request: pytest.FixtureRequest) -> Iterator[Any]:
     """A Dask cluster or a ProcessPoolExecutor: where an item's outcome must be pickled to come back."""
@@ -433,7 +462,6 @@ def remote(request: pytest.FixtureRequest) -> Iterator[Any]:
         yield executor
 
 
-@pytest.mark.parametrize("remote", ["dask"], indirect=True)
 def test_unpicklable_exception_fails_the_run_with_a_clear_message(store_url: str, remote: Any) -> None:
     """Issue 20 item 5.6, C3: an item raising an exception that cannot be pickled fails the run (no hang,
     no exception out of ``run``), and the error names the original type and message; the executor
@@ -455,7 +483,46 @@ def test_unpicklable_exception_fails_the_run_with_a_clear_message(store_url: str
     assert flow.resume(run.id).status == "failed"  # the executor still answers
 
 
-@pytest.mark.parametrize("remote", ["dask"], indirect=True)
+def test_unpicklable_exception_keeps_its_type_name_and_worker_traceback(store_url: str, remote: Any) -> None:
+    """Issue 20 item 5.6, C3: an error that could not travel back still keeps its type name (the run's
+    error_type) and its traceback text from the worker, with the note naming the worker."""
+    flow = dnb.Workflow("unpicklable-error-type", store=store_url, sleep=FakeSleep())
+
+    @flow.map(items="docs", executor=remote, retry_count=0)
+    def work(state: dict[str, Any], doc: str) -> str:
+        raise Unpicklable("the printer caught fire")
+
+    run = flow.run({"docs": ["bad"]})
+
+    assert run.status == "failed"
+    assert run.record.error_type == "Unpicklable"
+    trace = failed_traceback(store_url, run.id)
+    # The worker's frame of the item function, by name and line (cloudpickle ships functions defined
+    # in a test or a notebook without their file, so the worker cannot print their source line).
+    assert ", in work" in trace and "Traceback on the worker" in trace
+    assert "(raised on worker " in trace
+
+
+def test_exception_that_cannot_be_rebuilt_keeps_its_type_and_message(store_url: str, remote: Any) -> None:
+    """Issue 20 item 5.6, C3: an exception that pickles but cannot be unpickled at the owner (its
+    ``__init__`` takes two arguments, and ``Exception`` pickles only its message) fails the run
+    with its own type name and message, not with the TypeError of rebuilding it."""
+    flow = dnb.Workflow("unrebuildable-error", store=store_url, sleep=FakeSleep())
+
+    @flow.map(items="docs", executor=remote, retry_count=0)
+    def charge(state: dict[str, Any], doc: str) -> str:
+        if doc == "bad":
+            raise PaymentRequired(402, "card declined")
+        return doc
+
+    run = flow.run({"docs": ["ok", "bad"]})
+
+    assert run.status == "failed"
+    assert "PaymentRequired" in (run.error or "")
+    assert "402 card declined" in (run.error or "")
+    assert item_commits(store_url, run.id, "charge") == Counter({0: 1})
+
+
 def test_unpicklable_result_fails_the_run_with_a_clear_message(store_url: str, remote: Any) -> None:
     """Issue 20 item 5.6, C3, C6: an item returning a value that cannot be pickled fails the run with an
     error saying the result could not be sent back; nothing of that item is committed."""

@@ -101,9 +101,12 @@ class _DaskBatch(Batch):
         self._cancels: list[Any] = []
 
     async def _shared_on_cluster(self) -> Any:
-        # Scattered once: every item then names it instead of carrying the state again.
+        # Scattered once, to every worker: each item then names it instead of carrying the state again,
+        # and no worker is favoured for holding it (short items would otherwise all go to one).
         if self._scatter is None:
-            self._scatter = asyncio.ensure_future(asyncio.to_thread(self.client.scatter, self.shared, hash=False))
+            self._scatter = asyncio.ensure_future(
+                asyncio.to_thread(self.client.scatter, self.shared, hash=False, broadcast=True)
+            )
         if self._shared_future is None:
             self._shared_future = await asyncio.shield(self._scatter)
         return self._shared_future

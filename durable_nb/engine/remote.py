@@ -88,16 +88,22 @@ class RemoteCalls:
         self.new[digest] = value
 
 
-@dataclass(slots=True)
 class RemoteFailure(Exception):
-    """An error raised on a worker that could not itself travel back (it would not pickle)."""
+    """An error raised on a worker that could not itself travel back: its type's name, message and traceback."""
 
-    type_name: str
-    message: str
-    trace: str
+    def __init__(self, error_type: str, message: str, traceback: str) -> None:
+        super().__init__(error_type, message, traceback)
+        # Read by the run's failure record: the worker's error type and traceback, not this wrapper's.
+        self.error_type = error_type
+        self.message = message
+        self.traceback = traceback
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Explicit, so that libraries changing how exceptions pickle (Dask installs tblib's) keep the fields.
+        return (RemoteFailure, (self.error_type, self.message, self.traceback))
 
     def __str__(self) -> str:
-        return f"{self.type_name}: {self.message}"
+        return f"{self.error_type}: {self.message}"
 
 
 @dataclass(slots=True)
@@ -171,11 +177,25 @@ def run_remote(token: str, shared: bytes, item: bytes) -> bytes:
             "agent_path": pause.agent_path,
         }
     except Exception as error:  # noqa: BLE001 - handed back to the owner, which applies the retry policy
-        error.add_note(f"(raised on worker {outcome.worker} in '{part.label}')")
-        outcome.error = error
+        outcome.error = _travelling(error, outcome.worker, part.label)
     outcome.calls = calls.new
     outcome.seconds = time.perf_counter() - started
     return _pack_outcome(outcome)
+
+
+def _travelling(error: Exception, worker: str, label: str) -> Exception:
+    """Return ``error`` as it can reach the owner: with a note naming the worker and its traceback there,
+    or as a RemoteFailure when it would not come back whole (it does not pickle, or not rebuild)."""
+    frames = traceback.format_tb(error.__traceback__)[1:]  # without run_remote's own frame
+    where = f"(raised on worker {worker} in '{label}')"
+    trace = "".join(["Traceback on the worker (most recent call last):\n", *frames])
+    try:
+        error.add_note(f"{where}\n{trace}".rstrip())
+        unpack(pack(error))
+        return error
+    except Exception:  # noqa: BLE001 - any failure to travel is reported as the worker's error, by name
+        full = "".join(traceback.format_exception(error))
+        return RemoteFailure(type(error).__name__, f"{error} {where}", full)
 
 
 def _pack_outcome(outcome: RemoteOutcome) -> bytes:
@@ -183,10 +203,10 @@ def _pack_outcome(outcome: RemoteOutcome) -> bytes:
         return pack(outcome)
     except Exception as failure:  # noqa: BLE001 - a result or error that cannot travel fails the call, not the worker
         error = outcome.error
-        if error is not None:
+        if error is not None and not isinstance(error, RemoteFailure):
             trace = "".join(traceback.format_exception(error))
             outcome.error = RemoteFailure(type(error).__name__, str(error), trace)
-        else:
+        elif error is None:
             outcome.value = None
             outcome.error = RemoteFailure(
                 type(failure).__name__,

@@ -289,7 +289,7 @@ class Workflow(GraphDefinition):
     @classmethod
     def _bound_to(cls, flow: Workflow, store: Store) -> Workflow:
         """Return a copy of ``flow`` working on ``store``."""
-        copy = cls(flow.name, store=store, sleep=flow._sleep)
+        copy = cls(flow.name, store=store, sleep=flow._sleep, executor=flow.executor)
         copy._graph = flow._graph
         return copy
 
