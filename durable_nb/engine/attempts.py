@@ -179,8 +179,7 @@ class Attempter:
                 remote.fresh.update(outcome.calls)
             else:
                 # The attempt failed after paid calls: keep them now, so no later attempt pays again.
-                blobs, pairs = self.encode_calls(remote, outcome.calls)
-                await self.store.commit(Commit(run_id=self.run_id, blobs=blobs, idempotent=pairs))
+                await self.keep_calls(*self.encode_calls(remote, outcome.calls))
         if outcome.suspend is not None:
             raise rebuild_suspend(outcome.suspend)
         if outcome.error is not None:
@@ -197,6 +196,11 @@ class Attempter:
             blobs.append(blob)
             pairs += [(digest, blob.hash), (remote.journal + digest, blob.hash)]
         return blobs, pairs
+
+    async def keep_calls(self, blobs: list[Blob], pairs: list[tuple[str, str]]) -> None:
+        """Commit a worker's @idempotent results on their own (the item or node they belong to failed)."""
+        if pairs:
+            await self.store.commit(Commit(run_id=self.run_id, blobs=blobs, idempotent=pairs))
 
     async def known_calls(self, prefix: str) -> dict[str, dict[str, Any]]:
         """Return the @idempotent results workers made under ``prefix``, by the part of the key after it."""
@@ -259,9 +263,6 @@ class Attempter:
                 outcome.updates = check_state(result, f"The result of node '{spec.label}'", from_node=True)
             except InvalidState as error:
                 outcome.error = error
-                if outcome.records:
-                    await self.store.commit(
-                        Commit(run_id=self.run_id, blobs=outcome.record_blobs, idempotent=outcome.records)
-                    )
+                await self.keep_calls(outcome.record_blobs, outcome.records)
             return outcome
         raise AssertionError("unreachable")

@@ -15,7 +15,7 @@ from typing import Any
 
 from .._loop import run_sync
 from ..errors import ConfigurationError, InvalidInput, NoActiveNode
-from ..model import CheckpointRecord, Commit
+from ..model import CheckpointRecord
 from .attempts import Attempter, Outcome, RemoteCall, journal_prefix, node_journal
 from .definition import check_concurrency
 from .executors import LOCAL, Batch, check_executor, open_batch
@@ -132,10 +132,7 @@ async def amap_items(
             )
         if outcome.error is not None:
             failures.append((index, outcome.error))
-            if outcome.records:
-                await scope.store.commit(
-                    Commit(run_id=scope.run_id, blobs=outcome.record_blobs, idempotent=outcome.records)
-                )
+            await attempter.keep_calls(outcome.record_blobs, outcome.records)
             shown.failed()
             return
         async with lock:

@@ -9,7 +9,7 @@ from collections.abc import Hashable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError, InvalidState
-from ..model import Commit, EventType, NewEvent
+from ..model import EventType, NewEvent
 from .attempts import Outcome, RemoteCall, journal_prefix, node_journal
 from .executors import open_batch
 from .graph import ITEM_KEY_PREFIX, NodeSpec
@@ -134,10 +134,7 @@ class NodeKinds(_Runner):
             if outcome.error is not None:
                 outcome.value = index
                 failures.append(outcome)
-                if outcome.records:
-                    await self.store.commit(
-                        Commit(run_id=self.run.run_id, blobs=outcome.record_blobs, idempotent=outcome.records)
-                    )
+                await self.attempter.keep_calls(outcome.record_blobs, outcome.records)
                 return
             try:
                 delta, blobs = self.values.encode({spec.item_key(index): outcome.value})
