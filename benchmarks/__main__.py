@@ -24,6 +24,7 @@ from .agents import installed as agent_contenders
 from .agents import render as render_agents
 from .contenders import available, postgres_contenders
 from .correctness import correctness_scenario, render_correctness
+from .dask_map import dask_scenario, render_dask
 from .history import history_scenario, render_history
 from .notebook import dataframe_scenario, render_dataframe, render_run_all, run_all_scenario
 from .realnb import realnb_scenario, render_realnb
@@ -44,6 +45,7 @@ SCENARIOS = (
     "agents",
     "service",
     "saver",
+    "dask",
 )
 
 
@@ -80,6 +82,7 @@ def versions() -> str:
         "langgraph-checkpoint-postgres",
         "langchain-openai",
         "dbos",
+        "distributed",
     )
     for package in packages:
         try:
@@ -234,6 +237,13 @@ def main(argv: list[str] | None = None) -> int:
             saver = saver_scenario(nodes, reps, 50, 1, 1, None)
         else:
             saver = saver_scenario(nodes, reps, 10_000, 3, 10, postgres)
+    # A durable map on a 2-worker Dask cluster against Dask alone and against one process: CPU-bound
+    # items, then trivial ones on SQLite (and PostgreSQL) with every commit checked in the history
+    # (about 3 minutes a rep, most of it the 1,000 items of 50 ms run in one process, twice);
+    # `--only dask` runs it alone.
+    dask = None
+    if "dask" in only:
+        dask = dask_scenario(20, 1, 20, reps, None) if args.smoke else dask_scenario(1_000, 50, 2_000, reps, postgres)
     # The HTTP service against a DBOS + FastAPI peer (about a minute; not in the smoke run);
     # `python -m benchmarks.service` runs it alone.
     if "service" in only and not args.smoke:
@@ -266,12 +276,16 @@ def main(argv: list[str] | None = None) -> int:
     if saver is not None:
         print(render_saver(saver))
         print()
+    if dask is not None:
+        print(render_dask(dask))
+        print()
     print(f"machine: {machine}")
     peers = versions()
     print(f"versions: {peers}")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     report = {"machine": machine, "versions": peers, "results": results, "history": history, "race": race}
     report.update(dataframe=dataframe, run_all=run_all, realnb=real, scale=json_safe(scale), agents=agents, saver=saver)
+    report["dask"] = dask
     Path(args.json).write_text(json.dumps(report, indent=2))
     return 0
 

@@ -75,3 +75,22 @@ def test_smoke_run_writes_tables_and_json(tmp_path: Path) -> None:
     for row in saver["race"]["rows"]:
         assert len(row["effects_per_race"]) == 1 and row["effects_per_race"][0] >= 1, row
     assert "Two processes resume the same interrupt at once" in result.stdout
+    # Dask: a durable map on a 2-worker cluster against Dask alone and one process; each durable run's
+    # history was read back (whether every item was committed once is reported, not asserted).
+    if importlib.util.find_spec("distributed"):
+        dask = data["dask"]
+        assert dask["workers"] == 2 and dask["startup_s"] > 0 and dask["loops"] > 0, dask
+        assert [row["contender"] for row in dask["cpu"]["rows"]] == [
+            "durable_nb in 1 process, max_concurrency=1",
+            "durable_nb in 1 process, 8 threads (default)",
+            "durable_nb on Dask, 2 workers",
+            "Dask alone (client.map + as_completed)",
+        ]
+        assert len(dask["trivial"]["rows"]) == 4  # SQLite only in the smoke run
+        for table in (dask["cpu"], dask["trivial"]):
+            assert table["items"] == 20
+            for row in table["rows"]:
+                assert row["items_per_s"] > 0, row
+                if row["contender"].startswith("durable_nb"):
+                    assert row["committed"]["runs"] == 2 and row["committed"]["checkpoints_per_run"], row
+        assert "A map on a 2-worker Dask LocalCluster" in result.stdout
