@@ -99,6 +99,9 @@ class _DaskBatch(Batch):
         self._shared_future: Any = None
         self._scatter: asyncio.Future[Any] | None = None
         self._cancels: list[Any] = []
+        # Finished futures waiting for their results to be fetched, and the task fetching them.
+        self._done: list[tuple[Any, asyncio.Future[bytes]]] = []
+        self._fetching: asyncio.Future[None] | None = None
 
     async def _shared_on_cluster(self) -> Any:
         # Scattered once, to every worker: each item then names it instead of carrying the state again,
@@ -118,29 +121,10 @@ class _DaskBatch(Batch):
         key = f"{name}-{uuid.uuid4().hex[:12]}"
         future = self.client.submit(run_remote, self.token, shared, item, key=key, pure=False, retries=0)
 
-        def settle(result: Any, error: BaseException | None) -> None:
-            if waiter.done():
-                return
-            if error is not None:
-                waiter.set_exception(error)
-            else:
-                waiter.set_result(result)
-
         def finished(done: Any) -> None:
-            # On Dask's callback thread: read the result there, hand it to the owner's loop.
-            result: Any = None
-            error: BaseException | None = None
+            # On Dask's one callback thread: only say so; the owner's loop fetches results in batches.
             try:
-                if done.cancelled():
-                    error = concurrent.futures.CancelledError(f"Dask cancelled {key}")
-                else:
-                    error = done.exception()
-                    if error is None:
-                        result = done.result()
-            except BaseException as failure:  # noqa: BLE001 - the call fails with it at the owner
-                error = failure
-            try:
-                loop.call_soon_threadsafe(settle, result, error)
+                loop.call_soon_threadsafe(self._arrived, done, waiter)
             except RuntimeError:
                 pass  # the owner's loop is gone: nobody waits for this result any more
 
@@ -151,6 +135,36 @@ class _DaskBatch(Batch):
             self._cancel_soon(future)
             raise
         return _outcome(packed)
+
+    def _arrived(self, future: Any, waiter: asyncio.Future[bytes]) -> None:
+        if waiter.done():
+            return
+        self._done.append((future, waiter))
+        if self._fetching is None or self._fetching.done():
+            self._fetching = asyncio.ensure_future(self._fetch())
+
+    async def _fetch(self) -> None:
+        # Results that finish while one batch is fetched form the next: one round trip for many items.
+        while self._done:
+            batch, self._done = self._done, []
+            finished = [(f, w) for f, w in batch if not w.done() and f.status == "finished"]
+            others = [(f, w) for f, w in batch if not w.done() and f.status != "finished"]
+            if finished:
+                try:
+                    results = await asyncio.to_thread(self.client.gather, [f for f, _ in finished])
+                except Exception:  # noqa: BLE001 - one result lost with its worker: read each on its own
+                    others += finished
+                else:
+                    for (_, waiter), result in zip(finished, results, strict=True):
+                        if not waiter.done():
+                            waiter.set_result(result)
+            for future, waiter in others:
+                error = await asyncio.to_thread(_failure_of, future)
+                if not waiter.done():
+                    if error is None:
+                        waiter.set_result(await asyncio.to_thread(future.result))
+                    else:
+                        waiter.set_exception(error)
 
     def _cancel_soon(self, future: Any) -> None:
         # A cancelled map cancels its items together: one request to the scheduler, off the loop.
@@ -171,6 +185,16 @@ class _DaskBatch(Batch):
         shared, self._shared_future = self._shared_future, None
         if shared is not None:
             shared.release()  # only schedules the release on the client's loop
+
+
+def _failure_of(future: Any) -> BaseException | None:
+    """The error a finished Dask future ended with (a cancel, a lost worker, the task's own), or None."""
+    try:
+        if future.cancelled():
+            return concurrent.futures.CancelledError(f"Dask cancelled {future.key}")
+        return future.exception()
+    except BaseException as failure:  # noqa: BLE001 - reading the error failed: that is the call's error
+        return failure
 
 
 def _outcome(packed: Any) -> RemoteOutcome:

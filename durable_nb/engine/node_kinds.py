@@ -9,7 +9,7 @@ from collections.abc import Hashable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError, InvalidState
-from ..model import EventType, NewEvent
+from ..model import CheckpointStatus, EventType, NewEvent
 from .attempts import Outcome, RemoteCall, journal_prefix, node_journal
 from .executors import open_batch
 from .graph import ITEM_KEY_PREFIX, NodeSpec
@@ -107,6 +107,7 @@ class NodeKinds(_Runner):
         last_records: list[tuple[str, str]] = []
         remaining = set(todo)
         failures: list[Outcome] = []
+        finished: list[tuple[int, Outcome, dict[str, str], list[Any]]] = []
 
         async def one(index: int) -> None:
             async with gate:
@@ -141,29 +142,28 @@ class NodeKinds(_Runner):
             except Exception as error:  # noqa: BLE001 - an unserializable item result fails the node
                 failures.append(Outcome(spec.node_id, error=error, attempts=outcome.attempts, value=index))
                 return
+            finished.append((index, outcome, delta, blobs))
+            # Let the items that came back with this one (one fetch brings many) join its commit.
+            await asyncio.sleep(0)
             async with self._guard():
-                remaining.discard(index)
-                self.state[spec.item_key(index)] = outcome.value
-                self.log.update(delta)
-                if not remaining and not failures:
-                    last[0] = index
-                    last_blobs.extend(blobs + outcome.record_blobs)
-                    last_records.extend(outcome.records)
-                    return  # the last item's commit is the node's: see _complete_map
-                event = NewEvent(
-                    EventType.NODE_FINISHED, spec.node_id, {"item_index": index, "duration": outcome.duration}
-                )
-                await self._commit_node(
-                    spec.node_id,
-                    blobs + outcome.record_blobs,
-                    [event],
-                    True,
-                    idempotent=outcome.records,
-                    node_output=delta,
-                    duration=outcome.duration,
-                    attempts=outcome.attempts,
-                    item_index=index,
-                )
+                # Items that finished while the last commit was written share the next one: a
+                # checkpoint each, in one transaction, so a busy executor is not held back by the store.
+                batch_done, finished[:] = list(finished), []
+                if not batch_done:
+                    return  # committed with an earlier item's batch
+                for done_index, _, _, _ in batch_done:
+                    remaining.discard(done_index)
+                held = batch_done.pop() if not remaining and not failures else None
+                if batch_done:
+                    await self._commit_items(spec, batch_done)
+                if held is not None:
+                    # The last item's commit is the node's: see _complete_map.
+                    held_index, held_outcome, held_delta, held_blobs = held
+                    last[0] = held_index
+                    last_blobs.extend(held_blobs + held_outcome.record_blobs)
+                    last_records.extend(held_outcome.records)
+                    self.state[spec.item_key(held_index)] = held_outcome.value
+                    self.log.update(held_delta)
 
         workers = [asyncio.ensure_future(one(i)) for i in todo]
         try:
@@ -182,6 +182,36 @@ class NodeKinds(_Runner):
         outcome = await self._complete_map(spec, len(items), started, last[0], last_blobs)
         outcome.records = last_records
         return outcome
+
+    async def _commit_items(self, spec: NodeSpec, done: list[tuple[int, Outcome, dict[str, str], list[Any]]]) -> None:
+        """Commit finished items of a map, a checkpoint each, in one transaction."""
+        upcoming = self.ready()
+        drafts = []
+        events = []
+        blobs: list[Any] = []
+        records: list[tuple[str, str]] = []
+        for index, outcome, delta, item_blobs in done:
+            self.state[spec.item_key(index)] = outcome.value
+            self.log.update(delta)
+            drafts.append(
+                self._draft(
+                    "after",
+                    spec.node_id,
+                    CheckpointStatus.OK,
+                    upcoming,
+                    node_output=delta,
+                    duration=outcome.duration,
+                    attempts=outcome.attempts,
+                    item_index=index,
+                    extra={"wave_writes": dict(self.wave_writes)},
+                )
+            )
+            events.append(
+                NewEvent(EventType.NODE_FINISHED, spec.node_id, {"item_index": index, "duration": outcome.duration})
+            )
+            blobs += item_blobs + outcome.record_blobs
+            records += outcome.records
+        await self._commit(events, checkpoints=drafts, blobs=blobs, idempotent=records)
 
     def _items_of(self, spec: NodeSpec) -> list[Any]:
         if not isinstance(spec.items, str):
