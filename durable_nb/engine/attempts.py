@@ -117,7 +117,6 @@ class RemoteCall:
     """A node or map item run on an executor: its batch, and the @idempotent results its attempts made."""
 
     batch: Batch
-    name: str
     journal: str
     known: dict[str, Any] = field(default_factory=dict)
     # Made by the attempt that succeeded: committed with the node or item.
@@ -164,7 +163,7 @@ class Attempter:
 
     async def _call_remote(self, spec: NodeSpec, remote: RemoteCall, args: tuple[Any, ...], scope: NodeScope) -> Any:
         part = ItemPart(args=args, item_index=scope.item_index, decisions=scope.decisions, known=remote.known)
-        call = remote.batch.call(pack(part), remote.name)
+        call = remote.batch.call(pack(part))
         if spec.timeout_seconds is None:
             outcome = await call
         else:

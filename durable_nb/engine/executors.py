@@ -65,8 +65,8 @@ class Batch:
         self.shared = pack(shared)
         self.label = shared.label
 
-    async def call(self, item: bytes, name: str) -> RemoteOutcome:
-        """Run one call (its packed ``ItemPart``) and return its outcome; ``name`` labels it on the executor."""
+    async def call(self, item: bytes) -> RemoteOutcome:
+        """Run one call (its packed ``ItemPart``) and return its outcome."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -78,7 +78,7 @@ class _FuturesBatch(Batch):
         super().__init__(shared)
         self.executor = executor
 
-    async def call(self, item: bytes, name: str) -> RemoteOutcome:
+    async def call(self, item: bytes) -> RemoteOutcome:
         try:
             future = self.executor.submit(run_remote, self.token, self.shared, item)
         except concurrent.futures.BrokenExecutor as broken:
@@ -99,6 +99,7 @@ class _DaskBatch(Batch):
         self._shared_future: Any = None
         self._scatter: asyncio.Future[Any] | None = None
         self._cancels: list[Any] = []
+        self._submitted = 0
         # Finished futures waiting for their results to be fetched, and the task fetching them.
         self._done: list[tuple[Any, asyncio.Future[bytes]]] = []
         self._fetching: asyncio.Future[None] | None = None
@@ -114,11 +115,14 @@ class _DaskBatch(Batch):
             self._shared_future = await asyncio.shield(self._scatter)
         return self._shared_future
 
-    async def call(self, item: bytes, name: str) -> RemoteOutcome:
+    async def call(self, item: bytes) -> RemoteOutcome:
         shared = await self._shared_on_cluster()
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[bytes] = loop.create_future()
-        key = f"{name}-{uuid.uuid4().hex[:12]}"
+        # One task prefix for the whole map (Dask learns the items' duration from it and groups them
+        # on its dashboard); the number makes each attempt's key unique.
+        self._submitted += 1
+        key = (f"{self.label}-{self.token}", self._submitted)
         future = self.client.submit(run_remote, self.token, shared, item, key=key, pure=False, retries=0)
 
         def finished(done: Any) -> None:

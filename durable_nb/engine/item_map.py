@@ -122,9 +122,7 @@ async def amap_items(
         async with gate:
             remote = None
             if batch is not None:
-                remote = RemoteCall(
-                    batch, f"{spec.label}[{index}]", journal_prefix(journal, str(index)), known.get(str(index), {})
-                )
+                remote = RemoteCall(batch, journal_prefix(journal, str(index)), known.get(str(index), {}))
             outcome = await attempter.run(spec, (items[index],), [], expect_dict=False, item_index=index, remote=remote)
         if outcome.suspend is not None:
             outcome.error = ConfigurationError(

@@ -116,12 +116,7 @@ class NodeKinds(_Runner):
                         spec, (dict(seen), items[index]), [], expect_dict=False, item_index=index
                     )
                 else:
-                    remote = RemoteCall(
-                        batch,
-                        f"{self.graph.workflow_name}:{spec.node_id}[{index}]",
-                        journal_prefix(spec.node_id, str(index)),
-                        known.get(str(index), {}),
-                    )
+                    remote = RemoteCall(batch, journal_prefix(spec.node_id, str(index)), known.get(str(index), {}))
                     outcome = await self.attempter.run(
                         spec, (items[index],), [], expect_dict=False, item_index=index, remote=remote
                     )

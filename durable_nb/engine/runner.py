@@ -334,7 +334,7 @@ class Runner(NodeKinds, WaveStops):
         batch = open_batch(self.executor_of(spec), SharedPart(spec.fn, self.run.run_id, spec.node_id, spec.label))
         try:
             known = (await self.attempter.known_calls(node_journal(spec.node_id))).get("node", {})
-            remote = RemoteCall(batch, f"{self.graph.workflow_name}:{spec.node_id}", journal, known)
+            remote = RemoteCall(batch, journal, known)
             return await self.attempter.run(
                 spec, (dict(self.state),), self.resumes.get(spec.node_id, []), remote=remote
             )
