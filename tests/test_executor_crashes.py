@@ -170,11 +170,11 @@ def _worker_pids(dask_scheduler: Any) -> list[int]:
 
 
 def _scattered_holders(dask_scheduler: Any) -> list[list[int]]:
-    # Scattered data is what has no recipe: a map's shared part (its function and state).
+    # A map's shared part (its function and state) is the result of a task keyed "<label>-shared-<token>".
     return [
         sorted(int(worker.pid) for worker in task.who_has or ())
-        for task in dask_scheduler.tasks.values()
-        if task.run_spec is None
+        for key, task in dask_scheduler.tasks.items()
+        if "-shared-" in str(key) and task.who_has
     ]
 
 
@@ -496,7 +496,7 @@ def kill_victims_worker(owners: Owners, cluster: Cluster, child: subprocess.Pope
     if only_copy:
         cluster.client.amm.run_once()
         wait_until(lambda: cluster.shared_holders() == [[pid]], "the shared part to be on the victim's worker only")
-    else:
+    elif cluster.shared_holders():  # a small shared part travels with each item: nothing to wait for
         both = sorted(cluster.worker_pids())
         wait_until(lambda: cluster.shared_holders() == [both], "the shared part to be on both workers")
     os.kill(pid, signal.SIGKILL)

@@ -12,15 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import sys
 import threading
 import uuid
+import warnings
 from typing import Any
 
 from ..errors import ConfigurationError
 from .remote import RemoteOutcome, SharedPart, pack, run_remote, unpack
 
 __all__ = ["LOCAL", "Batch", "check_executor", "open_batch"]
+
+# A map's shared part up to this size is sent with every item rather than once to the cluster.
+INLINE_SHARED_BYTES = 1 << 20
 
 # executor="local" runs a node in this process even when its workflow's default is an executor.
 LOCAL = "local"
@@ -97,26 +102,30 @@ class _DaskBatch(Batch):
         super().__init__(shared)
         self.client = client
         self._shared_future: Any = None
-        self._scatter: asyncio.Future[Any] | None = None
         self._cancels: list[Any] = []
         self._submitted = 0
         # Finished futures waiting for their results to be fetched, and the task fetching them.
         self._done: list[tuple[Any, asyncio.Future[bytes]]] = []
         self._fetching: asyncio.Future[None] | None = None
 
-    async def _shared_on_cluster(self) -> Any:
-        # Scattered once, to every worker: each item then names it instead of carrying the state again,
-        # and no worker is favoured for holding it (short items would otherwise all go to one).
-        if self._scatter is None:
-            self._scatter = asyncio.ensure_future(
-                asyncio.to_thread(self.client.scatter, self.shared, hash=False, broadcast=True)
-            )
+    def _shared_on_cluster(self) -> Any:
+        # A small shared part travels with each item: no item then prefers the worker holding it
+        # (which may be busy with a long item). A large one goes once, as the result of a task
+        # that items name: when the worker holding it dies Dask computes it again (scattered data
+        # would be lost with that worker, and every item after it with it).
+        if len(self.shared) <= INLINE_SHARED_BYTES:
+            return self.shared
         if self._shared_future is None:
-            self._shared_future = await asyncio.shield(self._scatter)
+            with warnings.catch_warnings():
+                # Dask suggests scattering large arguments, the very thing this avoids.
+                warnings.filterwarnings("ignore", message="Sending large graph")
+                self._shared_future = self.client.submit(
+                    _hold, self.shared, key=f"{self.label}-shared-{self.token}", pure=False
+                )
         return self._shared_future
 
     async def call(self, item: bytes) -> RemoteOutcome:
-        shared = await self._shared_on_cluster()
+        shared = self._shared_on_cluster()
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[bytes] = loop.create_future()
         # One task prefix for the whole map (Dask learns the items' duration from it and groups them
@@ -171,6 +180,10 @@ class _DaskBatch(Batch):
                         waiter.set_exception(error)
 
     def _cancel_soon(self, future: Any) -> None:
+        if future.done():
+            # Finished: let the cluster drop its result (only scheduled; a cancel could stall a fetch).
+            future.release()
+            return
         # A cancelled map cancels its items together: one request to the scheduler, off the loop.
         self._cancels.append(future)
         if len(self._cancels) == 1:
@@ -184,11 +197,17 @@ class _DaskBatch(Batch):
 
     def close(self) -> None:
         self._flush_cancels()  # the loop may stop before the scheduled flush runs
-        if self._scatter is not None and not self._scatter.done():
-            self._scatter.cancel()
+        for future, _ in self._done:
+            future.release()  # fetched by nobody now
+        self._done.clear()
         shared, self._shared_future = self._shared_future, None
         if shared is not None:
             shared.release()  # only schedules the release on the client's loop
+
+
+def _hold(shared: bytes) -> bytes:
+    """The task whose result is a map's shared part on the cluster."""
+    return shared
 
 
 def _failure_of(future: Any) -> BaseException | None:
@@ -206,6 +225,21 @@ def _outcome(packed: Any) -> RemoteOutcome:
     if not isinstance(outcome, RemoteOutcome):
         raise TypeError(f"the executor returned {type(outcome).__name__}, not a durable_nb outcome")
     return outcome
+
+
+async def items_in_flight(executor: Any, todo: int, timed: bool) -> int:
+    """How many items of a map to hand to ``executor`` at once when the map sets no max_concurrency.
+
+    All of them, unless the items have a time limit: the owner's clock starts when it hands an
+    item over, so an item must not wait in the executor's queue behind others; then as many as
+    the executor runs at once (a Dask cluster's threads; the machine's cores for a pool).
+    """
+    if not timed:
+        return max(todo, 1)
+    if is_dask_client(executor):
+        threads = await asyncio.to_thread(executor.nthreads)
+        return max(sum(threads.values()), 1)
+    return os.cpu_count() or 1
 
 
 def open_batch(executor: Any, shared: SharedPart) -> Batch:

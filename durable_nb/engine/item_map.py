@@ -18,7 +18,7 @@ from ..errors import ConfigurationError, InvalidInput, NoActiveNode
 from ..model import CheckpointRecord
 from .attempts import Attempter, Outcome, RemoteCall, journal_prefix, node_journal
 from .definition import check_concurrency
-from .executors import LOCAL, Batch, check_executor, open_batch
+from .executors import LOCAL, Batch, check_executor, items_in_flight, open_batch
 from .graph import NodeSpec
 from .remote import SharedPart
 from .scope import NodeScope, current_scope
@@ -111,7 +111,7 @@ async def amap_items(
     if executor is not None:
         batch = open_batch(executor, SharedPart(fn, scope.run_id, node_id, spec.label))
         known = await attempter.known_calls(node_journal(journal))
-        limit = max_concurrency or max(len(todo), 1)
+        limit = max_concurrency or await items_in_flight(executor, len(todo), timeout_seconds is not None)
     else:
         limit = max_concurrency or LOCAL_CONCURRENCY
     gate = asyncio.Semaphore(limit)
@@ -119,11 +119,15 @@ async def amap_items(
     failures: list[tuple[int, BaseException]] = []
 
     async def one(index: int) -> None:
+        # An item keeps its place until it is committed, so max_concurrency bounds what a crash loses.
         async with gate:
-            remote = None
-            if batch is not None:
-                remote = RemoteCall(batch, journal_prefix(journal, str(index)), known.get(str(index), {}))
-            outcome = await attempter.run(spec, (items[index],), [], expect_dict=False, item_index=index, remote=remote)
+            await item(index)
+
+    async def item(index: int) -> None:
+        remote = None
+        if batch is not None:
+            remote = RemoteCall(batch, journal_prefix(journal, str(index)), known.get(str(index), {}))
+        outcome = await attempter.run(spec, (items[index],), [], expect_dict=False, item_index=index, remote=remote)
         if outcome.suspend is not None:
             outcome.error = ConfigurationError(
                 "gate() inside a map_items item is not supported; put the gate in the cell before or after the map."
@@ -146,8 +150,10 @@ async def amap_items(
         for task in tasks:
             task.cancel()
         if batch is not None:
-            await asyncio.gather(*tasks, return_exceptions=True)
-            batch.close()
+            try:
+                await asyncio.gather(*tasks, return_exceptions=True)
+            finally:
+                batch.close()
         shown.finish()
     if failures:
         index, error = min(failures, key=lambda f: f[0])

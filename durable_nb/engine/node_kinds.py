@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigurationError, InvalidState
 from ..model import CheckpointStatus, EventType, NewEvent
 from .attempts import Outcome, RemoteCall, journal_prefix, node_journal
-from .executors import open_batch
+from .executors import items_in_flight, open_batch
 from .graph import ITEM_KEY_PREFIX, NodeSpec
 from .remote import SharedPart
 
@@ -100,7 +100,12 @@ class NodeKinds(_Runner):
             # The function and the state travel once per map; each item carries only itself.
             batch = open_batch(executor, SharedPart(spec.fn, self.run.run_id, spec.node_id, spec.label, (seen,)))
             known = await self.attempter.known_calls(node_journal(spec.node_id))
-        limit = spec.max_concurrency or (len(todo) if executor is not None else LOCAL_CONCURRENCY)
+        if spec.max_concurrency is not None:
+            limit = spec.max_concurrency
+        elif executor is not None:
+            limit = await items_in_flight(executor, len(todo), spec.timeout_seconds is not None)
+        else:
+            limit = LOCAL_CONCURRENCY
         gate = asyncio.Semaphore(limit)
         last: list[int | None] = [None]
         last_blobs: list[Any] = []
@@ -110,16 +115,21 @@ class NodeKinds(_Runner):
         finished: list[tuple[int, Outcome, dict[str, str], list[Any]]] = []
 
         async def one(index: int) -> None:
+            # An item keeps its place until it is committed: max_concurrency then also bounds what a
+            # crash can lose, however far the store falls behind the executor.
             async with gate:
-                if batch is None:
-                    outcome = await self.attempter.run(
-                        spec, (dict(seen), items[index]), [], expect_dict=False, item_index=index
-                    )
-                else:
-                    remote = RemoteCall(batch, journal_prefix(spec.node_id, str(index)), known.get(str(index), {}))
-                    outcome = await self.attempter.run(
-                        spec, (items[index],), [], expect_dict=False, item_index=index, remote=remote
-                    )
+                await item(index)
+
+        async def item(index: int) -> None:
+            if batch is None:
+                outcome = await self.attempter.run(
+                    spec, (dict(seen), items[index]), [], expect_dict=False, item_index=index
+                )
+            else:
+                remote = RemoteCall(batch, journal_prefix(spec.node_id, str(index)), known.get(str(index), {}))
+                outcome = await self.attempter.run(
+                    spec, (items[index],), [], expect_dict=False, item_index=index, remote=remote
+                )
             if outcome.suspend is not None:
                 outcome.suspend, outcome.error = (
                     None,
@@ -167,9 +177,11 @@ class NodeKinds(_Runner):
             for worker in workers:
                 worker.cancel()
             if batch is not None:
-                # Items still queued on the executor are cancelled with their tasks, before the state goes.
-                await asyncio.gather(*workers, return_exceptions=True)
-                batch.close()
+                try:
+                    # Items still queued on the executor are cancelled with their tasks, before the state goes.
+                    await asyncio.gather(*workers, return_exceptions=True)
+                finally:
+                    batch.close()  # even when a second cancel interrupts the wait
         if failures:
             first = min(failures, key=lambda o: o.value)
             first.duration = time.perf_counter() - started
