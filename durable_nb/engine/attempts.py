@@ -123,10 +123,6 @@ class RemoteCall:
     fresh: dict[str, Any] = field(default_factory=dict)
 
 
-def spec_label(remote: RemoteCall) -> str:
-    return remote.batch.label
-
-
 class Attempter:
     """Runs node functions for one run, reporting retries as events to ride the next commit."""
 
@@ -191,7 +187,7 @@ class Attempter:
         blobs: list[Blob] = []
         pairs: list[tuple[str, str]] = []
         for digest, value in calls.items():
-            blob = codec.encode(value, self.secret, f"@idempotent result in '{spec_label(remote)}'")
+            blob = codec.encode(value, self.secret, f"@idempotent result in '{remote.batch.label}'")
             blobs.append(blob)
             pairs += [(digest, blob.hash), (remote.journal + digest, blob.hash)]
         return blobs, pairs

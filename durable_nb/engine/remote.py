@@ -31,7 +31,17 @@ from ..model import Decision
 from .gates import Suspend
 from .scope import NodeScope, enter_scope
 
-__all__ = ["RemoteCalls", "RemoteFailure", "RemoteOutcome", "SharedPart", "pack", "run_remote", "unpack"]
+__all__ = [
+    "ItemPart",
+    "RemoteCalls",
+    "RemoteFailure",
+    "RemoteOutcome",
+    "SharedPart",
+    "pack",
+    "rebuild_suspend",
+    "run_remote",
+    "unpack",
+]
 
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 
