@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .._loop import run_sync
+from .._loop import blocking
 from ..errors import ConfigurationError, InvalidInput, NoActiveNode
 from ..model import CheckpointRecord
 from .attempts import Attempter, Outcome, RemoteCall, journal_prefix, node_journal
@@ -72,7 +72,15 @@ async def amap_items(
     retry_count: int = 0,
     timeout_seconds: float | None = None,
 ) -> list[Any]:
-    """Return ``[fn(item) for item in items]``, each item committed as it finishes (async twin of ``map_items``)."""
+    """Return ``[fn(item) for item in items]``, committing each item as it finishes; a rerun after a crash
+    computes only the items not committed.
+
+    Inside a ``%%durable`` cell or a workflow node each item is a checkpoint (``item:<i>`` of
+    ``map:<name>``; give two maps of one cell different names). ``executor`` (a Dask client, any
+    ``concurrent.futures.Executor``) runs the items there; ``max_concurrency`` caps the items in
+    flight (default 8 here, all of them on an executor). An item that fails after its ``retry_count``
+    retries raises its error once the other items have ended; the finished ones stay committed.
+    """
     _check(name, retry_count, timeout_seconds, max_concurrency, fn)
     executor = check_executor(executor)
     if executor == LOCAL:
@@ -204,33 +212,4 @@ class _Progress:
         self._tell(final=True)
 
 
-def map_items(
-    fn: Callable[[Any], Any],
-    items: Iterable[Any],
-    *,
-    executor: Any = None,
-    name: str = "map",
-    max_concurrency: int | None = None,
-    retry_count: int = 0,
-    timeout_seconds: float | None = None,
-) -> list[Any]:
-    """Return ``[fn(item) for item in items]``, committing each item as it finishes; a rerun after a crash
-    computes only the items not committed.
-
-    Inside a ``%%durable`` cell or a workflow node each item is a checkpoint (``item:<i>`` of
-    ``map:<name>``; give two maps of one cell different names). ``executor`` (a Dask client, any
-    ``concurrent.futures.Executor``) runs the items there; ``max_concurrency`` caps the items in
-    flight (default 8 here, all of them on an executor). An item that fails after its ``retry_count``
-    retries raises its error once the other items have ended; the finished ones stay committed.
-    """
-    return run_sync(
-        amap_items(
-            fn,
-            items,
-            executor=executor,
-            name=name,
-            max_concurrency=max_concurrency,
-            retry_count=retry_count,
-            timeout_seconds=timeout_seconds,
-        )
-    )
+map_items = blocking(amap_items)
