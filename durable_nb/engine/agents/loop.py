@@ -215,6 +215,7 @@ class _Loop:
             if mark.kind == "final":
                 return AgentResult(mark.text, mark.history, mark.turn - 1)
             if mark.kind == "turn":
+                self._check_turns_left(mark.turn)
                 reply = await self.model.ask(mark.history, list(self.tools.values()))
                 self.tell.reply(mark.turn, reply.text, reply.calls)
                 history = [*mark.history, reply.message]
@@ -256,15 +257,19 @@ class _Loop:
         by_id = {c.id: c for c in calls}
         answers = [(by_id[r[0]], str(r[1]), bool(r[2])) for r in results if r[0] in by_id]
         history = [*mark.history, *self.model.results(answers)]
-        turn = mark.turn + 1
+        # Committed even when no turn is left: the results are kept, so no call of this turn runs again.
+        following = Mark("turn", mark.turn + 1, history, self.scope.gate_calls)
+        await self.journal.write(f"turn:{following.turn}", "llm_call", following)
+        return following
+
+    def _check_turns_left(self, turn: int) -> None:
+        """Refuse to ask the model a turn past ``max_turns``."""
         if turn > self.max_turns:
             raise AgentFailed(
-                f"Agent {self.path!r} used its {self.max_turns} turns without a final answer; raise max_turns, "
-                "or resume the run to give it more (its turns so far are kept)."
+                f"Agent {self.path!r} used its {self.max_turns} turns without a final answer. Its turns and tool "
+                "results so far are kept: raise max_turns and resume the run to go on from the next turn (no "
+                "tool call runs again)."
             )
-        following = Mark("turn", turn, history, self.scope.gate_calls)
-        await self.journal.write(f"turn:{turn}", "llm_call", following)
-        return following
 
     async def _dispatch(self, call: ToolCall) -> tuple[str, bool]:
         """Run one tool call; a tool's error goes back to the model as its result."""
