@@ -316,6 +316,7 @@ def test_bad_agent_arguments(call: Any, error: type[Exception], fragment: str) -
         pytest.param({"name": "a/b"}, "name", id="name-with-slash"),
         pytest.param({"tools": [lookup, lookup]}, "Two tools", id="duplicate-tools"),
         pytest.param({"model_kw": True}, "model=", id="openai-without-model"),
+        pytest.param({"run_id": "r"}, "run_id=", id="run-id-inside-a-node"),
     ],
 )
 def test_bad_agent_arguments_fail_the_node(
