@@ -19,16 +19,7 @@ from typing import Any
 from ...errors import AgentFailed, ConfigurationError, InvalidInput
 from .tools import Tool
 
-__all__ = [
-    "AnthropicMessages",
-    "CallableModel",
-    "Model",
-    "OpenAIChat",
-    "Reply",
-    "ToolCall",
-    "checked_messages",
-    "model_for",
-]
+__all__ = ["AnthropicMessages", "CallableModel", "Model", "OpenAIChat", "Reply", "ToolCall", "model_for"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +58,7 @@ class Model:
 
     def start(self, messages: Any, system: str | None) -> list[dict[str, Any]]:
         """Return the first history: ``messages`` (text is one user message), with ``system`` where it goes."""
-        history = [{"role": "user", "content": messages}] if isinstance(messages, str) else checked_messages(messages)
+        history = [{"role": "user", "content": messages}] if isinstance(messages, str) else _checked_history(messages)
         if system is not None:
             if not isinstance(system, str):
                 raise InvalidInput(f"system= takes the system prompt as text, not {type(system).__name__}.")
@@ -83,7 +74,7 @@ class Model:
         return [{"role": "tool", "tool_call_id": call.id, "content": text} for call, text, _ in answers]
 
 
-def checked_messages(messages: Any) -> list[dict[str, Any]]:
+def _checked_history(messages: Any) -> list[dict[str, Any]]:
     """Return a copy of a history given by the caller; refuse anything but a non-empty list of messages."""
     if (
         not isinstance(messages, list | tuple)
