@@ -5,7 +5,9 @@ A child process runs a workflow whose node runs ``dnb.agent`` with the real ``op
 (seeded): in the middle of a model request (the server kills the client instead of answering),
 or inside a tool, before or after its side effect. The child is resumed after each kill. Counted
 per address afterwards: only the address in flight at a kill ran again. The ``pay`` tool charges
-through ``@dnb.idempotent`` and is killed after charging: the charge happens once.
+through ``@dnb.idempotent`` and is killed after charging: the charge happens once. A child killed
+the moment its agent has used up ``max_turns`` leaves the last turn's tool results committed: resumed,
+no tool call runs again.
 """
 
 from __future__ import annotations
@@ -31,6 +33,17 @@ import durable_nb as dnb
 
 STORE, SIDE, CHARGES, URL, PROVIDER = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]
 KILL = os.environ.get("KILL_TOOL", "")  # "<turn>,<k>,before|after"
+MAX_TURNS = int(os.environ.get("MAX_TURNS", "20"))
+
+if os.environ.get("KILL_AT_LIMIT"):
+    # Injected failure: die the moment the agent finds its turns used up.
+    from durable_nb.engine.agents import loop
+
+    class KilledAtLimit(dnb.AgentFailed):
+        def __init__(self, *args):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    loop.AgentFailed = KilledAtLimit
 
 
 def note(path, line):
@@ -82,7 +95,7 @@ flow = dnb.Workflow("agent-crash", store=STORE)
 
 @flow.node(retry_count=0)
 def talk(state):
-    result = dnb.agent(client(), "Look up and pay.", [lookup, pay], model="scripted")
+    result = dnb.agent(client(), "Look up and pay.", [lookup, pay], model="scripted", max_turns=MAX_TURNS)
     return {"answer": result.text, "turns": result.turns}
 
 
@@ -109,15 +122,23 @@ def _points(seed: int, kills: int) -> list[tuple[Any, ...]]:
     return [order[i] for i in chosen]
 
 
-@pytest.mark.parametrize("provider", ["openai", "anthropic"])
-def test_kills_repeat_only_the_address_in_flight(tmp_path: Path, store_url: str, provider: str) -> None:
-    kills = 8 if store_url.startswith("sqlite") else 4
+def _harness(
+    tmp_path: Path, store_url: str, provider: str
+) -> tuple[ModelServer, Path, Path, dict[str, str], list[str]]:
+    """The model server, the files the tools and charges write to, the child's environment and arguments."""
     server = ModelServer(Script(turns=TURNS, calls_per_turn=CALLS, tools=("lookup", "pay")))
     script = tmp_path / "agent_flow.py"
     script.write_text(FLOW)
     side, charges = tmp_path / "side.txt", tmp_path / "charges.txt"
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    args = [str(script), "", store_url, str(side), str(charges), server.url, provider]
+    args = [str(script), "run", store_url, str(side), str(charges), server.url, provider]
+    return server, side, charges, env, args
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_kills_repeat_only_the_address_in_flight(tmp_path: Path, store_url: str, provider: str) -> None:
+    kills = 8 if store_url.startswith("sqlite") else 4
+    server, side, charges, env, args = _harness(tmp_path, store_url, provider)
     points = _points(seed={"openai": 11, "anthropic": 23}[provider] + kills, kills=kills)
     try:
         first = True
@@ -154,3 +175,36 @@ def test_kills_repeat_only_the_address_in_flight(tmp_path: Path, store_url: str,
             assert effects[address] == 1 + after_kills[address], (address, effects, points)
     paid = Counter(charges.read_text().split())
     assert paid and all(count == 1 for count in paid.values()), paid
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_kill_when_max_turns_is_used_up_repeats_no_tool_call(tmp_path: Path, store_url: str, provider: str) -> None:
+    server, side, charges, env, args = _harness(tmp_path, store_url, provider)
+    limit = 4
+
+    def child(command: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        args[1] = command
+        return subprocess.run(
+            [sys.executable, *args], env={**env, **extra}, capture_output=True, text=True, timeout=300
+        )
+
+    try:
+        killed = child("run", MAX_TURNS=str(limit), KILL_AT_LIMIT="1")
+        assert killed.returncode == -9, killed.stderr[-2000:]
+        ran = sorted(side.read_text().split())
+        # Resumed with the same limit: it stops again, asking nothing and calling nothing.
+        refused = child("resume", MAX_TURNS=str(limit))
+        assert refused.returncode == 0, refused.stderr[-2000:]
+        assert refused.stdout.split()[0] == "failed", refused.stdout
+        assert sorted(side.read_text().split()) == ran
+        done = child("resume")
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.split()[0] == "completed", done.stdout
+    finally:
+        server.close()
+    assert not server.refused, server.refused
+    assert [server.requests[(provider, t)] for t in range(TURNS)] == [1] * TURNS
+    effects = Counter(side.read_text().split())
+    assert effects == Counter(f"{t},{k}" for t in range(TURNS - 1) for k in range(CALLS)), effects
+    paid = Counter(charges.read_text().split())
+    assert len(paid) == TURNS - 1 and all(count == 1 for count in paid.values()), paid

@@ -316,6 +316,7 @@ def test_bad_agent_arguments(call: Any, error: type[Exception], fragment: str) -
         pytest.param({"name": "a/b"}, "name", id="name-with-slash"),
         pytest.param({"tools": [lookup, lookup]}, "Two tools", id="duplicate-tools"),
         pytest.param({"model_kw": True}, "model=", id="openai-without-model"),
+        pytest.param({"run_id": "r"}, "run_id=", id="run-id-inside-a-node"),
     ],
 )
 def test_bad_agent_arguments_fail_the_node(
@@ -354,6 +355,76 @@ def test_max_turns_fails_typed_and_resume_goes_on(server: ModelServer, store_url
     assert done.status == "completed" and done.state["answer"] == "done after 4 turns"
     # The turns already answered were not asked again.
     assert all(server.requests[k] == v for k, v in before.items())
+
+
+def _refund_tool(calls: Path) -> Any:
+    def refund(turn: int, k: int) -> str:
+        """Refund an order (a side effect: each call is written down)."""
+        with calls.open("a") as handle:
+            handle.write(f"{turn},{k}\n")
+        return f"refunded {turn}/{k}"
+
+    return refund
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_using_up_max_turns_keeps_the_last_turns_tool_results(
+    server: ModelServer, store_url: str, provider: str, tmp_path: Path
+) -> None:
+    server.script = Script(turns=4, calls_per_turn=2, tools=("refund",))
+    calls = tmp_path / "refunds.txt"
+    refund = _refund_tool(calls)
+    flow = dnb.Workflow("refunds", store=store_url)
+    client = _client(server, provider)
+    limit = {"turns": 2}
+
+    @flow.node(retry_count=0)
+    def talk(state: dict[str, Any]) -> dict[str, Any]:
+        return {"answer": dnb.agent(client, "Refund.", [refund], model="scripted", max_turns=limit["turns"]).text}
+
+    run = flow.run({})
+    assert run.status == "failed" and "max_turns" in (run.error or ""), run.error
+    # The last turn's results are committed before the run stops: the next turn's checkpoint is the last.
+    steps = [s for s, _ in _steps(run.id, store_url)]
+    assert steps[-3:] == ["turn:3", "failed:talk", "run_end"], steps
+    assert calls.read_text().split() == ["0,0", "0,1", "1,0", "1,1"]
+    # Resumed with the same limit: refused at once, no model request, no tool call.
+    again = flow.resume(run.id)
+    assert again.status == "failed" and "max_turns" in (again.error or "")
+    assert calls.read_text().split() == ["0,0", "0,1", "1,0", "1,1"]
+    assert sum(server.requests.values()) == 2
+    limit["turns"] = 10
+    done = flow.resume(run.id)
+    assert done.status == "completed", done.error
+    assert done.state["answer"] == "done after 4 turns"
+    # Every refund ran exactly once per request, every turn was asked once.
+    assert calls.read_text().split() == ["0,0", "0,1", "1,0", "1,1", "2,0", "2,1"]
+    assert [server.requests[(provider, t)] for t in range(4)] == [1, 1, 1, 1]
+    assert not server.refused, server.refused
+
+
+def test_a_standalone_agent_out_of_turns_goes_on_with_its_key(
+    server: ModelServer, store_url: str, tmp_path: Path
+) -> None:
+    server.script = Script(turns=3, calls_per_turn=1, tools=("refund",))
+    calls = tmp_path / "refunds.txt"
+    refund = _refund_tool(calls)
+    client = openai_client(server)
+
+    def ask(max_turns: int) -> dnb.AgentResult:
+        return dnb.agent(
+            client, "Refund.", [refund], model="scripted", max_turns=max_turns, store=store_url, run_key="r"
+        )
+
+    with pytest.raises(dnb.AgentFailed, match="max_turns"):
+        ask(1)
+    assert calls.read_text().split() == ["0,0"]
+    with pytest.raises(dnb.AgentFailed, match="max_turns"):
+        ask(1)
+    assert calls.read_text().split() == ["0,0"] and sum(server.requests.values()) == 1
+    assert ask(5).text == "done after 3 turns"
+    assert calls.read_text().split() == ["0,0", "1,0"]
+    assert [server.requests[("openai", t)] for t in range(3)] == [1, 1, 1]
 
 
 def test_an_agent_in_a_durable_cell(server: ModelServer, tmp_path: Path) -> None:

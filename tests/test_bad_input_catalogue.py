@@ -21,7 +21,7 @@ The cases are grouped by how they are exercised:
   ``UsageError`` (IPython's error for a bad magic line; when the engine refused, the DurableError it
   raised is chained), the cell body does not run and the kernel's run is unchanged.
 
-The catalogue holds 246 cases (``CASE_COUNT`` below; a test checks it).
+The catalogue holds 275 cases (``CASE_COUNT`` below; a test checks it).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ import durable_nb.views
 from durable_nb.cli import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_STATE, EXIT_USAGE, main
 from durable_nb.store import disconnect
 
-CASE_COUNT = 246
+CASE_COUNT = 275
 
 ErrorType = type[BaseException] | tuple[type[BaseException], ...]
 
@@ -308,6 +308,89 @@ NOTHING_STORED = [
         lambda w: w.simple().run({}, idempotency_key=5),
         dnb.InvalidInput,
         "idempotency_key",
+    ),
+]
+
+
+def _answer(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+    return "an answer"
+
+
+def _find(query: str) -> str:
+    """Find something."""
+    return query
+
+
+def _unsent_openai_client() -> Any:
+    """A real openai client whose requests would go nowhere: the cases are refused before any is sent."""
+    import openai
+
+    return openai.OpenAI(api_key="unused", base_url="http://127.0.0.1:9/v1", max_retries=0)
+
+
+def _agent(**arguments: Any) -> Callable[[World], object]:
+    """dnb.agent as a run of its own on the world's store, with ``arguments`` over ones that work."""
+
+    def call(w: World) -> object:
+        given = {"client": _answer, "messages": "Find it.", "tools": [_find], "store": w.url, "run_key": "k"}
+        given.update(arguments)
+        if given["client"] == "openai":
+            given["client"] = _unsent_openai_client()
+        return dnb.agent(**given)
+
+    return call
+
+
+# dnb.agent outside any node: its arguments are checked before its run is created
+NOTHING_STORED += [
+    case("agent-tools-one-function", _agent(tools=_find), dnb.ConfigurationError, "pass tools=[_find]"),
+    case("agent-tools-text", _agent(tools="_find"), dnb.ConfigurationError, "list of functions"),
+    case("agent-tools-dict", _agent(tools={"find": _find}), dnb.ConfigurationError, "list of functions"),
+    case("agent-tools-list-with-int", _agent(tools=[_find, 5]), dnb.ConfigurationError, "a function"),
+    case("agent-messages-int", _agent(messages=5), dnb.InvalidInput, "messages= takes text"),
+    case("agent-messages-none", _agent(messages=None), dnb.InvalidInput, "messages= takes text"),
+    case("agent-messages-empty-list", _agent(messages=[]), dnb.InvalidInput, "non-empty list"),
+    case("agent-messages-list-of-text", _agent(messages=["hi"]), dnb.InvalidInput, "holding 'hi'"),
+    case("agent-messages-without-role", _agent(messages=[{"content": "hi"}]), dnb.InvalidInput, "'role'"),
+    case("agent-system-int", _agent(system=5), dnb.InvalidInput, "system= takes the system prompt"),
+    case("agent-max-turns-zero", _agent(max_turns=0), dnb.ConfigurationError, "max_turns"),
+    case("agent-max-turns-bool", _agent(max_turns=True), dnb.ConfigurationError, "max_turns"),
+    case("agent-max-turns-text", _agent(max_turns="5"), dnb.ConfigurationError, "max_turns"),
+    case("agent-name-empty", _agent(name=""), dnb.ConfigurationError, "name"),
+    case("agent-name-with-slash", _agent(name="a/b"), dnb.ConfigurationError, "without '/'"),
+    case("agent-client-int", _agent(client=5), dnb.ConfigurationError, "client="),
+    case("agent-option-to-a-function", _agent(temperature=0), dnb.ConfigurationError, "SDK client"),
+    case("agent-openai-without-model", _agent(client="openai"), dnb.ConfigurationError, "model="),
+    case(
+        "agent-openai-misspelt-option",
+        _agent(client="openai", model="m", temprature=0),
+        dnb.ConfigurationError,
+        "no option 'temprature'",
+    ),
+    case("agent-openai-stream", _agent(client="openai", model="m", stream=True), dnb.ConfigurationError, "stream="),
+    case("agent-run-key-empty", _agent(run_key=""), dnb.InvalidInput, "run_key="),
+    case("agent-run-key-int", _agent(run_key=5), dnb.InvalidInput, "run_key="),
+    case("agent-run-key-and-run-id", _agent(run_id="r"), dnb.ConfigurationError, "not both"),
+    case("agent-run-id-unknown", _agent(run_key=None, run_id="no-such-run"), dnb.RunNotFound, "no run with id"),
+    case("agent-run-id-empty", _agent(run_key=None, run_id=""), dnb.InvalidInput, "run id"),
+    # dnb.worker: checked when it is made, not when the supervisor's model first calls it
+    case(
+        "worker-tools-one-function",
+        lambda w: dnb.worker(_answer, _find, name="w", description="Finds."),
+        dnb.ConfigurationError,
+        "pass tools=[_find]",
+    ),
+    case(
+        "worker-max-turns-zero",
+        lambda w: dnb.worker(_answer, [_find], name="w", description="Finds.", max_turns=0),
+        dnb.ConfigurationError,
+        "max_turns",
+    ),
+    case(
+        "worker-client-int",
+        lambda w: dnb.worker(5, [_find], name="w", description="Finds."),
+        dnb.ConfigurationError,
+        "client=",
     ),
 ]
 
@@ -734,6 +817,17 @@ INTACT += [
     )
     for name, fn in _LOOKUPS.items()
     for label, bad, error, fragment in _RUN_IDS
+]
+
+
+# dnb.agent(run_id=...) names a run that is not one of this agent's
+INTACT += [
+    case(
+        "agent-run-id-of-a-workflow-run",
+        lambda w: dnb.agent(_answer, "Find it.", store=w.url, run_id=w.failed.id),
+        dnb.WorkflowMismatch,
+        "resume it with that workflow",
+    ),
 ]
 
 

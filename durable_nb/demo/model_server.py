@@ -7,6 +7,8 @@ the conversation: after ``t`` assistant turns it asks for ``calls_per_turn`` too
 a history in which a tool call has no result, as both real APIs do, and counts every request
 by turn. A request may carry ``X-Kill-Pid``: when its turn is one to kill at, the server
 SIGKILLs that process instead of answering (a crash in the middle of a model call, for tests).
+A turn in ``fail_at`` is answered once with that HTTP status instead (an outage; the request
+still counts, as a real provider bills it).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class ModelServer:
         self.refused: list[str] = []
         self.kill_at: set[int] = set()
         self.killed: list[int] = []
+        self.fail_at: dict[int, int] = {}
         self.lock = threading.Lock()
         self.delay = 0.0
         handler = self._handler()
@@ -95,6 +98,10 @@ class ModelServer:
                         doomed = turn in server.kill_at
                         if doomed:
                             server.kill_at.discard(turn)
+                        failure = server.fail_at.pop(turn, None)
+                    if failure is not None:
+                        status = failure
+                        answer = {"type": "error", "error": {"type": "api_error", "message": "scripted outage"}}
                     pid = self.headers.get("x-kill-pid")
                     if doomed and pid:
                         server.killed.append(turn)

@@ -5,7 +5,8 @@ the history it had. At ``turn:N/tool:<name>`` (before a tool call) the fork does
 tool: ``tool_result`` is its result ("what if the tool had returned X?"), and the agent goes on
 with the turn's next call. Either way the edit is one more checkpoint of the agent in the fork,
 written with the fork itself; resuming the fork with the workflow (or re-running the cell in a
-kernel switched to it) continues from there. The original run is untouched.
+kernel switched to it, or, for an agent run of its own, calling ``dnb.agent(..., run_id=fork.id)``)
+continues from there. The original run is untouched.
 """
 
 from __future__ import annotations

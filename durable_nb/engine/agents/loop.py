@@ -21,10 +21,11 @@ from typing import Any
 from ..._loop import run_sync
 from ...errors import AgentFailed, ConfigurationError, NoActiveNode
 from ..scope import NodeScope, current_scope, enter_scope, leave_scope
+from .arguments import AgentCall
 from .journal import Journal, Mark
-from .models import Model, ToolCall, model_for
+from .models import Model, ToolCall
 from .narrate import Narrator, calls_of
-from .tools import Tool, as_tools
+from .tools import Tool
 
 __all__ = ["NOT_RUN", "AgentResult", "aagent", "agent", "agent_path"]
 
@@ -53,6 +54,7 @@ def agent(
     max_turns: int = 20,
     store: Any = None,
     run_key: str | None = None,
+    run_id: str | None = None,
     **options: Any,
 ) -> AgentResult:
     """Run a tool-calling loop durably, checkpointing before every model and tool call.
@@ -62,7 +64,8 @@ def agent(
     are plain functions (schemas from type hints and docstrings) or ``@dnb.tool`` ones.
     ``name`` tells several agents of one node apart. Inside a node or a ``%%durable`` cell the
     checkpoints go to that run; anywhere else the agent is a run of its own in ``store``, which
-    ``run_key`` finds again (to resume it after a crash). Returns an ``AgentResult``.
+    ``run_key`` finds again (to resume it after a crash), or ``run_id`` names (a fork made with
+    ``fork_agent``, or an earlier run of this agent, to go on with). Returns an ``AgentResult``.
     """
     return run_sync(
         aagent(
@@ -75,6 +78,7 @@ def agent(
             max_turns=max_turns,
             store=store,
             run_key=run_key,
+            run_id=run_id,
             **options,
         )
     )
@@ -91,30 +95,20 @@ async def aagent(
     max_turns: int = 20,
     store: Any = None,
     run_key: str | None = None,
+    run_id: str | None = None,
     **options: Any,
 ) -> AgentResult:
     """The async form of ``agent``, for ``async def`` nodes."""
-    scope = current_scope()
-    if scope is None:
+    call = AgentCall(client, messages, tools, model, name, system, max_turns, options)
+    if current_scope() is None:
         from .standalone import arun_agent  # a workflow of its own: imported only when needed
 
-        return await arun_agent(
-            client,
-            messages,
-            tools,
-            model=model,
-            name=name,
-            system=system,
-            max_turns=max_turns,
-            options=options,
-            store=store,
-            run_key=run_key,
-        )
-    if store is not None or run_key is not None:
+        return await arun_agent(call, store=store, run_key=run_key, run_id=run_id)
+    if store is not None or run_key is not None or run_id is not None:
         raise ConfigurationError(
-            "store= and run_key= are for an agent run on its own; inside a node it uses the node's run."
+            "store=, run_key= and run_id= are for an agent run on its own; inside a node it uses the node's run."
         )
-    return await _drive(_scope(), client, messages, tools, model, name, system, max_turns, options)
+    return await _drive(_scope(), call)
 
 
 def _scope() -> NodeScope:
@@ -135,8 +129,6 @@ def _scope() -> NodeScope:
 def agent_path(scope: NodeScope, name: str, supervisor: bool = False) -> str:
     """Return an agent's path: ``agent:<name>``, or ``supervisor:<name>`` when its tools are agents
     (whose paths are ``supervisor:<s>/worker:<w>``), under its map item or the agent whose tool runs it."""
-    if not isinstance(name, str) or not name or "/" in name:
-        raise ConfigurationError(f"An agent's name is non-empty text without '/', not {name!r}.")
     if scope.invocation is not None:
         # A worker, called by its supervisor: each call is told apart by its call id instead.
         return f"{scope.agent_path}/worker:{name}"
@@ -152,28 +144,16 @@ def agent_path(scope: NodeScope, name: str, supervisor: bool = False) -> str:
     return base if count == 1 else f"{base}#{count}"
 
 
-async def _drive(
-    scope: NodeScope,
-    client: Any,
-    messages: Any,
-    tools: Iterable[Any],
-    model_name: str | None,
-    name: str,
-    system: str | None,
-    max_turns: int,
-    options: dict[str, Any],
-) -> AgentResult:
-    if not isinstance(max_turns, int) or isinstance(max_turns, bool) or max_turns < 1:
-        raise ConfigurationError(f"max_turns must be a whole number >= 1, not {max_turns!r}.")
-    described = as_tools(tools)
-    model = model_for(client, model_name, options)
+async def _drive(scope: NodeScope, call: AgentCall) -> AgentResult:
+    checked = call.checked()
     # Tools run with the scope current, so gate() and @idempotent inside them find their node.
     token = enter_scope(scope)
     try:
-        path = agent_path(scope, name, supervisor=any(t.worker for t in described.values()))
+        path = agent_path(scope, call.name, supervisor=any(t.worker for t in checked.tools.values()))
         invocation, scope.invocation = scope.invocation, None  # this agent's own tools are not its workers
         try:
-            return await _Loop(scope, model, described, path, max_turns, invocation).run(messages, system)
+            loop = _Loop(scope, checked.model, checked.tools, path, call.max_turns, invocation)
+            return await loop.run(call.messages, call.system)
         finally:
             scope.invocation = invocation
     finally:
@@ -215,6 +195,7 @@ class _Loop:
             if mark.kind == "final":
                 return AgentResult(mark.text, mark.history, mark.turn - 1)
             if mark.kind == "turn":
+                self._check_turns_left(mark.turn)
                 reply = await self.model.ask(mark.history, list(self.tools.values()))
                 self.tell.reply(mark.turn, reply.text, reply.calls)
                 history = [*mark.history, reply.message]
@@ -256,15 +237,19 @@ class _Loop:
         by_id = {c.id: c for c in calls}
         answers = [(by_id[r[0]], str(r[1]), bool(r[2])) for r in results if r[0] in by_id]
         history = [*mark.history, *self.model.results(answers)]
-        turn = mark.turn + 1
+        # Committed even when no turn is left: the results are kept, so no call of this turn runs again.
+        following = Mark("turn", mark.turn + 1, history, self.scope.gate_calls)
+        await self.journal.write(f"turn:{following.turn}", "llm_call", following)
+        return following
+
+    def _check_turns_left(self, turn: int) -> None:
+        """Refuse to ask the model a turn past ``max_turns``."""
         if turn > self.max_turns:
             raise AgentFailed(
-                f"Agent {self.path!r} used its {self.max_turns} turns without a final answer; raise max_turns, "
-                "or resume the run to give it more (its turns so far are kept)."
+                f"Agent {self.path!r} used its {self.max_turns} turns without a final answer. Its turns and tool "
+                "results so far are kept: raise max_turns and resume the run to go on from the next turn (no "
+                "tool call runs again)."
             )
-        following = Mark("turn", turn, history, self.scope.gate_calls)
-        await self.journal.write(f"turn:{turn}", "llm_call", following)
-        return following
 
     async def _dispatch(self, call: ToolCall) -> tuple[str, bool]:
         """Run one tool call; a tool's error goes back to the model as its result."""

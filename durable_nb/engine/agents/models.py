@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...errors import AgentFailed, ConfigurationError
+from ...errors import AgentFailed, ConfigurationError, InvalidInput
 from .tools import Tool
 
 __all__ = ["AnthropicMessages", "CallableModel", "Model", "OpenAIChat", "Reply", "ToolCall", "model_for"]
@@ -58,12 +58,12 @@ class Model:
 
     def start(self, messages: Any, system: str | None) -> list[dict[str, Any]]:
         """Return the first history: ``messages`` (text is one user message), with ``system`` where it goes."""
-        history = [{"role": "user", "content": messages}] if isinstance(messages, str) else list(messages or [])
-        if not all(isinstance(m, Mapping) for m in history):
-            raise ConfigurationError("messages= takes text, or a list of messages (dicts with 'role' and 'content').")
+        history = [{"role": "user", "content": messages}] if isinstance(messages, str) else _checked_history(messages)
         if system is not None:
+            if not isinstance(system, str):
+                raise InvalidInput(f"system= takes the system prompt as text, not {type(system).__name__}.")
             history.insert(0, {"role": "system", "content": system})
-        return [dict(m) for m in history]
+        return history
 
     async def ask(self, history: list[dict[str, Any]], tools: list[Tool]) -> Reply:
         """Send the history, return the reply."""
@@ -72,6 +72,32 @@ class Model:
     def results(self, answers: list[tuple[ToolCall, str, bool]]) -> list[dict[str, Any]]:
         """Return the messages that hand the tools' results (``(call, text, is_error)``) back to the model."""
         return [{"role": "tool", "tool_call_id": call.id, "content": text} for call, text, _ in answers]
+
+
+def _checked_history(messages: Any) -> list[dict[str, Any]]:
+    """Return a copy of a history given by the caller; refuse anything but a non-empty list of messages."""
+    if (
+        not isinstance(messages, list | tuple)
+        or not messages
+        or not all(isinstance(m, Mapping) and isinstance(m.get("role"), str) for m in messages)
+    ):
+        raise InvalidInput(
+            "messages= takes text (the user's message) or the conversation so far: a non-empty list of message "
+            f"dicts, each with a 'role' and its 'content'; not {_described(messages)}."
+        )
+    return [dict(m) for m in messages]
+
+
+def _described(value: Any) -> str:
+    if isinstance(value, list | tuple) and value:
+        strays = [m for m in value if not isinstance(m, Mapping) or not isinstance(m.get("role"), str)]
+        return f"a list holding {_short_repr(strays[0])}"
+    return _short_repr(value)
+
+
+def _short_repr(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _function_schemas(tools: list[Tool]) -> list[dict[str, Any]]:
@@ -205,8 +231,10 @@ def model_for(client: Any, model: str | None, options: dict[str, Any]) -> Model:
         return client
     module = type(client).__module__ or ""
     if module.startswith("openai") and hasattr(client, "chat"):
+        _check_options(client.chat.completions.create, options, "chat.completions")
         return OpenAIChat(client, _need_model(model, "OpenAI"), **options)
     if module.startswith("anthropic") and hasattr(client, "messages"):
+        _check_options(client.messages.create, options, "messages")
         return AnthropicMessages(client, _need_model(model, "Anthropic"), **options)
     if callable(client):
         if options:
@@ -222,3 +250,21 @@ def _need_model(model: str | None, provider: str) -> str:
     if not isinstance(model, str) or not model:
         raise ConfigurationError(f"An {provider} client needs model= (the model's name).")
     return model
+
+
+def _check_options(create: Callable[..., Any], options: Mapping[str, Any], endpoint: str) -> None:
+    """Refuse request options the SDK's ``create`` does not take: a misspelt one would fail the first request."""
+    if options.get("stream"):
+        raise ConfigurationError("The agent reads each reply whole: leave stream= out.")
+    try:
+        parameters = inspect.signature(create).parameters
+    except (TypeError, ValueError):
+        return  # a client whose method cannot be inspected: its first request tells
+    if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        return
+    unknown = sorted(set(options) - set(parameters))
+    if unknown:
+        raise ConfigurationError(
+            f"The client's {endpoint}.create() takes no option {', '.join(map(repr, unknown))}: dnb.agent passes "
+            "every keyword it does not know itself to each request. Check the spelling against the SDK."
+        )

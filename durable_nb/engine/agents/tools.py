@@ -71,8 +71,13 @@ def as_tools(tools: Iterable[Any] | None) -> dict[str, Tool]:
     found: dict[str, Tool] = {}
     if tools is None:
         return found
-    if isinstance(tools, Mapping) or not isinstance(tools, Iterable):
-        raise ConfigurationError(f"tools= takes a list of functions (or @dnb.tool ones), not {tools!r}.")
+    if isinstance(tools, Tool) or callable(tools):
+        label = getattr(tools, "name", None) or getattr(tools, "__name__", "the_tool")
+        raise ConfigurationError(f"tools= takes a list of functions, not one function: pass tools=[{label}].")
+    if isinstance(tools, Mapping | str | bytes) or not isinstance(tools, Iterable):
+        raise ConfigurationError(
+            f"tools= takes a list of functions (or @dnb.tool ones), not {type(tools).__name__} {tools!r:.80}."
+        )
     for item in tools:
         described = item if isinstance(item, Tool) else tool(item)
         if described.name in found:

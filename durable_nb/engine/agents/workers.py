@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ...errors import ConfigurationError
+from .arguments import AgentCall
 from .loop import aagent
 from .tools import NAME, Tool
 
@@ -35,7 +36,9 @@ def worker(
         raise ConfigurationError(f"A worker's name is 1 to 64 letters, digits, '_' or '-', not {name!r}.")
     if not isinstance(description, str) or not description:
         raise ConfigurationError("A worker needs description=: the supervisor's model reads it to choose.")
-    own_tools = list(tools)
+    # Checked now, not when the supervisor's model first calls it (its errors would go to that model).
+    checked = AgentCall(client, "a task", tools, model, name, system, max_turns, options).checked()
+    own_tools = list(checked.tools.values())
 
     async def run(task: str) -> str:
         result = await aagent(
