@@ -2,7 +2,7 @@
 
 The records are JSON-ready dicts, in the order the notebook showed them: ``stream`` (stdout,
 stderr), ``display`` (display data: ``display()``, figures drawn by the inline backend) and
-``result`` (the cell's value, shown as ``Out[n]``).
+``result`` (the cell's value, shown as ``Out[n]``; none when its code ends with ``;``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 from types import TracebackType
 from typing import Any
 
-__all__ = ["Capture", "RestoredResult", "close_restored_figures", "open_figure_ids", "replay"]
+__all__ = ["Capture", "RestoredResult", "close_restored_figures", "is_quiet", "open_figure_ids", "replay"]
 
 _INLINE = ("inline", "module://matplotlib_inline.backend_inline")
 # Backends that draw nothing by themselves: a figure left open there is only a leftover.
@@ -54,6 +54,15 @@ class RestoredResult:
         return str(self._data.get("text/plain", "<restored output>"))
 
 
+def is_quiet(shell: Any, source: str) -> bool:
+    """True if the cell's code ends with ``;``: as for any cell, its value is then not shown (no ``Out[n]``).
+
+    IPython asks this of the line it ran, which for a cell magic is the ``run_cell_magic(…)``
+    call; here the same test is asked of the cell's own code.
+    """
+    return bool(shell.displayhook.semicolon_at_end_of_expression(source))
+
+
 def _show_result(shell: Any, value: Any, data: dict[str, Any] | None, metadata: dict[str, Any]) -> Any:
     """Show ``value`` as the cell's ``Out[n]`` (setting ``_`` and ``Out``); return its format data.
 
@@ -62,7 +71,7 @@ def _show_result(shell: Any, value: Any, data: dict[str, Any] | None, metadata: 
     its own return value is shown after the figures the cell drew, not before.
     """
     hook = shell.displayhook
-    if value is None or hook.quiet():
+    if value is None:
         return None
     hook.start_displayhook()
     hook.write_output_prompt()
@@ -80,11 +89,13 @@ def _show_result(shell: Any, value: Any, data: dict[str, Any] | None, metadata: 
 class Capture:
     """Context manager that records stdout, stderr, rich displays and the value of one cell.
 
-    Output goes on to the notebook as usual.
+    Output goes on to the notebook as usual. A cell whose code ends with ``;`` (``quiet``)
+    shows no value, as IPython does for any cell.
     """
 
-    def __init__(self, shell: Any) -> None:
+    def __init__(self, shell: Any, quiet: bool = False) -> None:
         self.shell = shell
+        self.quiet = quiet
         self.outputs: list[dict[str, Any]] = []
         self._saved: tuple[Any, ...] | None = None
 
@@ -105,7 +116,7 @@ class Capture:
 
     def finish(self, value: Any) -> None:
         """Show the cell's value as ``Out[n]``, then the figures the inline backend would draw after it."""
-        shown = _show_result(self.shell, value, None, {})
+        shown = None if self.quiet else _show_result(self.shell, value, None, {})
         if shown is not None:
             data, metadata = shown
             self.outputs.append({"type": "result", "data": _jsonable(data), "metadata": _jsonable(metadata)})
@@ -137,11 +148,12 @@ def _jsonable(value: Any) -> Any:
     return repr(value)
 
 
-def replay(shell: Any, outputs: list[dict[str, Any]], result: Any) -> None:
+def replay(shell: Any, outputs: list[dict[str, Any]], result: Any, *, quiet: bool = False) -> None:
     """Show recorded outputs again, in order, as they were shown the first time.
 
     The cell's value is shown as ``Out[n]`` again: ``result`` is the value itself when it
-    could be stored (so ``_`` is that object), else a stand-in showing the stored form.
+    could be stored (so ``_`` is that object), else a stand-in showing the stored form. A
+    ``quiet`` cell (its code ends with ``;``) shows no value, even one recorded before.
     """
     from IPython.display import publish_display_data
 
@@ -151,6 +163,8 @@ def replay(shell: Any, outputs: list[dict[str, Any]], result: Any) -> None:
             stream.write(output["text"])
             stream.flush()
         elif output["type"] == "result":
+            if quiet:
+                continue
             metadata = output.get("metadata") or {}
             value = result if result is not None else RestoredResult(output["data"], metadata)
             _show_result(shell, value, output["data"], metadata)
