@@ -275,3 +275,49 @@ def test_a_trailing_semicolon_hides_the_value_as_in_a_plain_cell(start: Callable
     assert restored(again) == [True] * len(QUIET)
     assert [shown(r) for r in again] == expected
     assert probe(second, "[_, Out.get(max(Out, default=0))]") == [82, 82]  # the quiet values are no Out[n]
+
+
+def joined(outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Outputs as JupyterLab's output model keeps them: consecutive pieces of one stream joined."""
+    found: list[dict[str, Any]] = []
+    for output in outputs:
+        last = found[-1] if found else None
+        if last and output["type"] == "stream" and last["type"] == "stream" and last["name"] == output["name"]:
+            found[-1] = {**last, "text": last["text"] + output["text"]}
+        else:
+            found.append(output)
+    return found
+
+
+STREAMS = [
+    "%%durable print_warn_print\nimport warnings\nprint('first')\n"
+    "warnings.warn_explicit('careful', UserWarning, 'check.py', 7)\nprint('second')",
+    "%%durable flushed\nimport sys\nsys.stdout.write('one\\n')\nsys.stdout.flush()\n"
+    "written = sys.stdout.write('two\\n')",
+    "%%durable interleaved\nfrom IPython.display import HTML, display\nprint('before')\ndisplay(HTML('<b>shown</b>'))\n"
+    "print('to stderr', file=sys.stderr)\ndisplay(42)\nprint('after')",
+    "%%durable lots\nfor i in range(20_000):\n    print('line', i)",
+    "%%durable progress\nfor i in range(0, 101, 5):\n    sys.stderr.write(f'\\r{i:3d}%|' + '#' * (i // 5))\n"
+    "    sys.stderr.flush()\nsys.stderr.write('\\n')\nsys.stderr.flush()\nwritten = sys.stdout.write('done\\n')",
+]
+
+
+def test_streams_restore_as_the_kernel_sent_them(start: Callable[[], Kernel]) -> None:
+    """Restored streams are the messages the live cell sent: print, warn, print is all stdout
+    then stderr, as ipykernel sent it (not three outputs); flushed pieces and progress lines keep
+    their pieces, displays keep their place among the prints, and a lot of output comes back whole."""
+    first = start()
+    live = [shown(r) for r in run_all(first, STREAMS)]
+    assert [(o["name"], o["text"]) for o in joined(live[0])] == [
+        ("stdout", "first\nsecond\n"),
+        ("stderr", "check.py:7: UserWarning: careful\n"),
+    ]
+    assert [o["text"] for o in live[1]] == ["one\n", "two\n"]
+    assert [o["type"] for o in joined(live[2])] == ["stream", "display_data", "stream", "display_data", "stream"]
+    assert "".join(o["text"] for o in live[3]).count("\n") == 20_000
+    assert [o["name"] for o in live[4]] == ["stderr"] * 22 + ["stdout"]
+    first.kill()
+    second = start()
+    again = run_all(second, STREAMS)
+    assert restored(again) == [True] * len(STREAMS)
+    assert [shown(r) for r in again] == live

@@ -1,8 +1,9 @@
 """Record what a cell prints and displays while still showing it live, and replay it later.
 
 The records are JSON-ready dicts, in the order the notebook showed them: ``stream`` (stdout,
-stderr), ``display`` (display data: ``display()``, figures drawn by the inline backend) and
-``result`` (the cell's value, shown as ``Out[n]``; none when its code ends with ``;``).
+stderr: in a kernel, one record for each message the kernel sent, see ``streams``), ``display``
+(display data: ``display()``, figures drawn by the inline backend) and ``result`` (the cell's
+value, shown as ``Out[n]``; none when its code ends with ``;``).
 """
 
 from __future__ import annotations
@@ -12,32 +13,13 @@ import sys
 from types import TracebackType
 from typing import Any
 
+from .streams import StreamRecorder, write_stream
+
 __all__ = ["Capture", "RestoredResult", "close_restored_figures", "is_quiet", "open_figure_ids", "replay"]
 
 _INLINE = ("inline", "module://matplotlib_inline.backend_inline")
 # Backends that draw nothing by themselves: a figure left open there is only a leftover.
 _NON_INTERACTIVE = {"agg", "cairo", "pdf", "pgf", "ps", "svg", "template"}
-
-
-class _Tee:
-    """A text stream that writes through to the real one and keeps a copy."""
-
-    def __init__(self, name: str, real: Any, sink: list[dict[str, Any]]) -> None:
-        self._name = name
-        self._real = real
-        self._sink = sink
-
-    def write(self, text: str) -> int:
-        if text:
-            last = self._sink[-1] if self._sink else None
-            if last is not None and last.get("type") == "stream" and last["name"] == self._name:
-                last["text"] += text
-            else:
-                self._sink.append({"type": "stream", "name": self._name, "text": text})
-        return int(self._real.write(text))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real, name)
 
 
 class RestoredResult:
@@ -97,20 +79,22 @@ class Capture:
         self.shell = shell
         self.quiet = quiet
         self.outputs: list[dict[str, Any]] = []
+        self._streams = StreamRecorder(self.outputs)
         self._saved: tuple[Any, ...] | None = None
 
     def __enter__(self) -> Capture:
         publisher = self.shell.display_pub
         original_publish = publisher.publish
         outputs = self.outputs
+        streams = self._streams
 
         def publish(data: dict[str, Any], metadata: dict[str, Any] | None = None, *args: Any, **kwargs: Any) -> Any:
+            streams.flush()  # what was printed before the display is shown before it
             outputs.append({"type": "display", "data": _jsonable(data), "metadata": _jsonable(metadata or {})})
             return original_publish(data, metadata, *args, **kwargs)
 
-        self._saved = (sys.stdout, sys.stderr, publisher, "publish" in vars(publisher), original_publish)
-        sys.stdout = _Tee("stdout", sys.stdout, outputs)
-        sys.stderr = _Tee("stderr", sys.stderr, outputs)
+        self._saved = (publisher, "publish" in vars(publisher), original_publish)
+        streams.start()
         publisher.publish = publish
         return self
 
@@ -128,8 +112,8 @@ class Capture:
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
         assert self._saved is not None
-        stdout, stderr, publisher, own_attribute, original = self._saved
-        sys.stdout, sys.stderr = stdout, stderr
+        publisher, own_attribute, original = self._saved
+        self._streams.stop()
         if own_attribute:
             publisher.publish = original
         else:
@@ -159,9 +143,7 @@ def replay(shell: Any, outputs: list[dict[str, Any]], result: Any, *, quiet: boo
 
     for output in outputs:
         if output["type"] == "stream":
-            stream = sys.stderr if output["name"] == "stderr" else sys.stdout
-            stream.write(output["text"])
-            stream.flush()
+            write_stream(output["name"], output["text"])
         elif output["type"] == "result":
             if quiet:
                 continue
