@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import nbformat
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -67,6 +68,32 @@ def wait_gone(pid: int, timeout: float = 60) -> None:
             return
         time.sleep(0.02)
     raise TimeoutError(f"process {pid} still runs {timeout} s after SIGKILL")
+
+
+def kill_when_reached(command: list[str], folder: Path, reached: Path, where: str) -> None:
+    """Run ``command`` in ``folder`` until the kernel writes its pid to ``reached``, then SIGKILL the command
+    and the kernel (it leads a session of its own, so the command's group alone would leave it running)."""
+    log = folder / "cli.log"
+    child = start(command, folder, log)
+    kernel = None
+    try:
+        deadline = time.monotonic() + 300
+        while kernel is None:
+            text = reached.read_text() if reached.exists() else ""
+            if text:
+                kernel = int(text)
+            elif child.poll() is not None:
+                pytest.fail(f"run-notebook ended ({child.returncode}) before {where}:\n{log.read_text()[-3000:]}")
+            elif time.monotonic() > deadline:
+                pytest.fail(f"the kernel did not reach {where} in 300 s:\n{log.read_text()[-3000:]}")
+            else:
+                time.sleep(0.02)
+    finally:
+        kill_group(child.pid)
+        child.wait()
+        if kernel is not None:
+            kill_group(kernel)
+            wait_gone(kernel)
 
 
 def comparable(path: Path) -> dict[str, Any]:

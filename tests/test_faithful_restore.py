@@ -239,3 +239,85 @@ def test_replay_cells_run_again_and_unknown_effects_are_named(start: Callable[[]
     assert "replaying 'replayed'" in results[0].text
     assert "fakelib.set_seed(12)" in results[1].text and "--replay" in results[1].text
     assert probe(second, "fakelib.STATE['seed']") == 11
+
+
+def shown(result: CellResult) -> list[dict[str, Any]]:
+    """A cell's outputs as a front end keeps them, without durable_nb's notes."""
+    return [o for o in result.outputs if "durable_nb" not in (o.get("metadata") or {})]
+
+
+QUIET = [
+    "%%durable quiet\nvalue = 41\nvalue + 1;",
+    "%%durable commented\n(value\n + 2);  # a comment after the semicolon",
+    "%%durable in_string\n'a;'",
+    "%%durable lines\nimport matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([1, 2, 3]);",
+    "%%durable label\nfig2, ax2 = plt.subplots()\nax2.plot([3, 1])\nax2.set_xlabel('x');",
+    "%%durable returned\nfig3 = plt.figure()\nplt.plot([2, 2])\nfig3;",
+    "%%durable shown\nvalue * 2",
+]
+
+
+def test_a_trailing_semicolon_hides_the_value_as_in_a_plain_cell(start: Callable[[], Kernel]) -> None:
+    """A cell ending in ';' (after a comment, over several lines; not inside a string) shows no
+    Out[n], live or restored: a figure once, no Text(...) for set_xlabel; the outputs equal
+    the same cells run plainly, and a cell that is not quiet keeps its Out[n]."""
+    plain = start()
+    expected = [shown(r) for r in plain.run_all([c.split("\n", 1)[1] for c in QUIET])]
+    kinds = [[o["type"] for o in outputs] for outputs in expected]
+    figure, value = ["display_data"], ["execute_result"]
+    assert kinds == [[], [], value, figure, figure, figure, value]
+    first = start()
+    live = [shown(r) for r in run_all(first, QUIET)]
+    assert live == expected
+    first.kill()
+    second = start()
+    again = run_all(second, QUIET)
+    assert restored(again) == [True] * len(QUIET)
+    assert [shown(r) for r in again] == expected
+    assert probe(second, "[_, Out.get(max(Out, default=0))]") == [82, 82]  # the quiet values are no Out[n]
+
+
+def joined(outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Outputs as JupyterLab's output model keeps them: consecutive pieces of one stream joined."""
+    found: list[dict[str, Any]] = []
+    for output in outputs:
+        last = found[-1] if found else None
+        if last and output["type"] == "stream" and last["type"] == "stream" and last["name"] == output["name"]:
+            found[-1] = {**last, "text": last["text"] + output["text"]}
+        else:
+            found.append(output)
+    return found
+
+
+STREAMS = [
+    "%%durable print_warn_print\nimport warnings\nprint('first')\n"
+    "warnings.warn_explicit('careful', UserWarning, 'check.py', 7)\nprint('second')",
+    "%%durable flushed\nimport sys\nsys.stdout.write('one\\n')\nsys.stdout.flush()\n"
+    "written = sys.stdout.write('two\\n')",
+    "%%durable interleaved\nfrom IPython.display import HTML, display\nprint('before')\ndisplay(HTML('<b>shown</b>'))\n"
+    "print('to stderr', file=sys.stderr)\ndisplay(42)\nprint('after')",
+    "%%durable lots\nfor i in range(20_000):\n    print('line', i)",
+    "%%durable progress\nfor i in range(0, 101, 5):\n    sys.stderr.write(f'\\r{i:3d}%|' + '#' * (i // 5))\n"
+    "    sys.stderr.flush()\nsys.stderr.write('\\n')\nsys.stderr.flush()\nwritten = sys.stdout.write('done\\n')",
+]
+
+
+def test_streams_restore_as_the_kernel_sent_them(start: Callable[[], Kernel]) -> None:
+    """Restored streams are the messages the live cell sent: print, warn, print is all stdout
+    then stderr, as ipykernel sent it (not three outputs); flushed pieces and progress lines keep
+    their pieces, displays keep their place among the prints, and a lot of output comes back whole."""
+    first = start()
+    live = [shown(r) for r in run_all(first, STREAMS)]
+    assert [(o["name"], o["text"]) for o in joined(live[0])] == [
+        ("stdout", "first\nsecond\n"),
+        ("stderr", "check.py:7: UserWarning: careful\n"),
+    ]
+    assert [o["text"] for o in live[1]] == ["one\n", "two\n"]
+    assert [o["type"] for o in joined(live[2])] == ["stream", "display_data", "stream", "display_data", "stream"]
+    assert "".join(o["text"] for o in live[3]).count("\n") == 20_000
+    assert [o["name"] for o in live[4]] == ["stderr"] * 22 + ["stdout"]
+    first.kill()
+    second = start()
+    again = run_all(second, STREAMS)
+    assert restored(again) == [True] * len(STREAMS)
+    assert [shown(r) for r in again] == live

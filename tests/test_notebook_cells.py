@@ -444,3 +444,18 @@ def test_fork_and_switch_magics(kernel: Kernel, capsys: pytest.CaptureFixture[st
     assert _session(kernel).cell_run.run_id == original
     kernel.ok("%%durable price\nprice = base * (1 + rate)")  # restored from the original run
     assert kernel.ns["price"] == pytest.approx(110.0)
+
+
+def test_a_trailing_semicolon_hides_the_value(kernel: Kernel, capsys: pytest.CaptureFixture[str]) -> None:
+    """A %%durable cell ending in ';' shows no Out[n] and leaves _ alone, executed and restored, as
+    any cell does; a cell that is not quiet keeps its Out[n]."""
+    cells = ["%%durable quiet\nhidden = 5\nhidden * 2;  # a comment after the semicolon", "%%durable shown\nhidden * 3"]
+    for cell in cells:
+        kernel.ok(cell)
+    assert list(kernel.ns["Out"].values()) == [15] and kernel.ns["_"] == 15
+    assert "Out[" in capsys.readouterr().out
+    other = fresh(kernel)
+    other.ok(cells[0])
+    assert "Out[" not in capsys.readouterr().out and other.ns["Out"] == {} and other.ns["_"] == ""
+    other.ok(cells[1])
+    assert list(other.ns["Out"].values()) == [15] and "15" in capsys.readouterr().out

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import random
 import shutil
-import time
 from collections import Counter
 from pathlib import Path
 
 import nbformat
 import pytest
-from notebookkit import comparable, kill_group, run, run_notebook_command, start, wait_gone, write_notebook
+from notebookkit import comparable, kill_when_reached, run, run_notebook_command, write_notebook
 
 import durable_nb as dnb
 
@@ -116,27 +115,7 @@ def _kill_at(folder: Path, store_url: str, cell: str, when: str) -> None:
     hold = folder / f"hold-{when}-{cell}"
     reached = folder / f"hold-{when}-{cell}.reached"
     hold.touch()
-    log = folder / "cli.log"
-    child = start(_command(store_url), folder, log)
-    kernel = None
-    try:
-        deadline = time.monotonic() + 300
-        while kernel is None:
-            text = reached.read_text() if reached.exists() else ""
-            if text:
-                kernel = int(text)
-            elif child.poll() is not None:
-                pytest.fail(f"run-notebook ended ({child.returncode}) before {when} {cell}:\n{log.read_text()[-3000:]}")
-            elif time.monotonic() > deadline:
-                pytest.fail(f"the kernel did not reach {when} {cell} in 300 s:\n{log.read_text()[-3000:]}")
-            else:
-                time.sleep(0.02)
-    finally:
-        kill_group(child.pid)
-        child.wait()
-        if kernel is not None:
-            kill_group(kernel)  # the kernel leads a session of its own
-            wait_gone(kernel)
+    kill_when_reached(_command(store_url), folder, reached, f"{when} {cell}")
     hold.unlink()
     reached.unlink()
 

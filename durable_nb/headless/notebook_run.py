@@ -282,9 +282,10 @@ def _client_class() -> type:
         ) from error
 
     from .notes import NoteSeparator
+    from .streams import StreamJoiner
 
-    class DurableClient(NoteSeparator, NotebookClient):  # type: ignore[misc]
-        """nbclient's client, with durable_nb's notes kept out of the outputs."""
+    class DurableClient(NoteSeparator, StreamJoiner, NotebookClient):  # type: ignore[misc]
+        """nbclient's client, with durable_nb's notes kept out of the outputs and streams joined as JupyterLab does."""
 
     return DurableClient
 

@@ -22,15 +22,16 @@ from papermill.utils import merge_kwargs, remove_args
 
 from .notebook_run import END_CODE, attach_code, cell_names, durable_source, run_key
 from .notes import NoteSeparator
+from .streams import StreamJoiner
 
 __all__ = ["DurableEngine"]
 
 
-class DurableNotebookClient(NoteSeparator, PapermillNotebookClient):  # type: ignore[misc]
+class DurableNotebookClient(NoteSeparator, StreamJoiner, PapermillNotebookClient):  # type: ignore[misc]
     """papermill's client, attaching the run first and running each code cell durably.
 
-    durable_nb's notes go to papermill's log, not into the output notebook, so that a resumed
-    run's output reads as an uninterrupted one's.
+    durable_nb's notes go to papermill's log, not into the output notebook, and consecutive outputs
+    of a stream are joined, so that a resumed run's output reads as an uninterrupted one's.
     """
 
     def __init__(self, nb_man: Any, attach: str, **kwargs: Any) -> None:

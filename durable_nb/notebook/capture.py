@@ -1,8 +1,9 @@
 """Record what a cell prints and displays while still showing it live, and replay it later.
 
 The records are JSON-ready dicts, in the order the notebook showed them: ``stream`` (stdout,
-stderr), ``display`` (display data: ``display()``, figures drawn by the inline backend) and
-``result`` (the cell's value, shown as ``Out[n]``).
+stderr: in a kernel, one record for each message the kernel sent, see ``streams``), ``display``
+(display data: ``display()``, figures drawn by the inline backend) and ``result`` (the cell's
+value, shown as ``Out[n]``; none when its code ends with ``;``).
 """
 
 from __future__ import annotations
@@ -12,32 +13,13 @@ import sys
 from types import TracebackType
 from typing import Any
 
-__all__ = ["Capture", "RestoredResult", "close_restored_figures", "open_figure_ids", "replay"]
+from .streams import StreamRecorder, write_stream
+
+__all__ = ["Capture", "RestoredResult", "close_restored_figures", "is_quiet", "open_figure_ids", "replay"]
 
 _INLINE = ("inline", "module://matplotlib_inline.backend_inline")
 # Backends that draw nothing by themselves: a figure left open there is only a leftover.
 _NON_INTERACTIVE = {"agg", "cairo", "pdf", "pgf", "ps", "svg", "template"}
-
-
-class _Tee:
-    """A text stream that writes through to the real one and keeps a copy."""
-
-    def __init__(self, name: str, real: Any, sink: list[dict[str, Any]]) -> None:
-        self._name = name
-        self._real = real
-        self._sink = sink
-
-    def write(self, text: str) -> int:
-        if text:
-            last = self._sink[-1] if self._sink else None
-            if last is not None and last.get("type") == "stream" and last["name"] == self._name:
-                last["text"] += text
-            else:
-                self._sink.append({"type": "stream", "name": self._name, "text": text})
-        return int(self._real.write(text))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real, name)
 
 
 class RestoredResult:
@@ -54,6 +36,15 @@ class RestoredResult:
         return str(self._data.get("text/plain", "<restored output>"))
 
 
+def is_quiet(shell: Any, source: str) -> bool:
+    """True if the cell's code ends with ``;``: as for any cell, its value is then not shown (no ``Out[n]``).
+
+    IPython asks this of the line it ran, which for a cell magic is the ``run_cell_magic(…)``
+    call; here the same test is asked of the cell's own code.
+    """
+    return bool(shell.displayhook.semicolon_at_end_of_expression(source))
+
+
 def _show_result(shell: Any, value: Any, data: dict[str, Any] | None, metadata: dict[str, Any]) -> Any:
     """Show ``value`` as the cell's ``Out[n]`` (setting ``_`` and ``Out``); return its format data.
 
@@ -62,7 +53,7 @@ def _show_result(shell: Any, value: Any, data: dict[str, Any] | None, metadata: 
     its own return value is shown after the figures the cell drew, not before.
     """
     hook = shell.displayhook
-    if value is None or hook.quiet():
+    if value is None:
         return None
     hook.start_displayhook()
     hook.write_output_prompt()
@@ -80,32 +71,36 @@ def _show_result(shell: Any, value: Any, data: dict[str, Any] | None, metadata: 
 class Capture:
     """Context manager that records stdout, stderr, rich displays and the value of one cell.
 
-    Output goes on to the notebook as usual.
+    Output goes on to the notebook as usual. A cell whose code ends with ``;`` (``quiet``)
+    shows no value, as IPython does for any cell.
     """
 
-    def __init__(self, shell: Any) -> None:
+    def __init__(self, shell: Any, quiet: bool = False) -> None:
         self.shell = shell
+        self.quiet = quiet
         self.outputs: list[dict[str, Any]] = []
+        self._streams = StreamRecorder(self.outputs)
         self._saved: tuple[Any, ...] | None = None
 
     def __enter__(self) -> Capture:
         publisher = self.shell.display_pub
         original_publish = publisher.publish
         outputs = self.outputs
+        streams = self._streams
 
         def publish(data: dict[str, Any], metadata: dict[str, Any] | None = None, *args: Any, **kwargs: Any) -> Any:
+            streams.flush()  # what was printed before the display is shown before it
             outputs.append({"type": "display", "data": _jsonable(data), "metadata": _jsonable(metadata or {})})
             return original_publish(data, metadata, *args, **kwargs)
 
-        self._saved = (sys.stdout, sys.stderr, publisher, "publish" in vars(publisher), original_publish)
-        sys.stdout = _Tee("stdout", sys.stdout, outputs)
-        sys.stderr = _Tee("stderr", sys.stderr, outputs)
+        self._saved = (publisher, "publish" in vars(publisher), original_publish)
+        streams.start()
         publisher.publish = publish
         return self
 
     def finish(self, value: Any) -> None:
         """Show the cell's value as ``Out[n]``, then the figures the inline backend would draw after it."""
-        shown = _show_result(self.shell, value, None, {})
+        shown = None if self.quiet else _show_result(self.shell, value, None, {})
         if shown is not None:
             data, metadata = shown
             self.outputs.append({"type": "result", "data": _jsonable(data), "metadata": _jsonable(metadata)})
@@ -117,8 +112,8 @@ class Capture:
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
         assert self._saved is not None
-        stdout, stderr, publisher, own_attribute, original = self._saved
-        sys.stdout, sys.stderr = stdout, stderr
+        publisher, own_attribute, original = self._saved
+        self._streams.stop()
         if own_attribute:
             publisher.publish = original
         else:
@@ -137,20 +132,21 @@ def _jsonable(value: Any) -> Any:
     return repr(value)
 
 
-def replay(shell: Any, outputs: list[dict[str, Any]], result: Any) -> None:
+def replay(shell: Any, outputs: list[dict[str, Any]], result: Any, *, quiet: bool = False) -> None:
     """Show recorded outputs again, in order, as they were shown the first time.
 
     The cell's value is shown as ``Out[n]`` again: ``result`` is the value itself when it
-    could be stored (so ``_`` is that object), else a stand-in showing the stored form.
+    could be stored (so ``_`` is that object), else a stand-in showing the stored form. A
+    ``quiet`` cell (its code ends with ``;``) shows no value, even one recorded before.
     """
     from IPython.display import publish_display_data
 
     for output in outputs:
         if output["type"] == "stream":
-            stream = sys.stderr if output["name"] == "stderr" else sys.stdout
-            stream.write(output["text"])
-            stream.flush()
+            write_stream(output["name"], output["text"])
         elif output["type"] == "result":
+            if quiet:
+                continue
             metadata = output.get("metadata") or {}
             value = result if result is not None else RestoredResult(output["data"], metadata)
             _show_result(shell, value, output["data"], metadata)

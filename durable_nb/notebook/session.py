@@ -24,7 +24,7 @@ from ..errors import GatePending
 from ..model import CheckpointRecord, CommitResult, RunStatus, format_seconds
 from ..store import Store, connect
 from ..store.secret import load_secret
-from .capture import Capture, close_restored_figures, open_figure_ids, replay
+from .capture import Capture, close_restored_figures, is_quiet, open_figure_ids, replay
 from .cellcode import CellCode, analyze
 from .effects import set_attributes
 from .execute import run_code
@@ -166,7 +166,7 @@ class KernelSession:
                 if options.replay:
                     return self._replay_cell(cell_run, node, source, cell, options)
                 # Restoring reads the store only: allowed whatever the run waits for.
-                return self._restore(cell_run, committed, options)
+                return self._restore(cell_run, committed, options, is_quiet(self.shell, source))
         if run.status is RunStatus.PAUSED:
             return self._while_paused(cell_run, node)
         if committed is not None:
@@ -202,7 +202,7 @@ class KernelSession:
             node_id=node,
         )
 
-    def _restore(self, cell_run: CellRun, committed: CheckpointRecord, options: CellOptions) -> None:
+    def _restore(self, cell_run: CellRun, committed: CheckpointRecord, options: CellOptions, quiet: bool) -> None:
         namespace = self.shell.user_ns
         figures = open_figure_ids()
         restored = run_sync(cell_run.restore(committed, namespace, options.exclude))
@@ -224,7 +224,7 @@ class KernelSession:
         elif extra.get("result"):
             result = run_sync(cell_run.values.load_one(extra["result"]))
             close_restored_figures(figures)
-        replay(self.shell, restored.outputs, result)
+        replay(self.shell, restored.outputs, result, quiet=quiet)
         took = f", took {format_seconds(committed.duration)}" if committed.duration else ""
         self.notes.say(
             f"restored '{committed.node_id}' from checkpoint (committed {_ago(committed)}{took})", "restored"
@@ -253,7 +253,7 @@ class KernelSession:
             filename = self.shell.compile.cache(source)
             value = run_code(cell, self.shell.user_ns, filename, timeout=options.timeout, node=node)
             self.notes.say(f"replayed '{node}' (not committed: the run waits at a gate)", "replayed")
-            return _show_value(self.shell, value)
+            return None if is_quiet(self.shell, source) else _show_value(self.shell, value)
         run_sync(cell_run.take())
         self.notes.say(f"replaying '{node}' (--replay)", "replaying")
         return self._execute(cell_run, node, source, cell, options, only_if_changed=True)
@@ -284,6 +284,7 @@ class KernelSession:
         started = time.perf_counter()
         attempts = Attempts(AttemptPolicy(options.retries, options.timeout), node)
         namespace = self.shell.user_ns
+        quiet = is_quiet(self.shell, source)
         cell_run.tracker.baseline(namespace)
         for attempt in attempts:
             scope = NodeScope(
@@ -299,7 +300,7 @@ class KernelSession:
             watch = SettingsWatch()
             token = enter_scope(scope)
             try:
-                with Capture(self.shell) as capture:
+                with Capture(self.shell, quiet) as capture:
                     value = run_code(
                         cell,
                         namespace,
@@ -341,8 +342,9 @@ class KernelSession:
                 raise
             finally:
                 leave_scope(token)
+            shown = None if quiet else value  # a quiet cell's value is no Out[n] (nor _) to bring back
             outcome = cell_outcome(
-                self.shell, cell_run, node, cell, capture.outputs, before, watch, value, options.exclude, options.replay
+                self.shell, cell_run, node, cell, capture.outputs, before, watch, shown, options.exclude, options.replay
             )
             outcome.duration = time.perf_counter() - started
             outcome.attempts = attempt
