@@ -136,6 +136,33 @@ _private = "kept"
     assert checkpoint.extra["unstored"] == {"handle": "_io.TextIOWrapper"}
 
 
+def test_set_up_calls_are_judged_one_by_one(kernel: Kernel) -> None:
+    """A set-up call is named as an effect a restore cannot make again unless a setting durable_nb
+    reads covers that very call: not the library it goes into, not another change in the cell.
+    A method of a variable changes the variable (stored as such); a call in a branch may not
+    have run, so what it would set is not read."""
+    kernel.ok(
+        """%%durable setup
+import logging, sys
+import numpy as np, matplotlib.dates as mdates
+from sklearn.linear_model import LogisticRegression
+model = LogisticRegression()
+model.set_params(C=2.0)
+log = logging.getLogger("dnb.test.setup")
+log.setLevel(log.level)
+np.random.set_state(np.random.get_state())
+sys.setrecursionlimit(sys.getrecursionlimit())
+if not model:
+    mdates.set_epoch("2000-01-01T00:00:00")
+"""
+    )
+    checkpoint = run_sync(dnb.connect(kernel.store_url).head_checkpoint(_session(kernel).cell_run.run_id))
+    assert checkpoint.extra["effects"] == [
+        "sys.setrecursionlimit(sys.getrecursionlimit())",
+        'mdates.set_epoch("2000-01-01T00:00:00")',
+    ]
+
+
 def test_unchanged_values_are_not_recommitted(kernel: Kernel) -> None:
     """N2: a later cell commits only what it defined or may have changed, not everything."""
     kernel.ok(LOAD)

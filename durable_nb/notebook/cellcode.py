@@ -12,8 +12,9 @@ import ast
 import hashlib
 import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-__all__ = ["SETTING_MAGICS", "CellCode", "analyze"]
+__all__ = ["SETTING_MAGICS", "CellCode", "SetupCall", "analyze"]
 
 # Line magics that configure the kernel, and are cheap and safe to run again on restore.
 SETTING_MAGICS = frozenset(
@@ -28,6 +29,15 @@ _SETTING_CALL = re.compile(
 )
 
 
+class SetupCall(NamedTuple):
+    """A top-level call that looks like set-up: the dotted name called, its text, and whether it
+    sits in a branch or loop (so may not have run)."""
+
+    path: str
+    text: str
+    conditional: bool
+
+
 @dataclass(slots=True)
 class CellCode:
     """A parsed cell: its statements, the expression it ends with, and what it mentions."""
@@ -38,7 +48,7 @@ class CellCode:
     names: frozenset[str] = frozenset()
     magics: list[tuple[str, str]] = field(default_factory=list)
     module_attributes: list[str] = field(default_factory=list)
-    setting_calls: list[tuple[str, str]] = field(default_factory=list)
+    setting_calls: list[SetupCall] = field(default_factory=list)
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -70,17 +80,25 @@ def _line_magic(node: ast.stmt) -> tuple[str, str] | None:
     return None
 
 
-def _top_level(statements: list[ast.stmt]) -> list[ast.stmt]:
-    """Statements that run when the cell runs: into if/for/while/with/try bodies, not into defs."""
+_BRANCHES = ast.If | ast.For | ast.AsyncFor | ast.While | ast.Match
+
+
+def _top_level(statements: list[ast.stmt], conditional: bool = False) -> list[tuple[ast.stmt, bool]]:
+    """Statements that run when the cell runs, into if/for/while/with/try bodies, not into defs;
+    each with whether it sits in a branch, a loop or an exception handler."""
     found = []
     for statement in statements:
-        found.append(statement)
+        found.append((statement, conditional))
         if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             continue
-        for block in ("body", "orelse", "finalbody"):
-            found.extend(_top_level(getattr(statement, block, []) or []))
+        branch = conditional or isinstance(statement, _BRANCHES)
+        found.extend(_top_level(getattr(statement, "body", []) or [], branch))
+        found.extend(_top_level(getattr(statement, "orelse", []) or [], True))
+        found.extend(_top_level(getattr(statement, "finalbody", []) or [], conditional))
         for handler in getattr(statement, "handlers", []) or []:
-            found.extend(_top_level(handler.body))
+            found.extend(_top_level(handler.body, True))
+        for case in getattr(statement, "cases", []) or []:
+            found.extend(_top_level(case.body, True))
     return found
 
 
@@ -92,8 +110,8 @@ def analyze(source: str) -> CellCode:
     names = frozenset(node.id for node in ast.walk(tree) if isinstance(node, ast.Name))
     magics: list[tuple[str, str]] = []
     module_attributes: list[str] = []
-    setting_calls: list[tuple[str, str]] = []
-    for statement in _top_level(tree.body):
+    setting_calls: list[SetupCall] = []
+    for statement, conditional in _top_level(tree.body):
         magic = _line_magic(statement)
         if magic is not None:
             if magic[0] in SETTING_MAGICS:
@@ -105,7 +123,8 @@ def analyze(source: str) -> CellCode:
         if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
             called = _dotted(statement.value.func)
             if called and _SETTING_CALL.match(called.rsplit(".", 1)[-1]):
-                setting_calls.append((called, ast.get_source_segment(source, statement) or called))
+                text = ast.get_source_segment(source, statement) or called
+                setting_calls.append(SetupCall(called, text, conditional))
     statements = list(tree.body)
     last_expr = None
     if statements and isinstance(statements[-1], ast.Expr):

@@ -11,7 +11,7 @@ from ..model import Blob
 from ..store import codec
 from .capture import open_figure_ids
 from .cellcode import CellCode
-from .effects import attributes_set, result_blob, uncovered_calls
+from .effects import attributes_set, result_blob, unrecorded_calls
 from .settings import SettingsWatch
 
 __all__ = ["cell_outcome"]
@@ -50,7 +50,8 @@ def cell_outcome(
     deleted = sorted(n for n in before if n not in namespace and storable(n))
     extra: dict[str, Any] = {}
     blobs: list[Blob] = []
-    settings = watch.changes()
+    unrecorded, called = unrecorded_calls(namespace, cell.setting_calls)
+    settings = watch.changes(called)
     attributes, effects = attributes_set(namespace, cell.module_attributes)
     if settings or attributes:
         try:
@@ -61,7 +62,7 @@ def cell_outcome(
         else:
             blobs.append(blob)
             extra["settings"] = blob.hash
-    effects += uncovered_calls(namespace, cell.setting_calls, bool(settings))
+    effects += unrecorded
     if effects and not replay:
         extra["effects"] = effects
     if cell.magics:

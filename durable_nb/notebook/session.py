@@ -237,7 +237,11 @@ class KernelSession:
                 "unstored",
             )
         if problems:
-            self.notes.warn("could not re-apply what this cell set: " + "; ".join(problems), "settings")
+            self.notes.warn(
+                "could not re-apply what this cell set: " + "; ".join(problems) + ". If later cells depend on it, "
+                "add --replay to the cell's %%durable line so that it runs again on restore.",
+                "settings",
+            )
         if extra.get("effects"):
             self.notes.warn(
                 f"cell '{committed.node_id}' ran {', '.join(extra['effects'])}, whose effect outside its "
