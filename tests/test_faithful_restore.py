@@ -332,3 +332,40 @@ def test_a_seeding_cell_warns_only_about_the_call_durable_nb_does_not_read(
     assert "fakelib.set_seed(0)" in warning and "matplotlib.color_sequences.register(" in warning
     assert "np.random.seed" not in warning and "--replay" in warning
     assert probe(second, "float(np.random.rand())") == expected
+
+
+DEFINITIONS = [
+    "%%durable defs\nimport threading\nimport matplotlib\nstyle = {'lines.linewidth': 3.5}\n\n"
+    "@matplotlib.rc_context(style)\ndef width(scale=2):\n    return matplotlib.rcParams['lines.linewidth'] * scale\n\n"
+    "class Counter:\n    lock = threading.Lock()\n\n    def __init__(self, start):\n        self.value = start\n\n"
+    "    def bump(self):\n        with self.lock:\n            self.value += 1\n        return self.value",
+    "%%durable narrow\n@matplotlib.rc_context({'lines.linewidth': 0.5})\ndef thin():\n"
+    "    return matplotlib.rcParams['lines.linewidth']",
+    "%%durable redefine\n@matplotlib.rc_context({'lines.linewidth': 1.25})\ndef width(scale=4):\n"
+    "    return matplotlib.rcParams['lines.linewidth'] * scale",
+    "%%durable nested\nif style:\n    @matplotlib.rc_context(style)\n    def hidden():\n        return 1",
+]
+USE_DEFINITIONS = "print('RESULT', width(), width(1), thin(), Counter(41).bump(), isinstance(Counter(0), Counter))"
+
+
+def test_functions_and_classes_that_cannot_be_pickled_come_back(start: Callable[[], Kernel]) -> None:
+    """A function under @matplotlib.rc_context (its decorator holds a generator) and a class with a
+    lock and methods cannot be pickled: after a SIGKILL, Run All makes them again by running their
+    definitions, the later definition of a function redefined in a later cell wins, and a cell
+    that executes next calls them with the first kernel's results. A function whose definition
+    sits in a block is named with the real cause and what to do."""
+    first = start()
+    committed = run_all(first, DEFINITIONS)
+    assert "restore makes them again" in committed[0].text
+    expected = first.run(USE_DEFINITIONS).text
+    assert "RESULT 5.0 1.25 0.5 42 True" in expected
+    first.kill()
+    second = start()
+    results = run_all(second, DEFINITIONS)
+    assert restored(results) == [True, True, True, True]
+    assert "made width, Counter again by running their definitions" in results[0].text
+    assert "not restored" not in "".join(r.text for r in results[:3])
+    assert second.run(USE_DEFINITIONS).text == expected
+    warning = next(line for line in results[3].text.splitlines() if "not restored" in line)
+    assert "hidden (builtins.function: cannot pickle 'generator' object)" in warning
+    assert "--replay" in warning and "top level" in warning

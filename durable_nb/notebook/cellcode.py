@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-__all__ = ["SETTING_MAGICS", "CellCode", "SetupCall", "analyze"]
+__all__ = ["SETTING_MAGICS", "CellCode", "Definition", "SetupCall", "analyze"]
 
 # Line magics that configure the kernel, and are cheap and safe to run again on restore.
 SETTING_MAGICS = frozenset(
@@ -38,6 +38,13 @@ class SetupCall(NamedTuple):
     conditional: bool
 
 
+class Definition(NamedTuple):
+    """A top-level ``def`` or ``class`` statement of a cell, decorators included, as the cell ran it."""
+
+    source: str
+    line: int
+
+
 @dataclass(slots=True)
 class CellCode:
     """A parsed cell: its statements, the expression it ends with, and what it mentions."""
@@ -49,6 +56,8 @@ class CellCode:
     magics: list[tuple[str, str]] = field(default_factory=list)
     module_attributes: list[str] = field(default_factory=list)
     setting_calls: list[SetupCall] = field(default_factory=list)
+    # Functions and classes whose value is what their definition made (not rebound after it).
+    definitions: dict[str, Definition] = field(default_factory=dict)
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -102,6 +111,47 @@ def _top_level(statements: list[ast.stmt], conditional: bool = False) -> list[tu
     return found
 
 
+_DEFINITIONS = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+_SCOPES = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda
+
+
+def _bound(node: ast.AST) -> set[str]:
+    """Names a statement binds or deletes in the cell's namespace (not inside functions it defines)."""
+    if isinstance(node, _DEFINITIONS):
+        return {node.name}
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        return {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+    found = set()
+    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+        found.add(node.id)
+    for attribute in ("name", "rest"):  # except … as name, match patterns
+        value = getattr(node, attribute, None)
+        if isinstance(value, str) and not isinstance(node, ast.alias):
+            found.add(value)
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, _SCOPES):
+            found |= {child.name} if isinstance(child, _DEFINITIONS) else set()
+        elif isinstance(child, ast.comprehension):
+            found |= _bound(child.iter) | {n for c in child.ifs for n in _bound(c)}  # its target is its own
+        else:
+            found |= _bound(child)
+    return found
+
+
+def _definitions(tree: ast.Module, source: str) -> dict[str, Definition]:
+    """The cell's top-level definitions whose names nothing after them in the cell binds again."""
+    lines = source.splitlines(keepends=True)
+    found: dict[str, Definition] = {}
+    for statement in tree.body:
+        for name in _bound(statement):
+            found.pop(name, None)
+        if isinstance(statement, _DEFINITIONS) and statement.end_lineno is not None:
+            # A decorated statement starts at its first decorator, not at ``def``.
+            first = min([statement.lineno, *(d.lineno for d in statement.decorator_list)])
+            found[statement.name] = Definition("".join(lines[first - 1 : statement.end_lineno]), first)
+    return found
+
+
 def analyze(source: str) -> CellCode:
     """Parse Python source (IPython syntax already transformed) into a CellCode."""
     tree = ast.parse(source)
@@ -139,4 +189,5 @@ def analyze(source: str) -> CellCode:
         magics=magics,
         module_attributes=module_attributes,
         setting_calls=setting_calls,
+        definitions=_definitions(tree, source),
     )

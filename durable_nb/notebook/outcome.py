@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 from ..engine.cells import CellOutcome, CellRun
@@ -41,6 +42,7 @@ def cell_outcome(
     value: Any,
     exclude: frozenset[str],
     replay: bool,
+    recipe: Callable[[str], dict[str, Any] | None] | None = None,
 ) -> CellOutcome:
     """Gather what a finished cell hands to the engine: the names it bound or deleted, its settings,
     module attributes and shown value."""
@@ -88,4 +90,5 @@ def cell_outcome(
         open_figures=open_figure_ids(),
         extra=extra,
         blobs=blobs,
+        recipe=recipe,
     )
