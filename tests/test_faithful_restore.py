@@ -365,6 +365,7 @@ def test_functions_and_classes_that_cannot_be_pickled_come_back(start: Callable[
     assert restored(results) == [True, True, True, True]
     assert "made width, Counter again by running their definitions" in results[0].text
     assert "not restored" not in "".join(r.text for r in results[:3])
+    assert "not as cell" not in "".join(r.text for r in results)  # made again as the first kernel had them
     assert second.run(USE_DEFINITIONS).text == expected
     warning = next(line for line in results[3].text.splitlines() if "not restored" in line)
     assert "hidden (builtins.function: cannot pickle 'generator' object)" in warning

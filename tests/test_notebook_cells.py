@@ -263,6 +263,7 @@ class Pool:
 def rebound():
     pass
 rebound = threading.Lock()
+sizes = [Pool.size for Pool in [Pool]]
 """
 
 
@@ -300,7 +301,7 @@ def test_a_definition_that_cannot_run_again_is_named(kernel: Kernel, capsys: pyt
     other = fresh(kernel)
     other.ok(cell)
     out = capsys.readouterr().out
-    assert "could not make locked again from its definition (NameError: name 'guard' is not defined)" in out
+    assert "could not make locked again by running its definition (locked: NameError: name 'guard' is not" in out
     assert "guard (_thread.lock: cannot pickle '_thread.lock' object)" in out and "--replay" in out
     assert "locked" not in other.ns
 

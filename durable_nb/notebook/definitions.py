@@ -49,21 +49,24 @@ class Remade:
         return f"made {', '.join(shown)} again by running {definitions} (cannot be pickled)"
 
     def warning(self, node: str) -> str | None:
-        """One line naming what did not come back as cell ``node`` left it, and what to do."""
-        parts = [f"could not make {name} again from its definition ({error})" for name, error in self.failed.items()]
-        if self.differ:
-            names = ", ".join(self.differ)
+        """What did not come back as cell ``node`` left it, and what to do, if anything."""
+        parts = []
+        if self.failed:
+            errors = "; ".join(f"{name}: {error}" for name, error in self.failed.items())
             parts.append(
-                f"{names} {'is' if len(self.differ) == 1 else 'are'} not as cell '{node}' left "
-                f"{_them(self.differ)}: changed after {_their(self.differ)} definition, which is all a restore "
-                "can run again (or the definition read values changed since)"
+                f"could not make {', '.join(self.failed)} again by running {_their(list(self.failed))} "
+                f"definition ({errors}). If later cells need {_them(list(self.failed))}, add --replay to "
+                "this cell's %%durable line so that it runs again on restore."
             )
-        if not parts:
-            return None
-        return "; ".join(parts) + (
-            f". If later cells depend on {_them([*self.failed, *self.differ])}, add --replay to the %%durable "
-            "line of the cell that made the change so that it runs again on restore."
-        )
+        if self.differ:
+            names = self.differ
+            parts.append(
+                f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} not as cell '{node}' left {_them(names)}: "
+                f"changed after {_their(names)} definition, which is all a restore can run again (or the "
+                f"definition read values that changed since). If later cells depend on the change, add --replay "
+                "to the %%durable line of the cell that made it so that it runs again on restore."
+            )
+        return " ".join(parts) or None
 
 
 def _their(names: list[str]) -> str:

@@ -12,8 +12,10 @@ Sets and dict keys are sorted, so that hash randomisation between processes does
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 import types
+import warnings
 from typing import Any
 
 __all__ = ["shape_of"]
@@ -26,9 +28,18 @@ _UNCHANGING = ("__dict__", "__weakref__")
 
 
 def shape_of(value: Any) -> str:
-    """Return a digest of what ``value`` holds, equal for equal objects in any process."""
-    describer = _Describer()
-    return hashlib.sha256(repr(describer.describe(value, 0)).encode()).hexdigest()
+    """Return a digest of what ``value`` holds, equal for equal objects in any process.
+
+    An object that cannot be described gets a digest of its own, equal to no other.
+    """
+    try:
+        # Looking a library object up by name may touch deprecated attributes: nothing to tell the user.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            description = _Describer().describe(value, 0)
+    except Exception:  # noqa: BLE001 - a library object that misbehaves when asked: never taken as unchanged
+        return f"undescribed-{os.urandom(16).hex()}"
+    return hashlib.sha256(repr(description).encode()).hexdigest()
 
 
 def _type_name(kind: type) -> str:
@@ -128,6 +139,8 @@ class _Describer:
             return ("opaque", _type_name(type(obj)))
         if isinstance(reduced, str):
             return ("global", reduced)
+        if not isinstance(reduced, tuple) or len(reduced) < 2:
+            return ("opaque", _type_name(type(obj)))
         self.kept.append(reduced)
         callable_, arguments, *rest = reduced
         state = rest[0] if rest else None
