@@ -281,8 +281,9 @@ def test_what_cannot_be_pickled_is_made_again_from_its_definition(
     assert checkpoint.extra["reasons"]["rebound"] == "cannot pickle '_thread.lock' object"
     kernel.ok(MAKE_POOL)  # restored in the kernel that made it
     assert kernel.runs() == ["registered"]
-    kernel.ok("%%durable grow\nPool.size = 4")
     capsys.readouterr()
+    kernel.ok("%%durable grow\nPool.size = 4")
+    assert "'grow' changed Pool, which a restore makes again by running its definition" in capsys.readouterr().out
     other = fresh(kernel)
     other.ok(MAKE_POOL)
     assert other.runs() == ["registered", "registered"] and other.ns["Pool"].size == 1

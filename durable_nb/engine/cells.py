@@ -280,10 +280,10 @@ class CellRun(CellLineage):
         )
         # Report what the cell made or what the run held; a name only used and never storable is not news.
         unstored = {n: t for n, t in plan.unstored.items() if n in outcome.bound or n in self.manifest}
-        remade = _recipes(outcome, plan.unstored)
         if only_if_changed and not plan.manifest and not unstored and not outcome.deleted:
             self.tracker.committed(plan)
             return None
+        remade = _recipes(outcome, plan.unstored)
         outputs = codec.encode(outcome.outputs, self.values.secret, f"outputs of {node}")
         blobs = [*plan.blobs, *outcome.blobs, outputs]
         self.log.remove([*outcome.deleted, *unstored])

@@ -94,7 +94,8 @@ _BRANCHES = ast.If | ast.For | ast.AsyncFor | ast.While | ast.Match
 
 def _top_level(statements: list[ast.stmt], conditional: bool = False) -> list[tuple[ast.stmt, bool]]:
     """Statements that run when the cell runs, into if/for/while/with/try bodies, not into defs;
-    each with whether it sits in a branch, a loop or an exception handler."""
+    each with whether it sits in a branch, a loop or an exception handler (a ``try`` body counts
+    as running: it does, up to a statement that raises)."""
     found = []
     for statement in statements:
         found.append((statement, conditional))

@@ -13,7 +13,8 @@ that made the object, an object still as the cell left it is kept, so nothing ru
 Running a definition again gives what the cell left unless something changed the object after
 it, or the definition read values that changed after it: the object made is compared with the
 one the cell left (``shape_of``), and a difference is named in a warning, never restored silently.
-The same comparison runs when a later cell that used the object is restored.
+A later cell that uses the object is compared too: a change it made is named when it commits
+(a restart will not bring it back) and again when it is restored.
 """
 
 from __future__ import annotations
@@ -95,7 +96,8 @@ class Definitions:
     """The objects of one kernel that were made by a definition the store keeps instead of a pickle."""
 
     def __init__(self) -> None:
-        self._made: dict[str, Any] = {}
+        # name -> (the object a definition made, its shape when last committed or restored)
+        self._made: dict[str, tuple[Any, str]] = {}
 
     def recipe(self, cell: CellCode, namespace: dict[str, Any], flags: int) -> Callable[[str], dict[str, Any] | None]:
         """Return how to make a value of this cell again when it cannot be stored (None: no way)."""
@@ -105,18 +107,24 @@ class Definitions:
             definition = cell.definitions.get(name)
             if definition is not None:
                 return {"source": definition.source, "line": definition.line, "flags": flags, "shape": shape_of(value)}
-            if name in self._made and self._made[name] is value:
+            if name in self._made and self._made[name][0] is value:
                 # Made by an earlier cell's definition: what this cell left is compared on restore.
                 return {"shape": shape_of(value)}
             return None
 
         return recipe
 
-    def committed(self, namespace: dict[str, Any], remade: dict[str, Any]) -> None:
-        """Remember the objects a committed cell's kept definitions made."""
+    def committed(self, namespace: dict[str, Any], remade: dict[str, Any]) -> list[str]:
+        """Remember the objects a committed cell's kept definitions made; return those made by an
+        earlier cell's definition that this cell changed (a restart will not bring the change back)."""
+        changed = []
         for name, recipe in remade.items():
-            if "source" in recipe and name in namespace:
-                self._made[name] = namespace[name]
+            if name not in namespace:
+                continue
+            if "source" not in recipe and name in self._made and self._made[name][1] != recipe["shape"]:
+                changed.append(name)
+            self._made[name] = (namespace[name], recipe["shape"])
+        return changed
 
     def remake(
         self,
@@ -129,26 +137,27 @@ class Definitions:
         each object with what the cell left."""
         done = Remade()
         wanted = {name: recipe for name, recipe in remade.items() if name not in exclude}
+        shapes: dict[str, str] = {}
         for name, recipe in sorted(wanted.items(), key=lambda item: item[1].get("line", 0)):
             if "source" not in recipe:
                 continue
-            if _as_left(namespace, name, recipe):
-                self._made[name] = namespace[name]  # the kernel that made it holds it as it was: nothing runs twice
-                continue
+            if name in namespace:
+                shapes[name] = shape_of(namespace[name])
+                if shapes[name] == recipe["shape"]:
+                    continue  # the kernel that made it holds it as it was: nothing runs twice
             try:
                 self._run(namespace, name, recipe, filename_for)
             except Exception as error:  # noqa: BLE001 - reported to the user, the restore goes on
                 done.failed[name] = f"{type(error).__name__}: {error}"
                 continue
             done.ran.append(name)
-            self._made[name] = namespace.get(name)
+            shapes.pop(name, None)
         for name, recipe in wanted.items():
             if name in done.failed or name not in namespace:
                 continue
-            if _as_left(namespace, name, recipe):
-                done.back.append(name)
-            else:
-                done.differ.append(name)
+            shape = shapes.get(name) or shape_of(namespace[name])
+            (done.back if shape == recipe["shape"] else done.differ).append(name)
+            self._made[name] = (namespace[name], shape)
         return done
 
     @staticmethod
@@ -157,7 +166,3 @@ class Definitions:
         # What the definition prints was printed when the cell ran, and is replayed with its outputs.
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             run_code(analyze(source), namespace, filename_for(source), timeout=None, node=name, flags=recipe["flags"])
-
-
-def _as_left(namespace: dict[str, Any], name: str, recipe: dict[str, Any]) -> bool:
-    return name in namespace and shape_of(namespace[name]) == recipe["shape"]

@@ -380,8 +380,16 @@ class KernelSession:
             return
         namespace = self.shell.user_ns
         extra = checkpoint.extra
+        changed = self.definitions.committed(namespace, extra.get("remade", {}))
+        if changed:
+            self.notes.warn(
+                f"'{outcome.node_id}' changed {', '.join(changed)}, which a restore makes again by running "
+                f"{'its definition' if len(changed) == 1 else 'their definitions'}: the change will not come back "
+                "after a restart. If later cells depend on it, add --replay to this cell's %%durable line so "
+                "that it runs again on restore.",
+                "remade",
+            )
         remade = {n: r for n, r in extra.get("remade", {}).items() if "source" in r}
-        self.definitions.committed(namespace, remade)
         unstored = extra.get("unstored", {})
         fresh = {n: t for n, t in unstored.items() if self._unstorable_warned.get(n) != id(namespace.get(n))}
         for name in fresh:
