@@ -369,6 +369,9 @@ _RC_CALLS = (
     "matplotlib.interactive",
     "matplotlib.pyplot.ion",
     "matplotlib.pyplot.ioff",
+    # seaborn's set_theme and set_palette may also change matplotlib's named colours: not listed.
+    "seaborn.set_style",
+    "seaborn.set_context",
 )
 _TORCH_CALLS = (
     "torch.manual_seed",
