@@ -321,3 +321,134 @@ def test_streams_restore_as_the_kernel_sent_them(start: Callable[[], Kernel]) ->
     again = run_all(second, STREAMS)
     assert restored(again) == [True] * len(STREAMS)
     assert [shown(r) for r in again] == live
+
+
+EPOCH = [
+    "%%durable imports\nimport datetime\nimport matplotlib.pyplot as plt\nimport numpy as np\n"
+    "import matplotlib.dates as mdates",
+    "%%durable old_epoch\nold_epoch = '0000-12-31T00:00:00'\nnew_epoch = '1970-01-01T00:00:00'\n"
+    "mdates.set_epoch(old_epoch)\n"
+    "date1 = datetime.datetime(2000, 1, 1, 0, 10, 0, 12, tzinfo=datetime.timezone.utc)\n"
+    "mdate1 = mdates.date2num(date1)\nprint('Before Roundtrip: ', date1, 'Matplotlib date:', mdate1)",
+    "%%durable near_epoch\ndate1 = datetime.datetime(10, 1, 1, 0, 10, 0, 12, tzinfo=datetime.timezone.utc)\n"
+    "mdate1 = mdates.date2num(date1)\nprint('Before Roundtrip: ', date1, 'Matplotlib date:', mdate1)\n"
+    "print('After Roundtrip:  ', mdates.num2date(mdate1))",
+    "%%durable too_late\ntry:\n    mdates.set_epoch(new_epoch)\nexcept RuntimeError as e:\n"
+    "    print('RuntimeError:', str(e))",
+    "%%durable plot\nfig, ax = plt.subplots()\n"
+    "ax.plot(np.arange('2000-01-01', '2000-01-03', dtype='datetime64[D]'), [1, 2])\n"
+    "print('limits', [round(x, 3) for x in ax.get_xlim()], 'epoch', mdates.get_epoch())",
+]
+
+
+def stream_text(result: CellResult) -> str:
+    return "".join(o["text"] for o in result.outputs if o["type"] == "stream")
+
+
+def test_a_date_epoch_set_in_a_cell_holds_after_a_kill(start: Callable[[], Kernel]) -> None:
+    """Library state outside rcParams: matplotlib's date epoch, set in a cell (as the gallery's
+    "Date precision and epochs" does), is set again when the cell is restored after a SIGKILL,
+    so the cells that execute next print the plain run's dates, and its too-late set_epoch
+    fails as it did there."""
+    plain = start()
+    expected = [stream_text(r) for r in plain.run_all([c.split("\n", 1)[1] for c in EPOCH])]
+    assert "RuntimeError: set_epoch must be called before dates plotted." in expected[3]
+    first = start()
+    run_all(first, EPOCH[:2])
+    first.kill()
+    second = start()
+    results = run_all(second, EPOCH)
+    assert restored(results) == [True, True, False, False, False]
+    assert [stream_text(r) for r in results] == expected
+    assert "could not" not in "".join(r.text for r in results) and "cannot restore" not in results[1].text
+
+
+REGISTRIES = [
+    "%%durable imports\nimport datetime, fractions\nimport matplotlib\nimport matplotlib.dates as mdates\n"
+    "import matplotlib.units as munits\nimport pandas as pd\nfrom matplotlib.colors import ListedColormap",
+    "%%durable register\nmatplotlib.colormaps.register(ListedColormap(['red', 'blue'], name='dnb-red-blue'))\n"
+    "pd.plotting.register_matplotlib_converters()\nmunits.registry[fractions.Fraction] = mdates.DateConverter()",
+]
+REGISTRY_CHECKS = (
+    "{'colors': matplotlib.colormaps['dnb-red-blue'].colors if 'dnb-red-blue' in matplotlib.colormaps else None,"
+    " 'converters': {k.__name__: type(munits.registry[k]).__module__ for k in"
+    " (pd.Timestamp, datetime.datetime, fractions.Fraction) if k in munits.registry}}"
+)
+
+
+def test_registered_colormaps_and_unit_converters_come_back(start: Callable[[], Kernel]) -> None:
+    """Library state outside rcParams: a colormap registered with matplotlib.colormaps.register,
+    pandas' converters registered with register_matplotlib_converters and a converter put in
+    matplotlib.units.registry are registered again when their cell is restored after a SIGKILL."""
+    first = start()
+    run_all(first, REGISTRIES)
+    expected = probe(first, REGISTRY_CHECKS)
+    assert expected["colors"] == ["red", "blue"] and expected["converters"]["Timestamp"].startswith("pandas")
+    first.kill()
+    second = start()
+    results = run_all(second, REGISTRIES)
+    assert restored(results) == [True, True] and "cannot restore" not in results[1].text
+    assert probe(second, REGISTRY_CHECKS) == expected
+
+
+def test_a_seeding_cell_warns_only_about_the_call_durable_nb_does_not_read(
+    start: Callable[[], Kernel], tmp_path: Path
+) -> None:
+    """A set-up call is judged on its own: in the usual seeding cell, numpy's seed is recorded and
+    made again, while the seed of a library durable_nb does not read is named in a warning (it
+    used to be skipped because numpy's state changed in the same cell); so is a call into
+    matplotlib whose effect durable_nb does not read, though it reads matplotlib's rcParams."""
+    (tmp_path / "fakelib.py").write_text("STATE = {'seed': None}\ndef set_seed(n):\n    STATE['seed'] = n\n")
+    cells = [
+        "%%durable seeds\nimport numpy as np, fakelib, matplotlib\nnp.random.seed(0); fakelib.set_seed(0)\n"
+        "matplotlib.color_sequences.register('dnb-pair', ['red', 'blue'])",
+    ]
+    first = start()
+    committed = run_all(first, cells)
+    assert "cannot restore" not in committed[0].text  # said when a restore would be wrong, not before
+    expected = probe(first, "float(np.random.rand())")
+    first.kill()
+    second = start()
+    [result] = run_all(second, cells)
+    warning = next(line for line in result.text.splitlines() if "cannot restore" in line)
+    assert "fakelib.set_seed(0)" in warning and "matplotlib.color_sequences.register(" in warning
+    assert "np.random.seed" not in warning and "--replay" in warning
+    assert probe(second, "float(np.random.rand())") == expected
+
+
+DEFINITIONS = [
+    "%%durable defs\nimport threading\nimport matplotlib\nstyle = {'lines.linewidth': 3.5}\n\n"
+    "@matplotlib.rc_context(style)\ndef width(scale=2):\n    return matplotlib.rcParams['lines.linewidth'] * scale\n\n"
+    "class Counter:\n    lock = threading.Lock()\n\n    def __init__(self, start):\n        self.value = start\n\n"
+    "    def bump(self):\n        with self.lock:\n            self.value += 1\n        return self.value",
+    "%%durable narrow\n@matplotlib.rc_context({'lines.linewidth': 0.5})\ndef thin():\n"
+    "    return matplotlib.rcParams['lines.linewidth']",
+    "%%durable redefine\n@matplotlib.rc_context({'lines.linewidth': 1.25})\ndef width(scale=4):\n"
+    "    return matplotlib.rcParams['lines.linewidth'] * scale",
+    "%%durable nested\nif style:\n    @matplotlib.rc_context(style)\n    def hidden():\n        return 1",
+]
+USE_DEFINITIONS = "print('RESULT', width(), width(1), thin(), Counter(41).bump(), isinstance(Counter(0), Counter))"
+
+
+def test_functions_and_classes_that_cannot_be_pickled_come_back(start: Callable[[], Kernel]) -> None:
+    """A function under @matplotlib.rc_context (its decorator holds a generator) and a class with a
+    lock and methods cannot be pickled: after a SIGKILL, Run All makes them again by running their
+    definitions, the later definition of a function redefined in a later cell wins, and a cell
+    that executes next calls them with the first kernel's results. A function whose definition
+    sits in a block is named with the real cause and what to do."""
+    first = start()
+    committed = run_all(first, DEFINITIONS)
+    assert "restore makes them again" in committed[0].text
+    expected = first.run(USE_DEFINITIONS).text
+    assert "RESULT 5.0 1.25 0.5 42 True" in expected
+    first.kill()
+    second = start()
+    results = run_all(second, DEFINITIONS)
+    assert restored(results) == [True, True, True, True]
+    assert "made width, Counter again by running their definitions" in results[0].text
+    assert "not restored" not in "".join(r.text for r in results[:3])
+    assert "not as cell" not in "".join(r.text for r in results)  # made again as the first kernel had them
+    assert second.run(USE_DEFINITIONS).text == expected
+    warning = next(line for line in results[3].text.splitlines() if "not restored" in line)
+    assert "hidden (builtins.function: cannot pickle 'generator' object)" in warning
+    assert "--replay" in warning and "top level" in warning

@@ -136,6 +136,33 @@ _private = "kept"
     assert checkpoint.extra["unstored"] == {"handle": "_io.TextIOWrapper"}
 
 
+def test_set_up_calls_are_judged_one_by_one(kernel: Kernel) -> None:
+    """A set-up call is named as an effect a restore cannot make again unless a setting durable_nb
+    reads covers that very call: not the library it goes into, not another change in the cell.
+    A method of a variable changes the variable (stored as such); a call in a branch may not
+    have run, so what it would set is not read."""
+    kernel.ok(
+        """%%durable setup
+import logging, sys
+import numpy as np, matplotlib.dates as mdates
+from sklearn.linear_model import LogisticRegression
+model = LogisticRegression()
+model.set_params(C=2.0)
+log = logging.getLogger("dnb.test.setup")
+log.setLevel(log.level)
+np.random.set_state(np.random.get_state())
+sys.setrecursionlimit(sys.getrecursionlimit())
+if not model:
+    mdates.set_epoch("2000-01-01T00:00:00")
+"""
+    )
+    checkpoint = run_sync(dnb.connect(kernel.store_url).head_checkpoint(_session(kernel).cell_run.run_id))
+    assert checkpoint.extra["effects"] == [
+        "sys.setrecursionlimit(sys.getrecursionlimit())",
+        'mdates.set_epoch("2000-01-01T00:00:00")',
+    ]
+
+
 def test_unchanged_values_are_not_recommitted(kernel: Kernel) -> None:
     """N2: a later cell commits only what it defined or may have changed, not everything."""
     kernel.ok(LOAD)
@@ -220,6 +247,64 @@ def test_unserializable_values_are_named_and_skipped(kernel: Kernel, capsys: pyt
     assert other.ns["settings"] == {"retries": 3}
     assert "lock" not in other.ns and "sock" not in other.ns
     assert "not restored" in err and "lock" in err and "--exclude" in err
+
+
+MAKE_POOL = """%%durable make
+import threading
+def register(kind):
+    bump(COUNTER, "registered")
+    return kind
+
+@register
+class Pool:
+    lock = threading.Lock()
+    size = 1
+
+def rebound():
+    pass
+rebound = threading.Lock()
+sizes = [Pool.size for Pool in [Pool]]
+"""
+
+
+def test_what_cannot_be_pickled_is_made_again_from_its_definition(
+    kernel: Kernel, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A class that cannot be pickled is made again from its definition, decorators included: in
+    the kernel that made it, an object still as its cell left it is kept (its decorator does not
+    run twice); in a new kernel the decorator runs again, as it ran there. A definition whose name
+    the cell rebinds after it is not kept. A change made to the object after its definition is
+    named when the cell that made it is restored."""
+    kernel.ok(MAKE_POOL)
+    checkpoint = run_sync(dnb.connect(kernel.store_url).head_checkpoint(_session(kernel).cell_run.run_id))
+    assert set(checkpoint.extra["remade"]) == {"Pool"}
+    assert checkpoint.extra["reasons"]["rebound"] == "cannot pickle '_thread.lock' object"
+    kernel.ok(MAKE_POOL)  # restored in the kernel that made it
+    assert kernel.runs() == ["registered"]
+    capsys.readouterr()
+    kernel.ok("%%durable grow\nPool.size = 4")
+    assert "'grow' changed Pool, which a restore makes again by running its definition" in capsys.readouterr().out
+    other = fresh(kernel)
+    other.ok(MAKE_POOL)
+    assert other.runs() == ["registered", "registered"] and other.ns["Pool"].size == 1
+    assert "made Pool again by running its definition" in capsys.readouterr().out
+    other.ok("%%durable grow\nPool.size = 4")
+    out = capsys.readouterr().out
+    assert "Pool is not as cell 'grow' left it" in out and "--replay" in out
+
+
+def test_a_definition_that_cannot_run_again_is_named(kernel: Kernel, capsys: pytest.CaptureFixture[str]) -> None:
+    """A kept definition that fails when run again on restore (its default is a lock, which could
+    not be stored) is named with its error and what to do, and so is the lock, with its cause."""
+    cell = "%%durable guarded\nimport threading\nguard = threading.Lock()\ndef locked(value=guard):\n    return value"
+    kernel.ok(cell)
+    capsys.readouterr()
+    other = fresh(kernel)
+    other.ok(cell)
+    out = capsys.readouterr().out
+    assert "could not make locked again by running its definition (locked: NameError: name 'guard' is not" in out
+    assert "guard (_thread.lock: cannot pickle '_thread.lock' object)" in out and "--replay" in out
+    assert "locked" not in other.ns
 
 
 def test_exclude_keeps_names_out(kernel: Kernel) -> None:

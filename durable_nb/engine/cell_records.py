@@ -18,6 +18,8 @@ class CellOutcome:
     ``touched`` are the names the cell mentioned or bound; the namespace tracker pickles those
     and whatever shares objects with them. ``bound`` are the names the cell (re)bound: a value
     among them that cannot be stored is reported. ``extra`` rides in the checkpoint as is.
+    ``recipe`` tells, for a value that cannot be stored, how the front end can make it again
+    (a function's definition): kept in the checkpoint, opaque to the engine.
     """
 
     node_id: str
@@ -35,16 +37,18 @@ class CellOutcome:
     blobs: list[Blob] = field(default_factory=list)
     # Events of the attempts before the one that finished (retries), committed with the cell.
     events: list[NewEvent] = field(default_factory=list)
+    recipe: Callable[[str], dict[str, Any] | None] | None = None
 
 
 @dataclass(slots=True)
 class Restorable:
-    """A committed cell, restored: the names it set, its outputs, what it could not store."""
+    """A committed cell, restored: the names it set, its outputs, what it could not store (and why)."""
 
     checkpoint: CheckpointRecord
     names: list[str]
     outputs: list[dict[str, Any]]
     unstored: dict[str, str]
+    reasons: dict[str, str] = field(default_factory=dict)
 
     @property
     def source_hash(self) -> str | None:

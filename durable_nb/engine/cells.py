@@ -66,6 +66,14 @@ def new_notebook_run(name: str, key: str | None, *, owned: bool = True, meta: di
     )
 
 
+def _recipes(outcome: CellOutcome, unstored: dict[str, str]) -> dict[str, Any]:
+    """How the front end makes again the values that cannot be stored, for those it can."""
+    if outcome.recipe is None:
+        return {}
+    found = {name: outcome.recipe(name) for name in unstored}
+    return {name: recipe for name, recipe in found.items() if recipe is not None}
+
+
 class CellRun(CellLineage):
     """The run a kernel is attached to, and the durable state its cells have committed."""
 
@@ -215,7 +223,8 @@ class CellRun(CellLineage):
         for name in deleted:
             namespace.pop(name, None)
         self.tracker.drop(deleted)
-        return Restorable(checkpoint, list(values), outputs, dict(checkpoint.extra.get("unstored", {})))
+        extra = checkpoint.extra
+        return Restorable(checkpoint, list(values), outputs, dict(extra.get("unstored", {})), extra.get("reasons", {}))
 
     # -- committing ---------------------------------------------------------------------------
 
@@ -274,6 +283,7 @@ class CellRun(CellLineage):
         if only_if_changed and not plan.manifest and not unstored and not outcome.deleted:
             self.tracker.committed(plan)
             return None
+        remade = _recipes(outcome, plan.unstored)
         outputs = codec.encode(outcome.outputs, self.values.secret, f"outputs of {node}")
         blobs = [*plan.blobs, *outcome.blobs, outputs]
         self.log.remove([*outcome.deleted, *unstored])
@@ -294,6 +304,8 @@ class CellRun(CellLineage):
                 "blobs": [outputs.hash, *(b.hash for b in outcome.blobs)],
                 "unstored": unstored,
                 "deleted": sorted(outcome.deleted),
+                **({"reasons": {n: plan.reasons[n] for n in unstored if n in plan.reasons}} if unstored else {}),
+                **({"remade": remade} if remade else {}),
             },
         )
         result = await self._commit(

@@ -52,7 +52,8 @@ class StorePlan:
 
     manifest: dict[str, str] = field(default_factory=dict)
     blobs: list[Blob] = field(default_factory=list)
-    unstored: dict[str, str] = field(default_factory=dict)
+    unstored: dict[str, str] = field(default_factory=dict)  # name to type
+    reasons: dict[str, str] = field(default_factory=dict)  # name to why it cannot be pickled
     known: dict[str, Known] = field(default_factory=dict)
 
 
@@ -287,8 +288,9 @@ class NamespaceTracker:
                     continue
                 try:
                     result = pickle_values([namespace[name]], namespace)
-                except Exception:  # noqa: BLE001 - any failure to pickle means the value cannot be stored
+                except Exception as error:  # noqa: BLE001 - any failure to pickle means the value cannot be stored
                     plan.unstored[name] = _type_name(namespace[name])
+                    plan.reasons[name] = str(error) or type(error).__name__
                     continue
                 units.append(_Unit([name], result))
                 covered.update(result.reach.tolist())

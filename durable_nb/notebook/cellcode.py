@@ -12,8 +12,9 @@ import ast
 import hashlib
 import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-__all__ = ["SETTING_MAGICS", "CellCode", "analyze"]
+__all__ = ["SETTING_MAGICS", "CellCode", "Definition", "SetupCall", "analyze"]
 
 # Line magics that configure the kernel, and are cheap and safe to run again on restore.
 SETTING_MAGICS = frozenset(
@@ -28,6 +29,22 @@ _SETTING_CALL = re.compile(
 )
 
 
+class SetupCall(NamedTuple):
+    """A top-level call that looks like set-up: the dotted name called, its text, and whether it
+    sits in a branch or loop (so may not have run)."""
+
+    path: str
+    text: str
+    conditional: bool
+
+
+class Definition(NamedTuple):
+    """A top-level ``def`` or ``class`` statement of a cell, decorators included, as the cell ran it."""
+
+    source: str
+    line: int
+
+
 @dataclass(slots=True)
 class CellCode:
     """A parsed cell: its statements, the expression it ends with, and what it mentions."""
@@ -38,7 +55,9 @@ class CellCode:
     names: frozenset[str] = frozenset()
     magics: list[tuple[str, str]] = field(default_factory=list)
     module_attributes: list[str] = field(default_factory=list)
-    setting_calls: list[tuple[str, str]] = field(default_factory=list)
+    setting_calls: list[SetupCall] = field(default_factory=list)
+    # Functions and classes whose value is what their definition made (not rebound after it).
+    definitions: dict[str, Definition] = field(default_factory=dict)
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -70,17 +89,67 @@ def _line_magic(node: ast.stmt) -> tuple[str, str] | None:
     return None
 
 
-def _top_level(statements: list[ast.stmt]) -> list[ast.stmt]:
-    """Statements that run when the cell runs: into if/for/while/with/try bodies, not into defs."""
+_BRANCHES = ast.If | ast.For | ast.AsyncFor | ast.While | ast.Match
+
+
+def _top_level(statements: list[ast.stmt], conditional: bool = False) -> list[tuple[ast.stmt, bool]]:
+    """Statements that run when the cell runs, into if/for/while/with/try bodies, not into defs;
+    each with whether it sits in a branch, a loop or an exception handler (a ``try`` body counts
+    as running: it does, up to a statement that raises)."""
     found = []
     for statement in statements:
-        found.append(statement)
+        found.append((statement, conditional))
         if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             continue
-        for block in ("body", "orelse", "finalbody"):
-            found.extend(_top_level(getattr(statement, block, []) or []))
+        branch = conditional or isinstance(statement, _BRANCHES)
+        found.extend(_top_level(getattr(statement, "body", []) or [], branch))
+        found.extend(_top_level(getattr(statement, "orelse", []) or [], True))
+        found.extend(_top_level(getattr(statement, "finalbody", []) or [], conditional))
         for handler in getattr(statement, "handlers", []) or []:
-            found.extend(_top_level(handler.body))
+            found.extend(_top_level(handler.body, True))
+        for case in getattr(statement, "cases", []) or []:
+            found.extend(_top_level(case.body, True))
+    return found
+
+
+_DEFINITIONS = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+_SCOPES = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda
+
+
+def _bound(node: ast.AST) -> set[str]:
+    """Names a statement binds or deletes in the cell's namespace (not inside functions it defines)."""
+    if isinstance(node, _DEFINITIONS):
+        return {node.name}
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        return {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+    found = set()
+    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+        found.add(node.id)
+    for attribute in ("name", "rest"):  # except … as name, match patterns
+        value = getattr(node, attribute, None)
+        if isinstance(value, str) and not isinstance(node, ast.alias):
+            found.add(value)
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, _SCOPES):
+            found |= {child.name} if isinstance(child, _DEFINITIONS) else set()
+        elif isinstance(child, ast.comprehension):
+            found |= _bound(child.iter) | {n for c in child.ifs for n in _bound(c)}  # its target is its own
+        else:
+            found |= _bound(child)
+    return found
+
+
+def _definitions(tree: ast.Module, source: str) -> dict[str, Definition]:
+    """The cell's top-level definitions whose names nothing after them in the cell binds again."""
+    lines = source.splitlines(keepends=True)
+    found: dict[str, Definition] = {}
+    for statement in tree.body:
+        for name in _bound(statement):
+            found.pop(name, None)
+        if isinstance(statement, _DEFINITIONS) and statement.end_lineno is not None:
+            # A decorated statement starts at its first decorator, not at ``def``.
+            first = min([statement.lineno, *(d.lineno for d in statement.decorator_list)])
+            found[statement.name] = Definition("".join(lines[first - 1 : statement.end_lineno]), first)
     return found
 
 
@@ -92,8 +161,8 @@ def analyze(source: str) -> CellCode:
     names = frozenset(node.id for node in ast.walk(tree) if isinstance(node, ast.Name))
     magics: list[tuple[str, str]] = []
     module_attributes: list[str] = []
-    setting_calls: list[tuple[str, str]] = []
-    for statement in _top_level(tree.body):
+    setting_calls: list[SetupCall] = []
+    for statement, conditional in _top_level(tree.body):
         magic = _line_magic(statement)
         if magic is not None:
             if magic[0] in SETTING_MAGICS:
@@ -105,7 +174,8 @@ def analyze(source: str) -> CellCode:
         if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
             called = _dotted(statement.value.func)
             if called and _SETTING_CALL.match(called.rsplit(".", 1)[-1]):
-                setting_calls.append((called, ast.get_source_segment(source, statement) or called))
+                text = ast.get_source_segment(source, statement) or called
+                setting_calls.append(SetupCall(called, text, conditional))
     statements = list(tree.body)
     last_expr = None
     if statements and isinstance(statements[-1], ast.Expr):
@@ -120,4 +190,5 @@ def analyze(source: str) -> CellCode:
         magics=magics,
         module_attributes=module_attributes,
         setting_calls=setting_calls,
+        definitions=_definitions(tree, source),
     )

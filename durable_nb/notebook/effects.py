@@ -4,22 +4,21 @@ libraries, and the value it showed (kept to bring back ``_`` and ``Out[n]``)."""
 from __future__ import annotations
 
 import ast
+import inspect
+import sys
 import types
 from typing import Any
 
 from ..errors import SerializationError
 from ..model import Blob
 from ..store import codec
-from .cellcode import CellCode
+from .cellcode import CellCode, SetupCall
+from .settings import setting_for_call
 
-__all__ = ["attributes_set", "result_blob", "set_attributes", "uncovered_calls"]
+__all__ = ["attributes_set", "result_blob", "set_attributes", "unrecorded_calls"]
 
 # A cell's value is stored with it (for ``_`` and ``Out[n]`` after a restore) up to this size.
 _RESULT_BYTES = 1 << 20
-# Top-level packages whose settings the settings watch reads: a set-up call into them is covered.
-_WATCHED_PACKAGES = frozenset(
-    "numpy sklearn pandas matplotlib seaborn random warnings logging os sys torch dotenv".split()
-)
 
 
 def attributes_set(namespace: dict[str, Any], paths: list[str]) -> tuple[dict[str, Any], list[str]]:
@@ -56,21 +55,53 @@ def set_attributes(namespace: dict[str, Any], attributes: dict[str, Any]) -> lis
     return problems
 
 
-def uncovered_calls(namespace: dict[str, Any], calls: list[tuple[str, str]], settings_changed: bool) -> list[str]:
-    """Return set-up calls into libraries whose settings durable_nb does not read."""
-    if settings_changed:
-        return []
-    found = []
-    for path, text in calls:
-        package = _package_of(namespace.get(path.split(".")[0]))
-        if package and package not in _WATCHED_PACKAGES and package != "__main__":
-            found.append(text if len(text) <= 80 else text[:79] + "…")
-    return found
+def unrecorded_calls(namespace: dict[str, Any], calls: list[SetupCall]) -> tuple[list[str], set[str]]:
+    """Sort a cell's set-up calls into libraries: the calls whose effect no setting reads (to name
+    in a warning), and the settings read only after their call was made (to read now).
+
+    Every call is judged on its own: one library's setting being read says nothing of another
+    call into the same library (``matplotlib.use`` changes the backend, which is not restored).
+    """
+    unrecorded: list[str] = []
+    called: set[str] = set()
+    for call in calls:
+        root, *rest = call.path.split(".")
+        if not _into_library(namespace.get(root)):
+            continue
+        target = namespace[root]
+        try:
+            for name in rest:
+                target = getattr(target, name)
+        except Exception:  # noqa: BLE001 - a call that cannot be looked up cannot be said to be read
+            target = None
+        setting = None if target is None else setting_for_call(target)
+        if setting is not None and setting.on_call and not call.conditional:
+            called.add(setting.name)
+        elif setting is None or setting.on_call:
+            unrecorded.append(call.text if len(call.text) <= 80 else call.text[:79] + "…")
+    return unrecorded, called
 
 
-def _package_of(value: Any) -> str:
-    name = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
-    return str(name or "").split(".")[0]
+def _into_library(value: Any) -> bool:
+    """True if a call through ``value`` goes into a library: through a module, a library's class or
+    function, or an object a library module holds (``from matplotlib import colormaps``). A method
+    of a notebook variable changes that variable, which is stored as such."""
+    if value is None:
+        return False
+    if isinstance(value, types.ModuleType):
+        return value.__name__ != "__main__"
+    if isinstance(value, type) or inspect.isroutine(value):
+        return (getattr(value, "__module__", None) or "__main__") != "__main__"
+    return _held_by_library(value)
+
+
+def _held_by_library(value: Any) -> bool:
+    name = type(value).__module__ or ""
+    for module_name in {name, name.split(".")[0]} - {"__main__", "builtins"}:
+        module = sys.modules.get(module_name)
+        if module is not None and any(held is value for held in list(vars(module).values())):
+            return True
+    return False
 
 
 def result_blob(cell: CellCode, value: Any, secret: bytes) -> Blob | str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 from ..engine.cells import CellOutcome, CellRun
@@ -11,7 +12,7 @@ from ..model import Blob
 from ..store import codec
 from .capture import open_figure_ids
 from .cellcode import CellCode
-from .effects import attributes_set, result_blob, uncovered_calls
+from .effects import attributes_set, result_blob, unrecorded_calls
 from .settings import SettingsWatch
 
 __all__ = ["cell_outcome"]
@@ -41,6 +42,7 @@ def cell_outcome(
     value: Any,
     exclude: frozenset[str],
     replay: bool,
+    recipe: Callable[[str], dict[str, Any] | None] | None = None,
 ) -> CellOutcome:
     """Gather what a finished cell hands to the engine: the names it bound or deleted, its settings,
     module attributes and shown value."""
@@ -50,7 +52,8 @@ def cell_outcome(
     deleted = sorted(n for n in before if n not in namespace and storable(n))
     extra: dict[str, Any] = {}
     blobs: list[Blob] = []
-    settings = watch.changes()
+    unrecorded, called = unrecorded_calls(namespace, cell.setting_calls)
+    settings = watch.changes(called)
     attributes, effects = attributes_set(namespace, cell.module_attributes)
     if settings or attributes:
         try:
@@ -61,7 +64,7 @@ def cell_outcome(
         else:
             blobs.append(blob)
             extra["settings"] = blob.hash
-    effects += uncovered_calls(namespace, cell.setting_calls, bool(settings))
+    effects += unrecorded
     if effects and not replay:
         extra["effects"] = effects
     if cell.magics:
@@ -87,4 +90,5 @@ def cell_outcome(
         open_figures=open_figure_ids(),
         extra=extra,
         blobs=blobs,
+        recipe=recipe,
     )

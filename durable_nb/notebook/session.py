@@ -26,6 +26,7 @@ from ..store import Store, connect
 from ..store.secret import load_secret
 from .capture import Capture, close_restored_figures, is_quiet, open_figure_ids, replay
 from .cellcode import CellCode, analyze
+from .definitions import Definitions, unstored_advice
 from .effects import set_attributes
 from .execute import run_code
 from .map_progress import MapProgress
@@ -60,6 +61,7 @@ class KernelSession:
         self.cell_run: CellRun | None = None
         self.tracker: NamespaceTracker | None = None
         self._unstorable_warned: dict[str, int] = {}
+        self.definitions = Definitions()
         self.notes = Notes(shell)
         shell.events.register("pre_run_cell", self.notes.new_cell)
         atexit.register(self._release_at_exit)
@@ -213,6 +215,7 @@ class KernelSession:
                 self.shell.run_line_magic(magic, line)
             except Exception as error:  # noqa: BLE001 - reported below, the restore goes on
                 problems.append(f"%{magic} {line}: {type(error).__name__}: {error}")
+        remade = self.definitions.remake(namespace, extra.get("remade", {}), options.exclude, self.shell.compile.cache)
         if extra.get("settings"):
             effects = run_sync(cell_run.values.load_one(extra["settings"]))
             problems += apply_changes(effects.get("settings", {}))
@@ -229,15 +232,24 @@ class KernelSession:
         self.notes.say(
             f"restored '{committed.node_id}' from checkpoint (committed {_ago(committed)}{took})", "restored"
         )
-        if restored.unstored:
-            names = ", ".join(f"{n} ({t})" for n, t in sorted(restored.unstored.items()))
+        if remade.note():
+            self.notes.say(str(remade.note()), "remade")
+        accounted = {*remade.back, *remade.differ, *remade.failed}
+        lost = {n: t for n, t in restored.unstored.items() if n not in accounted and n not in options.exclude}
+        if lost:
             self.notes.warn(
-                f"not restored, since they could not be stored: {names}. Create such objects in a "
-                "plain cell, or leave them out with --exclude.",
+                f"not restored, since they could not be stored: {_unstorable(lost, restored.reasons)}. "
+                + unstored_advice(list(lost.values())),
                 "unstored",
             )
+        if remade.warning(committed.node_id):
+            self.notes.warn(str(remade.warning(committed.node_id)), "remade")
         if problems:
-            self.notes.warn("could not re-apply what this cell set: " + "; ".join(problems), "settings")
+            self.notes.warn(
+                "could not re-apply what this cell set: " + "; ".join(problems) + ". If later cells depend on it, "
+                "add --replay to the cell's %%durable line so that it runs again on restore.",
+                "settings",
+            )
         if extra.get("effects"):
             self.notes.warn(
                 f"cell '{committed.node_id}' ran {', '.join(extra['effects'])}, whose effect outside its "
@@ -343,8 +355,19 @@ class KernelSession:
             finally:
                 leave_scope(token)
             shown = None if quiet else value  # a quiet cell's value is no Out[n] (nor _) to bring back
+            recipe = self.definitions.recipe(cell, namespace, flags)
             outcome = cell_outcome(
-                self.shell, cell_run, node, cell, capture.outputs, before, watch, shown, options.exclude, options.replay
+                self.shell,
+                cell_run,
+                node,
+                cell,
+                capture.outputs,
+                before,
+                watch,
+                shown,
+                options.exclude,
+                options.replay,
+                recipe,
             )
             outcome.duration = time.perf_counter() - started
             outcome.attempts = attempt
@@ -355,15 +378,39 @@ class KernelSession:
 
     def _commit(self, cell_run: CellRun, outcome: CellOutcome, *, only_if_changed: bool = False) -> None:
         checkpoint = run_sync(cell_run.commit_cell(outcome, only_if_changed=only_if_changed))
-        unstored = checkpoint.extra.get("unstored", {}) if checkpoint is not None else {}
-        fresh = {n: t for n, t in unstored.items() if self._unstorable_warned.get(n) != id(self.shell.user_ns.get(n))}
-        for name in fresh:
-            self._unstorable_warned[name] = id(self.shell.user_ns.get(name))
-        if fresh:
-            names = ", ".join(f"{n} ({t})" for n, t in sorted(fresh.items()))
+        if checkpoint is None:
+            return
+        namespace = self.shell.user_ns
+        extra = checkpoint.extra
+        changed = self.definitions.committed(namespace, extra.get("remade", {}))
+        if changed:
             self.notes.warn(
-                f"committed '{outcome.node_id}' without {names}: they cannot be stored, so a restart will not "
-                "bring them back. Create such objects in a plain cell, or --exclude them.",
+                f"'{outcome.node_id}' changed {', '.join(changed)}, which a restore makes again by running "
+                f"{'its definition' if len(changed) == 1 else 'their definitions'}: the change will not come back "
+                "after a restart. If later cells depend on it, add --replay to this cell's %%durable line so "
+                "that it runs again on restore.",
+                "remade",
+            )
+        remade = {n: r for n, r in extra.get("remade", {}).items() if "source" in r}
+        unstored = extra.get("unstored", {})
+        fresh = {n: t for n, t in unstored.items() if self._unstorable_warned.get(n) != id(namespace.get(n))}
+        for name in fresh:
+            self._unstorable_warned[name] = id(namespace.get(name))
+        reasons = extra.get("reasons", {})
+        defined = {n: t for n, t in fresh.items() if n in remade}
+        if defined:
+            self.notes.say(
+                f"{_unstorable(defined, reasons)} cannot be pickled: a restore makes "
+                f"{'it' if len(defined) == 1 else 'them'} again by running the definition kept with "
+                f"'{outcome.node_id}', decorators included.",
+                "remade",
+            )
+        lost = {n: t for n, t in fresh.items() if n not in remade}
+        if lost:
+            self.notes.warn(
+                f"committed '{outcome.node_id}' without {_unstorable(lost, reasons)}: "
+                f"{'it' if len(lost) == 1 else 'they'} cannot be stored, so a restart will not bring "
+                f"{'it' if len(lost) == 1 else 'them'} back. " + unstored_advice(list(lost.values())),
                 "unstored",
             )
 
@@ -418,6 +465,11 @@ class KernelSession:
         run_sync(cell_run.take(run, decided.checkpoints[-1]))
         self._execute(cell_run, node, source, analyze(source), CellOptions())
         return f"Decision recorded and cell '{node}' continued. Run the cells below (Run All restores the rest)."
+
+
+def _unstorable(types: dict[str, str], reasons: dict[str, str]) -> str:
+    """Name values that cannot be stored, each with its type and why pickling it failed."""
+    return ", ".join(f"{n} ({t}: {reasons[n]})" if n in reasons else f"{n} ({t})" for n, t in sorted(types.items()))
 
 
 def _show_turn(line: str) -> None:

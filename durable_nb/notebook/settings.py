@@ -7,9 +7,14 @@ when the cell is restored, in notebook order. The readings only look at librarie
 has already imported.
 
 Settings covered: scikit-learn's config; numpy's legacy global random state, error handling and
-print options; Python's ``random``; pandas options; matplotlib's rcParams and registered styles;
-warning filters; logger levels; environment variables; the working directory; ``sys.path``;
-PyTorch's random state and default dtype.
+print options; Python's ``random``; pandas options; matplotlib's rcParams, registered styles and
+colormaps, unit converters and date epoch; warning filters; logger levels; environment variables;
+the working directory; ``sys.path``; PyTorch's random state and default dtype.
+
+Each setting also names the library calls whose whole effect it reads (``calls``): a set-up call
+that is not among them is named in a warning when its cell is restored, whatever library it
+goes into. A setting that cannot be read without changing it (matplotlib's date epoch is fixed
+by the first reading) is read only after a cell that called one of its calls.
 """
 
 from __future__ import annotations
@@ -19,11 +24,11 @@ import os
 import random
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SETTINGS", "Setting", "SettingsWatch", "apply_changes"]
+__all__ = ["SETTINGS", "Setting", "SettingsWatch", "apply_changes", "setting_for_call"]
 
 _MISSING = object()
 
@@ -36,6 +41,10 @@ class Setting:
     read: Callable[[], Any]
     diff: Callable[[Any, Any], Any]
     apply: Callable[[Any], None]
+    # Public names of the calls whose whole effect this setting reads (``numpy.random.seed``).
+    calls: tuple[str, ...] = ()
+    # Read only after a cell that called one of ``calls``: reading it at any other time would change it.
+    on_call: bool = False
 
 
 def _whole(before: Any, after: Any) -> Any:
@@ -53,6 +62,21 @@ def _keys(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any] | Non
     changed = {k: v for k, v in after.items() if k not in before or not _same(before[k], v)}
     removed = {k: _MISSING for k in before if k not in after}
     return {**changed, **removed} or None
+
+
+def _replaced(before: dict[Any, Any], after: dict[Any, Any]) -> dict[Any, Any] | None:
+    # Entries that are replaced, not edited (a style, a unit converter): compared as objects.
+    changed = {key: value for key, value in after.items() if before.get(key) is not value}
+    changed.update({key: _MISSING for key in before if key not in after})
+    return changed or None
+
+
+def _put(mapping: Any, changed: dict[Any, Any]) -> None:
+    for key, value in changed.items():
+        if value is _MISSING:
+            mapping.pop(key, None)
+        else:
+            mapping[key] = value
 
 
 def _module(name: str) -> Any:
@@ -184,20 +208,73 @@ def _read_styles() -> Any:
 
 
 def _diff_styles(before: dict[str, Any], after: dict[str, Any]) -> Any:
-    # A style is replaced, not edited: compare the objects, copy only what changed.
-    changed: dict[str, Any] = {name: dict(p) for name, p in after.items() if before.get(name) is not p}
-    changed.update({name: _MISSING for name in before if name not in after})
-    return changed or None
+    changed = _replaced(before, after)
+    # Copy only what changed.
+    return None if changed is None else {name: p if p is _MISSING else dict(p) for name, p in changed.items()}
 
 
 def _apply_styles(changed: dict[str, Any]) -> None:
     from matplotlib import style
 
-    for name, params in changed.items():
-        if params is _MISSING:
-            style.library.pop(name, None)
-        else:
-            style.library[name] = params
+    _put(style.library, changed)
+
+
+def _read_colormaps() -> Any:
+    matplotlib = _module("matplotlib")
+    if matplotlib is None:
+        return None
+    registry = matplotlib.colormaps
+    if not _library_colormaps:
+        # The colormaps there when matplotlib is first read are the library's: an import registers
+        # them again, so only their names are compared (a copy of each would cost every cell).
+        _library_colormaps.update(registry)
+    return {name: None if name in _library_colormaps else registry[name] for name in registry}
+
+
+_library_colormaps: set[str] = set()
+
+
+def _apply_colormaps(changed: dict[str, Any]) -> None:
+    import matplotlib
+
+    registry = matplotlib.colormaps
+    for name, colormap in changed.items():
+        if colormap is None or (name in registry and _same(registry[name], colormap)):
+            continue  # the library's own, or there already
+        registry.unregister(name)  # so that registering it is not reported as overwriting
+        if colormap is not _MISSING:
+            registry.register(colormap, name=name)
+
+
+def _read_units() -> Any:
+    units = _module("matplotlib.units")
+    return None if units is None else dict(units.registry)
+
+
+def _apply_units(changed: dict[Any, Any]) -> None:
+    from matplotlib import units
+
+    _put(units.registry, changed)
+
+
+def _read_epoch() -> Any:
+    # Only read after a cell called set_epoch: a first get_epoch fixes the epoch for good.
+    dates = _module("matplotlib.dates")
+    return None if dates is None else dates.get_epoch()
+
+
+def _apply_epoch(epoch: str) -> None:
+    from matplotlib import dates
+
+    try:
+        dates.set_epoch(epoch)
+    except RuntimeError:
+        # Fixed already (the epoch cannot change once dates were converted): fine if it is this one.
+        if dates.get_epoch() != epoch:
+            raise RuntimeError(
+                f"the date epoch is already {dates.get_epoch()!r} and matplotlib lets it be set only "
+                f"once per process, so it cannot be set to {epoch!r}"
+            ) from None
 
 
 # -- warnings, logging, environment, paths --------------------------------------------------------
@@ -213,9 +290,7 @@ def _apply_warnings(filters: list[Any]) -> None:
         if message is None and module is None:
             warnings.simplefilter(action, category, lineno, append=True)
         else:
-            warnings.filterwarnings(
-                action, _pattern(message), category, _pattern(module), lineno, append=True
-            )
+            warnings.filterwarnings(action, _pattern(message), category, _pattern(module), lineno, append=True)
 
 
 def _pattern(text: Any) -> str:
@@ -242,11 +317,7 @@ def _read_environ() -> Any:
 
 
 def _apply_environ(changed: dict[str, Any]) -> None:
-    for name, value in changed.items():
-        if value is _MISSING:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
+    _put(os.environ, changed)
 
 
 def _apply_cwd(path: str) -> None:
@@ -293,21 +364,85 @@ def _apply_torch(changed: dict[str, Any]) -> None:
         torch.set_default_dtype(getattr(torch, changed["dtype"].removeprefix("torch.")))
 
 
+_RC_CALLS = (
+    "matplotlib.style.use",
+    "matplotlib.interactive",
+    "matplotlib.pyplot.ion",
+    "matplotlib.pyplot.ioff",
+    # seaborn's set_theme and set_palette may also change matplotlib's named colours: not listed.
+    "seaborn.set_style",
+    "seaborn.set_context",
+)
+_TORCH_CALLS = (
+    "torch.manual_seed",
+    "torch.seed",
+    "torch.set_rng_state",
+    "torch.random.manual_seed",
+    "torch.random.seed",
+    "torch.set_default_dtype",
+)
+
 SETTINGS: tuple[Setting, ...] = (
-    Setting("os.environ", _read_environ, _keys, _apply_environ),
+    Setting("os.environ", _read_environ, _keys, _apply_environ, ("dotenv.load_dotenv",)),
     Setting("cwd", os.getcwd, _whole, _apply_cwd),
     Setting("sys.path", _read_path, _diff_path, _apply_path),
     Setting("warnings", _read_warnings, _whole, _apply_warnings),
-    Setting("logging", _read_loggers, _keys, _apply_loggers),
-    Setting("random", _read_random, _whole, random.setstate),
-    Setting("numpy.random", _read_numpy_random, _whole, _apply_numpy_random),
-    Setting("numpy", _read_numpy_options, _keys, _apply_numpy_options),
-    Setting("pandas", _read_pandas, _keys, _apply_pandas),
-    Setting("sklearn", _read_sklearn, _keys, _apply_sklearn),
-    Setting("matplotlib.rcParams", _read_rc, _keys, _apply_rc),
+    Setting("logging", _read_loggers, _keys, _apply_loggers, ("logging.Logger.setLevel",)),
+    Setting("random", _read_random, _whole, random.setstate, ("random.seed", "random.setstate")),
+    Setting(
+        "numpy.random", _read_numpy_random, _whole, _apply_numpy_random, ("numpy.random.seed", "numpy.random.set_state")
+    ),
+    Setting("numpy", _read_numpy_options, _keys, _apply_numpy_options, ("numpy.seterr", "numpy.set_printoptions")),
+    Setting("pandas", _read_pandas, _keys, _apply_pandas, ("pandas.set_option", "pandas.reset_option")),
+    Setting("sklearn", _read_sklearn, _keys, _apply_sklearn, ("sklearn.set_config",)),
+    Setting("matplotlib.rcParams", _read_rc, _keys, _apply_rc, _RC_CALLS),
     Setting("matplotlib.style", _read_styles, _diff_styles, _apply_styles),
-    Setting("torch", _read_torch, _keys, _apply_torch),
+    Setting(
+        "matplotlib.colormaps",
+        _read_colormaps,
+        _keys,
+        _apply_colormaps,
+        ("matplotlib.colormaps.register", "matplotlib.colormaps.unregister"),
+    ),
+    Setting(
+        "matplotlib.units",
+        _read_units,
+        _replaced,
+        _apply_units,
+        ("pandas.plotting.register_matplotlib_converters", "pandas.plotting.deregister_matplotlib_converters"),
+    ),
+    Setting("matplotlib.dates.epoch", _read_epoch, _whole, _apply_epoch, ("matplotlib.dates.set_epoch",), on_call=True),
+    Setting("torch", _read_torch, _keys, _apply_torch, _TORCH_CALLS),
 )
+
+
+def _public(path: str) -> Any:
+    """The object a public dotted name stands for, if its library is imported (else None)."""
+    root, *rest = path.split(".")
+    found = sys.modules.get(root)
+    for name in rest:
+        found = getattr(found, name, None)
+    return found
+
+
+def setting_for_call(target: Any) -> Setting | None:
+    """Return the setting that reads the whole effect of calling ``target``, if there is one."""
+    # A method is named by its class (``logging.Logger.setLevel``), whichever object it is called on.
+    candidates = [target, getattr(target, "__func__", None)]
+    for setting in SETTINGS:
+        for path in setting.calls:
+            known = _public(path)
+            if known is not None and any(_is(known, candidate) for candidate in candidates):
+                return setting
+    return None
+
+
+def _is(known: Any, candidate: Any) -> bool:
+    try:
+        # Bound methods are made anew at each lookup: they compare equal, never identical.
+        return known is candidate or bool(known == candidate)
+    except Exception:  # noqa: BLE001 - an object that refuses to compare is not this call
+        return False
 
 
 def _read(setting: Setting) -> Any:
@@ -336,15 +471,21 @@ class SettingsWatch:
             return
         self._modules = len(sys.modules)
         for setting in SETTINGS:
-            if setting.name not in self._before:
+            if setting.name not in self._before and not setting.on_call:
                 reading = _read(setting)
                 if reading is not None:
                     self._before[setting.name] = reading
 
-    def changes(self) -> dict[str, Any]:
-        """Return what the cell changed, per setting."""
+    def changes(self, called: Iterable[str] = ()) -> dict[str, Any]:
+        """Return what the cell changed, per setting; ``called`` names the settings read only after
+        a call the cell made (recorded whole)."""
         found = {}
         for setting in SETTINGS:
+            if setting.on_call:
+                reading = _read(setting) if setting.name in called else None
+                if reading is not None:
+                    found[setting.name] = reading
+                continue
             before = self._before.get(setting.name)
             if before is None:
                 continue
