@@ -33,6 +33,7 @@ from .errors import (
     NotResumable,
     RunNotFound,
     RunOwnedElsewhere,
+    UnknownGate,
 )
 from .store import resolve_store
 
@@ -558,7 +559,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _exit_code(error: BaseException) -> int:
-    if isinstance(error, RunNotFound):
+    if isinstance(error, RunNotFound | UnknownGate):
         return EXIT_NOT_FOUND
     if isinstance(error, AlreadyResumed | NotResumable | NotCancellable | RunOwnedElsewhere):
         return EXIT_STATE
