@@ -21,7 +21,7 @@ The cases are grouped by how they are exercised:
   ``UsageError`` (IPython's error for a bad magic line; when the engine refused, the DurableError it
   raised is chained), the cell body does not run and the kernel's run is unchanged.
 
-The catalogue holds 246 cases (``CASE_COUNT`` below; a test checks it).
+The catalogue holds 250 cases (``CASE_COUNT`` below; a test checks it).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ import durable_nb.views
 from durable_nb.cli import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_STATE, EXIT_USAGE, main
 from durable_nb.store import disconnect
 
-CASE_COUNT = 246
+CASE_COUNT = 250
 
 ErrorType = type[BaseException] | tuple[type[BaseException], ...]
 
@@ -133,7 +133,7 @@ class World:
 
     def build(self) -> World:
         self.done = self.plain.run({"x": 1})
-        self.paused = self.gated.run({"x": 2})
+        self.paused = self.gated.run({"x": 2}, idempotency_key="paused-key")
         self.failed = self.broken.run({"x": 3})
         assert (self.done.status, self.paused.status, self.failed.status) == ("completed", "paused", "failed")
         return self
@@ -617,8 +617,20 @@ INTACT = [
     case(
         "approve-unknown-node",
         lambda w: dnb.approve(w.paused.id, node="nowhere", store=w.url),
-        dnb.AlreadyResumed,
-        "no open gate at node 'nowhere'",
+        dnb.UnknownGate,
+        "no gate waiting at node 'nowhere'; it waits at node 'review'",
+    ),
+    case(
+        "approve-node-without-gate",
+        lambda w: dnb.approve(w.paused.id, node="prepare", store=w.url),
+        dnb.UnknownGate,
+        "no gate waiting at node 'prepare'",
+    ),
+    case(
+        "flow-reject-unknown-node",
+        lambda w: w.gated.reject(w.paused.id, node="nowhere"),
+        dnb.UnknownGate,
+        "it waits at node 'review'",
     ),
     case("approve-node-int", lambda w: dnb.approve(w.paused.id, node=5, store=w.url), dnb.InvalidInput, "node"),
     case(
@@ -677,6 +689,19 @@ INTACT = [
         _async(lambda w: dnb.aapprove(w.paused.id, comment=5, store=w.url)),
         dnb.InvalidDecision,
         "comment",
+    ),
+    # idempotency keys
+    case(
+        "idempotency-key-reused-with-other-input",
+        lambda w: w.gated.run({"x": 3}, idempotency_key="paused-key"),
+        dnb.IdempotencyKeyReused,
+        "send the same input to get that run back, or use a new key",
+    ),
+    case(
+        "idempotency-key-reused-by-start",
+        lambda w: w.gated.start({}, idempotency_key="paused-key"),
+        dnb.IdempotencyKeyReused,
+        "already started run",
     ),
     # cancel
     case("cancel-completed-run", lambda w: dnb.cancel(w.done.id, store=w.url), dnb.NotCancellable, "already completed"),
@@ -1011,9 +1036,9 @@ CLI = [
     ),
     pytest.param(
         ["approve", "{paused}", "--node", "nowhere"],
-        EXIT_STATE,
-        dnb.AlreadyResumed,
-        "no open gate at node 'nowhere'",
+        EXIT_NOT_FOUND,
+        dnb.UnknownGate,
+        "no gate waiting at node 'nowhere'",
         id="cli-approve-unknown-node",
     ),
     pytest.param(

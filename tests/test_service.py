@@ -64,9 +64,14 @@ def test_start_decide_and_watch_a_run(app_client: TestClient, store_url: str) ->
     assert started.status_code == 202 and started.json()["status"] == "pending"
     run_id = started.json()["id"]
     again = app_client.post(
-        "/api/workflows/gated/runs", json={"input": {}}, headers={**_headers(ADMIN), "Idempotency-Key": "k"}
+        "/api/workflows/gated/runs", json={"input": {"who": "ana"}}, headers={**_headers(ADMIN), "Idempotency-Key": "k"}
     )
     assert again.json()["id"] == run_id  # the key returns the first run, not a second
+    other = app_client.post(
+        "/api/workflows/gated/runs", json={"input": {"who": "bo"}}, headers={**_headers(ADMIN), "Idempotency-Key": "k"}
+    )
+    assert other.status_code == 422 and other.json()["error"] == "IdempotencyKeyReused", other.text
+    assert run_id in other.json()["message"]
     paused = _wait(app_client, run_id, "paused")
     assert paused["node_counts"]["suspended"] == 1 and paused["node_counts"]["ok"] == 1
     decided = app_client.post(
@@ -136,6 +141,31 @@ def test_start_decide_and_watch_a_run(app_client: TestClient, store_url: str) ->
             id="fork-unknown-checkpoint",
         ),
         pytest.param("GET", "/api/runs?status=bogus", None, READER, 422, "InvalidRequest", id="bad-status-filter"),
+        pytest.param(
+            "POST", "/api/runs/{run}/approve", {"node": "draft"}, DECIDER, 404, "UnknownGate", id="node-without-gate"
+        ),
+        pytest.param(
+            "POST", "/api/runs/{run}/approve", {"node": "nowhere"}, DECIDER, 404, "UnknownGate", id="unknown-node"
+        ),
+        pytest.param(
+            "GET",
+            "/api/runs/{run}/events?after=99999999999999999999999",
+            None,
+            READER,
+            400,
+            "InvalidInput",
+            id="after-huge",
+        ),
+        pytest.param(
+            "GET",
+            "/api/runs/{run}/events?after=9223372036854775808",
+            None,
+            READER,
+            400,
+            "InvalidInput",
+            id="after-2-63",
+        ),
+        pytest.param("GET", "/api/runs/{run}/events?after=-1", None, READER, 400, "InvalidInput", id="after-negative"),
     ],
 )
 def test_refusals_are_typed_and_change_nothing(
@@ -258,8 +288,10 @@ def test_the_client_has_async_twins(serving: Any) -> None:
 
     async def go() -> dict[str, Any]:
         started = await server.client.arun("gated", {"who": "async"}, idempotency_key="a-1")
-        again = await server.client.arun("gated", {}, idempotency_key="a-1")
+        again = await server.client.arun("gated", {"who": "async"}, idempotency_key="a-1")
         assert again["id"] == started["id"]
+        with pytest.raises(dnb.IdempotencyKeyReused):
+            await server.client.arun("gated", {}, idempotency_key="a-1")
         paused = await server.client.await_run(started["id"])
         assert paused["status"] == "paused"
         history = await server.client.ahistory(started["id"])
