@@ -251,6 +251,21 @@ def test_a_gated_notebook_waits_for_approval_and_completes(
         pytest.param(
             "/api/notebooks/report.ipynb/runs", {"parameters": [1]}, 422, "InvalidRequest", "parameters", id="body"
         ),
+        pytest.param("/api/notebooks/loop.ipynb/runs", {}, 400, "NotebookPathRefused", "link loop", id="link-loop"),
+        pytest.param(
+            "/api/notebooks/looped/report.ipynb/runs", {}, 400, "NotebookPathRefused", "link loop", id="folder-loop"
+        ),
+        pytest.param(
+            "/api/notebooks/" + "deep/" * 1000 + "report.ipynb/runs",
+            {},
+            400,
+            "NotebookPathRefused",
+            "5,012 characters",
+            id="path-5000-characters",
+        ),
+        pytest.param(
+            "/api/notebooks/" + "n" * 294 + ".ipynb/runs", {}, 400, "NotebookPathRefused", "too long", id="name-300"
+        ),
     ],
 )
 def test_paths_outside_the_folder_are_refused(
@@ -271,6 +286,8 @@ def test_paths_outside_the_folder_are_refused(
     (notebooks / "notes.txt").write_text("not a notebook")
     (notebooks / "folder.ipynb").mkdir()
     (notebooks / "broken.ipynb").write_text("{not json")
+    (notebooks / "loop.ipynb").symlink_to(notebooks / "loop.ipynb")
+    (notebooks / "looped").symlink_to(notebooks / "looped", target_is_directory=True)
     _report(notebooks / ".durable-nb-outputs", tmp_path, "old.ipynb")
     refused = app_client.post(url, json=body, headers=_headers(ADMIN))
     assert refused.status_code == status, refused.text
