@@ -251,7 +251,12 @@ def test_ids_are_short_with_the_full_id_on_hover(store_url: str) -> None:
 
 
 # A gate's checkpoint is stored as interrupted; it reads as what it is, in the colour of what it is.
-LABEL_COLOURS = {"waiting for a decision": "paused", "decided": "approved", "not decided": "cancelled"}
+LABEL_COLOURS = {
+    "waiting for a decision": "paused",
+    "decided": "approved",
+    "not decided": "cancelled",
+    "decision recorded": "approved",
+}
 
 
 def badge(status: str) -> str:
@@ -295,7 +300,8 @@ def _two_gate_flow(store_url: str) -> dnb.Workflow:
 def test_a_gate_checkpoint_reads_as_waiting_decided_or_not_decided(store_url: str) -> None:
     """Issue 27: a gate's checkpoint is stored as interrupted (the DataFrame keeps that status and its
     dtype) but reads as what it is: waiting for a decision while its gate is open, decided once a
-    decision follows, not decided when the run was cancelled at it."""
+    decision follows, not decided when the run was cancelled at it; the decision's checkpoint,
+    stored as approved for a rejection too, reads decision recorded."""
     flow = _two_gate_flow(store_url)
     run = flow.run({})
 
@@ -307,12 +313,13 @@ def test_a_gate_checkpoint_reads_as_waiting_decided_or_not_decided(store_url: st
         return list(zip(frame["step"], labels, strict=True))
 
     assert shown(run.id) == [("gate:review", "waiting for a decision")]
-    flow.approve(run.id)
+    flow.reject(run.id)
     assert shown(run.id) == [
         ("gate:review", "decided"),
-        ("approved:review", "approved"),
+        ("approved:review", "decision recorded"),
         ("gate:review", "waiting for a decision"),
     ]
+    assert list(dnb.history(run.id, store=store_url)["status"]) == ["interrupted", "approved", "interrupted"]
     dnb.cancel(run.id, store=store_url)
     assert shown(run.id)[-1] == ("gate:review", "not decided")
     assert "interrupted" not in styled(dnb.history(run.id, store=store_url))._repr_html_()

@@ -3,7 +3,8 @@
 Only the HTML changes: durations read ``1.52 s`` or ``2 min 05 s``, times are local to the
 second with the UTC instant on hover, long ids are shortened with the full id on hover, and
 statuses are coloured badges; a gate's checkpoint (stored as ``interrupted``) reads as what it
-is: waiting for a decision, decided, or not decided (its run was cancelled or failed there).
+is: waiting for a decision, decided, or not decided (its run was cancelled or failed there), and
+the checkpoint of its decision (stored as ``approved``, a rejection too) as decision recorded.
 ``.frame`` and ``repr`` keep the DataFrame as it is. The approvals page shows times, durations
 and statuses with the same helpers (``local_time``, ``human_duration``, ``checkpoint_labels``).
 """
@@ -17,6 +18,7 @@ from typing import Any
 from ..model import STATUS_COLOURS, format_seconds
 
 __all__ = [
+    "DECISION",
     "GATE_DECIDED",
     "GATE_NOT_DECIDED",
     "GATE_WAITING",
@@ -30,14 +32,17 @@ __all__ = [
 
 COLOURS = STATUS_COLOURS  # the run inspector widget colours its statuses from here too
 
-# What a gate's checkpoint (stored as "interrupted") is called where people read it.
+# What a gate's checkpoint (stored as "interrupted") is called where people read it, and the
+# checkpoint recording its decision (stored as "approved" for a rejection too).
 GATE_WAITING = "waiting for a decision"
 GATE_DECIDED = "decided"
 GATE_NOT_DECIDED = "not decided"
+DECISION = "decision recorded"
 LABEL_COLOURS = {
     GATE_WAITING: STATUS_COLOURS["paused"],
     GATE_DECIDED: STATUS_COLOURS["approved"],
     GATE_NOT_DECIDED: STATUS_COLOURS["cancelled"],
+    DECISION: STATUS_COLOURS["approved"],
 }
 # A history view's DataFrame.attrs entry: the ids of the checkpoints whose gates still wait.
 OPEN_GATES = "open_gates"
@@ -97,8 +102,10 @@ def checkpoint_labels(frame: Any) -> list[str]:
 
     A gate's checkpoint is stored as ``interrupted``: it reads ``waiting for a decision`` while its
     gate is open, ``decided`` once a decision at its node follows it, ``not decided`` otherwise (the
-    run was cancelled or failed at the gate). The open gates come from the view's
-    ``frame.attrs["open_gates"]``; without them, an undecided gate is taken to wait.
+    run was cancelled or failed at the gate). The checkpoint of the decision is stored as
+    ``approved`` whether the gate was approved or rejected: it reads ``decision recorded``. The open
+    gates come from the view's ``frame.attrs["open_gates"]``; without them, an undecided gate is
+    taken to wait.
     """
     open_gates = frame.attrs.get(OPEN_GATES)
     decided_later: set[Any] = set()  # nodes with a decision below, not yet matched to its gate
@@ -109,6 +116,7 @@ def checkpoint_labels(frame: Any) -> list[str]:
         label = str(status)
         if str(step).startswith("approved:"):
             decided_later.add(node)
+            label = DECISION
         elif label == "interrupted":
             if open_gates is not None and checkpoint in open_gates:
                 label = GATE_WAITING
