@@ -379,6 +379,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
         recover_every=args.recover_every,
         notebooks=args.notebooks,
         notebook_outputs=args.notebook_outputs,
+        allowed_host=args.allowed_host,
+        max_body=args.max_body,
     )
 
 
@@ -540,6 +542,20 @@ def build_parser() -> argparse.ArgumentParser:
                 "--tokens", default=None, help="file of 'name scope secret' lines ($DURABLE_NB_TOKENS too)"
             )
             sub.add_argument("--no-auth", action="store_true", help="no tokens needed (only on a loopback address)")
+            sub.add_argument(
+                "--allowed-host",
+                action="append",
+                default=[],
+                metavar="NAME",
+                help="also answer requests naming this host (repeatable; loopback names and --host always)",
+            )
+            sub.add_argument(
+                "--max-body",
+                type=parse_positive_int,
+                default=None,
+                metavar="BYTES",
+                help="refuse request bodies larger than this (default 1048576, 1 MiB)",
+            )
             sub.add_argument(
                 "--recover-every", type=float, default=30.0, help="seconds between looks for stranded runs"
             )

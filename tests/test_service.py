@@ -21,13 +21,14 @@ from durable_nb.service.auth import Auth, load_tokens
 pytest.importorskip("fastapi", reason="the service needs the serve extra (fastapi, uvicorn)")
 
 from fastapi.testclient import TestClient
-from servicekit import ADMIN, DECIDER, FLOWS, READER, TOKENS, Server, free_port
+from servicekit import ADMIN, BASE, DECIDER, FLOWS, READER, TOKENS, Server, free_port
 
 from durable_nb.service.app import create_app
 
 
 def _headers(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
+    # JSON on every request: the API refuses a state-changing one of any other type (415).
+    return {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
 
 
 @pytest.fixture
@@ -44,7 +45,7 @@ def app_client(tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch) 
     importlib.reload(flows)
     auth = Auth(load_tokens(environ={"DURABLE_NB_TOKENS": TOKENS}))
     app = create_app([flows.gated, flows.slow], store=store_url, auth=auth, recover_every=3600)
-    with TestClient(app) as client:
+    with TestClient(app, base_url=BASE) as client:
         yield client
 
 
