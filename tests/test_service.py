@@ -13,9 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 import durable_nb as dnb
+from durable_nb.model import format_seconds
 from durable_nb.service.auth import Auth, load_tokens
 
 pytest.importorskip("fastapi", reason="the service needs the serve extra (fastapi, uvicorn)")
@@ -302,3 +304,36 @@ def test_the_client_has_async_twins(serving: Any) -> None:
         return paused
 
     asyncio.run(go())
+
+
+def test_the_run_page_reads_like_the_notebook_views(app_client: TestClient, store_url: str) -> None:
+    """Issue 27: the approvals page's run view shows times local to the second (the UTC instant on
+    hover) and durations as the notebook views do, and calls a gate's checkpoint what it is."""
+    import re
+
+    run_id = app_client.post("/api/workflows/gated/runs", json={"input": {}}, headers=_headers(ADMIN)).json()["id"]
+    _wait(app_client, run_id, "paused")
+
+    def cells() -> list[list[str]]:
+        page = app_client.get(f"/runs/{run_id}", headers=_headers(READER)).text
+        rows = re.findall(r"<tr><td>(.*?)</td></tr>", page)
+        return [[re.sub(r"<[^>]+>", "", cell) for cell in row.split("</td><td>")] for row in rows]
+
+    assert [row[1:3] for row in cells()] == [["after:draft", "ok"], ["gate:publish", "waiting for a decision"]]
+    app_client.post(f"/api/runs/{run_id}/approve", json={"approved": False}, headers=_headers(DECIDER))
+    _wait(app_client, run_id, "completed")
+    rows = cells()
+    assert [row[1:3] for row in rows] == [
+        ["after:draft", "ok"],
+        ["gate:publish", "decided"],
+        ["approved:publish", "decision recorded"],
+        ["after:publish", "ok"],
+        ["run_end", "completed"],
+    ]
+    history = dnb.history(run_id, store=store_url)
+    for row, (at, took) in zip(rows, zip(history["created_at"], history["duration"], strict=True), strict=True):
+        assert row[3] == f"{at.floor('s').to_pydatetime().astimezone():%Y-%m-%d %H:%M:%S}"  # local, to the second
+        assert row[4] == ("" if pd.isna(took) else format_seconds(took.total_seconds(), compound=True))
+    assert re.fullmatch(r"[\d.]+ (ms|s)", rows[0][4])  # 0.437 ms, not 0.000437
+    body = app_client.get(f"/runs/{run_id}", headers=_headers(READER)).text.split("</head>", 1)[1]
+    assert "interrupted" not in re.sub(r"<[^>]+>", "", body)

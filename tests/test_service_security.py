@@ -237,6 +237,20 @@ def test_json_from_this_origin_or_no_browser_is_accepted(open_client: TestClient
     assert answer.status_code == 200 and answer.json()["status"] == "cancelled"
 
 
+def test_mcp_over_http_takes_the_same_checks(client: TestClient) -> None:
+    """/mcp/ is the API's twin: the token before the body, JSON only, no foreign origin."""
+    _refused(client.post("/mcp/", content="{}", headers=JSON), 401, "Unauthorized")
+    reader = _bearer(READER)
+    _refused(
+        client.post("/mcp/", content="{}", headers={**reader, "Content-Type": "text/plain"}),
+        415,
+        "UnsupportedMediaType",
+    )
+    foreign = {**reader, **JSON, "Origin": "http://127.0.0.1:9999"}
+    _refused(client.post("/mcp/", content="{}", headers=foreign), 403, "CrossSiteRequest")
+    _refused(client.post("/mcp/", content="[" * 100, headers={**reader, **JSON}), 400, "JsonTooDeep")
+
+
 # -- item 1: the approvals page's forms -------------------------------------------------------------
 
 
