@@ -25,7 +25,7 @@ The cases are grouped by how they are exercised:
   approvals page's CSRF token, Origin and ``approved``) and the API's own refusals; the answer
   has the typed error's status and says what to do, and every row of the store is unchanged.
 
-The catalogue holds 273 cases (``CASE_COUNT`` below; a test checks it).
+The catalogue holds 275 cases (``CASE_COUNT`` below; a test checks it).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ from durable_nb.service.errors import (
 )
 from durable_nb.store import disconnect
 
-CASE_COUNT = 273
+CASE_COUNT = 275
 
 ErrorType = type[BaseException] | tuple[type[BaseException], ...]
 
@@ -1045,6 +1045,14 @@ CLI = [
         dnb.InvalidInput,
         "cannot import 'nomodule'",
         id="cli-recover-workflow-module-missing",
+    ),
+    pytest.param(["serve", "--max-body", "0"], EXIT_USAGE, None, "--max-body", id="cli-serve-max-body-zero"),
+    pytest.param(
+        ["serve", "--no-auth", "--notebooks", "{root}", "--allowed-host", "*"],
+        EXIT_FAILED,
+        dnb.ConfigurationError,
+        "'*' alone",
+        id="cli-serve-allowed-host-star",
     ),
     pytest.param(["approve", "{done}"], EXIT_STATE, dnb.AlreadyResumed, "no gate left", id="cli-approve-completed-run"),
     pytest.param(
