@@ -4,7 +4,7 @@ The policy allows nothing by default (``default-src 'none'``): the pages run no 
 their one stylesheet is allowed by its hash, forms post only to this server, no page may be
 framed (``frame-ancestors 'none'`` and ``X-Frame-Options: DENY``, so a page elsewhere cannot
 overlay the Approve button), and no answer may be read as another type than it says, embedded
-by another origin or leak the address it came from to another site.
+by another origin, leak the address it came from to another site, or stay in a cache.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ class SecurityHeaders:
             "Referrer-Policy": "same-origin",
             "Cross-Origin-Opener-Policy": "same-origin",
             "Cross-Origin-Resource-Policy": "same-origin",
+            # Pages show gates' context and the API runs' state: live data, for no cache to keep.
+            "Cache-Control": "no-store",
         }
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
@@ -50,8 +52,6 @@ class SecurityHeaders:
                 headers = MutableHeaders(scope=message)
                 for name, value in self.headers.items():
                     headers[name] = value
-                if headers.get("content-type", "").startswith("text/html"):
-                    headers["Cache-Control"] = "no-store"  # pages show gates' context: keep them out of caches
             await send(message)
 
         await self.app(scope, receive, with_headers)

@@ -77,9 +77,10 @@ class AllowedHosts:
             # Only TrustedHostMiddleware's own answer comes here: the app writes to ``send``.
             if message["type"] == "http.response.start":
                 host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), "")
+                # The allowed names are not listed: a stranger probing hosts learns nothing from the refusal.
                 error = HostNotAllowed(
-                    f"This server does not answer for host {host[:100]!r}; it answers for {', '.join(self.hosts)}. "
-                    "Use one of those names, or start the server with --allowed-host NAME."
+                    f"This server does not answer for host {host[:100]!r}. Use the name it is served under, or "
+                    "start it with --allowed-host NAME to add one."
                 )
                 await JSONResponse(error_body(error), status_code=400)(scope, receive, send)
 

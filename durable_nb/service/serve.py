@@ -98,7 +98,7 @@ def serve(
     # use is a clean error.
     listening = listen(host, port)
     _announce(host, listening.getsockname()[1], allowed_hosts(host, allowed_host), no_auth)
-    config = uvicorn.Config(app, log_level="warning")
+    config = uvicorn.Config(app, log_level="warning", server_header=False)  # no "server: uvicorn" to fingerprint
     uvicorn.Server(config).run(sockets=[listening])
 
 
