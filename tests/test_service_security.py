@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 import durable_nb as dnb
@@ -470,7 +471,8 @@ def test_a_large_body_without_a_known_token_is_refused_unread(server: Server, to
 
 def test_a_large_body_with_a_token_is_refused_at_the_limit(server: Server, store_url: str) -> None:
     """With a known token, --max-body (here 100 kB) holds: a body announcing more is refused before it
-    is read, a chunked one as it passes the limit; 413 BodyTooLarge, nothing started."""
+    is read, a chunked one as it passes the limit (413 BodyTooLarge); JSON nested too deep is 400;
+    nothing is started."""
     pid = server.process.pid
     before = _rss(pid)
     for chunked in (False, True):
@@ -480,6 +482,9 @@ def test_a_large_body_with_a_token_is_refused_at_the_limit(server: Server, store
         assert status == 413
         assert sent < 50 << 20
     assert _rss(pid) - before < 50 << 20
+    nested = '{"input": {"x": ' + "[" * 5000 + "]" * 5000 + "}}"
+    deep = httpx.post(f"{server.url}/api/workflows/gated/runs", content=nested, headers={**_bearer(ADMIN), **JSON})
+    assert deep.status_code == 400 and deep.json()["error"] == "JsonTooDeep"
     assert dnb.runs(store=store_url).empty
 
 
