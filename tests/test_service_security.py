@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 import durable_nb as dnb
@@ -26,6 +25,7 @@ from durable_nb.service.auth import Auth, load_tokens
 
 pytest.importorskip("fastapi", reason="the service needs the serve extra (fastapi, uvicorn)")
 
+import httpx
 from fastapi.testclient import TestClient
 from servicekit import ADMIN, BASE, DECIDER, FLOWS, READER, TOKENS, Server, gate_form
 
