@@ -257,7 +257,9 @@ def create_app(
     def session_of(request: Request) -> str | None:
         """The credential a page request came with: its bearer secret, else its cookie."""
         header = request.headers.get("authorization")
-        return header.partition(" ")[2].strip() or None if header else request.cookies.get(COOKIE)
+        if header:
+            return header.partition(" ")[2].strip() or None
+        return request.cookies.get(COOKIE)
 
     def refused(error: DurableError) -> HTMLResponse:
         hint = "Open /?token=YOUR_TOKEN once to sign in (a cookie keeps it)." if isinstance(error, Unauthorized) else ""
@@ -326,7 +328,7 @@ def create_app(
         else:
             verb = "Approved" if asked.approved else "Rejected"
             note, failed, status = f"{verb} run {run_id}; it continues.", False, 200
-        page = await approvals_page(resolved, forms.issue(session or ""), note, failed)
-        return HTMLResponse(page, status_code=status)
+        shown = await approvals_page(resolved, forms.issue(session or ""), note, failed)
+        return HTMLResponse(shown, status_code=status)
 
     return app
