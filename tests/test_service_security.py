@@ -253,6 +253,26 @@ def test_mcp_over_http_takes_the_same_checks(client: TestClient) -> None:
     _refused(client.post("/mcp/", content="[" * 100, headers={**reader, **JSON}), 400, "JsonTooDeep")
 
 
+def test_mcp_answers_under_an_allowed_host_name(flows: Any, store_url: str) -> None:
+    """A name added with --allowed-host reaches /mcp/ too (the SDK's own loopback-only check is off;
+    the service's Host and Origin checks stand in front of it)."""
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
+    accept = {"Accept": "application/json, text/event-stream"}
+    with TestClient(
+        _app(flows, store_url, allowed_host=["runs.example.org"]), base_url="http://runs.example.org"
+    ) as client:
+        answer = client.post("/mcp/", json=hello, headers={**_bearer(READER), **accept})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["result"]["serverInfo"]["name"] == "durable_nb"
+        foreign = {**_bearer(READER), **accept, "Origin": "http://runs.example.org:9999"}
+        _refused(client.post("/mcp/", json=hello, headers=foreign), 403, "CrossSiteRequest")
+
+
 # -- item 1: the approvals page's forms -------------------------------------------------------------
 
 

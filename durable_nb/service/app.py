@@ -26,6 +26,7 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import BaseModel, StrictBool
 from starlette.exceptions import HTTPException
 
@@ -135,7 +136,13 @@ def create_app(
     # MCP over HTTP, at /mcp/: the same tools as `durable-nb mcp`, with the request's token.
     asked_by: contextvars.ContextVar[Token] = contextvars.ContextVar("durable_nb_mcp_token")
     tools = build_mcp(service, asked_by.get)
-    tools_app = tools.streamable_http_app(streamable_http_path="/", stateless_http=True, json_response=True, host=host)
+    # The SDK's own DNS-rebinding check knows only loopback names, so it would refuse the names of
+    # --allowed-host; the Host allow-list and the request guard in front of /mcp check Host and Origin
+    # (more strictly: the SDK lets any port of 127.0.0.1 in as an Origin).
+    unchecked = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    tools_app = tools.streamable_http_app(
+        streamable_http_path="/", stateless_http=True, json_response=True, transport_security=unchecked
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
