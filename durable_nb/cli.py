@@ -33,6 +33,7 @@ from .errors import (
     NotResumable,
     RunNotFound,
     RunOwnedElsewhere,
+    UnknownGate,
 )
 from .store import resolve_store
 
@@ -378,6 +379,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
         recover_every=args.recover_every,
         notebooks=args.notebooks,
         notebook_outputs=args.notebook_outputs,
+        allowed_host=args.allowed_host,
+        max_body=args.max_body,
     )
 
 
@@ -540,6 +543,20 @@ def build_parser() -> argparse.ArgumentParser:
             )
             sub.add_argument("--no-auth", action="store_true", help="no tokens needed (only on a loopback address)")
             sub.add_argument(
+                "--allowed-host",
+                action="append",
+                default=[],
+                metavar="NAME",
+                help="also answer requests naming this host (repeatable; loopback names and --host always)",
+            )
+            sub.add_argument(
+                "--max-body",
+                type=parse_positive_int,
+                default=None,
+                metavar="BYTES",
+                help="refuse request bodies larger than this (default 1048576, 1 MiB)",
+            )
+            sub.add_argument(
                 "--recover-every", type=float, default=30.0, help="seconds between looks for stranded runs"
             )
             sub.add_argument(
@@ -558,7 +575,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _exit_code(error: BaseException) -> int:
-    if isinstance(error, RunNotFound):
+    if isinstance(error, RunNotFound | UnknownGate):
         return EXIT_NOT_FOUND
     if isinstance(error, AlreadyResumed | NotResumable | NotCancellable | RunOwnedElsewhere):
         return EXIT_STATE

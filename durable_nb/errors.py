@@ -4,8 +4,10 @@
      ├── ConfigurationError       a workflow definition that cannot run
      ├── InvalidInput             bad argument from the caller (also a ValueError)
      │    ├── InvalidState        state or node updates that are not a dict of str keys
-     │    └── InvalidDecision     an approval/rejection that cannot be recorded
+     │    ├── InvalidDecision     an approval/rejection that cannot be recorded
+     │    └── IdempotencyKeyReused  a key already used for a run with other input
      ├── RunNotFound              no run with that id (also a LookupError)
+     ├── UnknownGate              no gate waits at that node (also a LookupError)
      ├── WorkflowNotFound         a service serves no workflow of that name
      ├── CheckpointNotFound       no checkpoint with that id in that run
      ├── AlreadyResumed           someone else already decided / resumed / completed it
@@ -41,6 +43,7 @@ __all__ = [
     "CheckpointNotFound",
     "ConfigurationError",
     "DurableError",
+    "IdempotencyKeyReused",
     "InvalidDecision",
     "InvalidInput",
     "InvalidState",
@@ -59,6 +62,7 @@ __all__ = [
     "StoreFailed",
     "StoreUnavailable",
     "TamperedValueError",
+    "UnknownGate",
     "WorkflowMismatch",
     "WorkflowNotFound",
 ]
@@ -96,6 +100,10 @@ class InvalidDecision(InvalidInput):
     """An approval or rejection whose fields cannot be recorded."""
 
 
+class IdempotencyKeyReused(InvalidInput):
+    """An idempotency key already names a run started with other input; nothing was started."""
+
+
 class RunNotFound(DurableError, LookupError):
     """No run with the given id exists in the store."""
 
@@ -106,6 +114,10 @@ class RunNotFound(DurableError, LookupError):
             "or `durable-nb runs`, and check the store URL."
         )
         self.run_id = run_id
+
+
+class UnknownGate(DurableError, LookupError):
+    """A decision names a node at which the run has no gate waiting; nothing was decided."""
 
 
 class WorkflowNotFound(DurableError, LookupError):

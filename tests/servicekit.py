@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import durable_nb as dnb
 
-__all__ = ["ADMIN", "DECIDER", "FLOWS", "READER", "TOKENS", "Server", "free_port"]
+__all__ = ["ADMIN", "BASE", "DECIDER", "FLOWS", "READER", "TOKENS", "Server", "free_port", "gate_form"]
 
 ROOT = Path(__file__).resolve().parent.parent
 ADMIN, DECIDER, READER = "a" * 24, "d" * 24, "r" * 24
 TOKENS = f"ops:admin:{ADMIN},ana:decide:{DECIDER},viewer:read:{READER}"
+# Where tests reach an app in process (Starlette's TestClient): a loopback name, which the
+# Host allow-list answers without configuration, and the origin the pages' forms come from.
+BASE = "http://127.0.0.1"
 
 FLOWS = """
 import os, time, pathlib
@@ -61,6 +66,12 @@ def work(state):
 """
 
 
+def gate_form(page: str, run_id: str) -> dict[str, str]:
+    """The hidden fields (csrf, node) of the approvals page's form for ``run_id``'s gate."""
+    section = page.split(f"data-run='{run_id}'", 1)[1].split("</section>", 1)[0]
+    return dict(re.findall(r"<input type='hidden' name='(\w+)' value='([^']*)'>", section))
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -68,9 +79,9 @@ def free_port() -> int:
 
 
 class Server:
-    """``durable-nb serve`` as a subprocess."""
+    """``durable-nb serve`` as a subprocess (port 0: one the server picks and announces)."""
 
-    def __init__(self, folder: Path, store: str, port: int) -> None:
+    def __init__(self, folder: Path, store: str, port: int = 0, options: Sequence[str] = ()) -> None:
         env = dict(os.environ, SERVICE_STORE=store, SERVICE_SIDE=str(folder / "side.txt"), DURABLE_NB_TOKENS=TOKENS)
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(folder), env.get("PYTHONPATH", "")])
         self.process = subprocess.Popen(
@@ -89,22 +100,36 @@ class Server:
                 str(port),
                 "--recover-every",
                 "1",
+                *options,
             ],
             env=env,
             cwd=folder,
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            text=True,
         )
-        self.client = dnb.Client(f"http://127.0.0.1:{port}", token=ADMIN)
+        self.announced = self._announcement()
+        self.url = self.announced[0].split("listening on ", 1)[1].split()[0]
+        self.client = dnb.Client(self.url, token=ADMIN)
         for _ in range(600):
             try:
                 self.client.runs()
                 return
             except dnb.DurableError:
                 if self.process.poll() is not None:
-                    raise AssertionError(self.process.stderr.read().decode()[-2000:]) from None
+                    raise AssertionError(self.process.stderr.read()[-2000:]) from None  # type: ignore[union-attr]
                 time.sleep(0.05)
         raise AssertionError("the server did not start")
+
+    def _announcement(self) -> list[str]:
+        """The lines the server prints once it listens, up to the one naming the hosts it answers."""
+        lines: list[str] = []
+        while not lines or not lines[-1].startswith("  answers requests"):
+            line = self.process.stdout.readline()  # type: ignore[union-attr]
+            if not line:
+                raise AssertionError(f"the server exited: {self.process.stderr.read()[-2000:]}")  # type: ignore[union-attr]
+            lines.append(line.rstrip("\n"))
+        return lines
 
     def kill(self) -> None:
         self.process.send_signal(signal.SIGKILL)

@@ -19,7 +19,11 @@ The cases are grouped by how they are exercised:
   object with ``--json`` naming the error's type);
 - ``test_magic_refuses``: ``%%durable`` / ``%durable`` in a real IPython shell stop with a one-line
   ``UsageError`` (IPython's error for a bad magic line; when the engine refused, the DurableError it
-  raised is chained), the cell body does not run and the kernel's run is unchanged.
+  raised is chained), the cell body does not run and the kernel's run is unchanged;
+- ``test_service_refuses``: the service over HTTP, each protection by name (the Host allow-list,
+  cross-origin and non-JSON posts, the token before the body, the body limit, JSON depth, the
+  approvals page's CSRF token, Origin and ``approved``) and the API's own refusals; the answer
+  has the typed error's status and says what to do, and every row of the store is unchanged.
 
 The catalogue holds 275 cases (``CASE_COUNT`` below; a test checks it).
 """
@@ -27,8 +31,10 @@ The catalogue holds 275 cases (``CASE_COUNT`` below; a test checks it).
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import math
+import re
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -43,6 +49,16 @@ from IPython.core.interactiveshell import InteractiveShell
 import durable_nb as dnb
 import durable_nb.views
 from durable_nb.cli import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_STATE, EXIT_USAGE, main
+from durable_nb.service.auth import Unauthorized
+from durable_nb.service.errors import (
+    BodyTooLarge,
+    CrossSiteRequest,
+    HostNotAllowed,
+    JsonTooDeep,
+    NotebookPathRefused,
+    UnsupportedMediaType,
+    error_from,
+)
 from durable_nb.store import disconnect
 
 CASE_COUNT = 275
@@ -133,7 +149,7 @@ class World:
 
     def build(self) -> World:
         self.done = self.plain.run({"x": 1})
-        self.paused = self.gated.run({"x": 2})
+        self.paused = self.gated.run({"x": 2}, idempotency_key="paused-key")
         self.failed = self.broken.run({"x": 3})
         assert (self.done.status, self.paused.status, self.failed.status) == ("completed", "paused", "failed")
         return self
@@ -700,8 +716,20 @@ INTACT = [
     case(
         "approve-unknown-node",
         lambda w: dnb.approve(w.paused.id, node="nowhere", store=w.url),
-        dnb.AlreadyResumed,
-        "no open gate at node 'nowhere'",
+        dnb.UnknownGate,
+        "no gate waiting at node 'nowhere'; it waits at node 'review'",
+    ),
+    case(
+        "approve-node-without-gate",
+        lambda w: dnb.approve(w.paused.id, node="prepare", store=w.url),
+        dnb.UnknownGate,
+        "no gate waiting at node 'prepare'",
+    ),
+    case(
+        "flow-reject-unknown-node",
+        lambda w: w.gated.reject(w.paused.id, node="nowhere"),
+        dnb.UnknownGate,
+        "it waits at node 'review'",
     ),
     case("approve-node-int", lambda w: dnb.approve(w.paused.id, node=5, store=w.url), dnb.InvalidInput, "node"),
     case(
@@ -760,6 +788,19 @@ INTACT = [
         _async(lambda w: dnb.aapprove(w.paused.id, comment=5, store=w.url)),
         dnb.InvalidDecision,
         "comment",
+    ),
+    # idempotency keys
+    case(
+        "idempotency-key-reused-with-other-input",
+        lambda w: w.gated.run({"x": 3}, idempotency_key="paused-key"),
+        dnb.IdempotencyKeyReused,
+        "send the same input to get that run back, or use a new key",
+    ),
+    case(
+        "idempotency-key-reused-by-start",
+        lambda w: w.gated.start({}, idempotency_key="paused-key"),
+        dnb.IdempotencyKeyReused,
+        "already started run",
     ),
     # cancel
     case("cancel-completed-run", lambda w: dnb.cancel(w.done.id, store=w.url), dnb.NotCancellable, "already completed"),
@@ -1099,15 +1140,23 @@ CLI = [
         "cannot import 'nomodule'",
         id="cli-recover-workflow-module-missing",
     ),
+    pytest.param(["serve", "--max-body", "0"], EXIT_USAGE, None, "--max-body", id="cli-serve-max-body-zero"),
+    pytest.param(
+        ["serve", "--no-auth", "--notebooks", "{root}", "--allowed-host", "*"],
+        EXIT_FAILED,
+        dnb.ConfigurationError,
+        "'*' alone",
+        id="cli-serve-allowed-host-star",
+    ),
     pytest.param(["approve", "{done}"], EXIT_STATE, dnb.AlreadyResumed, "no gate left", id="cli-approve-completed-run"),
     pytest.param(
         ["reject", "{failed}"], EXIT_STATE, dnb.AlreadyResumed, "not paused at a gate", id="cli-reject-failed-run"
     ),
     pytest.param(
         ["approve", "{paused}", "--node", "nowhere"],
-        EXIT_STATE,
-        dnb.AlreadyResumed,
-        "no open gate at node 'nowhere'",
+        EXIT_NOT_FOUND,
+        dnb.UnknownGate,
+        "no gate waiting at node 'nowhere'",
         id="cli-approve-unknown-node",
     ),
     pytest.param(
@@ -1313,17 +1362,224 @@ def test_magic_refuses(
     assert _run_count(kernel.url) == runs
 
 
+# -- 7. the service over HTTP ---------------------------------------------------------------------------
+
+SERVICE_TOKENS = f"ops:admin:{'a' * 24},ana:decide:{'d' * 24},viewer:read:{'r' * 24}"
+ADMIN, DECIDER = {"Authorization": f"Bearer {'a' * 24}"}, {"Authorization": f"Bearer {'d' * 24}"}
+JSON = {"Content-Type": "application/json"}
+ORIGIN = "http://127.0.0.1"  # where the app is reached in these cases (a loopback name)
+
+
+def _service_app(w: World) -> Any:
+    from durable_nb.service.app import create_app
+    from durable_nb.service.auth import Auth, load_tokens
+
+    notebooks = w.root / "notebooks"
+    notebooks.mkdir(exist_ok=True)
+    if not (notebooks / "loop.ipynb").is_symlink():
+        (notebooks / "loop.ipynb").symlink_to(notebooks / "loop.ipynb")
+    auth = Auth(load_tokens(environ={"DURABLE_NB_TOKENS": SERVICE_TOKENS}))
+    return create_app([w.plain, w.gated, w.broken], store=w.url, auth=auth, recover_every=3600, notebooks=notebooks)
+
+
+def _page_form(client: Any, w: World, **fields: Any) -> dict[str, Any]:
+    """The paused run's form as the signed-in decider's page renders it, with ``fields`` changed (None: left out)."""
+    client.get(f"/?token={'d' * 24}")
+    page = client.get("/").text.split(f"data-run='{w.paused.id}'", 1)[1].split("</section>", 1)[0]
+    form = dict(re.findall(r"<input type='hidden' name='(\w+)' value='([^']*)'>", page), approved="true")
+    return {k: v for k, v in {**form, **fields}.items() if v is not None}
+
+
+def _post(path: str, headers: dict[str, str], body: Any = "") -> Callable[[Any, World], Any]:
+    def send(client: Any, w: World) -> Any:
+        content = body(w) if callable(body) else body
+        return client.post(path.format(paused=w.paused.id), content=content, headers=headers)
+
+    return send
+
+
+def _form(headers: dict[str, str | None], **fields: Any) -> Callable[[Any, World], Any]:
+    def send(client: Any, w: World) -> Any:
+        sent = {k: v for k, v in {"Origin": ORIGIN, **headers}.items() if v is not None}
+        return client.post(f"/runs/{w.paused.id}/decide", data=_page_form(client, w, **fields), headers=sent)
+
+    return send
+
+
+def _get(path: str, headers: dict[str, str] | None = None) -> Callable[[Any, World], Any]:
+    return lambda client, w: client.get(path.format(paused=w.paused.id), headers={**ADMIN, **(headers or {})})
+
+
+def _streamed(size: int) -> Iterator[bytes]:
+    yield b'{"input": {"x": "'
+    for _ in range(size // 65536):
+        yield b"x" * 65536
+    yield b'"}}'
+
+
+def http(case_id: str, call: Callable[[Any, World], Any], status: int, error: type, fragment: str) -> Any:
+    return pytest.param(call, status, error, fragment, id=case_id)
+
+
+SERVICE = [
+    # the Host allow-list (DNS rebinding)
+    http(
+        "http-host-not-allowed", _get("/api/runs", {"Host": "attacker.example"}), 400, HostNotAllowed, "--allowed-host"
+    ),
+    # a page of another origin: no text/plain or form posts to the API, no foreign Origin
+    http(
+        "http-cancel-text-plain",
+        _post("/api/runs/{paused}/cancel", {**ADMIN, "Content-Type": "text/plain"}),
+        415,
+        UnsupportedMediaType,
+        "application/json",
+    ),
+    http(
+        "http-approve-form-encoded",
+        _post(
+            "/api/runs/{paused}/approve",
+            {**ADMIN, "Content-Type": "application/x-www-form-urlencoded"},
+            "approved=true",
+        ),
+        415,
+        UnsupportedMediaType,
+        "application/json",
+    ),
+    http(
+        "http-cancel-foreign-origin",
+        _post("/api/runs/{paused}/cancel", {**ADMIN, **JSON, "Origin": "http://127.0.0.1:9"}),
+        403,
+        CrossSiteRequest,
+        "comes from",
+    ),
+    http(
+        "http-approve-origin-null",
+        _post("/api/runs/{paused}/approve", {**DECIDER, **JSON, "Origin": "null"}, "{}"),
+        403,
+        CrossSiteRequest,
+        "comes from 'null'",
+    ),
+    # bodies: the token first, then the limit, then the depth
+    http(
+        "http-large-body-without-token",
+        _post("/api/workflows/simple/runs", JSON, b"[" * (2 << 20)),
+        401,
+        Unauthorized,
+        "bearer token",
+    ),
+    http(
+        "http-body-over-the-limit",
+        _post("/api/workflows/gated/runs", {**ADMIN, **JSON}, b" " * (1 << 20) + b"{}"),
+        413,
+        BodyTooLarge,
+        "at most 1,048,576 bytes",
+    ),
+    http(
+        "http-body-streamed-over-the-limit",
+        _post("/api/workflows/gated/runs", {**ADMIN, **JSON}, lambda w: _streamed(2 << 20)),
+        413,
+        BodyTooLarge,
+        "--max-body",
+    ),
+    http(
+        "http-json-too-deep",
+        _post("/api/workflows/gated/runs", {**ADMIN, **JSON}, '{"input": {"x": ' + "[" * 70 + "]" * 70 + "}}"),
+        400,
+        JsonTooDeep,
+        "more than 64 deep",
+    ),
+    # the API's own checks
+    http(
+        "http-idempotency-key-other-body",
+        _post("/api/workflows/gated/runs", {**ADMIN, **JSON, "Idempotency-Key": "paused-key"}, '{"input": {"x": 9}}'),
+        422,
+        dnb.IdempotencyKeyReused,
+        "already started run",
+    ),
+    http(
+        "http-approve-unknown-node",
+        _post("/api/runs/{paused}/approve", {**DECIDER, **JSON}, '{"node": "prepare"}'),
+        404,
+        dnb.UnknownGate,
+        "it waits at node 'review'",
+    ),
+    http(
+        "http-events-after-past-64-bits",
+        _get("/api/runs/{paused}/events?after=99999999999999999999999"),
+        400,
+        dnb.InvalidInput,
+        "after=",
+    ),
+    http("http-events-after-negative", _get("/api/runs/{paused}/events?after=-1"), 400, dnb.InvalidInput, "after="),
+    http(
+        "http-notebook-link-loop",
+        _post("/api/notebooks/loop.ipynb/runs", {**ADMIN, **JSON}, "{}"),
+        400,
+        NotebookPathRefused,
+        "symbolic link loop",
+    ),
+    http(
+        "http-notebook-path-5000",
+        _post("/api/notebooks/" + "d/" * 2500 + "n.ipynb/runs", {**ADMIN, **JSON}, "{}"),
+        400,
+        NotebookPathRefused,
+        "5,007 characters",
+    ),
+    http(
+        "http-notebook-name-300",
+        _post("/api/notebooks/" + "n" * 294 + ".ipynb/runs", {**ADMIN, **JSON}, "{}"),
+        400,
+        NotebookPathRefused,
+        "file name too long",
+    ),
+    # the approvals page's form
+    http("page-form-without-csrf-token", _form({}, csrf=None), 403, CrossSiteRequest, "token"),
+    http("page-form-wrong-csrf-token", _form({}, csrf="0" * 64), 403, CrossSiteRequest, "token"),
+    http("page-form-foreign-origin", _form({"Origin": "http://127.0.0.1:9"}), 403, CrossSiteRequest, "comes from"),
+    http("page-form-no-origin", _form({"Origin": None}), 403, CrossSiteRequest, "names no origin"),
+    http("page-form-without-approved", _form({}, approved=None), 400, dnb.InvalidDecision, "approved must be"),
+    http("page-form-approved-yes", _form({}, approved="yes"), 400, dnb.InvalidDecision, "approved must be"),
+    http("page-form-approved-twice", _form({}, approved=["true", "false"]), 400, dnb.InvalidDecision, "more than once"),
+]
+
+
+@pytest.mark.parametrize(("call", "status", "error", "fragment"), SERVICE)
+def test_service_refuses(
+    world: World, call: Callable[[Any, World], Any], status: int, error: type, fragment: str
+) -> None:
+    """A request the service refuses gets the status of its typed error and says what to do (the JSON error
+    shape, or the page's HTML); every stored run, checkpoint, gate and row is as it was."""
+    pytest.importorskip("fastapi", reason="the service needs the serve extra (fastapi, uvicorn)")
+    from fastapi.testclient import TestClient
+
+    from durable_nb.service.errors import status_of
+
+    world.build()
+    with TestClient(_service_app(world), base_url=ORIGIN) as client:
+        before = world.picture()
+        response = call(client, world)
+        after = world.picture()
+    assert response.status_code == status == status_of(error("")), response.text
+    if response.headers["content-type"].startswith("application/json"):
+        assert issubclass(error_from(response.json(), status).__class__, error), response.text
+        text = response.json()["message"]
+    else:
+        text = html.unescape(response.text)
+    assert fragment.lower() in text.lower(), text
+    assert after == before
+
+
 # -- the catalogue's size ----------------------------------------------------------------------------
 
 
 def test_catalogue_size() -> None:
     """The module docstring states how many cases the catalogue holds; every expected type is a DurableError."""
-    groups = [NOTHING_STORED, STORE_URLS, INTACT, FAILED_RUNS, CLI, MAGICS]
+    groups = [NOTHING_STORED, STORE_URLS, INTACT, FAILED_RUNS, CLI, MAGICS, SERVICE]
     ids = [p.id for group in groups for p in group]
     assert len(ids) == len(set(ids)), "case ids repeat"
     assert len(ids) == CASE_COUNT >= 110
     assert f"holds {CASE_COUNT} cases" in (__doc__ or "")
-    for group in (NOTHING_STORED, STORE_URLS, INTACT, FAILED_RUNS):
+    for group in (NOTHING_STORED, STORE_URLS, INTACT, FAILED_RUNS, SERVICE):
         for p in group:
             expected = p.values[-2] if group is not FAILED_RUNS else p.values[2]
             for kind in expected if isinstance(expected, tuple) else (expected,):

@@ -216,3 +216,56 @@ def test_concurrent_decisions_on_two_gates_both_count(store_url: str) -> None:
     done = flow.resume(run.id)
     assert done.status == "completed"
     assert done.state == {"p": "A", "q": "B"}
+
+
+def _two_gates(store_url: str) -> tuple[dnb.Workflow, dnb.Run]:
+    flow = dnb.Workflow("gates-and-a-plain-node", store=store_url)
+
+    @flow.node()
+    def draft(state):
+        return {"draft": "hello"}
+
+    @flow.node(after="draft")
+    def legal(state):
+        return {"legal": dnb.gate("legal ok?").approved}
+
+    @flow.node(after="draft")
+    def finance(state):
+        return {"finance": dnb.gate("budget ok?").approved}
+
+    return flow, flow.run({})
+
+
+@pytest.mark.parametrize("node", ["draft", "nowhere"])
+def test_deciding_a_node_without_a_waiting_gate_is_unknown_gate(store_url: str, node: str) -> None:
+    """A decision naming a node that has no gate waiting (a plain node, or no node at all) raises
+    UnknownGate naming the gates that wait, from every front end's library call; nothing is decided."""
+    flow, run = _two_gates(store_url)
+    before = dnb.history(run.id, store=store_url)["step"].tolist()
+    calls = [
+        lambda: dnb.approve(run.id, node=node, store=store_url),
+        lambda: dnb.reject(run.id, node=node, store=store_url),
+        lambda: flow.approve(run.id, node=node),
+    ]
+    for call in calls:
+        with pytest.raises(dnb.UnknownGate) as refused:
+            call()
+        message = str(refused.value)
+        assert f"no gate waiting at node {node!r}" in message
+        assert "'finance' (asking 'budget ok?')" in message and "'legal' (asking 'legal ok?')" in message
+    assert dnb.history(run.id, store=store_url)["step"].tolist() == before
+    assert sorted(p["node_id"] for p in dnb.get_run(run.id, store=store_url).pending_interrupts) == [
+        "finance",
+        "legal",
+    ]
+
+
+def test_a_gate_decided_by_someone_else_is_already_resumed_not_unknown(store_url: str) -> None:
+    """Deciding a gate that another decider won, while the run still waits at another gate, is the
+    race's answer (AlreadyResumed), not UnknownGate: that node did have a gate."""
+    flow, run = _two_gates(store_url)
+    dnb.approve(run.id, node="legal", store=store_url)
+    with pytest.raises(dnb.AlreadyResumed, match="'legal' was already decided") as lost:
+        dnb.approve(run.id, node="legal", store=store_url)
+    assert "'finance' (asking 'budget ok?')" in str(lost.value)
+    assert flow.approve(run.id, node="finance").state == {"draft": "hello", "legal": True, "finance": True}

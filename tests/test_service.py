@@ -13,21 +13,24 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 import durable_nb as dnb
+from durable_nb.model import format_seconds
 from durable_nb.service.auth import Auth, load_tokens
 
 pytest.importorskip("fastapi", reason="the service needs the serve extra (fastapi, uvicorn)")
 
 from fastapi.testclient import TestClient
-from servicekit import ADMIN, DECIDER, FLOWS, READER, TOKENS, Server, free_port
+from servicekit import ADMIN, BASE, DECIDER, FLOWS, READER, TOKENS, Server, free_port
 
 from durable_nb.service.app import create_app
 
 
 def _headers(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
+    # JSON on every request: the API refuses a state-changing one of any other type (415).
+    return {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
 
 
 @pytest.fixture
@@ -44,7 +47,7 @@ def app_client(tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch) 
     importlib.reload(flows)
     auth = Auth(load_tokens(environ={"DURABLE_NB_TOKENS": TOKENS}))
     app = create_app([flows.gated, flows.slow], store=store_url, auth=auth, recover_every=3600)
-    with TestClient(app) as client:
+    with TestClient(app, base_url=BASE) as client:
         yield client
 
 
@@ -64,9 +67,14 @@ def test_start_decide_and_watch_a_run(app_client: TestClient, store_url: str) ->
     assert started.status_code == 202 and started.json()["status"] == "pending"
     run_id = started.json()["id"]
     again = app_client.post(
-        "/api/workflows/gated/runs", json={"input": {}}, headers={**_headers(ADMIN), "Idempotency-Key": "k"}
+        "/api/workflows/gated/runs", json={"input": {"who": "ana"}}, headers={**_headers(ADMIN), "Idempotency-Key": "k"}
     )
     assert again.json()["id"] == run_id  # the key returns the first run, not a second
+    other = app_client.post(
+        "/api/workflows/gated/runs", json={"input": {"who": "bo"}}, headers={**_headers(ADMIN), "Idempotency-Key": "k"}
+    )
+    assert other.status_code == 422 and other.json()["error"] == "IdempotencyKeyReused", other.text
+    assert run_id in other.json()["message"]
     paused = _wait(app_client, run_id, "paused")
     assert paused["node_counts"]["suspended"] == 1 and paused["node_counts"]["ok"] == 1
     decided = app_client.post(
@@ -136,6 +144,31 @@ def test_start_decide_and_watch_a_run(app_client: TestClient, store_url: str) ->
             id="fork-unknown-checkpoint",
         ),
         pytest.param("GET", "/api/runs?status=bogus", None, READER, 422, "InvalidRequest", id="bad-status-filter"),
+        pytest.param(
+            "POST", "/api/runs/{run}/approve", {"node": "draft"}, DECIDER, 404, "UnknownGate", id="node-without-gate"
+        ),
+        pytest.param(
+            "POST", "/api/runs/{run}/approve", {"node": "nowhere"}, DECIDER, 404, "UnknownGate", id="unknown-node"
+        ),
+        pytest.param(
+            "GET",
+            "/api/runs/{run}/events?after=99999999999999999999999",
+            None,
+            READER,
+            400,
+            "InvalidInput",
+            id="after-huge",
+        ),
+        pytest.param(
+            "GET",
+            "/api/runs/{run}/events?after=9223372036854775808",
+            None,
+            READER,
+            400,
+            "InvalidInput",
+            id="after-2-63",
+        ),
+        pytest.param("GET", "/api/runs/{run}/events?after=-1", None, READER, 400, "InvalidInput", id="after-negative"),
     ],
 )
 def test_refusals_are_typed_and_change_nothing(
@@ -258,8 +291,10 @@ def test_the_client_has_async_twins(serving: Any) -> None:
 
     async def go() -> dict[str, Any]:
         started = await server.client.arun("gated", {"who": "async"}, idempotency_key="a-1")
-        again = await server.client.arun("gated", {}, idempotency_key="a-1")
+        again = await server.client.arun("gated", {"who": "async"}, idempotency_key="a-1")
         assert again["id"] == started["id"]
+        with pytest.raises(dnb.IdempotencyKeyReused):
+            await server.client.arun("gated", {}, idempotency_key="a-1")
         paused = await server.client.await_run(started["id"])
         assert paused["status"] == "paused"
         history = await server.client.ahistory(started["id"])
@@ -269,3 +304,36 @@ def test_the_client_has_async_twins(serving: Any) -> None:
         return paused
 
     asyncio.run(go())
+
+
+def test_the_run_page_reads_like_the_notebook_views(app_client: TestClient, store_url: str) -> None:
+    """Issue 27: the approvals page's run view shows times local to the second (the UTC instant on
+    hover) and durations as the notebook views do, and calls a gate's checkpoint what it is."""
+    import re
+
+    run_id = app_client.post("/api/workflows/gated/runs", json={"input": {}}, headers=_headers(ADMIN)).json()["id"]
+    _wait(app_client, run_id, "paused")
+
+    def cells() -> list[list[str]]:
+        page = app_client.get(f"/runs/{run_id}", headers=_headers(READER)).text
+        rows = re.findall(r"<tr><td>(.*?)</td></tr>", page)
+        return [[re.sub(r"<[^>]+>", "", cell) for cell in row.split("</td><td>")] for row in rows]
+
+    assert [row[1:3] for row in cells()] == [["after:draft", "ok"], ["gate:publish", "waiting for a decision"]]
+    app_client.post(f"/api/runs/{run_id}/approve", json={"approved": False}, headers=_headers(DECIDER))
+    _wait(app_client, run_id, "completed")
+    rows = cells()
+    assert [row[1:3] for row in rows] == [
+        ["after:draft", "ok"],
+        ["gate:publish", "decided"],
+        ["approved:publish", "decision recorded"],
+        ["after:publish", "ok"],
+        ["run_end", "completed"],
+    ]
+    history = dnb.history(run_id, store=store_url)
+    for row, (at, took) in zip(rows, zip(history["created_at"], history["duration"], strict=True), strict=True):
+        assert row[3] == f"{at.floor('s').to_pydatetime().astimezone():%Y-%m-%d %H:%M:%S}"  # local, to the second
+        assert row[4] == ("" if pd.isna(took) else format_seconds(took.total_seconds(), compound=True))
+    assert re.fullmatch(r"[\d.]+ (ms|s)", rows[0][4])  # 0.437 ms, not 0.000437
+    body = app_client.get(f"/runs/{run_id}", headers=_headers(READER)).text.split("</head>", 1)[1]
+    assert "interrupted" not in re.sub(r"<[^>]+>", "", body)

@@ -31,7 +31,7 @@ from durable_nb.service.auth import Auth, load_tokens
 pytest.importorskip("fastapi", reason="the service needs the serve extra (fastapi, uvicorn)")
 
 from fastapi.testclient import TestClient
-from servicekit import ADMIN, DECIDER, READER, ROOT, TOKENS, Server, free_port
+from servicekit import ADMIN, BASE, DECIDER, READER, ROOT, TOKENS, Server, free_port, gate_form
 
 from durable_nb.headless.notebook_run import run_key as command_key
 from durable_nb.service.app import create_app
@@ -57,7 +57,8 @@ def _until(look: Callable[[], T | None], what: str, deadline: float = DEADLINE) 
 
 
 def _headers(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
+    # JSON on every request: the API refuses a state-changing one of any other type (415).
+    return {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
 
 
 def _side(folder: Path) -> list[str]:
@@ -118,7 +119,7 @@ def notebooks(tmp_path: Path) -> Path:
 def app_client(notebooks: Path, store_url: str) -> Iterator[TestClient]:
     auth = Auth(load_tokens(environ={"DURABLE_NB_TOKENS": TOKENS}))
     app = create_app([], store=store_url, auth=auth, recover_every=3600, notebooks=notebooks)
-    with TestClient(app) as client:
+    with TestClient(app, base_url=BASE) as client:
         yield client
 
 
@@ -199,13 +200,11 @@ def test_a_gated_notebook_waits_for_approval_and_completes(
         lambda: "really publish?" in app_client.get("/", headers=_headers(READER)).text,
         "the second gate to show on the approvals page",
     )
-    # Approved on the page: the same.
-    form = {
-        "approved": "true",
-        "comment": "go",
-        "node": dnb.get_run(run_id, store=store_url).pending_interrupt["node_id"],
-    }
-    answer = app_client.post(f"/runs/{run_id}/decide", data=form, headers=_headers(DECIDER))
+    # Approved on the page: the same (its form carries the gate's node and the session's CSRF token).
+    signed_in = {"Authorization": f"Bearer {DECIDER}"}
+    form = {**gate_form(app_client.get("/", headers=signed_in).text, run_id), "approved": "true", "comment": "go"}
+    assert form["node"] == dnb.get_run(run_id, store=store_url).pending_interrupt["node_id"]
+    answer = app_client.post(f"/runs/{run_id}/decide", data=form, headers={**signed_in, "Origin": BASE})
     assert f"Approved run {run_id}" in answer.text
     _reaches(app_client, run_id, "completed")
     state = dnb.get_run(run_id, store=store_url).state
@@ -251,6 +250,21 @@ def test_a_gated_notebook_waits_for_approval_and_completes(
         pytest.param(
             "/api/notebooks/report.ipynb/runs", {"parameters": [1]}, 422, "InvalidRequest", "parameters", id="body"
         ),
+        pytest.param("/api/notebooks/loop.ipynb/runs", {}, 400, "NotebookPathRefused", "link loop", id="link-loop"),
+        pytest.param(
+            "/api/notebooks/looped/report.ipynb/runs", {}, 400, "NotebookPathRefused", "link loop", id="folder-loop"
+        ),
+        pytest.param(
+            "/api/notebooks/" + "deep/" * 1000 + "report.ipynb/runs",
+            {},
+            400,
+            "NotebookPathRefused",
+            "5,012 characters",
+            id="path-5000-characters",
+        ),
+        pytest.param(
+            "/api/notebooks/" + "n" * 294 + ".ipynb/runs", {}, 400, "NotebookPathRefused", "too long", id="name-300"
+        ),
     ],
 )
 def test_paths_outside_the_folder_are_refused(
@@ -271,6 +285,8 @@ def test_paths_outside_the_folder_are_refused(
     (notebooks / "notes.txt").write_text("not a notebook")
     (notebooks / "folder.ipynb").mkdir()
     (notebooks / "broken.ipynb").write_text("{not json")
+    (notebooks / "loop.ipynb").symlink_to(notebooks / "loop.ipynb")
+    (notebooks / "looped").symlink_to(notebooks / "looped", target_is_directory=True)
     _report(notebooks / ".durable-nb-outputs", tmp_path, "old.ipynb")
     refused = app_client.post(url, json=body, headers=_headers(ADMIN))
     assert refused.status_code == status, refused.text
@@ -280,7 +296,7 @@ def test_paths_outside_the_folder_are_refused(
 
 def test_a_server_without_a_notebooks_folder_says_how_to_get_one(store_url: str) -> None:
     auth = Auth(load_tokens(environ={"DURABLE_NB_TOKENS": TOKENS}))
-    with TestClient(create_app([], store=store_url, auth=auth, recover_every=3600)) as client:
+    with TestClient(create_app([], store=store_url, auth=auth, recover_every=3600), base_url=BASE) as client:
         refused = client.post("/api/notebooks/report.ipynb/runs", json={}, headers=_headers(ADMIN))
         assert refused.status_code == 404 and refused.json()["error"] == "NotebooksNotServed"
         assert "--notebooks DIR" in refused.json()["message"]

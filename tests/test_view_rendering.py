@@ -250,8 +250,17 @@ def test_ids_are_short_with_the_full_id_on_hover(store_url: str) -> None:
 # -- statuses ---------------------------------------------------------------------------------------------
 
 
+# A gate's checkpoint is stored as interrupted; it reads as what it is, in the colour of what it is.
+LABEL_COLOURS = {
+    "waiting for a decision": "paused",
+    "decided": "approved",
+    "not decided": "cancelled",
+    "decision recorded": "approved",
+}
+
+
 def badge(status: str) -> str:
-    colour = STATUS_COLOURS[status]
+    colour = STATUS_COLOURS[LABEL_COLOURS.get(status, status)]
     return f'color:{TEXT_ON[colour]};background:{colour}">{status}</span>'
 
 
@@ -268,10 +277,52 @@ def test_statuses_are_coloured_badges_with_readable_text(store_url: str) -> None
     for frame in [listed, *histories]:
         html = styled(frame)._repr_html_()
         assert "<b " not in html
-        for status, text in zip(frame["status"], column_of(frame, html, "status"), strict=True):
+        shown = [str(s) for s in frame["status"]]
+        if frame is not listed:
+            shown = [s.replace("interrupted", "waiting for a decision") for s in shown]
+        for status, text in zip(shown, column_of(frame, html, "status"), strict=True):
             assert text.startswith('<span class="durable-nb-status" style="display:inline-block;')
             assert "border-radius:" in text and text.endswith(badge(status))
     assert {s for h in histories for s in h["status"]} >= {"ok", "completed", "failed", "interrupted"}
+
+
+def _two_gate_flow(store_url: str) -> dnb.Workflow:
+    flow = dnb.Workflow("two-gates", store=store_url)
+
+    @flow.node()
+    def review(state):
+        first = dnb.gate("draft ok?").approved
+        return {"first": first, "second": dnb.gate("send it?").approved}
+
+    return flow
+
+
+def test_a_gate_checkpoint_reads_as_waiting_decided_or_not_decided(store_url: str) -> None:
+    """Issue 27: a gate's checkpoint is stored as interrupted (the DataFrame keeps that status and its
+    dtype) but reads as what it is: waiting for a decision while its gate is open, decided once a
+    decision follows, not decided when the run was cancelled at it; the decision's checkpoint,
+    stored as approved for a rejection too, reads decision recorded."""
+    flow = _two_gate_flow(store_url)
+    run = flow.run({})
+
+    def shown(run_id: str) -> list[tuple[str, str]]:
+        frame = dnb.history(run_id, store=store_url)
+        assert str(frame["status"].dtype) == "category" and "interrupted" in set(frame["status"])
+        html = styled(frame)._repr_html_()
+        labels = [re.sub(r"<[^>]+>", "", cell) for cell in column_of(frame, html, "status")]
+        return list(zip(frame["step"], labels, strict=True))
+
+    assert shown(run.id) == [("gate:review", "waiting for a decision")]
+    flow.reject(run.id)
+    assert shown(run.id) == [
+        ("gate:review", "decided"),
+        ("approved:review", "decision recorded"),
+        ("gate:review", "waiting for a decision"),
+    ]
+    assert list(dnb.history(run.id, store=store_url)["status"]) == ["interrupted", "approved", "interrupted"]
+    dnb.cancel(run.id, store=store_url)
+    assert shown(run.id)[-1] == ("gate:review", "not decided")
+    assert "interrupted" not in styled(dnb.history(run.id, store=store_url))._repr_html_()
 
 
 # -- escaping and missing values --------------------------------------------------------------------------

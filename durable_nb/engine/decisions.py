@@ -13,7 +13,7 @@ import json
 import time
 from typing import Any
 
-from ..errors import AlreadyResumed, InvalidDecision
+from ..errors import AlreadyResumed, DurableError, InvalidDecision, UnknownGate
 from ..model import (
     CheckpointRecord,
     CheckpointStatus,
@@ -168,7 +168,25 @@ async def _open_target(
         raise _expired_error(run_id, wanted[0])
     if not still_open:
         raise _not_paused(await store.get_run(run_id))
+    if node is not None and all(p.node_id != node for p in still_open):
+        raise await _no_gate_at(store, run_id, node, still_open)
     return choose_claim(run_id, node or ANY_NODE, still_open, gate)
+
+
+async def _no_gate_at(store: Store, run_id: str, node: str, waiting: list[PendingInterrupt]) -> DurableError:
+    """The error for a decision at ``node`` where no gate waits: decided already, or never a gate there."""
+    gates = ", ".join(f"{p.node_id!r} (asking {p.reason!r})" for p in sorted(waiting, key=lambda p: p.node_id))
+    listed = f"node{'s' if len(waiting) > 1 else ''} {gates}"
+    if await store.node_checkpoint(run_id, node, "approved:") is not None:
+        # Another decider won the race for this gate: the same answer as for a run no longer paused.
+        return AlreadyResumed(
+            f"Run {run_id}'s gate at node {node!r} was already decided (by another process or person); "
+            f"it now waits at {listed}."
+        )
+    return UnknownGate(
+        f"Run {run_id} has no gate waiting at node {node!r}; it waits at {listed}. Name one of those as the "
+        "node to decide (leave the node out when only one gate waits)."
+    )
 
 
 def _decision_commit(

@@ -39,6 +39,7 @@ from .executors import check_executor
 from .forking import create_fork
 from .gates import Resume
 from .graph import Graph
+from .keys import refuse_other_input
 from .ownership import active, lease_deadline, owner_alive, this_owner
 from .run import Run, load_run
 from .runner import Runner
@@ -116,7 +117,8 @@ class Workflow(GraphDefinition):
         idempotency_key: str | None,
         owner: str | None = None,
     ) -> tuple[RunRecord, bool]:
-        """Write a new run (running under ``owner``, else pending); a repeated key returns the first."""
+        """Write a new run (running under ``owner``, else pending); a repeated key returns the first, when
+        it comes with the same input (IdempotencyKeyReused otherwise)."""
         self._graph.check()
         if idempotency_key is not None and (not isinstance(idempotency_key, str) or not idempotency_key):
             raise InvalidInput(f"idempotency_key must be non-empty text, not {idempotency_key!r}.")
@@ -138,6 +140,8 @@ class Workflow(GraphDefinition):
         )
         if created:
             values.mark_stored(blobs)
+        elif idempotency_key is not None:
+            await refuse_other_input(record, manifest, state, values, idempotency_key)
         return record, created
 
     async def aresume(self, run_id: str, value: Resume | None = None) -> Run:

@@ -5,6 +5,11 @@ comes at once. When it starts, and every ``recover_every`` seconds after, the se
 the runs that dead processes left of the workflows it serves and marks the others failed.
 Given a notebooks folder, it also runs any notebook in it, each in a child process, and starts
 those children again after a decision or a crash.
+
+Before any endpoint, every request passes three layers, outermost first: the security headers
+(headers.py) on whatever is answered, the Host allow-list (hosts.py), and the request guard
+(guard.py: the token before the body, no cross-origin state change, JSON only, bounded bodies).
+The approvals page's forms carry a CSRF token per session (forms.py).
 """
 
 from __future__ import annotations
@@ -12,28 +17,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import html
-from collections.abc import AsyncIterator
+import secrets
+from collections.abc import AsyncIterator, Iterable
+from http import HTTPStatus
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import parse_qs
 
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import BaseModel, StrictBool
+from starlette.exceptions import HTTPException
 
 from ..engine.workflow import Workflow
-from ..errors import DurableError
+from ..errors import ConfigurationError, DurableError, InvalidDecision
 from ..model import RunStatus
 from ..store import resolve_store
 from .auth import Auth, Forbidden, Token, Unauthorized
-from .errors import error_body, status_of
+from .errors import CrossSiteRequest, UnsupportedMediaType, error_body, status_of
+from .forms import CsrfTokens, page_decision, read_form
+from .guard import MAX_BODY, RequestGuard
+from .headers import SecurityHeaders, content_security_policy
+from .hosts import AllowedHosts, allowed_hosts
 from .mcp_tools import build_mcp
 from .notebook_folder import NotebookFolder
 from .notebook_runs import NotebookRuns
 from .operations import Service
-from .page import COOKIE, approvals_page, history_page
+from .page import COOKIE, STYLE_HASH, approvals_page, history_page, refusal_page
 
 __all__ = ["Service", "create_app"]
 
@@ -98,9 +109,18 @@ def create_app(
     host: str = "127.0.0.1",
     notebooks: str | Path | None = None,
     notebook_outputs: str | Path | None = None,
+    allowed_host: Iterable[str] = (),
+    max_body: int = MAX_BODY,
 ) -> FastAPI:
     """Return the ASGI app serving ``workflows`` on ``store`` (default: the first workflow's), and the
-    notebooks in the folder ``notebooks`` (outputs in ``notebook_outputs``, default a folder inside it)."""
+    notebooks in the folder ``notebooks`` (outputs in ``notebook_outputs``, default a folder inside it).
+
+    Requests must name a loopback host, ``host`` (unless a wildcard address) or one of
+    ``allowed_host``; bodies are at most ``max_body`` bytes.
+    """
+    if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 1:
+        raise ConfigurationError(f"max_body (--max-body) is a number of bytes of 1 or more, not {max_body!r}.")
+    hosts = allowed_hosts(host, allowed_host)
     resolved = resolve_store(store) if store is not None or not workflows else workflows[0].store
     runner = None if notebooks is None else NotebookRuns(NotebookFolder(notebooks, notebook_outputs), resolved)
     service = Service(workflows, resolved, runner)
@@ -116,7 +136,13 @@ def create_app(
     # MCP over HTTP, at /mcp/: the same tools as `durable-nb mcp`, with the request's token.
     asked_by: contextvars.ContextVar[Token] = contextvars.ContextVar("durable_nb_mcp_token")
     tools = build_mcp(service, asked_by.get)
-    tools_app = tools.streamable_http_app(streamable_http_path="/", stateless_http=True, json_response=True, host=host)
+    # The SDK's own DNS-rebinding check knows only loopback names, so it would refuse the names of
+    # --allowed-host; the Host allow-list and the request guard in front of /mcp check Host and Origin
+    # (more strictly: the SDK lets any port of 127.0.0.1 in as an Origin).
+    unchecked = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    tools_app = tools.streamable_http_app(
+        streamable_http_path="/", stateless_http=True, json_response=True, transport_security=unchecked
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -139,14 +165,29 @@ def create_app(
         summary="Start, watch, decide and steer durable runs.",
         version="1",
         lifespan=lifespan,
+        # The interactive docs load scripts from a CDN, which the Content-Security-Policy forbids;
+        # the OpenAPI document stays at /openapi.json.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.service = service
     app.mount("/mcp", _TokenGate(tools_app, auth, asked_by))
+    # Added innermost first: headers on every answer, then the Host, then the request's own checks.
+    app.add_middleware(RequestGuard, auth=auth, max_body=max_body)
+    app.add_middleware(AllowedHosts, hosts=hosts)
+    app.add_middleware(SecurityHeaders, policy=content_security_policy([STYLE_HASH]))
     read, decide, admin = caller("read"), caller("decide"), caller("admin")
 
     @app.exception_handler(DurableError)
     async def library_error(request: Request, error: DurableError) -> JSONResponse:
         return JSONResponse(error_body(error), status_code=status_of(error))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, error: HTTPException) -> JSONResponse:
+        # Starlette's own answers (no such endpoint, method not allowed) in the service's error shape.
+        name = "".join(HTTPStatus(error.status_code).phrase.split())
+        message = f"{error.detail}: {request.method} {request.url.path} (the endpoints are in /openapi.json)."
+        return JSONResponse({"error": name, "message": message}, status_code=error.status_code, headers=error.headers)
 
     @app.exception_handler(RequestValidationError)
     async def malformed(request: Request, error: RequestValidationError) -> JSONResponse:
@@ -213,15 +254,29 @@ def create_app(
 
     # -- the approvals page ---------------------------------------------------------------------
 
+    forms = CsrfTokens()
+
     def page_caller(request: Request, needed: str) -> Token:
         header = request.headers.get("authorization")
         cookie = request.cookies.get(COOKIE)
         return auth.check(header if header else (f"Bearer {cookie}" if cookie else None), needed)
 
+    def session_of(request: Request) -> str | None:
+        """The credential a page request came with: its bearer secret, else its cookie."""
+        header = request.headers.get("authorization")
+        if header:
+            return header.partition(" ")[2].strip() or None
+        return request.cookies.get(COOKIE)
+
     def refused(error: DurableError) -> HTMLResponse:
         hint = "Open /?token=YOUR_TOKEN once to sign in (a cookie keeps it)." if isinstance(error, Unauthorized) else ""
-        body = f"<!doctype html><title>Not allowed</title><p>{html.escape(str(error))}</p><p>{hint}</p>"
-        return HTMLResponse(body, status_code=status_of(error))
+        return HTMLResponse(refusal_page(str(error), hint), status_code=status_of(error))
+
+    def sign_in(response: Response, request: Request, value: str) -> None:
+        # HttpOnly: no script reads it; SameSite=Strict: no other site's page sends it (other ports
+        # of this host can: the forms' CSRF token is what stops those).
+        secure = request.url.scheme == "https"
+        response.set_cookie(COOKIE, value, httponly=True, samesite="strict", secure=secure, path="/")
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page(request: Request, token: str | None = None) -> Response:
@@ -233,13 +288,20 @@ def create_app(
                 return refused(error)
             # Sign in once: the cookie keeps the token out of later URLs and off other sites' requests.
             signed = RedirectResponse("/", status_code=303)
-            signed.set_cookie(COOKIE, token, httponly=True, samesite="strict", secure=request.url.scheme == "https")
+            sign_in(signed, request, token)
             return signed
         try:
             page_caller(request, "read")
         except (Unauthorized, Forbidden) as error:
             return refused(error)
-        return HTMLResponse(await approvals_page(resolved))
+        session = session_of(request)
+        fresh = session is None  # only without tokens (--no-auth): the page opens a session of its own
+        if session is None:
+            session = secrets.token_urlsafe(32)
+        answer = HTMLResponse(await approvals_page(resolved, forms.issue(session)))
+        if fresh:
+            sign_in(answer, request, session)
+        return answer
 
     @app.get("/runs/{run_id}", response_class=HTMLResponse, include_in_schema=False)
     async def run_page(request: Request, run_id: str) -> Response:
@@ -248,25 +310,32 @@ def create_app(
             page_caller(request, "read")
         except (Unauthorized, Forbidden) as error:
             return refused(error)
-        return HTMLResponse(await history_page(resolved, await service.history(run_id), run_id))
+        return HTMLResponse(await history_page(resolved, run_id))
 
     @app.post("/runs/{run_id}/decide", response_class=HTMLResponse, include_in_schema=False)
     async def decide_from_page(request: Request, run_id: str) -> Response:
         """The page's Approve / Reject: decide, then show the page with the outcome."""
+        session = session_of(request)
         try:
             caller = page_caller(request, "decide")
-        except (Unauthorized, Forbidden) as error:
+            form = read_form(request.headers.get("content-type"), await request.body())
+            forms.check(session, form.get("csrf"))
+        except (Unauthorized, Forbidden, UnsupportedMediaType, CrossSiteRequest) as error:
             return refused(error)
-        form = parse_qs((await request.body()).decode("utf-8", "replace"))
-        approved = form.get("approved", ["true"])[0] == "true"
-        comment = form.get("comment", [""])[0].strip() or None
-        node = form.get("node", [None])[0]
+        except InvalidDecision as error:
+            return HTMLResponse(
+                await approvals_page(resolved, forms.issue(session or ""), f"Not recorded: {error}", True),
+                status_code=status_of(error),
+            )
         try:
-            await service.decide(run_id, approved, comment, None, node, caller.name)
+            asked = page_decision(form)
+            await service.decide(run_id, asked.approved, asked.comment, None, asked.node, caller.name)
         except DurableError as error:
-            note, failed = f"Not recorded: {error}", True
+            note, failed, status = f"Not recorded: {error}", True, status_of(error)
         else:
-            note, failed = f"{'Approved' if approved else 'Rejected'} run {run_id}; it continues.", False
-        return HTMLResponse(await approvals_page(resolved, note, failed))
+            verb = "Approved" if asked.approved else "Rejected"
+            note, failed, status = f"{verb} run {run_id}; it continues.", False, 200
+        shown = await approvals_page(resolved, forms.issue(session or ""), note, failed)
+        return HTMLResponse(shown, status_code=status)
 
     return app

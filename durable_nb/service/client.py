@@ -185,7 +185,7 @@ class Client:
         import httpx
 
         try:
-            response = self._sync.request(method, path, json=body, headers=headers, params=params)
+            response = self._sync.request(method, path, json=body, headers=_typed(method, headers), params=params)
         except httpx.HTTPError as error:
             raise DurableError(f"Cannot reach the service at {self.url}: {error}.") from error
         return _answer(response)
@@ -197,7 +197,7 @@ class Client:
 
         try:
             async with httpx.AsyncClient(base_url=self.url, headers=self._headers, timeout=self._timeout) as client:
-                response = await client.request(method, path, json=body, headers=headers, params=params)
+                response = await client.request(method, path, json=body, headers=_typed(method, headers), params=params)
         except httpx.HTTPError as error:
             raise DurableError(f"Cannot reach the service at {self.url}: {error}.") from error
         return _answer(response)
@@ -228,6 +228,11 @@ def _notebook_runs(path: str) -> str:
     # the server could not say what was wrong with the path.
     parts = [quote(part, safe="") if part not in (".", "..") else part.replace(".", "%2E") for part in path.split("/")]
     return f"/api/notebooks/{'/'.join(parts)}/runs"
+
+
+def _typed(method: str, headers: dict[str, str] | None) -> dict[str, str] | None:
+    """The headers of a request: a POST is JSON even without a body (the server refuses other types)."""
+    return headers if method == "GET" else {"Content-Type": "application/json", **(headers or {})}
 
 
 def _key(idempotency_key: str | None) -> dict[str, str] | None:

@@ -1,12 +1,18 @@
 """How errors cross HTTP: a status code and ``{"error": type, "message": ...}``, and back into the same type.
 
-The service adds three errors of its own, about the notebooks it runs:
+The service adds errors of its own, about the notebooks it runs and the requests it refuses
+before doing anything:
 
     DurableError
      ├── NotebookNotFound         no notebook at that path in the notebooks folder
      │    └── NotebooksNotServed  the server was started without --notebooks
+     ├── HostNotAllowed           a Host header the server does not answer for (400)
+     ├── CrossSiteRequest         a state-changing request from another origin or without its CSRF token (403)
      └── InvalidInput
-          └── NotebookPathRefused a path that is absolute, climbs out of the folder, or is no .ipynb
+          ├── NotebookPathRefused a path that is absolute, climbs out of the folder, or is no .ipynb
+          ├── UnsupportedMediaType a state-changing request whose body is not the type it must be (415)
+          ├── BodyTooLarge        a body over the server's limit (413)
+          └── JsonTooDeep         a JSON body nested deeper than the server reads (400)
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from ..errors import (
     AlreadyResumed,
     CheckpointNotFound,
     DurableError,
+    IdempotencyKeyReused,
     InvalidInput,
     NotCancellable,
     NotResumable,
@@ -25,12 +32,25 @@ from ..errors import (
     RunOwnedElsewhere,
     StoreFailed,
     StoreUnavailable,
+    UnknownGate,
     WorkflowMismatch,
     WorkflowNotFound,
 )
 from .auth import Forbidden, Unauthorized
 
-__all__ = ["NotebookNotFound", "NotebookPathRefused", "NotebooksNotServed", "error_body", "error_from", "status_of"]
+__all__ = [
+    "BodyTooLarge",
+    "CrossSiteRequest",
+    "HostNotAllowed",
+    "JsonTooDeep",
+    "NotebookNotFound",
+    "NotebookPathRefused",
+    "NotebooksNotServed",
+    "UnsupportedMediaType",
+    "error_body",
+    "error_from",
+    "status_of",
+]
 
 
 class NotebookNotFound(DurableError, LookupError):
@@ -45,21 +65,61 @@ class NotebookPathRefused(InvalidInput):
     """A notebook path that is absolute, leads out of the notebooks folder, or names no .ipynb file."""
 
 
-_OWN = {k.__name__: k for k in (Unauthorized, Forbidden, NotebookNotFound, NotebooksNotServed, NotebookPathRefused)}
+class HostNotAllowed(DurableError):
+    """A request naming a Host the server does not answer for (a DNS rebinding page, a wrong name)."""
+
+
+class CrossSiteRequest(DurableError):
+    """A state-changing request from another origin, or a page's form without its valid CSRF token."""
+
+
+class UnsupportedMediaType(InvalidInput):
+    """A state-changing request whose body is not of the type the endpoint takes (JSON, or the page's form)."""
+
+
+class BodyTooLarge(InvalidInput):
+    """A request body larger than the server's limit (--max-body)."""
+
+
+class JsonTooDeep(InvalidInput):
+    """A JSON body nested deeper than the server reads."""
+
+
+_OWN = {
+    k.__name__: k
+    for k in (
+        Unauthorized,
+        Forbidden,
+        NotebookNotFound,
+        NotebooksNotServed,
+        NotebookPathRefused,
+        HostNotAllowed,
+        CrossSiteRequest,
+        UnsupportedMediaType,
+        BodyTooLarge,
+        JsonTooDeep,
+    )
+}
 
 # The first class an error is an instance of gives its status.
 _STATUS: tuple[tuple[type[DurableError], int], ...] = (
     (Unauthorized, 401),
     (Forbidden, 403),
+    (CrossSiteRequest, 403),
+    (HostNotAllowed, 400),
+    (UnsupportedMediaType, 415),
+    (BodyTooLarge, 413),
     (RunNotFound, 404),
     (CheckpointNotFound, 404),
     (WorkflowNotFound, 404),
     (NotebookNotFound, 404),
+    (UnknownGate, 404),
     (AlreadyResumed, 409),
     (RunOwnedElsewhere, 409),
     (NotResumable, 400),
     (NotCancellable, 400),
     (WorkflowMismatch, 400),
+    (IdempotencyKeyReused, 422),
     (InvalidInput, 400),
     (StoreUnavailable, 503),
     (StoreFailed, 503),

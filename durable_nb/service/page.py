@@ -1,26 +1,37 @@
 """The approvals page: every open gate across runs, with its frozen context, Approve and Reject.
 
-Server-rendered HTML, every value escaped, no script and no build step. A browser signs in once
-with ``/?token=…``, which sets an HttpOnly, SameSite=Strict cookie (so another site cannot make
-the browser decide a gate); the forms post back to the server, which answers with the page.
+Server-rendered HTML, every value escaped, no script and no build step; its one stylesheet is
+inline and allowed by its hash (``STYLE_HASH``, in the Content-Security-Policy). A browser signs
+in once with ``/?token=…``, which sets an HttpOnly, SameSite=Strict cookie; every form carries
+the session's CSRF token (see ``forms``) and posts back to the server, which answers with the
+page. Times are local to the second (the UTC instant on hover) and durations read as in the
+notebook views, with the same helpers; a gate's checkpoint is called what it is.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import json
 import time
-from datetime import UTC, datetime
 from typing import Any
 
-from ..model import PendingInterrupt, RunStatus
+from ..model import STATUS_COLOURS, PendingInterrupt, RunStatus, format_seconds
 from ..store import Store
+from ..views import ahistory
+from ..views.render import LABEL_COLOURS, checkpoint_labels, human_duration, local_time
 
-__all__ = ["COOKIE", "approvals_page", "history_page"]
+__all__ = ["COOKIE", "STYLE_HASH", "approvals_page", "history_page", "refusal_page"]
 
 COOKIE = "durable_nb_token"
 
-_STYLE = """
+_STATUS_STYLE = "".join(
+    f'.status[data-status="{status}"] {{ border-color: {colour}; }}\n'
+    for status, colour in {**STATUS_COLOURS, **LABEL_COLOURS}.items()
+)
+_STYLE = (
+    """
 body { font: 15px/1.45 system-ui, sans-serif; margin: 2rem auto; max-width: 70rem; color: #1d2330; }
 h1 { font-size: 1.4rem; } table { border-collapse: collapse; width: 100%; }
 td, th { border-bottom: 1px solid #dde1e8; padding: .45rem .6rem; text-align: left; vertical-align: top; }
@@ -31,25 +42,22 @@ button { font-size: 1rem; padding: .35rem 1.1rem; margin: .4rem .6rem 0 0; borde
 .approve { background: #1f7a3d; color: white; } .reject { background: #a3262a; color: white; }
 .note { background: #eef6ee; border: 1px solid #b9d8bd; padding: .6rem 1rem; border-radius: 6px; }
 .error { background: #fbeeee; border-color: #e1b4b6; }
+.status { border: 1px solid #6b7280; border-left-width: .5rem; border-radius: 4px; padding: 0 .4rem; }
 """
+    + _STATUS_STYLE
+)
+# The Content-Security-Policy allows this stylesheet by its hash, and no other style or script.
+STYLE_HASH = "sha256-" + base64.b64encode(hashlib.sha256(_STYLE.encode()).digest()).decode()
 
 
 def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _when(seconds: float | None) -> str:
-    if seconds is None:
-        return "no deadline"
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+def _time(seconds: float | None) -> str:
+    import pandas as pd
 
-
-def _ago(seconds: float) -> str:
-    waited = max(0, int(time.time() - seconds))
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if waited >= size:
-            return f"{waited // size} {unit}"
-    return f"{waited} s"
+    return "" if seconds is None else local_time(pd.Timestamp(seconds, unit="s", tz="UTC"))
 
 
 def _page(title: str, body: str) -> str:
@@ -60,18 +68,22 @@ def _page(title: str, body: str) -> str:
     )
 
 
-def _gate(kind: str, name: str, gate: PendingInterrupt) -> str:
+def _gate(kind: str, name: str, gate: PendingInterrupt, csrf: str) -> str:
     context = json.dumps(gate.context, indent=2, ensure_ascii=False, default=str)
     path = f"<div class='meta'>agent path {_e(gate.agent_path)}</div>" if gate.agent_path else ""
+    waited = format_seconds(max(0, int(time.time() - gate.created_at)))
+    deadline = "no deadline"
+    if gate.expires_at is not None:
+        deadline = f"deadline {_time(gate.expires_at)} then {_e(gate.on_timeout)}"
     return (
         f"<section class='gate' data-run='{_e(gate.run_id)}'>"
         f"<h2>{_e(gate.reason)}</h2>"
         f"<div class='meta'>{_e(kind)} <b>{_e(name)}</b> · run <a href='/runs/{_e(gate.run_id)}'>{_e(gate.run_id)}</a>"
         f" · node {_e(gate.node_id)} · asked of anyone with the decide scope</div>"
-        f"<div class='meta'>waiting {_ago(gate.created_at)} (since {_when(gate.created_at)}) · deadline "
-        f"{_when(gate.expires_at)}{'' if gate.expires_at is None else ' then ' + _e(gate.on_timeout)}</div>{path}"
+        f"<div class='meta'>waiting {_e(waited)} (since {_time(gate.created_at)}) · {deadline}</div>{path}"
         f"<pre>{_e(context)}</pre>"
         f"<form method='post' action='/runs/{_e(gate.run_id)}/decide'>"
+        f"<input type='hidden' name='csrf' value='{_e(csrf)}'>"
         f"<input type='hidden' name='node' value='{_e(gate.node_id)}'>"
         "<label>Comment <textarea name='comment'></textarea></label>"
         "<button class='approve' name='approved' value='true'>Approve</button>"
@@ -80,28 +92,43 @@ def _gate(kind: str, name: str, gate: PendingInterrupt) -> str:
     )
 
 
-async def approvals_page(store: Store, note: str | None = None, error: bool = False) -> str:
-    """Return the page of every open gate, oldest first (``note``: the outcome of the last decision)."""
+async def approvals_page(store: Store, csrf: str, note: str | None = None, error: bool = False) -> str:
+    """Return the page of every open gate, oldest first, its forms carrying ``csrf`` (``note``: the
+    outcome of the last decision)."""
     gates: list[tuple[str, str, PendingInterrupt]] = []
     for run in await store.list_runs(statuses=[RunStatus.PAUSED]):
         gates += [(run.kind.value, run.name, gate) for gate in await store.pending_interrupts(run.run_id)]
     gates.sort(key=lambda found: found[2].created_at)
     told = f"<p class='note{' error' if error else ''}'>{_e(note)}</p>" if note else ""
-    listed = "".join(_gate(*found) for found in gates) or "<p>No gate is waiting for a decision.</p>"
+    listed = "".join(_gate(*found, csrf) for found in gates) or "<p>No gate is waiting for a decision.</p>"
     return _page("Approvals · durable_nb", f"<h1>Waiting for a decision ({len(gates)})</h1>{told}{listed}")
 
 
-async def history_page(store: Store, rows: list[dict[str, Any]], run_id: str) -> str:
-    """Return a run's history as a table."""
+async def history_page(store: Store, run_id: str) -> str:
+    """Return a run's history as a table: human times and durations, a gate's checkpoint named for what it is."""
+    import pandas as pd
+
     run = await store.get_run(run_id)
-    columns = ("seq", "step", "status", "created_at", "duration", "error")
-    head = "".join(f"<th>{c}</th>" for c in columns)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{_e('' if r.get(c) is None else r[c])}</td>" for c in columns) + "</tr>" for r in rows
-    )
+    frame = await ahistory(run_id, store=store)
+    rows = []
+    columns = (frame["seq"], frame["step"], checkpoint_labels(frame), frame["created_at"], frame["duration"])
+    for seq, step, label, at, took, error in zip(*columns, frame["error"], strict=True):
+        shown_error = "" if pd.isna(error) else _e(error)
+        rows.append(
+            f"<tr><td>{_e(seq)}</td><td>{_e(step)}</td>"
+            f"<td><span class='status' data-status='{_e(label)}'>{_e(label)}</span></td>"
+            f"<td>{local_time(at)}</td><td>{_e(human_duration(took))}</td><td>{shown_error}</td></tr>"
+        )
+    head = "".join(f"<th>{c}</th>" for c in ("seq", "step", "status", "time", "duration", "error"))
     return _page(
         f"Run {run_id} · durable_nb",
         f"<p><a href='/'>← approvals</a></p><h1>{_e(run.name)} · {_e(run_id)}</h1>"
-        f"<p class='meta'>status <b>{_e(run.status.value)}</b>{' · ' + _e(run.error) if run.error else ''}</p>"
-        f"<table><tr>{head}</tr>{body}</table>",
+        f"<p class='meta'>status <span class='status' data-status='{_e(run.status.value)}'>{_e(run.status.value)}"
+        f"</span>{' · ' + _e(run.error) if run.error else ''}</p>"
+        f"<table><tr>{head}</tr>{''.join(rows)}</table>",
     )
+
+
+def refusal_page(message: str, hint: str = "") -> str:
+    """Return the page that says why a request was refused, and what to do."""
+    return _page("Not allowed · durable_nb", f"<p>{_e(message)}</p><p>{_e(hint)}</p>")

@@ -1,14 +1,48 @@
-"""``durable-nb serve``: check the configuration, build the app, run it with uvicorn."""
+"""``durable-nb serve``: check the configuration, build the app, listen, say where, run it with uvicorn."""
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Sequence
 from typing import Any
 
 from ..engine.workflow import Workflow
 from ..errors import ConfigurationError
 from .auth import ENV_TOKENS, SCOPES, Auth, Token, is_loopback, load_tokens
 
-__all__ = ["serve", "serve_mcp"]
+__all__ = ["listen", "serve", "serve_mcp"]
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """Return a socket bound to ``host``:``port`` and listening (port 0: any free one)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family)
+    except OSError as error:
+        raise ConfigurationError(
+            f"Cannot listen on {host} port {port}: {error.strerror or error}. Choose another --port, or stop "
+            "what listens there."
+        ) from None
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _announce(host: str, port: int, hosts: list[str], open_access: bool) -> None:
+    """Print where the server listens, its approvals page and how to sign in, and who may reach it."""
+    url = _url(host, port)
+    wildcard = host in ("0.0.0.0", "::")
+    lines = [
+        f"durable-nb serve: listening on {url}" + (" (every address of this machine)" if wildcard else ""),
+        f"  approvals page: {url}/"
+        + ("" if open_access else " (sign in once with /?token=YOUR_TOKEN; a cookie keeps it)"),
+        f"  API: {url}/api/… (OpenAPI document at /openapi.json), MCP at {url}/mcp/",
+        f"  answers requests for host {', '.join(hosts)} (add names with --allowed-host)",
+    ]
+    if open_access:
+        lines.append("  no tokens (--no-auth): anyone who can reach this address may read, decide and steer runs")
+    print("\n".join(lines), flush=True)
 
 
 def serve(
@@ -22,13 +56,18 @@ def serve(
     recover_every: float = 30.0,
     notebooks: str | None = None,
     notebook_outputs: str | None = None,
+    allowed_host: Sequence[str] = (),
+    max_body: int | None = None,
 ) -> None:
     """Serve ``workflows`` and the ``notebooks`` folder until interrupted; refuse to start without tokens
-    unless told, on loopback only."""
+    unless told, on loopback only. Requests must name a loopback host, ``host`` or one of
+    ``allowed_host``; bodies are at most ``max_body`` bytes (default 1 MiB)."""
     try:
         import uvicorn
 
         from .app import create_app
+        from .guard import MAX_BODY
+        from .hosts import allowed_hosts
     except ImportError as error:
         raise ConfigurationError("The service needs its extra: pip install 'durable-nb[serve]'.") from error
     if not workflows and notebooks is None:
@@ -52,8 +91,15 @@ def serve(
         host=host,
         notebooks=notebooks,
         notebook_outputs=notebook_outputs,
+        allowed_host=allowed_host,
+        max_body=MAX_BODY if max_body is None else max_body,
     )
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    # Bound here, not by uvicorn: the line below names the port really listened on, and a port in
+    # use is a clean error.
+    listening = listen(host, port)
+    _announce(host, listening.getsockname()[1], allowed_hosts(host, allowed_host), no_auth)
+    config = uvicorn.Config(app, log_level="warning", server_header=False)  # no "server: uvicorn" to fingerprint
+    uvicorn.Server(config).run(sockets=[listening])
 
 
 def serve_mcp(workflows: list[Workflow], *, store: Any = None, scope: str = "read", name: str = "mcp") -> None:

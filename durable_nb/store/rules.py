@@ -8,15 +8,34 @@ from ..errors import AlreadyResumed, InvalidDecision, InvalidInput
 from ..model import UNCHANGED, Commit, PendingInterrupt, RunRecord, RunStatus
 from .protocol import Conflict
 
-__all__ = ["ANY_NODE", "check_expectations", "check_run_id", "choose_claim", "trusted_seen", "updated_run"]
+__all__ = [
+    "ANY_NODE",
+    "check_event_seq",
+    "check_expectations",
+    "check_run_id",
+    "choose_claim",
+    "trusted_seen",
+    "updated_run",
+]
 
 ANY_NODE = "*"
+# Sequence numbers are 64-bit signed integers in both databases.
+_MAX_SEQ = 2**63 - 1
 
 
 def check_run_id(run_id: object) -> None:
     """Raise InvalidInput unless ``run_id`` is a non-empty string."""
     if not isinstance(run_id, str) or not run_id:
         raise InvalidInput(f"A run id is text such as '0192…-…' (see durable_nb.runs()), not {run_id!r}.")
+
+
+def check_event_seq(after_seq: object) -> None:
+    """Raise InvalidInput unless ``after_seq`` is a whole number from 0 to 2**63 - 1 (what the databases hold)."""
+    if isinstance(after_seq, bool) or not isinstance(after_seq, int) or not 0 <= after_seq <= _MAX_SEQ:
+        raise InvalidInput(
+            f"after= is an event's sequence number, a whole number from 0 to {_MAX_SEQ}, not {after_seq!r}; "
+            "pass 0 for every event, or the last sequence number seen."
+        )
 
 
 def check_expectations(run: RunRecord, commit: Commit) -> None:

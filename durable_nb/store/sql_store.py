@@ -28,7 +28,7 @@ from ..model import (
     StatusRows,
 )
 from . import bulk_ops
-from .rules import check_run_id
+from .rules import check_event_seq, check_run_id
 
 __all__ = ["SQLStore"]
 
@@ -133,6 +133,7 @@ class SQLStore:
 
     async def list_events(self, run_id: str, after_seq: int = 0) -> list[EventRecord]:
         """Return a run's events after ``after_seq`` in order."""
+        check_event_seq(after_seq)
         return await self._run(self._sql._list_events, run_id, after_seq)
 
     async def history_rows(self, run_id: str) -> list[tuple[Any, ...]]:

@@ -19,6 +19,7 @@ from ..model import CheckpointStatus, EventType, RunStatus
 from ..store import resolve_store
 from ..store.rules import check_run_id
 from ..store.secret import load_secret
+from .render import OPEN_GATES
 from .threads import META, decode_values, is_thread_config, thread_address, thread_run
 
 if TYPE_CHECKING:
@@ -121,13 +122,15 @@ async def ahistory(run: Any, *, store: Any = None) -> pd.DataFrame:
     rows = await resolved.history_rows(run_id)
     columns = list(zip(*rows, strict=True)) if rows else [()] * 17
     statuses = list(columns[4])
-    if META in record.meta and record.status is RunStatus.PAUSED:
+    waiting: set[str] = set()
+    if record.status is RunStatus.PAUSED:
+        waiting = {p.checkpoint_id for p in await resolved.pending_interrupts(run_id)}
+    if META in record.meta and waiting:
         # A LangGraph checkpoint is written before its tasks run: the one a task stopped at
         # with interrupt() reads as interrupted while the interrupt waits.
-        waiting = {p.checkpoint_id for p in await resolved.pending_interrupts(run_id)}
         interrupted = CheckpointStatus.INTERRUPTED.value
         statuses = [interrupted if c in waiting else s for c, s in zip(columns[1], statuses, strict=True)]
-    return pd.DataFrame(
+    frame = pd.DataFrame(
         {
             "seq": pd.Series(columns[0], dtype="int64"),
             "checkpoint_id": _text(list(columns[1])),
@@ -149,6 +152,9 @@ async def ahistory(run: Any, *, store: Any = None) -> pd.DataFrame:
             "step_type": pd.Categorical([_step_type(s) for s in columns[3]], categories=STEP_TYPES),
         }
     )
+    # Which gate checkpoints still wait, for the labels people read (views.render); no column changes.
+    frame.attrs[OPEN_GATES] = sorted(waiting)
+    return frame
 
 
 STEP_TYPES = ["node", "llm_call", "tool_call", "map_item"]

@@ -2,7 +2,11 @@
 
 Only the HTML changes: durations read ``1.52 s`` or ``2 min 05 s``, times are local to the
 second with the UTC instant on hover, long ids are shortened with the full id on hover, and
-statuses are coloured badges. ``.frame`` and ``repr`` keep the DataFrame as it is.
+statuses are coloured badges; a gate's checkpoint (stored as ``interrupted``) reads as what it
+is: waiting for a decision, decided, or not decided (its run was cancelled or failed there), and
+the checkpoint of its decision (stored as ``approved``, a rejection too) as decision recorded.
+``.frame`` and ``repr`` keep the DataFrame as it is. The approvals page shows times, durations
+and statuses with the same helpers (``local_time``, ``human_duration``, ``checkpoint_labels``).
 """
 
 from __future__ import annotations
@@ -13,9 +17,35 @@ from typing import Any
 
 from ..model import STATUS_COLOURS, format_seconds
 
-__all__ = ["Styled", "styled"]
+__all__ = [
+    "DECISION",
+    "GATE_DECIDED",
+    "GATE_NOT_DECIDED",
+    "GATE_WAITING",
+    "OPEN_GATES",
+    "Styled",
+    "checkpoint_labels",
+    "human_duration",
+    "local_time",
+    "styled",
+]
 
 COLOURS = STATUS_COLOURS  # the run inspector widget colours its statuses from here too
+
+# What a gate's checkpoint (stored as "interrupted") is called where people read it, and the
+# checkpoint recording its decision (stored as "approved" for a rejection too).
+GATE_WAITING = "waiting for a decision"
+GATE_DECIDED = "decided"
+GATE_NOT_DECIDED = "not decided"
+DECISION = "decision recorded"
+LABEL_COLOURS = {
+    GATE_WAITING: STATUS_COLOURS["paused"],
+    GATE_DECIDED: STATUS_COLOURS["approved"],
+    GATE_NOT_DECIDED: STATUS_COLOURS["cancelled"],
+    DECISION: STATUS_COLOURS["approved"],
+}
+# A history view's DataFrame.attrs entry: the ids of the checkpoints whose gates still wait.
+OPEN_GATES = "open_gates"
 
 ROWS_SHOWN = 200
 ID_HEAD = 8
@@ -44,6 +74,9 @@ class Styled:
         for position, column in enumerate(source.columns):
             values = source.iloc[:, position]
             shown.isetitem(position, [_cell(str(column), v, values.dtype) for v in values])
+        if _is_history(source):
+            labels = checkpoint_labels(self.frame)[:ROWS_SHOWN]
+            shown.isetitem(list(source.columns).index("status"), [_badge(label) for label in labels])
         # Headers and the index are text from the store too (compare names its columns after state values).
         shown.columns = [html.escape(str(column)) for column in source.columns]
         index_name = str(source.index.name) if source.index.name is not None else ""
@@ -60,13 +93,59 @@ class Styled:
         return f"<div><b>{html.escape(self.title or '')}</b>{html.escape(more)}</div>"
 
 
+def _is_history(frame: Any) -> bool:
+    return {"checkpoint_id", "node_id", "step", "status"} <= set(frame.columns)
+
+
+def checkpoint_labels(frame: Any) -> list[str]:
+    """Return the status people read for each checkpoint of a history view (its rows in order).
+
+    A gate's checkpoint is stored as ``interrupted``: it reads ``waiting for a decision`` while its
+    gate is open, ``decided`` once a decision at its node follows it, ``not decided`` otherwise (the
+    run was cancelled or failed at the gate). The checkpoint of the decision is stored as
+    ``approved`` whether the gate was approved or rejected: it reads ``decision recorded``. The open
+    gates come from the view's ``frame.attrs["open_gates"]``; without them, an undecided gate is
+    taken to wait.
+    """
+    open_gates = frame.attrs.get(OPEN_GATES)
+    decided_later: set[Any] = set()  # nodes with a decision below, not yet matched to its gate
+    labels: list[str] = []
+    for status, step, node, checkpoint in reversed(
+        list(zip(frame["status"], frame["step"], frame["node_id"], frame["checkpoint_id"], strict=True))
+    ):
+        label = str(status)
+        if str(step).startswith("approved:"):
+            decided_later.add(node)
+            label = DECISION
+        elif label == "interrupted":
+            if open_gates is not None and checkpoint in open_gates:
+                label = GATE_WAITING
+            elif node in decided_later:
+                decided_later.discard(node)  # that decision answered this gate
+                label = GATE_DECIDED
+            else:
+                label = GATE_WAITING if open_gates is None else GATE_NOT_DECIDED
+        labels.append(label)
+    return labels[::-1]
+
+
+def human_duration(value: Any) -> str:
+    """Return a duration (a Timedelta) as people read it: ``340 ms``, ``1.52 s``, ``2 min 05 s``; '' when missing."""
+    return "" if _missing(value) else format_seconds(value.total_seconds(), compound=True)
+
+
+def local_time(value: Any) -> str:
+    """Return a time (a Timestamp) as HTML: local to the second, the UTC instant on hover; '' when missing."""
+    return "" if _missing(value) else _time(value)
+
+
 def _cell(column: str, value: Any, dtype: Any) -> str:
     # Every value is escaped (errors and state values can hold any text); markup is ours only.
     if _missing(value):
         return ""
     kind = getattr(dtype, "kind", "O")
     if kind == "m":
-        return html.escape(format_seconds(value.total_seconds(), compound=True))
+        return html.escape(human_duration(value))
     if kind == "M":
         return _time(value)
     text = str(value)
@@ -100,7 +179,7 @@ def _time(value: Any) -> str:
 
 
 def _badge(status: str) -> str:
-    background = STATUS_COLOURS.get(status, STATUS_COLOURS["pending"])
+    background = STATUS_COLOURS.get(status) or LABEL_COLOURS.get(status, STATUS_COLOURS["pending"])
     style = BADGE.format(background=background, text=_readable_on(background))
     return f'<span class="durable-nb-status" style="{style}">{html.escape(status)}</span>'
 
