@@ -25,7 +25,7 @@ The cases are grouped by how they are exercised:
   approvals page's CSRF token, Origin and ``approved``) and the API's own refusals; the answer
   has the typed error's status and says what to do, and every row of the store is unchanged.
 
-The catalogue holds 275 cases (``CASE_COUNT`` below; a test checks it).
+The catalogue holds 304 cases (``CASE_COUNT`` below; a test checks it).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ from durable_nb.service.errors import (
 )
 from durable_nb.store import disconnect
 
-CASE_COUNT = 275
+CASE_COUNT = 304
 
 ErrorType = type[BaseException] | tuple[type[BaseException], ...]
 
