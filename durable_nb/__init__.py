@@ -69,7 +69,8 @@ _use_offload(_run_blocking)
 
 
 def inspect(run: object = None, *, store: object = None) -> object:
-    """Return the fork inspector widget for a run (default: this kernel's run, else the latest)."""
+    """Return the fork inspector for a run or a LangGraph config (default: this kernel's run, else the latest)."""
+    from .views.threads import is_thread_config
     from .widgets.inspector import Inspector
 
     session = None
@@ -83,7 +84,7 @@ def inspect(run: object = None, *, store: object = None) -> object:
             session = session_for(shell)
     except ImportError:
         pass
-    if store is None and session is not None:
+    if store is None and session is not None and not is_thread_config(run):
         store = session.store
     return Inspector(run, store=store, link=session)
 
