@@ -21,7 +21,7 @@ The cases are grouped by how they are exercised:
   ``UsageError`` (IPython's error for a bad magic line; when the engine refused, the DurableError it
   raised is chained), the cell body does not run and the kernel's run is unchanged.
 
-The catalogue holds 246 cases (``CASE_COUNT`` below; a test checks it).
+The catalogue holds 248 cases (``CASE_COUNT`` below; a test checks it).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ import durable_nb.views
 from durable_nb.cli import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_STATE, EXIT_USAGE, main
 from durable_nb.store import disconnect
 
-CASE_COUNT = 246
+CASE_COUNT = 248
 
 ErrorType = type[BaseException] | tuple[type[BaseException], ...]
 
@@ -704,6 +704,19 @@ INTACT = [
     case("compare-run-ids-int", lambda w: dnb.compare(5, store=w.url), dnb.InvalidInput, "run"),
     case("compare-run-id-none", lambda w: dnb.compare([w.done.id, None], store=w.url), dnb.InvalidInput, "run id"),
     case("compare-names-int", lambda w: dnb.compare([w.done.id], 5, store=w.url), dnb.InvalidInput, "name"),
+    # a LangGraph config naming a thread no store holds: the stores looked in are named
+    case(
+        "history-config-unknown-thread",
+        lambda w: dnb.history({"configurable": {"thread_id": "no-such-thread"}}),
+        dnb.RunNotFound,
+        "langgraph thread 'no-such-thread'",
+    ),
+    case(
+        "inspect-config-unknown-thread",
+        lambda w: dnb.inspect({"configurable": {"thread_id": "no-such-thread"}}, store=w.url),
+        dnb.RunNotFound,
+        "langgraph thread 'no-such-thread'",
+    ),
     # flow.status / flow.get
     case("flow-status-unknown-run", lambda w: w.plain.status("no-such-run"), dnb.RunNotFound, "no run with id"),
     case("flow-get-malformed-run-id", lambda w: w.plain.get(None), dnb.InvalidInput, "run id"),

@@ -25,7 +25,6 @@ from ..model import RunStatus
 from ..store import resolve_store
 from ..views import compare, forks, history
 from ..views.render import COLOURS
-from ..views.threads import find_thread, is_thread_config
 from .link import KernelLink
 
 __all__ = ["Inspector"]
@@ -41,12 +40,7 @@ class Inspector(widgets.VBox):
     def __init__(
         self, run: Any = None, *, store: Any = None, link: KernelLink | None = None, poll_seconds: float = 2.0
     ) -> None:
-        if is_thread_config(run):
-            # A LangGraph thread is read where it is: this process's saver's store unless ``store`` is given.
-            self.store, thread = run_sync(find_thread(run, store))
-            run = thread.run_id
-        else:
-            self.store = resolve_store(store)
+        self.store = resolve_store(store)
         self.link = link
         self.poll_seconds = poll_seconds
         self.run_id = self._initial_run(run)
