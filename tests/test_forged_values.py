@@ -3,8 +3,8 @@
 Someone who can write to the database but does not hold the secret key adds a value of their
 own and points a checkpoint at it. A pickle so made was always refused; plain data stored as
 JSON was addressed by its SHA-256 alone, which anyone can compute, so LangGraph received a
-forged ``HumanMessage`` and a workflow a forged amount. Every stored value is now signed: a
-forged one raises TamperedValueError and is never handed on.
+forged ``HumanMessage``, a workflow a forged amount and a notebook replayed forged outputs.
+Every stored value is now signed: a forged one raises TamperedValueError and is never handed on.
 """
 
 from __future__ import annotations
@@ -157,3 +157,43 @@ def test_a_forged_list_of_stored_values_is_refused(store_url: str, prefix: str) 
 
     with pytest.raises(TamperedValueError):
         _ = dnb.get_run(run.id, store=store_url).state
+
+
+# -- notebooks ---------------------------------------------------------------------------------------
+
+
+def test_forged_cell_outputs_are_refused_not_shown(store_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A committed cell's outputs (stored as JSON) replaced with SQL: restoring the cell in a new
+    shell fails with TamperedValueError, and the forged output is never shown."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from durable_nb._loop import run_sync
+    from durable_nb.notebook.session import session_for
+
+    cell = "%%durable report\nprint('the real total')\ntotal = 5"
+    first = InteractiveShell()
+    first.run_line_magic("load_ext", "durable_nb")
+    first.run_cell(f"%durable run forged-outputs --store {store_url}")
+    assert first.run_cell(cell).success
+    cell_run = session_for(first).cell_run
+    run_id = cell_run.run_id
+    run_sync(cell_run.release())
+    ((seq, extra),) = execute_sql(
+        store_url, "SELECT seq, extra FROM checkpoints WHERE run_id = ? AND step = 'after:report'", (run_id,)
+    )
+    extra = json.loads(extra)
+    ((outputs,),) = execute_sql(store_url, "SELECT data FROM blobs WHERE hash = ?", (extra["outputs"],))
+    forged = forge_json(store_url, json.loads(bytes(outputs).replace(b"the real total", b"FORGED total")))
+    extra["blobs"] = [forged if b == extra["outputs"] else b for b in extra["blobs"]]
+    extra["outputs"] = forged
+    execute_sql(
+        store_url, "UPDATE checkpoints SET extra = ? WHERE run_id = ? AND seq = ?", (json.dumps(extra), run_id, seq)
+    )
+    capsys.readouterr()
+
+    restorer = InteractiveShell()
+    restorer.run_line_magic("load_ext", "durable_nb")
+    restorer.run_cell(f"%durable run forged-outputs --store {store_url}")
+    result = restorer.run_cell(cell)
+    assert isinstance(result.error_in_exec, TamperedValueError)
+    assert "FORGED" not in capsys.readouterr().out
