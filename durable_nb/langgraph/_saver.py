@@ -101,11 +101,11 @@ class DurableSaver(BaseCheckpointSaver[int]):
     """A LangGraph checkpointer over a durable_nb store (SQLite or PostgreSQL).
 
     Each thread (and subgraph namespace) is a durable_nb run named after the thread; each
-    LangGraph checkpoint is one of its checkpoints, so ``durable_nb.history(run_id)`` shows it.
+    LangGraph checkpoint is one of its checkpoints, so ``durable_nb.history(config)`` shows it.
     Channel values are serialized by ``self.serde`` and stored by content address, signed: a
-    value that did not change is not serialized or written again, and a value changed in the
-    store is refused (TamperedValueError), never deserialized. Pending writes are stored with
-    the thread's run under their checkpoint.
+    value that did not change is not serialized or written again, and a value changed in or
+    added to the store is refused (TamperedValueError), never deserialized. Pending writes are
+    stored with the thread's run under their checkpoint, signed the same way.
     """
 
     def __init__(
