@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import db_path, execute_sql, is_postgres
+from conftest import db_path, execute_sql, is_postgres, new_store
 from IPython.core.interactiveshell import InteractiveShell
 
 import durable_nb as dnb
@@ -214,3 +214,23 @@ def test_values_stored_before_signing_cannot_be_forged_after_the_upgrade(
 
     with pytest.raises(dnb.TamperedValueError):
         _ = dnb.get_run(run_id, store=store).state
+
+
+def test_the_upgrade_refuses_a_key_that_signed_none_of_the_stores_values(
+    upgraded_3: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opened first by a process with another key, the store is not upgraded (its JSON values would be
+    sealed with a key its processes do not hold): TamperedValueError saying which key to use, the store
+    left at schema 3; opened with its key, it upgrades and reads as before."""
+    monkeypatch.setenv("DURABLE_NB_SECRET", "another-secret")
+    refused = new_store(upgraded_3)
+    with pytest.raises(dnb.TamperedValueError, match="was left unchanged"):
+        dnb.runs(store=refused)
+    run_sync(refused.close())
+    assert execute_sql(upgraded_3, "SELECT MAX(version) FROM schema_version") == [(3,)]
+    monkeypatch.setenv("DURABLE_NB_SECRET", "fixture-secret")
+    store = new_store(upgraded_3)
+    try:
+        assert answers(store, ANSWERS_3["runs"]["ledger"]) == ANSWERS_3["answers"]["ledger"]
+    finally:
+        run_sync(store.close())

@@ -39,6 +39,7 @@ __all__ = [
     "PICKLE",
     "RAW",
     "RAW_ZSTD",
+    "SIGNED_PREFIXES",
     "UNSIGNED_PREFIXES",
     "GroupPart",
     "LIST",
@@ -59,6 +60,7 @@ __all__ = [
     "open_raw",
     "raw_address",
     "seal",
+    "signed_with",
 ]
 
 JSON = "json"
@@ -81,6 +83,8 @@ _LIST_PREFIX = "ls-"
 _UNSIGNED_JSON_PREFIX = "j-"
 _UNSIGNED_LIST_PREFIX = "l-"
 UNSIGNED_PREFIXES = (_UNSIGNED_JSON_PREFIX, _UNSIGNED_LIST_PREFIX)
+# Addresses that are the HMAC of the bytes under the key.
+SIGNED_PREFIXES = (_PICKLE_PREFIX, _GROUP_PREFIX, _JSON_PREFIX, _LIST_PREFIX)
 # What a seal signs besides the address, so that no other signature made with the key can pass for one.
 _SEAL_CONTEXT = b"durable_nb seal of an unsigned address\0"
 _GROUP_MAGIC = b"DNBG"
@@ -239,7 +243,7 @@ def _tampered(address: str) -> TamperedValueError:
 
 def open_group(blob: Blob, key: bytes) -> OpenGroup:
     """Check a group blob's signature and split it into names, parts and stream."""
-    if not _matches(_digest(blob, key), blob.hash[len(_GROUP_PREFIX) :]):
+    if not is_group(blob.hash) or not signed_with(blob, key):
         raise _tampered(blob.hash)
     view = memoryview(blob.data)
     if bytes(view[:4]) != _GROUP_MAGIC:
@@ -324,11 +328,17 @@ def _matches(expected: str, address: str) -> bool:
     return hmac.compare_digest(expected.encode(), address.encode("utf-8", "surrogatepass"))
 
 
+def signed_with(blob: Blob, key: bytes) -> bool:
+    """Tell whether ``key`` signed a blob whose address is the HMAC of its bytes."""
+    prefix = next((p for p in SIGNED_PREFIXES if blob.hash.startswith(p)), None)
+    return prefix is not None and _matches(_digest(blob, key), blob.hash[len(prefix) :])
+
+
 def _verify(blob: Blob, key: bytes, signed: str, unsigned: str, what: str) -> None:
     """Check a blob's signed address, or its unsigned address and seal; raise TamperedValueError."""
     address = blob.hash
     if address.startswith(signed):
-        if not _matches(_digest(blob, key), address[len(signed) :]):
+        if not signed_with(blob, key):
             raise _tampered(address)
         return
     if not address.startswith(unsigned):
@@ -351,7 +361,7 @@ def decode(blob: Blob, key: bytes) -> Any:
     """Load a blob's value after checking its address; raise TamperedValueError if it fails."""
     data = blob.data
     if blob.hash.startswith(_PICKLE_PREFIX):
-        if not _matches(_digest(blob, key), blob.hash[len(_PICKLE_PREFIX) :]):
+        if not signed_with(blob, key):
             raise _tampered(blob.hash)
         return pickle.loads(data)
     if blob.hash.startswith((_JSON_PREFIX, _UNSIGNED_JSON_PREFIX)):

@@ -12,10 +12,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import SchemaMismatch
+from ..errors import SchemaMismatch, TamperedValueError
+from ..model import Blob
 from . import codec
 from .ddl import BLOB_PARTS_V2, BLOB_SEALS_V4, schema_v1, state_changes_v3
-from .secret import load_secret
+from .secret import ENV_SECRET, key_file_path, load_secret
 
 __all__ = ["Step", "migrations", "newer_schema", "run_migrations", "seal_unsigned_values"]
 
@@ -23,6 +24,9 @@ Step = str | Callable[[Callable[..., Any], str], None]
 
 # Rows sealed per UPDATE: three parameters each, under SQLite's oldest limit of 999.
 _SEAL_BATCH = 300
+# How many of the store's newest small signed values the key is checked against before sealing.
+_KEY_CHECKS = 8
+_KEY_CHECK_BYTES = 1 << 20
 
 
 def migrations(*, real: str, blob: str, bigint: str, snapshot_json: str) -> list[Step]:
@@ -44,11 +48,12 @@ def seal_unsigned_values(execute: Callable[..., Any], placeholder: str) -> None:
     """
     execute(BLOB_SEALS_V4)
     p = placeholder
-    forms = ", ".join(f"'{prefix}'" for prefix in codec.UNSIGNED_PREFIXES)
-    addresses = [row[0] for row in execute(f"SELECT hash FROM blobs WHERE substr(hash, 1, 2) IN ({forms})").fetchall()]
+    found = execute(f"SELECT hash FROM blobs WHERE {_addressed(codec.UNSIGNED_PREFIXES)}").fetchall()
+    addresses = [row[0] for row in found]
     if not addresses:
         return  # a new or JSON-free store: no key is needed (nor created) to open it
     key = load_secret()
+    _check_key(execute, key)
     for start in range(0, len(addresses), _SEAL_BATCH):
         batch = addresses[start : start + _SEAL_BATCH]
         params: list[str] = []
@@ -58,6 +63,30 @@ def seal_unsigned_values(execute: Callable[..., Any], placeholder: str) -> None:
             f"UPDATE blobs SET seal = CASE hash {' '.join([f'WHEN {p} THEN {p}'] * len(batch))} END "
             f"WHERE hash IN ({', '.join([p] * len(batch))})",
             (*params, *batch),
+        )
+
+
+def _addressed(prefixes: tuple[str, ...]) -> str:
+    """Return the SQL condition that a blob's address has one of ``prefixes`` (constants, not input)."""
+    return "(" + " OR ".join(f"substr(hash, 1, {len(prefix)}) = '{prefix}'" for prefix in prefixes) + ")"
+
+
+def _check_key(execute: Callable[..., Any], key: bytes) -> None:
+    """Refuse to seal with a key that signed none of the store's newest signed values.
+
+    Its processes use another key: sealed with this one, their values would never load again.
+    A store with no signed value has nothing to check against.
+    """
+    rows = execute(
+        f"SELECT hash, codec, data FROM blobs WHERE {_addressed(codec.SIGNED_PREFIXES)} "
+        f"AND length(data) > 0 AND size < {_KEY_CHECK_BYTES} ORDER BY created_at DESC LIMIT {_KEY_CHECKS}"
+    ).fetchall()
+    if rows and not any(codec.signed_with(Blob(address, kind, bytes(data)), key) for address, kind, data in rows):
+        raise TamperedValueError(
+            "This store holds values signed with another secret key than this process's, so it was not "
+            "upgraded (the upgrade signs the store's JSON values with the key of the process that opens it "
+            f"first) and was left unchanged. Open it with the key its processes use ({ENV_SECRET}, or the "
+            f"key file {key_file_path()})."
         )
 
 
