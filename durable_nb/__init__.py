@@ -71,7 +71,9 @@ _use_offload(_run_blocking)
 
 
 def inspect(run: object = None, *, store: object = None) -> object:
-    """Return the fork inspector widget for a run (default: this kernel's run, else the latest)."""
+    """Return the fork inspector for a run or a LangGraph config (default: this kernel's run, else the latest)."""
+    from ._loop import run_sync
+    from .views.threads import find_thread, is_thread_config
     from .widgets.inspector import Inspector
 
     session = None
@@ -85,7 +87,11 @@ def inspect(run: object = None, *, store: object = None) -> object:
             session = session_for(shell)
     except ImportError:
         pass
-    if store is None and session is not None:
+    if is_thread_config(run):
+        # A thread is read where it is (a saver's store of this process unless store= is given).
+        store, thread = run_sync(find_thread(run, store))
+        run = thread.run_id
+    elif store is None and session is not None:
         store = session.store
     return Inspector(run, store=store, link=session)
 

@@ -162,6 +162,9 @@ class Blob:
     # Addresses of other blobs this one is made of (a namespace group's array buffers): what
     # keeps this blob alive keeps them alive too.
     parts: tuple[str, ...] = ()
+    # A value stored under an unsigned address (before values were signed) loads only with the
+    # seal the schema upgrade gave it under the key; values stored since have none.
+    seal: str | None = field(default=None, repr=False)
 
     @property
     def size(self) -> int:

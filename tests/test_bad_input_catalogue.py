@@ -25,7 +25,7 @@ The cases are grouped by how they are exercised:
   approvals page's CSRF token, Origin and ``approved``) and the API's own refusals; the answer
   has the typed error's status and says what to do, and every row of the store is unchanged.
 
-The catalogue holds 304 cases (``CASE_COUNT`` below; a test checks it).
+The catalogue holds 306 cases (``CASE_COUNT`` below; a test checks it).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ from durable_nb.service.errors import (
 )
 from durable_nb.store import disconnect
 
-CASE_COUNT = 304
+CASE_COUNT = 306
 
 ErrorType = type[BaseException] | tuple[type[BaseException], ...]
 
@@ -828,6 +828,19 @@ INTACT = [
     case("compare-run-ids-int", lambda w: dnb.compare(5, store=w.url), dnb.InvalidInput, "run"),
     case("compare-run-id-none", lambda w: dnb.compare([w.done.id, None], store=w.url), dnb.InvalidInput, "run id"),
     case("compare-names-int", lambda w: dnb.compare([w.done.id], 5, store=w.url), dnb.InvalidInput, "name"),
+    # a LangGraph config naming a thread no store holds: the stores looked in are named
+    case(
+        "history-config-unknown-thread",
+        lambda w: dnb.history({"configurable": {"thread_id": "no-such-thread"}}),
+        dnb.RunNotFound,
+        "langgraph thread 'no-such-thread'",
+    ),
+    case(
+        "inspect-config-unknown-thread",
+        lambda w: dnb.inspect({"configurable": {"thread_id": "no-such-thread"}}, store=w.url),
+        dnb.RunNotFound,
+        "langgraph thread 'no-such-thread'",
+    ),
     # flow.status / flow.get
     case("flow-status-unknown-run", lambda w: w.plain.status("no-such-run"), dnb.RunNotFound, "no run with id"),
     case("flow-get-malformed-run-id", lambda w: w.plain.get(None), dnb.InvalidInput, "run id"),

@@ -258,3 +258,41 @@ def test_a_value_folder_that_cannot_be_written_is_a_store_error(store_url: str) 
     assert execute_sql(store_url, "SELECT COUNT(*) FROM blobs WHERE length(data) = 0")[0][0] == 0
     blocker.unlink()
     assert big_flow(store_url, "big-again").run({}).status == "completed"
+
+
+@pytest.mark.parametrize("kept", ["file", "row"])
+def test_a_large_value_stored_before_signing_loads_only_with_its_seal(store_url: str, kept: str) -> None:
+    """A large JSON value stored under its SHA-256 (as stores did before values were signed), in a
+    file or (older still) in its row, loads with the seal the upgrade gives it under the key, and is
+    refused with TamperedValueError without one."""
+    import hashlib
+
+    from forgekit import point_head_at
+
+    from durable_nb.store import codec
+    from durable_nb.store.secret import load_secret
+
+    flow = dnb.Workflow("big-json", store=store_url)
+
+    @flow.node(retry_count=0)
+    def make(state: dict[str, Any]) -> dict[str, Any]:
+        return {"numbers": list(range(1_000_000))}
+
+    run = flow.run({})
+    signed = head_hash(store_url, run.id, "numbers")
+    [file] = value_files(store_url)
+    data = file.read_bytes()
+    assert len(data) >= blob_files.FILE_BYTES and file.name == signed
+    unsigned = "j-" + hashlib.sha256(data).hexdigest()
+    if kept == "file":
+        file.rename(folder(store_url) / unsigned)
+        execute_sql(store_url, "UPDATE blobs SET hash = ? WHERE hash = ?", (unsigned, signed))
+    else:
+        file.unlink()
+        execute_sql(store_url, "UPDATE blobs SET hash = ?, data = ? WHERE hash = ?", (unsigned, data, signed))
+    point_head_at(store_url, run.id, "numbers", unsigned)
+
+    with pytest.raises(dnb.TamperedValueError, match="no valid seal"):
+        _ = dnb.get_run(run.id, store=store_url).state
+    execute_sql(store_url, "UPDATE blobs SET seal = ? WHERE hash = ?", (codec.seal(unsigned, load_secret()), unsigned))
+    assert dnb.get_run(run.id, store=store_url).state["numbers"] == list(range(1_000_000))

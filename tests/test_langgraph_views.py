@@ -9,6 +9,8 @@ fork (update_state) is a branch inside the run's history, and the inspector buil
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any, TypedDict
 
 import pytest
@@ -134,3 +136,55 @@ def test_the_inspector_builds_on_a_thread(paused: Any) -> None:
         assert not inspector.approve_button.disabled
     finally:
         inspector.close()
+
+
+def test_the_views_find_a_thread_in_its_savers_store(paused: Any, tmp_path: Path) -> None:
+    """Issue 27 item 23: a config given without store= is read from the store of the saver that wrote
+    its thread (not the default store, which is left untouched); an unknown thread's RunNotFound
+    names the stores looked in."""
+    from durable_nb.widgets.inspector import Inspector
+
+    _graph, saver = paused
+    assert dnb.history(CONFIG).equals(dnb.history(CONFIG, store=saver.store))
+    assert dnb.events(CONFIG).equals(dnb.events(CONFIG, store=saver.store))
+    assert list(dnb.forks(CONFIG).run_id) == [saver.run_id("ticket-7")]
+    assert dnb.compare(CONFIG, ["count"])["count"].iloc[0] == 1
+    inspector = dnb.inspect(CONFIG)
+    try:
+        assert isinstance(inspector, Inspector) and inspector.run_id == saver.run_id("ticket-7")
+    finally:
+        inspector.close()
+    assert not (tmp_path / ".durable_nb").exists()
+    with pytest.raises(RunNotFound, match="ticket-8") as missing:
+        dnb.history({"configurable": {"thread_id": "ticket-8"}})
+    assert saver.store.url in str(missing.value) and ".durable_nb/runs.db" in str(missing.value)
+
+
+def _readme_langgraph_section() -> str:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    start = readme.index("## LangGraph")
+    return readme[start : readme.index("\n## ", start + 1)]
+
+
+def test_the_readme_langgraph_snippets_run_as_written(tmp_path: Path) -> None:
+    """Issue 27 item 23: the README's LangGraph example runs as written (in a fresh folder), and so does
+    every call the paragraph after it shows, reading the thread the example made."""
+    section = _readme_langgraph_section()
+    (example,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    namespace: dict[str, Any] = {"__name__": "readme_example"}
+    try:
+        # As a reader runs it: without this file's ``from __future__ import annotations``.
+        exec(compile(example, "README.md", "exec", dont_inherit=True), namespace)
+        paragraph = section[section.index("A thread is a run.") :].split("\n\n")[0]
+        calls = re.findall(r"`((?:durable_nb|saver)\.[^`]*\))`", paragraph)
+        assert len(calls) >= 7, calls
+        results = {call: eval(call, namespace) for call in calls}
+        results["durable_nb.inspect(config)"].close()
+        assert namespace["graph"].get_state(namespace["config"]).values["answer"]["approved"] is True
+    finally:
+        disconnect("sqlite:///runs.db")
+    history = results["durable_nb.history(config)"]
+    assert list(history.step)[-1] == "after:ask" and len(history) >= 3
+    assert history.equals(results['durable_nb.history(saver.run_id("ticket-8841"), store=saver.store)'])
+    assert list(results['durable_nb.runs(store="sqlite:///runs.db")'].name) == ["ticket-8841"]
+    assert (tmp_path / "runs.db").exists() and not (tmp_path / ".durable_nb").exists()

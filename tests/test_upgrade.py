@@ -6,6 +6,10 @@ PostgreSQL the same rows are loaded into a schema-1 database built from the same
 the upgrade every run's history, status, state and state at every checkpoint must be what it
 was; and the runs go on: a failed run resumes, a gate is approved, a run is forked, a notebook's
 cells restore.
+
+``tests/fixtures/schema3`` is the same for schema 3, the last before JSON values and lists were
+signed: the upgrade seals them under the key, they read as before, and one forged in their old
+form afterwards is refused.
 """
 
 from __future__ import annotations
@@ -15,44 +19,54 @@ import shutil
 import sqlite3
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-from conftest import db_path, execute_sql, is_postgres
+from conftest import db_path, execute_sql, is_postgres, new_store
 from IPython.core.interactiveshell import InteractiveShell
 
 import durable_nb as dnb
 from durable_nb._loop import run_sync
-from durable_nb.engine.values import ValueCodec
-from durable_nb.store import ddl
+from durable_nb.store import codec
 from durable_nb.store.secret import load_secret
+from durable_nb.store.sqlite_schema import SCHEMA_VERSION
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "schema1"
 sys.path.insert(0, str(FIXTURE))
 import schema1_flows as flows  # noqa: E402 - the fixture's workflows live beside it
 
 ANSWERS = json.loads((FIXTURE / "answers.json").read_text())
+
+# The last schema before JSON values and lists were signed: they are stored under their SHA-256.
+FIXTURE_3 = FIXTURE.parent / "schema3"
+sys.path.insert(0, str(FIXTURE_3))
+import schema3_flows as flows3  # noqa: E402
+
+ANSWERS_3 = json.loads((FIXTURE_3 / "answers.json").read_text())
+sys.path.insert(0, str(FIXTURE.parent))
+from readback import answers, plain, thread_answers  # noqa: E402 - what the fixtures' builders read back
+
+THREAD = {"configurable": {"thread_id": "fixture-ticket"}}
 TABLES = ("runs", "checkpoints", "pending_interrupts", "idempotency", "blobs", "events", "schema_version")
 
 
-def _plain(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=repr, sort_keys=True))
-
-
-def _load_into_postgres(url: str) -> None:
+def _load_into_postgres(url: str, fixture: Path = FIXTURE, version: int = 1) -> None:
+    """Load a fixture's rows into a PostgreSQL schema built as durable_nb built it at ``version``."""
     import psycopg
 
     from durable_nb.store.postgres import _split
+    from durable_nb.store.postgres_schema import _MIGRATIONS
 
     conninfo, options = _split(url)
-    source = sqlite3.connect(FIXTURE / "runs.db")
+    source = sqlite3.connect(fixture / "runs.db")
     with psycopg.connect(conninfo, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{options["schema"]}"')
         conn.execute(f'SET search_path TO "{options["schema"]}"')
         conn.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)")
-        for statement in ddl.schema_v1("DOUBLE PRECISION", "BYTEA", "BIGINT").split(";"):
-            if statement.strip():
-                conn.execute(statement)
+        for step in _MIGRATIONS[:version]:
+            assert isinstance(step, str)
+            for statement in step.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
         for table in TABLES:
             cursor = source.execute(f"SELECT * FROM {table}")
             columns = [d[0] for d in cursor.description]
@@ -76,33 +90,13 @@ def upgraded(store_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
     return store_url
 
 
-def _answers(store: Any, run_id: str) -> dict[str, Any]:
-    history = dnb.history(run_id, store=store)
-    codec = ValueCodec(store, load_secret())
-    at = {}
-    for row in history.itertuples():
-        state = run_sync(store.state_at(run_id, int(row.seq)))
-        at[str(int(row.seq))] = {"values": _plain(run_sync(codec.load(state.manifest))), "completed": state.completed}
-    return {
-        "name": dnb.get_run(run_id, store=store).name,
-        "history": _plain(
-            [
-                {"seq": int(r.seq), "step": r.step, "status": str(r.status), "changed": sorted(r.changed)}
-                for r in history.itertuples()
-            ]
-        ),
-        "status": _plain(dnb.status(run_id, store=store)),
-        "state": _plain(dnb.get_run(run_id, store=store).state),
-        "at": at,
-    }
-
-
 def test_every_run_reads_as_it_did_before_the_upgrade(upgraded: str) -> None:
     """History, status, state and the state at every checkpoint are unchanged by the migration."""
     store = dnb.connect(upgraded)
     for key, run_id in ANSWERS["runs"].items():
-        assert _answers(store, run_id) == ANSWERS["answers"][key], key
-    assert sorted(v for (v,) in execute_sql(upgraded, "SELECT version FROM schema_version")) == [1, 2, 3]
+        assert answers(store, run_id) == ANSWERS["answers"][key], key
+    versions = sorted(v for (v,) in execute_sql(upgraded, "SELECT version FROM schema_version"))
+    assert versions == list(range(1, SCHEMA_VERSION + 1))
     assert len(dnb.runs(store=store)) == len(ANSWERS["runs"])
     tree = dnb.forks(ANSWERS["runs"]["fork_of_fork"], store=store)
     assert set(tree["run_id"]) == {ANSWERS["runs"][k] for k in ("chain", "fork", "fork_of_fork")}
@@ -136,3 +130,107 @@ def test_an_upgraded_notebook_run_restores_its_cells(upgraded: str) -> None:
     assert shell.user_ns["rows"] == [1, 2, 3, 4] and shell.user_ns["total"] == 10
     result = shell.run_cell("%%durable more\nrows.append(5)")
     assert result.success and shell.user_ns["rows"] == [1, 2, 3, 4, 5]
+
+
+# -- a store written before JSON values and lists were signed ----------------------------------------
+
+
+@pytest.fixture
+def upgraded_3(store_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("DURABLE_NB_SECRET", "fixture-secret")
+    if is_postgres(store_url):
+        _load_into_postgres(store_url, FIXTURE_3, 3)
+    else:
+        shutil.copy(FIXTURE_3 / "runs.db", db_path(store_url))
+    assert execute_sql(store_url, "SELECT MAX(version) FROM schema_version") == [(3,)]
+    return store_url
+
+
+def _unsigned(url: str) -> list[tuple[str, str | None]]:
+    """The values stored under an unsigned address (JSON, lists), with their seals."""
+    return execute_sql(url, "SELECT hash, seal FROM blobs WHERE substr(hash, 1, 2) IN ('j-', 'l-') ORDER BY hash")
+
+
+def test_values_stored_before_signing_read_the_same_after_the_upgrade(upgraded_3: str) -> None:
+    """The upgrade seals every JSON value and list stored under its SHA-256 with the key, and they read
+    as before: every run at every checkpoint, and the LangGraph thread through a new saver."""
+    from durable_nb.langgraph import DurableSaver
+
+    store = dnb.connect(upgraded_3)
+    for key, run_id in ANSWERS_3["runs"].items():
+        assert answers(store, run_id) == ANSWERS_3["answers"][key], key
+    assert thread_answers(flows3.ticket_graph(DurableSaver(store)), THREAD) == ANSWERS_3["thread"]
+    sealed = _unsigned(upgraded_3)
+    assert {address[:2] for address, _ in sealed} == {"j-", "l-"}
+    assert all(seal == codec.seal(address, load_secret()) for address, seal in sealed)
+
+
+def test_runs_stored_before_signing_go_on(upgraded_3: str) -> None:
+    """After the upgrade the ledger's gate is approved and its list stored in chunks grows by an entry;
+    the LangGraph thread resumes from its interrupt with the values it stored before."""
+    from langgraph.types import Command
+
+    from durable_nb.langgraph import DurableSaver
+
+    store = dnb.connect(upgraded_3)
+    run_id = ANSWERS_3["runs"]["ledger"]
+    before = ANSWERS_3["answers"]["ledger"]["state"]
+    done = flows3.ledger(store).approve(run_id, comment="after the upgrade")
+    assert done.status == "completed"
+    expected = {**before, "entries": [*before["entries"], {"n": 23, "memo": "closed"}], "closed": True}
+    assert plain(dnb.get_run(run_id, store=store).state) == plain(expected)
+    result = flows3.ticket_graph(DurableSaver(store)).invoke(Command(resume="once"), THREAD)
+    assert result == {**ANSWERS_3["thread"]["values"], "answer": "once"}
+
+
+@pytest.mark.parametrize("name", ["round", "entries"], ids=["json", "list"])
+@pytest.mark.parametrize("attack", ["edited", "added", "seal-copied", "other-key"])
+def test_values_stored_before_signing_cannot_be_forged_after_the_upgrade(
+    upgraded_3: str, monkeypatch: pytest.MonkeyPatch, attack: str, name: str
+) -> None:
+    """After the upgrade a value under an unsigned address loads only as it was sealed: its bytes
+    edited, one added in that form (without a seal, or with another value's), or another key, and
+    reading the run raises TamperedValueError."""
+    from forgekit import compact, forge_blob, point_head_at
+
+    store = dnb.connect(upgraded_3)
+    run_id = ANSWERS_3["runs"]["ledger"]
+    address = run_sync(store.state_at(run_id)).manifest[name]
+    assert address.startswith("l-" if name == "entries" else "j-")
+    ((data, seal),) = execute_sql(upgraded_3, "SELECT data, seal FROM blobs WHERE hash = ?", (address,))
+    assert dnb.get_run(run_id, store=store).state[name] == ANSWERS_3["answers"]["ledger"]["state"][name]
+    # Another value of the same kind: the round number changed, the chunks of the list swapped.
+    other = compact(99) if name == "round" else compact(json.loads(bytes(data))[::-1])
+    if attack == "edited":
+        execute_sql(upgraded_3, "UPDATE blobs SET data = ? WHERE hash = ?", (other, address))
+    elif attack in ("added", "seal-copied"):
+        codec_name, parts = ("list", [c[0] for c in json.loads(bytes(data))]) if name == "entries" else ("json", None)
+        forged = forge_blob(upgraded_3, other, address[:2], codec_name, parts)
+        if attack == "seal-copied":
+            execute_sql(upgraded_3, "UPDATE blobs SET seal = ? WHERE hash = ?", (seal, forged))
+        point_head_at(upgraded_3, run_id, name, forged)
+    else:
+        monkeypatch.setenv("DURABLE_NB_SECRET", "another-secret")
+
+    with pytest.raises(dnb.TamperedValueError):
+        _ = dnb.get_run(run_id, store=store).state
+
+
+def test_the_upgrade_refuses_a_key_that_signed_none_of_the_stores_values(
+    upgraded_3: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opened first by a process with another key, the store is not upgraded (its JSON values would be
+    sealed with a key its processes do not hold): TamperedValueError saying which key to use, the store
+    left at schema 3; opened with its key, it upgrades and reads as before."""
+    monkeypatch.setenv("DURABLE_NB_SECRET", "another-secret")
+    refused = new_store(upgraded_3)
+    with pytest.raises(dnb.TamperedValueError, match="was left unchanged"):
+        dnb.runs(store=refused)
+    run_sync(refused.close())
+    assert execute_sql(upgraded_3, "SELECT MAX(version) FROM schema_version") == [(3,)]
+    monkeypatch.setenv("DURABLE_NB_SECRET", "fixture-secret")
+    store = new_store(upgraded_3)
+    try:
+        assert answers(store, ANSWERS_3["runs"]["ledger"]) == ANSWERS_3["answers"]["ledger"]
+    finally:
+        run_sync(store.close())

@@ -57,7 +57,7 @@ class AppendedLists:
     def of_items(self, addresses: list[str]) -> Blob:
         """Return the blob of a list whose items are stored values (a map's results, as they finished)."""
         chunks = [codec.ListChunk(a, 1, single=True) for a in addresses]
-        root = codec.encode_list(chunks)
+        root = codec.encode_list(chunks, self.secret)
         self._chunks[root.hash] = chunks
         return root
 
@@ -96,7 +96,7 @@ class AppendedLists:
         blobs: list[Blob] = []
         written = {(known, len(value) - known): new}
         root_chunks = [self._write(part, value, name, written, blobs) for part in parts]
-        root = codec.encode_list(root_chunks)
+        root = codec.encode_list(root_chunks, self.secret)
         self._chunks[root.hash] = root_chunks
         if codec.is_list(address) and address not in {c.address for c in root_chunks}:
             self._chunks.pop(address, None)  # replaced: the new root is the one appended to next
@@ -118,7 +118,7 @@ class AppendedLists:
             return codec.ListChunk(part.address, part.count)
         if part.children is not None:
             chunks = [self._write(child, value, name, written, blobs) for child in part.children]
-            blob = codec.encode_list(chunks)
+            blob = codec.encode_list(chunks, self.secret)
             self._chunks[blob.hash] = chunks
         else:
             blob = written.get((part.start, part.count)) or codec.encode(

@@ -151,7 +151,7 @@ class ValueCodec:
         sizes: dict[str, int] = {}
         pending = blobs
         while pending:
-            opened.update((blob.hash, codec.open_list(blob)) for blob in pending)
+            opened.update((blob.hash, codec.open_list(blob, self.secret)) for blob in pending)
             wanted = {c.address for blob in pending for c in opened[blob.hash]} - opened.keys() - decoded.keys()
             found = await self._parts(wanted, "part(s) of a stored list")
             self._stored.update(found)

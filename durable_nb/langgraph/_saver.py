@@ -50,7 +50,7 @@ from ..store.protocol import Conflict, Store
 from ..store.rules import ANY_NODE
 from ..store.secret import load_secret
 from ..store.state import snapshot_due
-from ..views.threads import register_value_decoder, thread_run
+from ..views.threads import register_thread_store, register_value_decoder, thread_run
 from ._gates import gate_node, gate_of, with_decisions
 from ._shape import (
     KEY_PREFIX,
@@ -101,11 +101,11 @@ class DurableSaver(BaseCheckpointSaver[int]):
     """A LangGraph checkpointer over a durable_nb store (SQLite or PostgreSQL).
 
     Each thread (and subgraph namespace) is a durable_nb run named after the thread; each
-    LangGraph checkpoint is one of its checkpoints, so ``durable_nb.history(run_id)`` shows it.
+    LangGraph checkpoint is one of its checkpoints, so ``durable_nb.history(config)`` shows it.
     Channel values are serialized by ``self.serde`` and stored by content address, signed: a
-    value that did not change is not serialized or written again, and a value changed in the
-    store is refused (TamperedValueError), never deserialized. Pending writes are stored with
-    the thread's run under their checkpoint.
+    value that did not change is not serialized or written again, and a value changed in or
+    added to the store is refused (TamperedValueError), never deserialized. Pending writes are
+    stored with the thread's run under their checkpoint, signed the same way.
     """
 
     def __init__(
@@ -122,6 +122,8 @@ class DurableSaver(BaseCheckpointSaver[int]):
         # Per run, the checkpoint at which this saver saw the thread stop (an interrupt, a failed task).
         self._stops: dict[str, str] = {}
         register_value_decoder(META, self._view_value)
+        # A LangGraph config names a thread, not this store: durable_nb.history(config) looks here.
+        register_thread_store(self.store)
 
     def _view_value(self, value: Any) -> Any:
         # Channel values are stored as LangGraph's serializer made them: (type, bytes).

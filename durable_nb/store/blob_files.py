@@ -34,7 +34,7 @@ FILE_BYTES = 4 << 20
 _CHUNK_BYTES = 8 << 20
 # Only names this module writes are ever opened: an address edited in the database cannot
 # point the store at another file.
-_ADDRESS = re.compile(r"^[pjgrl]-[0-9a-f]{64}$")
+_ADDRESS = re.compile(r"^(?:[pjgrl]|js|ls)-[0-9a-f]{64}$")
 _hashing: concurrent.futures.ThreadPoolExecutor | None = None
 _hashing_lock = threading.Lock()
 
@@ -70,7 +70,12 @@ def _hash_pool() -> concurrent.futures.ThreadPoolExecutor:
 
 
 def read_hashed(
-    read_into: Callable[[memoryview], int], size: int, value_hash: str, codec: str, key: bytes | None
+    read_into: Callable[[memoryview], int],
+    size: int,
+    value_hash: str,
+    codec: str,
+    key: bytes | None,
+    seal: str | None = None,
 ) -> Blob:
     """Read ``size`` bytes in chunks with ``read_into(view) -> count``, hashing each chunk on
     another thread while the next one is read (the digest rides in ``Blob.read_digest``)."""
@@ -95,7 +100,7 @@ def read_hashed(
         hashed.result()
     digest = None if key is None or hasher is None else (key, str(hasher.hexdigest()))
     # A bytearray: pickle and json load it as they would bytes, without another full copy.
-    return Blob(value_hash, codec, data, read_digest=digest)  # type: ignore[arg-type]
+    return Blob(value_hash, codec, data, read_digest=digest, seal=seal)  # type: ignore[arg-type]
 
 
 class BlobFolder:
@@ -144,14 +149,14 @@ class BlobFolder:
             ) from error
         return stand_in
 
-    def read(self, value_hash: str, codec: str, size: int, key: bytes | None) -> Blob | None:
+    def read(self, value_hash: str, codec: str, size: int, key: bytes | None, seal: str | None = None) -> Blob | None:
         """Return the blob stored in a file, or None when the file is missing."""
         target = self.path(value_hash)
         if target is None:
             return None
         try:
             with open(target, "rb", buffering=0) as handle:
-                return read_hashed(handle.readinto, size, value_hash, codec, key)
+                return read_hashed(handle.readinto, size, value_hash, codec, key, seal)
         except FileNotFoundError:
             return None
         except OSError as error:

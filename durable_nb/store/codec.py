@@ -2,9 +2,14 @@
 
 Plain data (None, bool, int, finite float, str, lists and str-keyed dicts of those) is
 stored as JSON, which runs no code on load. Everything else is pickled with cloudpickle,
-so functions and classes defined in a notebook survive. A pickled blob's address is the
-HMAC-SHA256 of its bytes under the secret key: one pass both names and signs it, and a
-blob whose address does not verify is never unpickled.
+so functions and classes defined in a notebook survive. A value's address is the
+HMAC-SHA256 of its bytes under the secret key, whatever its codec: one pass both names and
+signs it, and a blob whose address does not verify is never loaded (never unpickled, and
+never handed on as data someone else wrote).
+
+Stores written before JSON values and lists were signed hold them under their SHA-256
+(``j-``, ``l-``). Anyone can compute those, so such a blob loads only with the seal the
+schema upgrade gave it under the key; one added to the store since has none and is refused.
 
 A notebook's values are stored in groups: one pickle of the variables that share objects,
 whose large array buffers are blobs of their own (raw bytes addressed by their SHA-256, so an
@@ -34,6 +39,8 @@ __all__ = [
     "PICKLE",
     "RAW",
     "RAW_ZSTD",
+    "SIGNED_PREFIXES",
+    "UNSIGNED_PREFIXES",
     "GroupPart",
     "LIST",
     "ListChunk",
@@ -52,6 +59,8 @@ __all__ = [
     "open_group",
     "open_raw",
     "raw_address",
+    "seal",
+    "signed_with",
 ]
 
 JSON = "json"
@@ -65,11 +74,19 @@ LIST = "list"
 _COMPRESS_FROM = 64 << 10
 _SAMPLE = 32 << 10
 _COMPRESS_RATIO = 0.8
-_JSON_PREFIX = "j-"
+_JSON_PREFIX = "js-"
 _PICKLE_PREFIX = "p-"
 _RAW_PREFIX = "r-"
 _GROUP_PREFIX = "g-"
-_LIST_PREFIX = "l-"
+_LIST_PREFIX = "ls-"
+# JSON values and lists as stores wrote them before they were signed: addressed by their SHA-256.
+_UNSIGNED_JSON_PREFIX = "j-"
+_UNSIGNED_LIST_PREFIX = "l-"
+UNSIGNED_PREFIXES = (_UNSIGNED_JSON_PREFIX, _UNSIGNED_LIST_PREFIX)
+# Addresses that are the HMAC of the bytes under the key.
+SIGNED_PREFIXES = (_PICKLE_PREFIX, _GROUP_PREFIX, _JSON_PREFIX, _LIST_PREFIX)
+# What a seal signs besides the address, so that no other signature made with the key can pass for one.
+_SEAL_CONTEXT = b"durable_nb seal of an unsigned address\0"
 _GROUP_MAGIC = b"DNBG"
 _MAX_DEPTH = 64
 
@@ -127,7 +144,7 @@ def encode(value: Any, key: bytes, name: str = "value") -> Blob:
             # Lone surrogates and ints beyond the JSON length limit: pickle holds them exactly.
             pass
         else:
-            return Blob(_JSON_PREFIX + hashlib.sha256(data).hexdigest(), JSON, data)
+            return Blob(_JSON_PREFIX + _sign(key, data), JSON, data)
     try:
         data = _pickle(value)
     except Exception as exc:
@@ -139,8 +156,20 @@ def encode(value: Any, key: bytes, name: str = "value") -> Blob:
             name=name,
             type_name=type_name,
         ) from exc
-    digest = hmac.new(key, data, hashlib.sha256).hexdigest()
-    return Blob(_PICKLE_PREFIX + digest, PICKLE, data)
+    return Blob(_PICKLE_PREFIX + _sign(key, data), PICKLE, data)
+
+
+def _sign(key: bytes, data: Any) -> str:
+    return hmac.new(key, data, hashlib.sha256).hexdigest()
+
+
+def seal(address: str, key: bytes) -> str:
+    """Return the seal that lets a value stored under an unsigned address (``j-``, ``l-``) load.
+
+    The address is the SHA-256 of the value's bytes, which loading checks; the seal signs the
+    address, so it vouches for those bytes without reading them.
+    """
+    return _sign(key, _SEAL_CONTEXT + address.encode("utf-8", "surrogatepass"))
 
 
 def raw_address(data: Any) -> str:
@@ -195,8 +224,7 @@ def encode_group(names: list[str], parts: list[GroupPart], stream: bytes, key: b
     """Build the blob of a group of variables pickled together, signed with ``key``."""
     header = encode_json({"names": names, "parts": [[p.address, p.readonly] for p in parts]})
     data = b"".join((_GROUP_MAGIC, len(header).to_bytes(4, "big"), header, stream))
-    digest = hmac.new(key, data, hashlib.sha256).hexdigest()
-    return Blob(_GROUP_PREFIX + digest, GROUP, data, parts=tuple(dict.fromkeys(p.address for p in parts)))
+    return Blob(_GROUP_PREFIX + _sign(key, data), GROUP, data, parts=tuple(dict.fromkeys(p.address for p in parts)))
 
 
 def is_group(address: str) -> bool:
@@ -215,7 +243,7 @@ def _tampered(address: str) -> TamperedValueError:
 
 def open_group(blob: Blob, key: bytes) -> OpenGroup:
     """Check a group blob's signature and split it into names, parts and stream."""
-    if not _matches(_digest(blob, key), blob.hash[len(_GROUP_PREFIX) :]):
+    if not is_group(blob.hash) or not signed_with(blob, key):
         raise _tampered(blob.hash)
     view = memoryview(blob.data)
     if bytes(view[:4]) != _GROUP_MAGIC:
@@ -256,37 +284,32 @@ class ListChunk:
     single: bool = False
 
 
-def encode_list(chunks: list[ListChunk]) -> Blob:
-    """Build the blob of a list stored in chunks: the chunks' addresses and lengths, in order.
+def encode_list(chunks: list[ListChunk], key: bytes) -> Blob:
+    """Build the blob of a list stored in chunks: the chunks' addresses and lengths, in order, signed with ``key``.
 
     A list that grows by appending is stored as its earlier chunks plus a new one, never again
     whole; a map's results are its items, stored as they finished, assembled when read.
     """
     data = encode_json([[c.address, c.count, 1 if c.single else 0] for c in chunks])
-    return Blob(_LIST_PREFIX + hashlib.sha256(data).hexdigest(), LIST, data, parts=tuple(c.address for c in chunks))
+    return Blob(_LIST_PREFIX + _sign(key, data), LIST, data, parts=tuple(c.address for c in chunks))
 
 
 def is_list(address: str) -> bool:
     """Tell whether an address names a list stored in chunks."""
-    return address.startswith(_LIST_PREFIX)
+    return address.startswith((_LIST_PREFIX, _UNSIGNED_LIST_PREFIX))
 
 
-def open_list(blob: Blob) -> list[ListChunk]:
-    """Check a list blob against its address and return its chunks."""
-    digest = blob.read_digest[1] if blob.read_digest is not None else hashlib.sha256(blob.data).hexdigest()
-    if not _matches(digest, blob.hash[len(_LIST_PREFIX) :]):
-        raise TamperedValueError(
-            f"Stored list {blob.hash[:14]}… does not match its content hash, so it was not loaded: "
-            "the store was modified outside durable_nb. Fork from an earlier checkpoint."
-        )
+def open_list(blob: Blob, key: bytes) -> list[ListChunk]:
+    """Check a list blob's signature and return its chunks."""
+    _verify(blob, key, _LIST_PREFIX, _UNSIGNED_LIST_PREFIX, "list")
     return [ListChunk(str(a), int(n), bool(single)) for a, n, single in json.loads(bytes(blob.data))]
 
 
 def address_hasher(address: str, key: bytes) -> Any:
     """Return a fresh hash object that computes ``address``'s digest from the bytes, or None."""
-    if address.startswith((_PICKLE_PREFIX, _GROUP_PREFIX)):
+    if address.startswith((_PICKLE_PREFIX, _GROUP_PREFIX, _JSON_PREFIX, _LIST_PREFIX)):
         return hmac.new(key, digestmod=hashlib.sha256)
-    if address.startswith((_JSON_PREFIX, _RAW_PREFIX, _LIST_PREFIX)):
+    if address.startswith((_RAW_PREFIX, *UNSIGNED_PREFIXES)):
         return hashlib.sha256()
     return None
 
@@ -305,19 +328,44 @@ def _matches(expected: str, address: str) -> bool:
     return hmac.compare_digest(expected.encode(), address.encode("utf-8", "surrogatepass"))
 
 
+def signed_with(blob: Blob, key: bytes) -> bool:
+    """Tell whether ``key`` signed a blob whose address is the HMAC of its bytes."""
+    prefix = next((p for p in SIGNED_PREFIXES if blob.hash.startswith(p)), None)
+    return prefix is not None and _matches(_digest(blob, key), blob.hash[len(prefix) :])
+
+
+def _verify(blob: Blob, key: bytes, signed: str, unsigned: str, what: str) -> None:
+    """Check a blob's signed address, or its unsigned address and seal; raise TamperedValueError."""
+    address = blob.hash
+    if address.startswith(signed):
+        if not signed_with(blob, key):
+            raise _tampered(address)
+        return
+    if not address.startswith(unsigned):
+        raise TamperedValueError(f"Stored value {address[:14]}… is not a {what}: its address has another form.")
+    if blob.seal is None or not _matches(seal(address, key), blob.seal):
+        raise TamperedValueError(
+            f"Stored {what} {address[:14]}… has an unsigned address and no valid seal, so it was not "
+            "loaded: it was added to the store outside durable_nb (values stored before signing were "
+            "sealed when the store was upgraded), or sealed with a different secret key. Use the key "
+            "the store was upgraded with (DURABLE_NB_SECRET or the key file), or fork from an earlier checkpoint."
+        )
+    if not _matches(_digest(blob, key), address[len(unsigned) :]):
+        raise TamperedValueError(
+            f"Stored {what} {address[:14]}… does not match its content hash, so it was not loaded: "
+            "the store was modified outside durable_nb. Fork from an earlier checkpoint."
+        )
+
+
 def decode(blob: Blob, key: bytes) -> Any:
     """Load a blob's value after checking its address; raise TamperedValueError if it fails."""
     data = blob.data
     if blob.hash.startswith(_PICKLE_PREFIX):
-        if not _matches(_digest(blob, key), blob.hash[len(_PICKLE_PREFIX) :]):
+        if not signed_with(blob, key):
             raise _tampered(blob.hash)
         return pickle.loads(data)
-    if blob.hash.startswith(_JSON_PREFIX):
-        if not _matches(_digest(blob, key), blob.hash[len(_JSON_PREFIX) :]):
-            raise TamperedValueError(
-                f"Stored value {blob.hash[:14]}… does not match its content hash, so it was "
-                "not loaded: the store was modified outside durable_nb."
-            )
+    if blob.hash.startswith((_JSON_PREFIX, _UNSIGNED_JSON_PREFIX)):
+        _verify(blob, key, _JSON_PREFIX, _UNSIGNED_JSON_PREFIX, "value")
         try:
             return json.loads(data)
         except ValueError as exc:

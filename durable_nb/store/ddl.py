@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["BLOB_PARTS_V2", "live_blobs", "schema_v1", "state_changes_v3"]
+__all__ = ["BLOB_PARTS_V2", "BLOB_SEALS_V4", "live_blobs", "schema_v1", "state_changes_v3"]
 
 _V1 = """
 CREATE TABLE runs (
@@ -145,3 +145,8 @@ ALTER TABLE checkpoints DROP COLUMN completed
 def state_changes_v3(snapshot: str) -> str:
     """Return version 3 for a dialect: ``snapshot`` builds the JSON of a row's manifest and completed."""
     return _STATE_CHANGES_V3.format(snapshot=snapshot)
+
+
+# Version 4: JSON values and lists are signed like pickles; those stored before, under their
+# SHA-256, keep their address and get a seal under the key (the migration computes it).
+BLOB_SEALS_V4 = "ALTER TABLE blobs ADD COLUMN seal TEXT"

@@ -1,8 +1,9 @@
 """The schema's ordered migrations, written once for both SQL backends.
 
 Each backend finds its store's version and takes its own lock (SQLite's write lock, a
-PostgreSQL advisory lock); the scripts, the order they run in and the refusal of a newer
-schema are the same.
+PostgreSQL advisory lock); the steps, the order they run in and the refusal of a newer
+schema are the same. A step is SQL, or a function of ``(execute, placeholder)`` when it needs
+Python (the secret key) to compute what it writes.
 """
 
 from __future__ import annotations
@@ -11,25 +12,96 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import SchemaMismatch
-from .ddl import BLOB_PARTS_V2, schema_v1, state_changes_v3
+from ..errors import SchemaMismatch, TamperedValueError
+from ..model import Blob
+from . import codec
+from .ddl import BLOB_PARTS_V2, BLOB_SEALS_V4, schema_v1, state_changes_v3
+from .secret import ENV_SECRET, key_file_path, load_secret
 
-__all__ = ["migrations", "newer_schema", "run_migrations"]
+__all__ = ["Step", "migrations", "newer_schema", "run_migrations", "seal_unsigned_values"]
+
+Step = str | Callable[[Callable[..., Any], str], None]
+
+# Rows sealed per UPDATE: three parameters each, under SQLite's oldest limit of 999.
+_SEAL_BATCH = 300
+# How many of the store's newest small signed values the key is checked against before sealing.
+_KEY_CHECKS = 8
+_KEY_CHECK_BYTES = 1 << 20
 
 
-def migrations(*, real: str, blob: str, bigint: str, snapshot_json: str) -> list[str]:
-    """Return the scripts in order: index i takes a store from version i to i + 1."""
-    return [schema_v1(real=real, blob=blob, bigint=bigint), BLOB_PARTS_V2, state_changes_v3(snapshot_json)]
+def migrations(*, real: str, blob: str, bigint: str, snapshot_json: str) -> list[Step]:
+    """Return the steps in order: index i takes a store from version i to i + 1."""
+    return [
+        schema_v1(real=real, blob=blob, bigint=bigint),
+        BLOB_PARTS_V2,
+        state_changes_v3(snapshot_json),
+        seal_unsigned_values,
+    ]
 
 
-def run_migrations(execute: Callable[..., Any], scripts: list[str], version: int, placeholder: str) -> int:
-    """Run the scripts after ``version`` in the caller's transaction, recording each; return the new version."""
-    for target in range(version, len(scripts)):
-        for statement in scripts[target].split(";"):
-            if statement.strip():
-                execute(statement)
+def seal_unsigned_values(execute: Callable[..., Any], placeholder: str) -> None:
+    """Version 4: give every value stored under an unsigned address (JSON, lists) its seal under the key.
+
+    Those addresses are SHA-256 digests anyone can compute: from now on such a value loads only
+    with its seal, so one added to the store later, without the key, is refused. The values the
+    store holds at the upgrade are the ones its processes wrote; sealing them keeps them loading.
+    """
+    execute(BLOB_SEALS_V4)
+    p = placeholder
+    found = execute(f"SELECT hash FROM blobs WHERE {_addressed(codec.UNSIGNED_PREFIXES)}").fetchall()
+    addresses = [row[0] for row in found]
+    if not addresses:
+        return  # a new or JSON-free store: no key is needed (nor created) to open it
+    key = load_secret()
+    _check_key(execute, key)
+    for start in range(0, len(addresses), _SEAL_BATCH):
+        batch = addresses[start : start + _SEAL_BATCH]
+        params: list[str] = []
+        for address in batch:
+            params += [address, codec.seal(address, key)]
+        execute(
+            f"UPDATE blobs SET seal = CASE hash {' '.join([f'WHEN {p} THEN {p}'] * len(batch))} END "
+            f"WHERE hash IN ({', '.join([p] * len(batch))})",
+            (*params, *batch),
+        )
+
+
+def _addressed(prefixes: tuple[str, ...]) -> str:
+    """Return the SQL condition that a blob's address has one of ``prefixes`` (constants, not input)."""
+    return "(" + " OR ".join(f"substr(hash, 1, {len(prefix)}) = '{prefix}'" for prefix in prefixes) + ")"
+
+
+def _check_key(execute: Callable[..., Any], key: bytes) -> None:
+    """Refuse to seal with a key that signed none of the store's newest signed values.
+
+    Its processes use another key: sealed with this one, their values would never load again.
+    A store with no signed value has nothing to check against.
+    """
+    rows = execute(
+        f"SELECT hash, codec, data FROM blobs WHERE {_addressed(codec.SIGNED_PREFIXES)} "
+        f"AND length(data) > 0 AND size < {_KEY_CHECK_BYTES} ORDER BY created_at DESC LIMIT {_KEY_CHECKS}"
+    ).fetchall()
+    if rows and not any(codec.signed_with(Blob(address, kind, bytes(data)), key) for address, kind, data in rows):
+        raise TamperedValueError(
+            "This store holds values signed with another secret key than this process's, so it was not "
+            "upgraded (the upgrade signs the store's JSON values with the key of the process that opens it "
+            f"first) and was left unchanged. Open it with the key its processes use ({ENV_SECRET}, or the "
+            f"key file {key_file_path()})."
+        )
+
+
+def run_migrations(execute: Callable[..., Any], steps: list[Step], version: int, placeholder: str) -> int:
+    """Run the steps after ``version`` in the caller's transaction, recording each; return the new version."""
+    for target in range(version, len(steps)):
+        step = steps[target]
+        if callable(step):
+            step(execute, placeholder)
+        else:
+            for statement in step.split(";"):
+                if statement.strip():
+                    execute(statement)
         execute(f"INSERT INTO schema_version VALUES ({placeholder}, {placeholder})", (target + 1, time.time()))
-    return len(scripts)
+    return len(steps)
 
 
 def newer_schema(where: str, version: int, known: int) -> SchemaMismatch:

@@ -275,8 +275,8 @@ def _expired(conn: Any, now: float, run_id: str | None) -> list[PendingInterrupt
 
 def _get_blobs(conn: Any, hashes: list[str], key: bytes | None) -> dict[str, Blob]:
     # psycopg hands over each value whole: the loader hashes it.
-    cursor = conn.execute("SELECT hash, codec, data FROM blobs WHERE hash = ANY(%s)", (hashes,))
-    return {value_hash: Blob(value_hash, codec, bytes(data)) for value_hash, codec, data in cursor}
+    cursor = conn.execute("SELECT hash, codec, data, seal FROM blobs WHERE hash = ANY(%s)", (hashes,))
+    return {value_hash: Blob(value_hash, codec, bytes(data), seal=seal) for value_hash, codec, data, seal in cursor}
 
 
 def _state_at(conn: Any, run_id: str, seq: int | None) -> CheckpointState:

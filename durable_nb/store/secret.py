@@ -1,4 +1,4 @@
-"""The secret key that signs pickled values: $DURABLE_NB_SECRET, else a per-user key file.
+"""The secret key that signs stored values: $DURABLE_NB_SECRET, else a per-user key file.
 
 The key file is ``$XDG_CONFIG_HOME/durable_nb/secret.key`` (``~/.config/durable_nb/secret.key``
 by default), created with mode 0600 on first use. Anyone who can read the key can sign a value

@@ -167,8 +167,8 @@ class SQLiteStore(SQLStore):
             return {}
         found, in_files = await self._run(sqlite_ops._get_blobs, wanted, key)
         folder = self.blob_folder
-        for value_hash, codec, size in in_files if folder is not None else []:
-            blob = await self._off_loop(folder.read, value_hash, codec, size, key)
+        for value_hash, codec, size, seal in in_files if folder is not None else []:
+            blob = await self._off_loop(folder.read, value_hash, codec, size, key, seal)
             if blob is not None:  # a missing file is a missing value: the loader says so
                 found[value_hash] = blob
         return found

@@ -258,28 +258,28 @@ def _expired(conn: sqlite3.Connection, now: float, run_id: str | None) -> list[P
 
 def _get_blobs(
     conn: sqlite3.Connection, hashes: list[str], key: bytes | None
-) -> tuple[dict[str, Blob], list[tuple[str, str, int]]]:
-    """Return the blobs stored in the database, and (hash, codec, size) of those kept as files."""
+) -> tuple[dict[str, Blob], list[tuple[str, str, int, str | None]]]:
+    """Return the blobs stored in the database, and (hash, codec, size, seal) of those kept as files."""
     found: dict[str, Blob] = {}
-    in_files: list[tuple[str, str, int]] = []
+    in_files: list[tuple[str, str, int, str | None]] = []
     # Stay under SQLite's limit on bound parameters.
     for start in range(0, len(hashes), 500):
         chunk = hashes[start : start + 500]
         cursor = conn.execute(
-            "SELECT hash, codec, rowid, size, length(data), CASE WHEN size < ? THEN data END FROM blobs "
+            "SELECT hash, codec, rowid, size, length(data), CASE WHEN size < ? THEN data END, seal FROM blobs "
             f"WHERE hash IN ({', '.join('?' * len(chunk))})",
             [FILE_BYTES, *chunk],
         )
-        for value_hash, codec, rowid, size, length, data in cursor.fetchall():
+        for value_hash, codec, rowid, size, length, data, seal in cursor.fetchall():
             if length == 0 and size > 0:
-                in_files.append((value_hash, codec, size))
+                in_files.append((value_hash, codec, size, seal))
             elif data is None:
                 # Large, and stored in the database (by a version before value files): read it in
                 # chunks with incremental blob I/O, without a copy of the whole row.
                 with conn.blobopen("blobs", "data", rowid, readonly=True) as stored:
-                    found[value_hash] = read_hashed(_reader(stored), size, value_hash, codec, key)
+                    found[value_hash] = read_hashed(_reader(stored), size, value_hash, codec, key, seal)
             else:
-                found[value_hash] = Blob(value_hash, codec, bytes(data))
+                found[value_hash] = Blob(value_hash, codec, bytes(data), seal=seal)
     return found, in_files
 
 

@@ -17,10 +17,11 @@ from ..engine.values import ValueCodec
 from ..errors import InvalidInput
 from ..model import CheckpointStatus, EventType, RunStatus
 from ..store import resolve_store
+from ..store.protocol import Store
 from ..store.rules import check_run_id
 from ..store.secret import load_secret
 from .render import OPEN_GATES
-from .threads import META, decode_values, is_thread_config, thread_address, thread_run
+from .threads import META, decode_values, find_thread, is_thread_config
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -66,14 +67,22 @@ def _text(values: list[Any]) -> Any:
     return _pd().Series(values, dtype="string")
 
 
-async def _run_id(run: Any, store: Any) -> str:
+async def _run_id(run: Any, store: Store) -> str:
     # A Run object, its id as text, or a LangGraph config naming a thread: anything else is
     # refused, never turned into text.
     if is_thread_config(run):
-        return (await thread_run(store, *thread_address(run))).run_id
+        return (await find_thread(run, store))[1].run_id
     run_id = getattr(run, "id", run)
     check_run_id(run_id)
     return str(run_id)
+
+
+async def _store_for(run: Any, store: Any) -> Store:
+    """Return the store to read ``run`` from: ``store``, or for a LangGraph config given without
+    one, the store holding its thread (a saver's of this process, else the default store)."""
+    if store is None and is_thread_config(run):
+        return (await find_thread(run))[0]
+    return resolve_store(store)
 
 
 # -- runs -------------------------------------------------------------------------------------
@@ -116,7 +125,7 @@ runs = blocking(aruns)
 async def ahistory(run: Any, *, store: Any = None) -> pd.DataFrame:
     """Return one row per checkpoint of a run, in order: step, status, time, duration, what changed, bytes."""
     pd = _pd()
-    resolved = resolve_store(store)
+    resolved = await _store_for(run, store)
     run_id = await _run_id(run, resolved)
     record = await current_run(resolved, run_id)
     rows = await resolved.history_rows(run_id)
@@ -179,7 +188,7 @@ history = blocking(ahistory)
 async def aforks(run: Any, *, store: Any = None) -> pd.DataFrame:
     """Return the whole fork tree holding a run, from its root: parent, fork point, overrides, status."""
     pd = _pd()
-    resolved = resolve_store(store)
+    resolved = await _store_for(run, store)
     run_id = await _run_id(run, resolved)
     await resolved.get_run(run_id)
     tree = await resolved.fork_tree(run_id)
@@ -217,7 +226,7 @@ forks = blocking(aforks)
 async def aevents(run: Any, *, store: Any = None) -> pd.DataFrame:
     """Return a run's event log: seq, type, node, time, details."""
     pd = _pd()
-    resolved = resolve_store(store)
+    resolved = await _store_for(run, store)
     run_id = await _run_id(run, resolved)
     await resolved.get_run(run_id)
     found = await resolved.list_events(run_id)
@@ -241,11 +250,13 @@ events = blocking(aevents)
 async def acompare(run_ids: Any, names: Any = None, *, store: Any = None) -> pd.DataFrame:
     """Return one row per run and one column per chosen state value (all when ``names`` is None)."""
     pd = _pd()
-    resolved = resolve_store(store)
     if not isinstance(run_ids, str | Iterable):
         raise InvalidInput(f"compare takes a run id or a list of run ids, not {type(run_ids).__name__}.")
     single = isinstance(run_ids, str) or is_thread_config(run_ids)
-    ids = [await _run_id(r, resolved) for r in ([run_ids] if single else run_ids)]
+    given = [run_ids] if single else list(run_ids)
+    # The first run says where to read (a thread's store, for a LangGraph config); the others are read there.
+    resolved = await _store_for(given[0] if given else None, store)
+    ids = [await _run_id(r, resolved) for r in given]
     records = {r.run_id: r for r in await resolved.list_runs() if r.run_id in set(ids)}
     missing = [i for i in ids if i not in records]
     if missing:
@@ -284,7 +295,7 @@ compare = blocking(acompare)
 async def astatus(run: Any, *, store: Any = None) -> pd.DataFrame:
     """Return a run's status as a one-row DataFrame (``durable_nb.status`` gives it as a dict)."""
     pd = _pd()
-    resolved = resolve_store(store)
+    resolved = await _store_for(run, store)
     run_id = await _run_id(run, resolved)
     record = await current_run(resolved, run_id)
     summary = describe(record, await resolved.status_rows(run_id))
