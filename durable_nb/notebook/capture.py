@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
 
@@ -95,7 +97,8 @@ class Capture:
 
         def publish(data: dict[str, Any], metadata: dict[str, Any] | None = None, *args: Any, **kwargs: Any) -> Any:
             outputs.append({"type": "display", "data": _jsonable(data), "metadata": _jsonable(metadata or {})})
-            return original_publish(data, metadata, *args, **kwargs)
+            with self._untapped():
+                return original_publish(data, metadata, *args, **kwargs)
 
         self._saved = (sys.stdout, sys.stderr, publisher, "publish" in vars(publisher), original_publish)
         sys.stdout = _Tee("stdout", sys.stdout, outputs)
@@ -105,13 +108,26 @@ class Capture:
 
     def finish(self, value: Any) -> None:
         """Show the cell's value as ``Out[n]``, then the figures the inline backend would draw after it."""
-        shown = _show_result(self.shell, value, None, {})
+        with self._untapped():
+            shown = _show_result(self.shell, value, None, {})
         if shown is not None:
             data, metadata = shown
             self.outputs.append({"type": "result", "data": _jsonable(data), "metadata": _jsonable(metadata)})
         backend = sys.modules.get("matplotlib_inline.backend_inline")
         if backend is not None:
             backend.flush_figures()
+
+    @contextmanager
+    def _untapped(self) -> Iterator[None]:
+        # A terminal shell prints displays and Out[n] on stdout: already recorded as themselves,
+        # a copy in the stream record would show them a second time on restore.
+        assert self._saved is not None
+        tapped = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = self._saved[0], self._saved[1]
+        try:
+            yield
+        finally:
+            sys.stdout, sys.stderr = tapped
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
