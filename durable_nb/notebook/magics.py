@@ -10,6 +10,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from .._loop import run_sync
+from ..engine.fork_overrides import shared_with
 from ..engine.overrides import parse_overrides
 from ..errors import DurableError
 from ..model import RunStatus
@@ -31,6 +32,13 @@ SUBCOMMANDS = (
     "reject",
     "notes",
 )
+
+
+def _unquoted(text: str | None) -> str | None:
+    """One argument as typed, without the quotes around it (IPython's splitting keeps them)."""
+    if text is not None and len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+        return text[1:-1]
+    return text
 
 
 def _names(text: str | None) -> frozenset[str]:
@@ -123,7 +131,13 @@ class DurableMagics(Magics):
 
     def _run(self, rest: str) -> None:
         args = parse_argstring(self._run_args, rest)
-        session_for(self.shell).attach(args.name, new=args.new, run_id=args.run_id, key=args.key, store=args.store)
+        session_for(self.shell).attach(
+            str(_unquoted(args.name)),
+            new=args.new,
+            run_id=_unquoted(args.run_id),
+            key=_unquoted(args.key),
+            store=_unquoted(args.store),
+        )
 
     def _status(self, rest: str) -> dict[str, Any]:
         from ..engine.calls import status
@@ -180,11 +194,13 @@ class DurableMagics(Magics):
         args = parse_argstring(self._fork_args, rest)
         session = session_for(self.shell)
         cell_run = session.require()
+        typed = [str(_unquoted(text)) for text in args.overrides]
         try:
-            names = [name for name, value in parse_overrides(list(args.overrides)).items() if value is not None]
+            names = [name for name, value in parse_overrides(typed).items() if value is not None]
             # Each value keeps the type it has where the fork starts, as in the inspector and the CLI.
             current = run_sync(cell_run.values_before(args.at, names))
-            overrides = parse_overrides(list(args.overrides), current)
+            overrides = parse_overrides(typed, current)
+            shared = shared_with(run_sync(cell_run.manifest_before(args.at)), overrides)
         except DurableError as error:
             raise UsageError(str(error)) from None
         if args.at:
@@ -192,13 +208,16 @@ class DurableMagics(Magics):
             run_id = forked.run_id
         else:
             run_id = fork(cell_run.run_id, state=overrides, store=cell_run.store).id
-        session.attach(cell_run.run.name, run_id=run_id, quiet=True)
-        self.shell.user_ns.update(overrides)
+        attached = session.attach(cell_run.run.name, run_id=run_id, quiet=True)
+        # The fork's values (its own and those it carries from the forks above it) are this kernel's now.
+        placed = session.hold_overrides(attached, quiet=True)
         session.notes.say(
-            f"forked run {cell_run.run_id} into {run_id}; this kernel now works in the fork "
-            f"(switch back with %durable switch {cell_run.run_id})",
+            f"forked run {cell_run.run_id} into {run_id}"
+            + (f" with {', '.join(sorted(placed))} set" if placed else "")
+            + f"; this kernel now works in the fork (switch back with %durable switch {cell_run.run_id})",
             "forked",
         )
+        session.warn_shared(shared, "at the fork point")
 
     def _switch(self, rest: str) -> None:
         run_id = rest.strip()

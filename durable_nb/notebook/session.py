@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import reprlib
 import time
 import traceback
 import weakref
@@ -164,7 +165,7 @@ class KernelSession:
         if committed is not None and not options.rerun:
             if committed.extra.get("source_hash") in (None, cell.source_hash):
                 if options.replay:
-                    return self._replay_cell(cell_run, node, source, cell, options)
+                    return self._replay_cell(cell_run, committed, source, cell, options)
                 # Restoring reads the store only: allowed whatever the run waits for.
                 return self._restore(cell_run, committed, options)
         if run.status is RunStatus.PAUSED:
@@ -204,6 +205,8 @@ class KernelSession:
 
     def _restore(self, cell_run: CellRun, committed: CheckpointRecord, options: CellOptions) -> None:
         namespace = self.shell.user_ns
+        if committed.run_id == cell_run.run_id:
+            self.hold_overrides(cell_run)
         figures = open_figure_ids()
         restored = run_sync(cell_run.restore(committed, namespace, options.exclude))
         extra = committed.extra
@@ -226,9 +229,11 @@ class KernelSession:
             close_restored_figures(figures)
         replay(self.shell, restored.outputs, result)
         took = f", took {format_seconds(committed.duration)}" if committed.duration else ""
+        kept = f"; {', '.join(restored.overridden)} as the fork set" if restored.overridden else ""
         self.notes.say(
-            f"restored '{committed.node_id}' from checkpoint (committed {_ago(committed)}{took})", "restored"
+            f"restored '{committed.node_id}' from checkpoint (committed {_ago(committed)}{took}){kept}", "restored"
         )
+        self.warn_shared(restored.shared, f"in cell '{committed.node_id}'")
         if restored.unstored:
             names = ", ".join(f"{n} ({t})" for n, t in sorted(restored.unstored.items()))
             self.notes.warn(
@@ -246,17 +251,24 @@ class KernelSession:
                 "effects",
             )
 
-    def _replay_cell(self, cell_run: CellRun, node: str, source: str, cell: CellCode, options: CellOptions) -> Any:
-        """Run a committed --replay cell again; commit it only if its values changed and the run can take it."""
+    def _replay_cell(
+        self, cell_run: CellRun, committed: CheckpointRecord, source: str, cell: CellCode, options: CellOptions
+    ) -> Any:
+        """Run a committed --replay cell again; commit it only if its values changed and the run can take it.
+
+        What forks made after it set is put back once it ran: the cell restores, it is not live.
+        """
+        node = committed.node_id or ""
         run = run_sync(cell_run.refresh())
         if run.status is RunStatus.PAUSED:
             filename = self.shell.compile.cache(source)
             value = run_code(cell, self.shell.user_ns, filename, timeout=options.timeout, node=node)
+            run_sync(cell_run.reapply_overrides(committed, self.shell.user_ns, options.exclude))
             self.notes.say(f"replayed '{node}' (not committed: the run waits at a gate)", "replayed")
             return _show_value(self.shell, value)
         run_sync(cell_run.take())
         self.notes.say(f"replaying '{node}' (--replay)", "replaying")
-        return self._execute(cell_run, node, source, cell, options, only_if_changed=True)
+        return self._execute(cell_run, node, source, cell, options, only_if_changed=True, replayed=committed)
 
     def _fork_for(self, cell_run: CellRun, node: str, why: str) -> CellRun:
         forked = run_sync(cell_run.fork_before(node))
@@ -277,8 +289,10 @@ class KernelSession:
         options: CellOptions,
         *,
         only_if_changed: bool = False,
+        replayed: CheckpointRecord | None = None,
     ) -> Any:
         __tracebackhide__ = True
+        self.hold_overrides(cell_run)
         filename = self.shell.compile.cache(source)
         flags = getattr(self.shell.compile, "flags", 0)
         started = time.perf_counter()
@@ -341,6 +355,8 @@ class KernelSession:
                 raise
             finally:
                 leave_scope(token)
+            if replayed is not None:
+                run_sync(cell_run.reapply_overrides(replayed, namespace, options.exclude))
             outcome = cell_outcome(
                 self.shell, cell_run, node, cell, capture.outputs, before, watch, value, options.exclude, options.replay
             )
@@ -363,6 +379,40 @@ class KernelSession:
                 f"committed '{outcome.node_id}' without {names}: they cannot be stored, so a restart will not "
                 "bring them back. Create such objects in a plain cell, or --exclude them.",
                 "unstored",
+            )
+
+    # -- a fork's overrides ---------------------------------------------------------------------
+
+    def hold_overrides(self, cell_run: CellRun, *, quiet: bool = False) -> dict[str, Any]:
+        """Make sure the kernel holds what the run's forks set; say what was put in place or found changed."""
+        held = run_sync(cell_run.hold_overrides(self.shell.user_ns))
+        if held.placed and not quiet:
+            self.notes.say(
+                f"set {_assignments(held.placed)} in this kernel: the value{_s(held.placed)} run {cell_run.run_id} "
+                "was forked with",
+                "overrides",
+            )
+        if held.changed:
+            names = ", ".join(sorted(held.changed))
+            self.notes.warn(
+                f"{names} in this kernel differ{'s' if len(held.changed) == 1 else ''} from what run "
+                f"{cell_run.run_id} was forked with ({_assignments(held.changed)}): a plain cell changed "
+                f"{'it' if len(held.changed) == 1 else 'them'}. Cells now use the kernel's value; run "
+                "%durable fork again to set another one.",
+                "overrides",
+            )
+        return held.placed
+
+    def warn_shared(self, shared: dict[str, list[str]], where: str) -> None:
+        """Warn that an override replaces one of several variables that shared objects (the others keep theirs)."""
+        for name, others in shared.items():
+            listed = ", ".join(others)
+            self.notes.warn(
+                f"{listed} shared objects with {name} {where}: the fork's value replaces {name} alone, and "
+                f"{listed} keep{'s' if len(others) == 1 else ''} the old one (set "
+                f"{'it' if len(others) == 1 else 'them'} in the fork too if the change should reach "
+                f"{'it' if len(others) == 1 else 'them'})",
+                "overrides",
             )
 
     # -- gates ----------------------------------------------------------------------------------
@@ -416,6 +466,14 @@ class KernelSession:
         run_sync(cell_run.take(run, decided.checkpoints[-1]))
         self._execute(cell_run, node, source, analyze(source), CellOptions())
         return f"Decision recorded and cell '{node}' continued. Run the cells below (Run All restores the rest)."
+
+
+def _s(items: dict[str, Any]) -> str:
+    return "s" if len(items) != 1 else ""
+
+
+def _assignments(values: dict[str, Any]) -> str:
+    return ", ".join(f"{name} = {reprlib.repr(value)}" for name, value in sorted(values.items()))
 
 
 def _show_turn(line: str) -> None:
