@@ -14,48 +14,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from IPython.core.interactiveshell import InteractiveShell
 from kernelkit import Kernel
+from shellkit import Shell
 
 import durable_nb as dnb
-from durable_nb._loop import run_sync
-from durable_nb.notebook.session import session_for
 
 PARAM = "%%durable param\nalpha = 0.1"
 FIT = "%%durable fit\ncoef = alpha * 10\nprint('RESULT alpha', alpha, 'coef', coef)"
 WANTED = "RESULT alpha 1.0 coef 10.0"
-
-
-class Shell:
-    """A real IPython shell with durable_nb loaded, attached to a run of ``cf``."""
-
-    def __init__(self, store_url: str, run_id: str | None = None) -> None:
-        self.shell = InteractiveShell()
-        self.shell.run_line_magic("load_ext", "durable_nb")
-        self.ok(f"%durable run cf --store {store_url}" + (f" --id {run_id}" if run_id else ""))
-
-    def ok(self, source: str) -> Any:
-        result = self.shell.run_cell(source)
-        assert result.success, result.error_in_exec or result.error_before_exec
-        return result.result
-
-    def run_all(self, *cells: str) -> None:
-        for cell in cells:
-            self.ok(cell)
-
-    @property
-    def ns(self) -> dict[str, Any]:
-        return self.shell.user_ns
-
-    @property
-    def run_id(self) -> str:
-        return session_for(self.shell).cell_run.run_id
-
-    def leave(self) -> str:
-        """Detach (as a kernel that shuts down does) and return the run it was attached to."""
-        run_id = self.run_id
-        run_sync(session_for(self.shell).cell_run.release())
-        return run_id
 
 
 @pytest.fixture
@@ -63,17 +29,16 @@ def shells(store_url: str) -> Iterator[Callable[..., Shell]]:
     made: list[Shell] = []
 
     def new_shell(run_id: str | None = None) -> Shell:
-        made.append(Shell(store_url, run_id))
+        made.append(Shell(store_url, "cf", run_id))
         return made[-1]
 
     yield new_shell
     for shell in made:
-        if session_for(shell.shell).cell_run is not None:
-            shell.leave()
+        shell.close()
 
 
 def kernel_store(shell: Shell) -> Any:
-    return session_for(shell.shell).store
+    return shell.session.store
 
 
 def _forked(shells: Callable[..., Shell], *cells: str, fork: str) -> tuple[Shell, str]:
@@ -238,7 +203,7 @@ def test_the_inspector_fork_then_switch_keeps_the_override(
 
     kernel = shells()
     kernel.run_all(PARAM, FIT)
-    session = session_for(kernel.shell)
+    session = kernel.session
     inspector = Inspector(kernel.run_id, store=session.store, link=session)
     before_fit = dnb.history(kernel.run_id, store=session.store)
     inspector.checkpoints.value = before_fit.set_index("step").loc["after:param", "checkpoint_id"]

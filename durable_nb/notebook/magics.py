@@ -151,20 +151,20 @@ class DurableMagics(Magics):
         from ..views import history, styled
 
         cell_run = session_for(self.shell).require()
-        run_id = rest.strip() or cell_run.run_id
+        run_id = _unquoted(rest.strip()) or cell_run.run_id
         return styled(history(run_id, store=cell_run.store), f"History of run {run_id}")
 
     def _runs(self, rest: str) -> Any:
         from ..views import runs, styled
 
         session = session_for(self.shell)
-        return styled(runs(rest.strip() or None, store=session.store), "Runs")
+        return styled(runs(_unquoted(rest.strip()) or None, store=session.store), "Runs")
 
     def _forks(self, rest: str) -> Any:
         from ..views import forks, styled
 
         cell_run = session_for(self.shell).require()
-        run_id = rest.strip() or cell_run.run_id
+        run_id = _unquoted(rest.strip()) or cell_run.run_id
         return styled(forks(run_id, store=cell_run.store), f"Forks of run {run_id}")
 
     def _end(self, rest: str) -> None:
@@ -220,7 +220,7 @@ class DurableMagics(Magics):
         session.warn_shared(shared, "at the fork point")
 
     def _switch(self, rest: str) -> None:
-        run_id = rest.strip()
+        run_id = _unquoted(rest.strip())
         if not run_id:
             raise UsageError("%durable switch RUN: give the run id to attach to (see %durable runs).")
         session = session_for(self.shell)
@@ -234,7 +234,7 @@ class DurableMagics(Magics):
 
         session = session_for(self.shell)
         cell_run = session.require()
-        display(Inspector(rest.strip() or cell_run.run_id, store=cell_run.store, session=session))
+        display(Inspector(_unquoted(rest.strip()) or cell_run.run_id, store=cell_run.store, link=session))
 
     @magic_arguments()
     @argument("--node", default=None, help="The paused cell (needed when several wait).")
@@ -254,7 +254,13 @@ class DurableMagics(Magics):
             # Run All after a click on the panel reaches this line with nothing left to decide.
             session.notes.say(f"run {cell_run.run_id} waits at no gate (already decided); nothing to do", "decided")
             return
-        decided = session.decide(cell_run.run_id, args.node, approved=approved, comment=args.comment, by=args.by)
+        decided = session.decide(
+            cell_run.run_id,
+            _unquoted(args.node),
+            approved=approved,
+            comment=_unquoted(args.comment),
+            by=_unquoted(args.by),
+        )
         node = decided.checkpoints[-1].node_id
         session.notes.say(f"{'approved' if approved else 'rejected'} the gate of cell '{node}'", "decided")
         session.notes.say(session.continue_after(decided), "continued")
