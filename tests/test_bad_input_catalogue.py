@@ -21,7 +21,7 @@ The cases are grouped by how they are exercised:
   ``UsageError`` (IPython's error for a bad magic line; when the engine refused, the DurableError it
   raised is chained), the cell body does not run and the kernel's run is unchanged.
 
-The catalogue holds 246 cases (``CASE_COUNT`` below; a test checks it).
+The catalogue holds 250 cases (``CASE_COUNT`` below; a test checks it).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ import durable_nb.views
 from durable_nb.cli import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_STATE, EXIT_USAGE, main
 from durable_nb.store import disconnect
 
-CASE_COUNT = 246
+CASE_COUNT = 250
 
 ErrorType = type[BaseException] | tuple[type[BaseException], ...]
 
@@ -1175,6 +1175,12 @@ MAGICS = [
     ),
     pytest.param("%durable run other --id no-such-run", dnb.RunNotFound, "no run with id", id="line-run-unknown-id"),
     pytest.param("%durable approve --bogus", None, "unrecognized arguments", id="line-approve-unknown-option"),
+    pytest.param(
+        "%durable fork --set \"x='text'\"", dnb.InvalidInput, "x is int", id="line-fork-set-quoted-changes-type"
+    ),
+    pytest.param('%durable switch ""', None, "give the run id", id="line-switch-empty-quoted-run"),
+    pytest.param("%durable inspect no-such-run", dnb.RunNotFound, "no run with id", id="line-inspect-unknown-run"),
+    pytest.param("%durable notes maybe", None, "takes on or off", id="line-notes-neither-on-nor-off"),
 ]
 
 
