@@ -397,8 +397,8 @@ class KernelSession:
             self.notes.warn(
                 f"{names} in this kernel differ{'s' if len(held.changed) == 1 else ''} from what run "
                 f"{cell_run.run_id} was forked with ({_assignments(held.changed)}): a plain cell changed "
-                f"{'it' if len(held.changed) == 1 else 'them'}. Cells now use the kernel's value; run "
-                "%durable fork again to set another one.",
+                f"{'it' if len(held.changed) == 1 else 'them'}. Durable cells use the kernel's value from here on "
+                "and commit it; set it back to go on with the fork's.",
                 "overrides",
             )
         return held.placed
