@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -193,6 +194,29 @@ def test_a_fork_at_the_first_durable_cell_keeps_its_override(
     second.ok("%%durable again\nagain = alpha")
     assert "differs" not in capsys.readouterr().out  # said once
     assert dnb.get_run(fork, store=kernel_store(second)).state["alpha"] == 3.0
+
+
+def test_a_cell_whose_checkpoint_was_pruned_runs_again_and_the_override_stays(
+    shells: Callable[..., Shell], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The original run completed and its history was pruned: 'param' has nothing left to restore
+    and runs again in the fork; it stands for a restore, so the fork's value is put back, and said."""
+    other = "%%durable other\nbeta = 2"
+    first = shells()
+    first.run_all(PARAM, other, FIT)
+    original = first.run_id
+    first.ok("%durable fork --at fit --set alpha=1.0")
+    fork = first.leave()
+    first.ok(f"%durable switch {original}")
+    first.ok("%durable end")
+    pruned = dnb.prune(datetime.now() + timedelta(minutes=1), store=kernel_store(first))
+    assert pruned.checkpoints >= 1
+    capsys.readouterr()
+    second = shells(fork)
+    second.run_all(PARAM, other, FIT)
+    shown = capsys.readouterr().out
+    assert WANTED in shown
+    assert "its checkpoint is gone (pruned), so it ran again; alpha keeps the value the fork set" in shown
 
 
 def test_the_inspector_fork_then_switch_keeps_the_override(

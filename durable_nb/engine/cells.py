@@ -255,6 +255,17 @@ class CellRun(CellLineage):
                 self.tracker.restored(name, address)
         return sorted(won)
 
+    async def reapply_in_force(self, namespace: dict[str, Any], changed: list[str]) -> list[str]:
+        """Put back the overrides still in force among ``changed``, after a cell the run completed before
+        its fork point ran again (its checkpoint was pruned): it stands for a restore, not a new value."""
+        in_force = self.forks.in_force(self.manifest)
+        won = {name: in_force[name] for name in changed if name in in_force}
+        if won:
+            namespace.update(await self.values.load(won, namespace))
+            for name, address in won.items():
+                self.tracker.restored(name, address)
+        return sorted(won)
+
     async def hold_overrides(self, namespace: dict[str, Any]) -> HeldOverrides:
         """Check that the kernel holds the values this run's forks set (and no later cell replaced).
 

@@ -170,11 +170,13 @@ class KernelSession:
                 return self._restore(cell_run, committed, options)
         if run.status is RunStatus.PAUSED:
             return self._while_paused(cell_run, node)
+        # Completed in this run's lineage, yet nothing to restore: its checkpoint was pruned.
+        lost = committed is None and node in cell_run.completed
         if committed is not None:
             cell_run = self._fork_for(cell_run, node, "re-run with --rerun" if options.rerun else "changed")
             run = cell_run.run
         run_sync(cell_run.take(run))
-        return self._execute(cell_run, node, source, cell, options)
+        return self._execute(cell_run, node, source, cell, options, lost=lost)
 
     def _return_to(self, current: CellRun, match: str, node: str) -> tuple[CellRun, CheckpointRecord | None, Any]:
         cell_run = self.attach(current.run.name, run_id=match, quiet=True)
@@ -290,6 +292,7 @@ class KernelSession:
         *,
         only_if_changed: bool = False,
         replayed: CheckpointRecord | None = None,
+        lost: bool = False,
     ) -> Any:
         __tracebackhide__ = True
         self.hold_overrides(cell_run)
@@ -357,6 +360,15 @@ class KernelSession:
                 leave_scope(token)
             if replayed is not None:
                 run_sync(cell_run.reapply_overrides(replayed, namespace, options.exclude))
+            if lost:
+                changed = [name for name, value in namespace.items() if before.get(name) != id(value)]
+                kept = run_sync(cell_run.reapply_in_force(namespace, changed))
+                if kept:
+                    self.notes.warn(
+                        f"cell '{node}' ran before the fork point, but its checkpoint is gone (pruned), so it ran "
+                        f"again; {', '.join(kept)} keep{'s' if len(kept) == 1 else ''} the value the fork set",
+                        "overrides",
+                    )
             outcome = cell_outcome(
                 self.shell, cell_run, node, cell, capture.outputs, before, watch, value, options.exclude, options.replay
             )
