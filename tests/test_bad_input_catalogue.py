@@ -25,7 +25,7 @@ The cases are grouped by how they are exercised:
   approvals page's CSRF token, Origin and ``approved``) and the API's own refusals; the answer
   has the typed error's status and says what to do, and every row of the store is unchanged.
 
-The catalogue holds 306 cases (``CASE_COUNT`` below; a test checks it).
+The catalogue holds 310 cases (``CASE_COUNT`` below; a test checks it).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ from durable_nb.service.errors import (
 )
 from durable_nb.store import disconnect
 
-CASE_COUNT = 306
+CASE_COUNT = 310
 
 ErrorType = type[BaseException] | tuple[type[BaseException], ...]
 
@@ -1331,6 +1331,12 @@ MAGICS = [
     ),
     pytest.param("%durable run other --id no-such-run", dnb.RunNotFound, "no run with id", id="line-run-unknown-id"),
     pytest.param("%durable approve --bogus", None, "unrecognized arguments", id="line-approve-unknown-option"),
+    pytest.param(
+        "%durable fork --set \"x='text'\"", dnb.InvalidInput, "x is int", id="line-fork-set-quoted-changes-type"
+    ),
+    pytest.param('%durable switch ""', None, "give the run id", id="line-switch-empty-quoted-run"),
+    pytest.param("%durable inspect no-such-run", dnb.RunNotFound, "no run with id", id="line-inspect-unknown-run"),
+    pytest.param("%durable notes maybe", None, "takes on or off", id="line-notes-neither-on-nor-off"),
 ]
 
 

@@ -192,6 +192,62 @@ def test_fork_branches_the_last_run_at_the_parameters_cell(tmp_path: Path, store
     assert total() == "total 121"
 
 
+def _fork_in_a_shell(store_url: str, run_id: str, fork: str) -> str:
+    """Attach a real IPython shell to ``run_id``, fork there as a person would, detach; return the fork."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from durable_nb._loop import run_sync
+    from durable_nb.notebook.session import session_for
+
+    shell = InteractiveShell()
+    for line in ("%load_ext durable_nb", f"%durable run cf --id {run_id} --store {store_url}", fork):
+        result = shell.run_cell(line)
+        assert result.success, result.error_in_exec or result.error_before_exec
+    cell_run = session_for(shell).cell_run
+    run_sync(cell_run.release())
+    return cell_run.run_id
+
+
+def test_fork_keeps_the_overrides_of_a_fork_made_in_a_notebook(tmp_path: Path, store_url: str) -> None:
+    """A fork with overrides made in a notebook, continued headless: run-notebook --fork with new
+    parameters branches it at the parameters cell, and the cells restored above keep the fork's
+    values, whether the fork was made below the parameters cell (its overrides are carried up to
+    the new branch point) or above it (the new run is a fork of that fork)."""
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_code_cell("alpha = 0.1", metadata={"tags": ["setup"]}),
+        nbformat.v4.new_code_cell("scale = 1", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell(
+            "coef = alpha * 10 * scale\nprint('RESULT alpha', alpha, 'coef', coef)", metadata={"tags": ["fit"]}
+        ),
+    ]
+    nbformat.write(notebook, str(tmp_path / "cf.ipynb"))
+
+    def run(*extra: str) -> str:
+        command = [sys.executable, "-m", "durable_nb.cli", "run-notebook", "cf.ipynb", "-o", "out.ipynb"]
+        done = subprocess.run(
+            [*command, "--store", store_url, *extra],
+            cwd=tmp_path,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+        out = nbformat.read(str(tmp_path / "out.ipynb"), as_version=4)
+        return "".join(o.get("text", "") for o in out.cells[-1].outputs).strip()
+
+    assert run("-p", "scale", "1") == "RESULT alpha 0.1 coef 1.0"
+    first = dnb.runs("cf", store=store_url)["run_id"].iloc[0]
+    below = _fork_in_a_shell(store_url, first, "%durable fork --at fit --set alpha=1.0")
+    assert run("-p", "scale", "2", "--fork") == "RESULT alpha 1.0 coef 20.0"
+    newest = dnb.runs("cf", store=store_url)
+    assert newest["parent_run_id"].iloc[0] == first and newest["run_id"].iloc[1] == below
+    above = _fork_in_a_shell(store_url, first, "%durable fork --at parameters --set alpha=2.0")
+    assert run("-p", "scale", "3", "--fork") == "RESULT alpha 2.0 coef 60.0"
+    assert dnb.runs("cf", store=store_url)["parent_run_id"].iloc[0] == above
+
+
 def test_a_terminal_gets_a_progress_bar(tmp_path: Path, store_url: str) -> None:
     """Issue 18 item 4: on a terminal, a bar of cells done out of the total, restored vs executed."""
     import pty

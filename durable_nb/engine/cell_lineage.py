@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from .._ids import new_id
 from ..errors import InvalidInput
-from ..model import CheckpointRecord, CheckpointState, EventType, NewEvent, NewRun, RunKind, RunRecord, RunStatus
+from ..model import CheckpointRecord, RunStatus
 from .forking import create_fork
 from .ownership import lease_deadline, owner_alive
 
@@ -40,19 +39,22 @@ class CellLineage(_CellRun):
             max_seq = fork_point.seq
             run = await self.store.get_run(run.parent_run_id)
 
+    async def manifest_before(self, node: str | None) -> dict[str, str]:
+        """Return where the values are stored just before cell ``node`` was committed (None: now)."""
+        if node is None:
+            return dict(self.manifest)
+        committed = await self.lookup(node)
+        if committed is None:
+            raise InvalidInput(
+                f"No cell {node!r} was committed in run {self.run_id} (or the runs it was forked from); "
+                "%durable status lists the cells it has."
+            )
+        return await self._state_before(committed, node) or {}
+
     async def values_before(self, node: str | None, names: Iterable[str]) -> dict[str, Any]:
         """Return the named values where a fork would start: just before cell ``node`` (None: now)."""
-        if node is None:
-            manifest: dict[str, str] | None = self.manifest
-        else:
-            committed = await self.lookup(node)
-            if committed is None:
-                raise InvalidInput(
-                    f"No cell {node!r} was committed in run {self.run_id} (or the runs it was forked from); "
-                    "%durable status lists the cells it has."
-                )
-            manifest = await self._state_before(committed, node)
-        wanted = {name: (manifest or {})[name] for name in names if name in (manifest or {})}
+        manifest = await self.manifest_before(node)
+        wanted = {name: manifest[name] for name in names if name in manifest}
         return await self.values.load(wanted) if wanted else {}
 
     async def matching_run(self, node_id: str, source_hash: str) -> str | None:
@@ -94,31 +96,33 @@ class CellLineage(_CellRun):
     ) -> CellRun:
         """Branch a new run from the state just before ``node`` was committed; this run is untouched.
 
-        ``key`` makes the fork the run of that idempotency key; ``owned=False`` leaves it pending
-        for whichever kernel attaches to it (by that key).
+        When that cell was committed before a fork point of this run, the overrides of the forks made
+        since are carried into the new fork (restoring the cells above it gives what they give here),
+        and ``overrides`` are applied over them. ``key`` makes the fork the run of that idempotency
+        key; ``owned=False`` leaves it pending for whichever kernel attaches to it (by that key).
         """
         committed = await self.lookup(node)
         source_run = self.run
         source_id: str | None = None
+        carried: dict[str, Any] = {}
         if committed is not None:
             source_run = await self.store.get_run(committed.run_id)
             source_id = await self._before(committed, node)
+            over = self.forks.over(committed.run_id)
+            carried = await self.values.load(over) if over else {}
         owner, lease = (self.owner, lease_deadline()) if owned else (None, None)
-        if source_id is None:
-            return await self._fresh_fork(source_run, key, owner, lease)
         fork = await create_fork(
             self.store,
             self.values,
             source_run.run_id,
             source_id,
-            overrides or {},
+            {**carried, **(overrides or {})},
             owner=owner,
             lease_until=lease,
             idempotency_key=key,
+            at_start=source_id is None,
         )
-        forked = type(self)(
-            self.store, self.values, fork.run, fork.checkpoint, await self.store.state_at(fork.run.run_id), self.tracker
-        )
+        forked = await type(self).open(self.store, self.values, fork.run, self.tracker)
         forked.resumes.pop(node, None)
         return forked
 
@@ -131,26 +135,3 @@ class CellLineage(_CellRun):
                 return parent.checkpoint_id
             parent_id = parent.parent_checkpoint_id
         return None
-
-    async def _fresh_fork(self, source: RunRecord, key: str | None, owner: str | None, lease: float | None) -> CellRun:
-        run, _ = await self.store.create_run(
-            NewRun(
-                run_id=new_id(),
-                name=source.name,
-                kind=RunKind.NOTEBOOK,
-                status=RunStatus.RUNNING if owner else RunStatus.PENDING,
-                input_manifest=source.input_manifest,
-                idempotency_key=key,
-                parent_run_id=source.run_id,
-                owner=owner,
-                lease_until=lease,
-                events=[
-                    NewEvent(
-                        EventType.FORK_CREATED, None, {"parent_run_id": source.run_id, "parent_checkpoint_id": None}
-                    )
-                ],
-            )
-        )
-        return type(self)(
-            self.store, self.values, run, None, CheckpointState(dict(source.input_manifest), []), self.tracker
-        )

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..model import Blob, CheckpointRecord, NewEvent
 
-__all__ = ["CellOutcome", "Restorable"]
+__all__ = ["CellOutcome", "HeldOverrides", "Restorable"]
 
 
 @dataclass(slots=True)
@@ -42,14 +42,29 @@ class CellOutcome:
 
 @dataclass(slots=True)
 class Restorable:
-    """A committed cell, restored: the names it set, its outputs, what it could not store (and why)."""
+    """A committed cell, restored: the names it set, its outputs, what it could not store (and why).
+
+    ``overridden`` are its names a later fork set (the fork's value was restored); ``shared``
+    maps each of them to the cell's other variables that shared objects with it and keep the
+    cell's values.
+    """
 
     checkpoint: CheckpointRecord
     names: list[str]
     outputs: list[dict[str, Any]]
     unstored: dict[str, str]
     reasons: dict[str, str] = field(default_factory=dict)
+    overridden: list[str] = field(default_factory=list)
+    shared: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def source_hash(self) -> str | None:
         return self.checkpoint.extra.get("source_hash")
+
+
+@dataclass(slots=True)
+class HeldOverrides:
+    """The values a fork set, checked against the kernel: those put in place, those a plain cell changed."""
+
+    placed: dict[str, Any] = field(default_factory=dict)
+    changed: dict[str, Any] = field(default_factory=dict)

@@ -35,8 +35,9 @@ from ..store.protocol import Conflict, Store
 from .agents.journal import AgentSteps
 from .cancel import CANCELLED
 from .cell_lineage import CellLineage
-from .cell_records import CellOutcome, Restorable
+from .cell_records import CellOutcome, HeldOverrides, Restorable
 from .decisions import current_run, decisions_of
+from .fork_overrides import ForkOverrides, same_value, shared_with
 from .gates import Suspend
 from .namespace import NamespaceTracker
 from .ownership import gave_up_on, lease_deadline, owner_alive, taken_back, this_owner
@@ -44,8 +45,9 @@ from .settle import release_after_failure
 from .statelog import StateLog
 from .values import ValueCodec
 
-__all__ = ["CellOutcome", "CellRun", "Restorable", "new_notebook_run"]
+__all__ = ["CellOutcome", "CellRun", "HeldOverrides", "Restorable", "new_notebook_run"]
 
+_MISSING = object()
 _UNFINISHED = [RunStatus.RUNNING, RunStatus.PENDING, RunStatus.PAUSED, RunStatus.FAILED, RunStatus.CANCELLED]
 
 
@@ -85,6 +87,7 @@ class CellRun(CellLineage):
         head: CheckpointRecord | None,
         at: CheckpointState,
         tracker: NamespaceTracker | None = None,
+        forks: ForkOverrides | None = None,
     ) -> None:
         self.store = store
         self.values = values
@@ -95,6 +98,9 @@ class CellRun(CellLineage):
         self.log = StateLog(at)
         self.resumes: dict[str, list[Decision]] = decisions_of(head)
         self.head_id = head.checkpoint_id if head else None
+        self.forks = forks if forks is not None else ForkOverrides()
+        self._entered = False  # the kernel reached this run's part after the fork point
+        self._held: dict[str, int] = {}  # override name -> id of the kernel's value last checked
 
     @property
     def run_id(self) -> str:
@@ -143,7 +149,9 @@ class CellRun(CellLineage):
         cls, store: Store, values: ValueCodec, run: RunRecord, tracker: NamespaceTracker | None = None
     ) -> CellRun:
         """Read a run's head and state, without taking it (to look up its cells or fork it)."""
-        return cls(store, values, run, await store.resume_point(run.run_id), await store.state_at(run.run_id), tracker)
+        head = await store.resume_point(run.run_id)
+        state = await store.state_at(run.run_id)
+        return cls(store, values, run, head, state, tracker, await ForkOverrides.read(store, run.run_id))
 
     async def refresh(self) -> RunRecord:
         """Re-read the run row (and apply gate deadlines that have passed)."""
@@ -211,20 +219,89 @@ class CellRun(CellLineage):
         self, checkpoint: CheckpointRecord, namespace: dict[str, Any], exclude: frozenset[str] = frozenset()
     ) -> Restorable:
         """Load a committed cell's values into ``namespace`` (its variables that share objects
-        are loaded together) and return its outputs."""
-        manifest = {k: v for k, v in (checkpoint.node_output or {}).items() if k not in exclude}
+        are loaded together) and return its outputs.
+
+        For a cell committed before a fork point of this run, what the fork set wins over what
+        the cell defined (or deleted).
+        """
+        stored = {k: v for k, v in (checkpoint.node_output or {}).items() if k not in exclude}
+        deleted = [name for name in checkpoint.extra.get("deleted", []) if name not in exclude]
+        won = self._overrides_over(checkpoint, exclude)
+        manifest = {**stored, **won}
         values = await self.values.load(manifest, namespace)
         outputs_hash = checkpoint.extra.get("outputs")
         outputs = await self.values.load_one(outputs_hash) if outputs_hash else []
         namespace.update(values)
         for name, address in manifest.items():
             self.tracker.restored(name, address)
-        deleted = [name for name in checkpoint.extra.get("deleted", []) if name not in exclude]
-        for name in deleted:
+        gone = [name for name in deleted if name not in won]
+        for name in gone:
             namespace.pop(name, None)
-        self.tracker.drop(deleted)
-        extra = checkpoint.extra
-        return Restorable(checkpoint, list(values), outputs, dict(extra.get("unstored", {})), extra.get("reasons", {}))
+        self.tracker.drop(gone)
+        return Restorable(
+            checkpoint,
+            list(values),
+            outputs,
+            dict(checkpoint.extra.get("unstored", {})),
+            reasons=checkpoint.extra.get("reasons", {}),
+            overridden=sorted(won),
+            shared=shared_with(stored, won),
+        )
+
+    def _overrides_over(self, checkpoint: CheckpointRecord, exclude: frozenset[str]) -> dict[str, str]:
+        """The overrides of forks made after ``checkpoint`` that name what its cell defined or deleted."""
+        touched = {*(checkpoint.node_output or {}), *checkpoint.extra.get("deleted", [])} - exclude
+        return {name: address for name, address in self.forks.over(checkpoint.run_id).items() if name in touched}
+
+    async def reapply_overrides(
+        self, checkpoint: CheckpointRecord, namespace: dict[str, Any], exclude: frozenset[str] = frozenset()
+    ) -> list[str]:
+        """Put back what forks made after ``checkpoint`` set, once its cell ran again (``--replay``)."""
+        won = self._overrides_over(checkpoint, exclude)
+        if won:
+            namespace.update(await self.values.load(won, namespace))
+            for name, address in won.items():
+                self.tracker.restored(name, address)
+        return sorted(won)
+
+    async def reapply_in_force(self, namespace: dict[str, Any], changed: list[str]) -> list[str]:
+        """Put back the overrides still in force among ``changed``, after a cell the run completed before
+        its fork point ran again (its checkpoint was pruned): it stands for a restore, not a new value."""
+        in_force = self.forks.in_force(self.manifest)
+        won = {name: in_force[name] for name in changed if name in in_force}
+        if won:
+            namespace.update(await self.values.load(won, namespace))
+            for name, address in won.items():
+                self.tracker.restored(name, address)
+        return sorted(won)
+
+    async def hold_overrides(self, namespace: dict[str, Any]) -> HeldOverrides:
+        """Check that the kernel holds the values this run's forks set (and no later cell replaced).
+
+        The first time the kernel reaches the run after its fork point, a differing or missing
+        value is put in place (a plain cell, or a kernel that never restored the cell defining
+        it, holds another); afterwards a difference is a change made on purpose and is reported
+        once, never undone.
+        """
+        held = HeldOverrides()
+        in_force = self.forks.in_force(self.manifest)
+        # A value already checked and still bound to the same object needs no look at the store.
+        unsure = {n: a for n, a in in_force.items() if n not in namespace or self._held.get(n) != id(namespace[n])}
+        wanted = await self.values.load(unsure, namespace) if unsure else {}
+        for name, value in wanted.items():
+            current = namespace.get(name, _MISSING)
+            if current is not _MISSING and same_value(current, value):
+                self._held[name] = id(current)
+            elif not self._entered:
+                namespace[name] = value
+                self.tracker.restored(name, in_force[name])
+                self._held[name] = id(value)
+                held.placed[name] = value
+            else:
+                self._held[name] = id(current)  # reported once for this value
+                held.changed[name] = value
+        self._entered = True
+        return held
 
     # -- committing ---------------------------------------------------------------------------
 

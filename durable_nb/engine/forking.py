@@ -18,6 +18,7 @@ from ..model import (
     NewRun,
     RunRecord,
     RunStatus,
+    step_name,
 )
 from ..store.protocol import Store
 from ..store.rows import checkpoint_from_draft
@@ -48,14 +49,20 @@ async def create_fork(
     idempotency_key: str | None = None,
     first_events: list[NewEvent] | None = None,
     then: Callable[[CheckpointRecord, CheckpointDraft], tuple[list[CheckpointDraft], list[Blob]]] | None = None,
+    at_start: bool = False,
 ) -> Fork:
     """Create a run branched from a checkpoint of ``run_id``; the original is untouched.
 
     ``then(source, fork_draft)`` may add checkpoints after the fork's own (and their values), written
-    in the same transaction: an agent's edited turn, say.
+    in the same transaction: an agent's edited turn, say. ``at_start`` branches before the run's
+    first checkpoint: the fork starts from the run's input (and the overrides).
     """
     source_run = await store.get_run(run_id)
-    if checkpoint_id is None:
+    source: CheckpointRecord | None = None
+    if at_start:
+        if then is not None:
+            raise InvalidInput("A fork from the start of a run has no checkpoint to continue after.")
+    elif checkpoint_id is None:
         source = await store.resume_point(run_id)
         if source is None:
             raise NotResumable(
@@ -66,19 +73,8 @@ async def create_fork(
     changes = check_state(overrides, "Fork state overrides")
     delta, blobs = values.encode(changes)
     new_run_id = new_id()
-    # The fork's state is its parent's at the fork point (read through it, never copied) and this.
-    draft = draft_after(
-        source,
-        "fork",
-        source.node_id,
-        CheckpointStatus.FORK,
-        label=source.node_id or "run_end",
-        changes=dict(delta),
-        agent_path=source.agent_path,
-        node_output=delta,
-        extra={"overrides": sorted(changes), "forked_from": {"run_id": run_id, "step": source.step, "seq": source.seq}},
-    )
-    following, more_blobs = then(source, draft) if then is not None else ([], [])
+    draft = _fork_checkpoint(source, run_id, delta)
+    following, more_blobs = then(source, draft) if then is not None and source is not None else ([], [])
     blobs = [*blobs, *more_blobs]
     record, _ = await store.create_run(
         NewRun(
@@ -90,7 +86,7 @@ async def create_fork(
             blobs=blobs,
             idempotency_key=idempotency_key,
             parent_run_id=run_id,
-            parent_checkpoint_id=source.checkpoint_id,
+            parent_checkpoint_id=source.checkpoint_id if source is not None else None,
             owner=owner,
             lease_until=lease_until,
             meta=dict(source_run.meta),
@@ -98,10 +94,10 @@ async def create_fork(
             events=[
                 NewEvent(
                     EventType.FORK_CREATED,
-                    source.node_id,
+                    draft.node_id,
                     {
                         "parent_run_id": run_id,
-                        "parent_checkpoint_id": source.checkpoint_id,
+                        "parent_checkpoint_id": draft.parent_checkpoint_id,
                         "overrides": sorted(changes),
                     },
                 )
@@ -113,6 +109,34 @@ async def create_fork(
     # The fork's head is the last draft as written, stamped when the run was.
     head = following[-1] if following else draft
     return Fork(record, checkpoint_from_draft(new_run_id, record.head_seq, record.created_at, head))
+
+
+def _fork_checkpoint(source: CheckpointRecord | None, run_id: str, delta: dict[str, str]) -> CheckpointDraft:
+    """The fork's first checkpoint: the overrides over its parent's state at ``source`` (None: the run's input)."""
+    forked_from = {"run_id": run_id, "step": source.step if source else None, "seq": source.seq if source else None}
+    extra = {"overrides": sorted(delta), "forked_from": forked_from}
+    if source is None:
+        return CheckpointDraft(
+            checkpoint_id=new_id(),
+            step=step_name("fork", "start"),
+            node_id=None,
+            status=CheckpointStatus.FORK,
+            changes=dict(delta),
+            node_output=delta,
+            extra=extra,
+        )
+    # The fork's state is its parent's at the fork point (read through it, never copied) and this.
+    return draft_after(
+        source,
+        "fork",
+        source.node_id,
+        CheckpointStatus.FORK,
+        label=source.node_id or "run_end",
+        changes=dict(delta),
+        agent_path=source.agent_path,
+        node_output=delta,
+        extra=extra,
+    )
 
 
 async def values_at_fork_point(store: Store, run_id: str, at: str | None, names: Iterable[str]) -> dict[str, Any]:

@@ -207,14 +207,16 @@ class NotebookRun:
 def fork_last_run(prepared: NotebookRun) -> str | None:
     """Branch the notebook's last run (of another key) just before its parameters cell, as this key's run.
 
-    Cells above the parameters cell are then restored from that run, and the rest run with the
-    new parameters. Nothing happens when a run of this key exists (it resumes) or none ran before.
+    Cells above the parameters cell are then restored from that run (with the values any fork along
+    it set), and the rest run with the new parameters. Nothing happens when a run of this key
+    exists (it resumes) or none ran before.
     """
     return run_sync(_afork_last_run(prepared))
 
 
 async def _afork_last_run(prepared: NotebookRun) -> str | None:
     from ..engine.cells import CellRun
+    from ..engine.forking import create_fork
     from ..engine.values import ValueCodec
     from ..model import RunKind
     from ..store import resolve_store
@@ -224,13 +226,18 @@ async def _afork_last_run(prepared: NotebookRun) -> str | None:
     runs = [run for run in await store.list_runs(prepared.run_name) if run.kind is RunKind.NOTEBOOK]
     if not runs or any(run.idempotency_key == prepared.run_key for run in runs):
         return None
-    last = await CellRun.open(store, ValueCodec(store, load_secret()), runs[0])  # newest first
+    values = ValueCodec(store, load_secret())
+    last = await CellRun.open(store, values, runs[0])  # newest first
     labels = prepared.labels()
     for index in sorted(i for i in labels if i >= prepared.parameters_at):
         if await last.lookup(labels[index]) is not None:
             forked = await last.fork_before(labels[index], key=prepared.run_key, owned=False)
             return forked.run_id
-    return None  # it committed nothing from the parameters on: a new run does the same
+    if await store.resume_point(last.run_id) is None:
+        return None  # it holds nothing yet: a new run does the same
+    # Nothing committed from the parameters on (a fork made above them, say): branch where it is.
+    fork = await create_fork(store, values, last.run_id, idempotency_key=prepared.run_key)
+    return fork.run.run_id
 
 
 def run_notebook(

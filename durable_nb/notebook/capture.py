@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import sys
+from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any
 
@@ -91,7 +92,8 @@ class Capture:
         def publish(data: dict[str, Any], metadata: dict[str, Any] | None = None, *args: Any, **kwargs: Any) -> Any:
             streams.flush()  # what was printed before the display is shown before it
             outputs.append({"type": "display", "data": _jsonable(data), "metadata": _jsonable(metadata or {})})
-            return original_publish(data, metadata, *args, **kwargs)
+            with self._untapped():
+                return original_publish(data, metadata, *args, **kwargs)
 
         self._saved = (publisher, "publish" in vars(publisher), original_publish)
         streams.start()
@@ -100,13 +102,19 @@ class Capture:
 
     def finish(self, value: Any) -> None:
         """Show the cell's value as ``Out[n]``, then the figures the inline backend would draw after it."""
-        shown = None if self.quiet else _show_result(self.shell, value, None, {})
+        with self._untapped():
+            shown = None if self.quiet else _show_result(self.shell, value, None, {})
         if shown is not None:
             data, metadata = shown
             self.outputs.append({"type": "result", "data": _jsonable(data), "metadata": _jsonable(metadata)})
         backend = sys.modules.get("matplotlib_inline.backend_inline")
         if backend is not None:
             backend.flush_figures()
+
+    def _untapped(self) -> AbstractContextManager[None]:
+        # A terminal shell prints displays and Out[n] on stdout: already recorded as themselves,
+        # a copy in the stream record would show them a second time on restore.
+        return self._streams.paused()
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None

@@ -10,6 +10,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from .._loop import run_sync
+from ..engine.fork_overrides import shared_with
 from ..engine.overrides import parse_overrides
 from ..errors import DurableError
 from ..model import RunStatus
@@ -31,6 +32,13 @@ SUBCOMMANDS = (
     "reject",
     "notes",
 )
+
+
+def _unquoted(text: str | None) -> str | None:
+    """One argument as typed, without the quotes around it (IPython's splitting keeps them)."""
+    if text is not None and len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+        return text[1:-1]
+    return text
 
 
 def _names(text: str | None) -> frozenset[str]:
@@ -123,7 +131,13 @@ class DurableMagics(Magics):
 
     def _run(self, rest: str) -> None:
         args = parse_argstring(self._run_args, rest)
-        session_for(self.shell).attach(args.name, new=args.new, run_id=args.run_id, key=args.key, store=args.store)
+        session_for(self.shell).attach(
+            str(_unquoted(args.name)),
+            new=args.new,
+            run_id=_unquoted(args.run_id),
+            key=_unquoted(args.key),
+            store=_unquoted(args.store),
+        )
 
     def _status(self, rest: str) -> dict[str, Any]:
         from ..engine.calls import status
@@ -137,20 +151,20 @@ class DurableMagics(Magics):
         from ..views import history, styled
 
         cell_run = session_for(self.shell).require()
-        run_id = rest.strip() or cell_run.run_id
+        run_id = _unquoted(rest.strip()) or cell_run.run_id
         return styled(history(run_id, store=cell_run.store), f"History of run {run_id}")
 
     def _runs(self, rest: str) -> Any:
         from ..views import runs, styled
 
         session = session_for(self.shell)
-        return styled(runs(rest.strip() or None, store=session.store), "Runs")
+        return styled(runs(_unquoted(rest.strip()) or None, store=session.store), "Runs")
 
     def _forks(self, rest: str) -> Any:
         from ..views import forks, styled
 
         cell_run = session_for(self.shell).require()
-        run_id = rest.strip() or cell_run.run_id
+        run_id = _unquoted(rest.strip()) or cell_run.run_id
         return styled(forks(run_id, store=cell_run.store), f"Forks of run {run_id}")
 
     def _end(self, rest: str) -> None:
@@ -180,11 +194,13 @@ class DurableMagics(Magics):
         args = parse_argstring(self._fork_args, rest)
         session = session_for(self.shell)
         cell_run = session.require()
+        typed = [str(_unquoted(text)) for text in args.overrides]
         try:
-            names = [name for name, value in parse_overrides(list(args.overrides)).items() if value is not None]
+            names = [name for name, value in parse_overrides(typed).items() if value is not None]
             # Each value keeps the type it has where the fork starts, as in the inspector and the CLI.
             current = run_sync(cell_run.values_before(args.at, names))
-            overrides = parse_overrides(list(args.overrides), current)
+            overrides = parse_overrides(typed, current)
+            shared = shared_with(run_sync(cell_run.manifest_before(args.at)), overrides)
         except DurableError as error:
             raise UsageError(str(error)) from None
         if args.at:
@@ -192,16 +208,19 @@ class DurableMagics(Magics):
             run_id = forked.run_id
         else:
             run_id = fork(cell_run.run_id, state=overrides, store=cell_run.store).id
-        session.attach(cell_run.run.name, run_id=run_id, quiet=True)
-        self.shell.user_ns.update(overrides)
+        attached = session.attach(cell_run.run.name, run_id=run_id, quiet=True)
+        # The fork's values (its own and those it carries from the forks above it) are this kernel's now.
+        placed = session.hold_overrides(attached, quiet=True)
         session.notes.say(
-            f"forked run {cell_run.run_id} into {run_id}; this kernel now works in the fork "
-            f"(switch back with %durable switch {cell_run.run_id})",
+            f"forked run {cell_run.run_id} into {run_id}"
+            + (f" with {', '.join(sorted(placed))} set" if placed else "")
+            + f"; this kernel now works in the fork (switch back with %durable switch {cell_run.run_id})",
             "forked",
         )
+        session.warn_shared(shared, "at the fork point")
 
     def _switch(self, rest: str) -> None:
-        run_id = rest.strip()
+        run_id = _unquoted(rest.strip())
         if not run_id:
             raise UsageError("%durable switch RUN: give the run id to attach to (see %durable runs).")
         session = session_for(self.shell)
@@ -215,7 +234,7 @@ class DurableMagics(Magics):
 
         session = session_for(self.shell)
         cell_run = session.require()
-        display(Inspector(rest.strip() or cell_run.run_id, store=cell_run.store, session=session))
+        display(Inspector(_unquoted(rest.strip()) or cell_run.run_id, store=cell_run.store, link=session))
 
     @magic_arguments()
     @argument("--node", default=None, help="The paused cell (needed when several wait).")
@@ -235,7 +254,13 @@ class DurableMagics(Magics):
             # Run All after a click on the panel reaches this line with nothing left to decide.
             session.notes.say(f"run {cell_run.run_id} waits at no gate (already decided); nothing to do", "decided")
             return
-        decided = session.decide(cell_run.run_id, args.node, approved=approved, comment=args.comment, by=args.by)
+        decided = session.decide(
+            cell_run.run_id,
+            _unquoted(args.node),
+            approved=approved,
+            comment=_unquoted(args.comment),
+            by=_unquoted(args.by),
+        )
         node = decided.checkpoints[-1].node_id
         session.notes.say(f"{'approved' if approved else 'rejected'} the gate of cell '{node}'", "decided")
         session.notes.say(session.continue_after(decided), "continued")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import reprlib
 import time
 import traceback
 import weakref
@@ -166,16 +167,18 @@ class KernelSession:
         if committed is not None and not options.rerun:
             if committed.extra.get("source_hash") in (None, cell.source_hash):
                 if options.replay:
-                    return self._replay_cell(cell_run, node, source, cell, options)
+                    return self._replay_cell(cell_run, committed, source, cell, options)
                 # Restoring reads the store only: allowed whatever the run waits for.
                 return self._restore(cell_run, committed, options, is_quiet(self.shell, source))
         if run.status is RunStatus.PAUSED:
             return self._while_paused(cell_run, node)
+        # Completed in this run's lineage, yet nothing to restore: its checkpoint was pruned.
+        lost = committed is None and node in cell_run.completed
         if committed is not None:
             cell_run = self._fork_for(cell_run, node, "re-run with --rerun" if options.rerun else "changed")
             run = cell_run.run
         run_sync(cell_run.take(run))
-        return self._execute(cell_run, node, source, cell, options)
+        return self._execute(cell_run, node, source, cell, options, lost=lost)
 
     def _return_to(self, current: CellRun, match: str, node: str) -> tuple[CellRun, CheckpointRecord | None, Any]:
         cell_run = self.attach(current.run.name, run_id=match, quiet=True)
@@ -206,6 +209,8 @@ class KernelSession:
 
     def _restore(self, cell_run: CellRun, committed: CheckpointRecord, options: CellOptions, quiet: bool) -> None:
         namespace = self.shell.user_ns
+        if committed.run_id == cell_run.run_id:
+            self.hold_overrides(cell_run)
         figures = open_figure_ids()
         restored = run_sync(cell_run.restore(committed, namespace, options.exclude))
         extra = committed.extra
@@ -229,11 +234,13 @@ class KernelSession:
             close_restored_figures(figures)
         replay(self.shell, restored.outputs, result, quiet=quiet)
         took = f", took {format_seconds(committed.duration)}" if committed.duration else ""
+        kept = f"; {', '.join(restored.overridden)} as the fork set" if restored.overridden else ""
         self.notes.say(
-            f"restored '{committed.node_id}' from checkpoint (committed {_ago(committed)}{took})", "restored"
+            f"restored '{committed.node_id}' from checkpoint (committed {_ago(committed)}{took}){kept}", "restored"
         )
         if remade.note():
             self.notes.say(str(remade.note()), "remade")
+        self.warn_shared(restored.shared, f"in cell '{committed.node_id}'")
         accounted = {*remade.back, *remade.differ, *remade.failed}
         lost = {n: t for n, t in restored.unstored.items() if n not in accounted and n not in options.exclude}
         if lost:
@@ -258,17 +265,24 @@ class KernelSession:
                 "effects",
             )
 
-    def _replay_cell(self, cell_run: CellRun, node: str, source: str, cell: CellCode, options: CellOptions) -> Any:
-        """Run a committed --replay cell again; commit it only if its values changed and the run can take it."""
+    def _replay_cell(
+        self, cell_run: CellRun, committed: CheckpointRecord, source: str, cell: CellCode, options: CellOptions
+    ) -> Any:
+        """Run a committed --replay cell again; commit it only if its values changed and the run can take it.
+
+        What forks made after it set is put back once it ran: the cell restores, it is not live.
+        """
+        node = committed.node_id or ""
         run = run_sync(cell_run.refresh())
         if run.status is RunStatus.PAUSED:
             filename = self.shell.compile.cache(source)
             value = run_code(cell, self.shell.user_ns, filename, timeout=options.timeout, node=node)
+            run_sync(cell_run.reapply_overrides(committed, self.shell.user_ns, options.exclude))
             self.notes.say(f"replayed '{node}' (not committed: the run waits at a gate)", "replayed")
             return None if is_quiet(self.shell, source) else _show_value(self.shell, value)
         run_sync(cell_run.take())
         self.notes.say(f"replaying '{node}' (--replay)", "replaying")
-        return self._execute(cell_run, node, source, cell, options, only_if_changed=True)
+        return self._execute(cell_run, node, source, cell, options, only_if_changed=True, replayed=committed)
 
     def _fork_for(self, cell_run: CellRun, node: str, why: str) -> CellRun:
         forked = run_sync(cell_run.fork_before(node))
@@ -289,8 +303,11 @@ class KernelSession:
         options: CellOptions,
         *,
         only_if_changed: bool = False,
+        replayed: CheckpointRecord | None = None,
+        lost: bool = False,
     ) -> Any:
         __tracebackhide__ = True
+        self.hold_overrides(cell_run)
         filename = self.shell.compile.cache(source)
         flags = getattr(self.shell.compile, "flags", 0)
         started = time.perf_counter()
@@ -354,6 +371,17 @@ class KernelSession:
                 raise
             finally:
                 leave_scope(token)
+            if replayed is not None:
+                run_sync(cell_run.reapply_overrides(replayed, namespace, options.exclude))
+            if lost:
+                changed = [name for name, value in namespace.items() if before.get(name) != id(value)]
+                kept = run_sync(cell_run.reapply_in_force(namespace, changed))
+                if kept:
+                    self.notes.warn(
+                        f"cell '{node}' ran before the fork point, but its checkpoint is gone (pruned), so it ran "
+                        f"again; {', '.join(kept)} keep{'s' if len(kept) == 1 else ''} the value the fork set",
+                        "overrides",
+                    )
             shown = None if quiet else value  # a quiet cell's value is no Out[n] (nor _) to bring back
             recipe = self.definitions.recipe(cell, namespace, flags)
             outcome = cell_outcome(
@@ -414,6 +442,40 @@ class KernelSession:
                 "unstored",
             )
 
+    # -- a fork's overrides ---------------------------------------------------------------------
+
+    def hold_overrides(self, cell_run: CellRun, *, quiet: bool = False) -> dict[str, Any]:
+        """Make sure the kernel holds what the run's forks set; say what was put in place or found changed."""
+        held = run_sync(cell_run.hold_overrides(self.shell.user_ns))
+        if held.placed and not quiet:
+            self.notes.say(
+                f"set {_assignments(held.placed)} in this kernel: the value{_s(held.placed)} run {cell_run.run_id} "
+                "was forked with",
+                "overrides",
+            )
+        if held.changed:
+            names = ", ".join(sorted(held.changed))
+            self.notes.warn(
+                f"{names} in this kernel differ{'s' if len(held.changed) == 1 else ''} from what run "
+                f"{cell_run.run_id} was forked with ({_assignments(held.changed)}): a plain cell changed "
+                f"{'it' if len(held.changed) == 1 else 'them'}. Durable cells use the kernel's value from here on "
+                "and commit it; set it back to go on with the fork's.",
+                "overrides",
+            )
+        return held.placed
+
+    def warn_shared(self, shared: dict[str, list[str]], where: str) -> None:
+        """Warn that an override replaces one of several variables that shared objects (the others keep theirs)."""
+        for name, others in shared.items():
+            listed = ", ".join(others)
+            self.notes.warn(
+                f"{listed} shared objects with {name} {where}: the fork's value replaces {name} alone, and "
+                f"{listed} keep{'s' if len(others) == 1 else ''} the old one (set "
+                f"{'it' if len(others) == 1 else 'them'} in the fork too if the change should reach "
+                f"{'it' if len(others) == 1 else 'them'})",
+                "overrides",
+            )
+
     # -- gates ----------------------------------------------------------------------------------
 
     def gate_panel(self, run_id: str, node: str, reason: str, context: Any, gate: str | None = None) -> Any:
@@ -470,6 +532,14 @@ class KernelSession:
 def _unstorable(types: dict[str, str], reasons: dict[str, str]) -> str:
     """Name values that cannot be stored, each with its type and why pickling it failed."""
     return ", ".join(f"{n} ({t}: {reasons[n]})" if n in reasons else f"{n} ({t})" for n, t in sorted(types.items()))
+
+
+def _s(items: dict[str, Any]) -> str:
+    return "s" if len(items) != 1 else ""
+
+
+def _assignments(values: dict[str, Any]) -> str:
+    return ", ".join(f"{name} = {reprlib.repr(value)}" for name, value in sorted(values.items()))
 
 
 def _show_turn(line: str) -> None:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 __all__ = ["StreamRecorder", "write_stream"]
@@ -110,6 +111,18 @@ class StreamRecorder:
             hook.stream.flush()
         for name in self._replaced:
             getattr(sys, name).flush()
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Write past the record for a while (kernel streams are recorded as messages, never paused)."""
+        tapped = {name: getattr(sys, name) for name in self._replaced}
+        for name, stream in self._replaced.items():
+            setattr(sys, name, stream)
+        try:
+            yield
+        finally:
+            for name, stream in tapped.items():
+                setattr(sys, name, stream)
 
     def stop(self) -> None:
         """Record what is still buffered and stop recording."""
