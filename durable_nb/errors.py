@@ -4,7 +4,8 @@
      ├── ConfigurationError       a workflow definition that cannot run
      ├── InvalidInput             bad argument from the caller (also a ValueError)
      │    ├── InvalidState        state or node updates that are not a dict of str keys
-     │    └── InvalidDecision     an approval/rejection that cannot be recorded
+     │    ├── InvalidDecision     an approval/rejection that cannot be recorded
+     │    └── InvalidNotebookRun  a notebook, run name or parameters run-notebook cannot use
      ├── RunNotFound              no run with that id (also a LookupError)
      ├── WorkflowNotFound         a service serves no workflow of that name
      ├── CheckpointNotFound       no checkpoint with that id in that run
@@ -43,6 +44,7 @@ __all__ = [
     "DurableError",
     "InvalidDecision",
     "InvalidInput",
+    "InvalidNotebookRun",
     "InvalidState",
     "KeyFileError",
     "NoActiveNode",
@@ -94,6 +96,10 @@ class InvalidState(InvalidInput, TypeError):
 
 class InvalidDecision(InvalidInput):
     """An approval or rejection whose fields cannot be recorded."""
+
+
+class InvalidNotebookRun(InvalidInput):
+    """A notebook path, run name or parameters a headless run cannot use: refused before any kernel starts."""
 
 
 class RunNotFound(DurableError, LookupError):
