@@ -154,6 +154,8 @@ def test_a_notebook_runs_once_per_path_and_parameters(
     (tmp_path / "release").touch()
     _reaches(app_client, run_id, "completed")
     assert _side(tmp_path) == ["load", "wait"] and _launches(output) == 1
+    # The child's kernel listened on Unix sockets: ipykernel's TCP warning is not in the child's log.
+    assert "without encryption" not in Path(output).with_suffix(".log").read_text()
 
     written = nbformat.read(output, as_version=4)
     injected = [c for c in written.cells if "injected-parameters" in c.get("metadata", {}).get("tags", [])]
