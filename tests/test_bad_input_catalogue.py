@@ -22,7 +22,7 @@ The cases are grouped by how they are exercised:
   ``UsageError`` (IPython's error for a bad magic line; when the engine refused, the DurableError it
   raised is chained), the cell body does not run and the kernel's run is unchanged.
 
-The catalogue holds 288 cases (``CASE_COUNT`` below; a test checks it).
+The catalogue holds 291 cases (``CASE_COUNT`` below; a test checks it).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ import durable_nb.views
 from durable_nb.cli import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_STATE, EXIT_USAGE, main
 from durable_nb.store import disconnect
 
-CASE_COUNT = 288
+CASE_COUNT = 291
 
 ErrorType = type[BaseException] | tuple[type[BaseException], ...]
 
@@ -1414,6 +1414,11 @@ MAGICS = [
     ),
     pytest.param("%durable run other --id no-such-run", dnb.RunNotFound, "no run with id", id="line-run-unknown-id"),
     pytest.param("%durable approve --bogus", None, "unrecognized arguments", id="line-approve-unknown-option"),
+    pytest.param("%durable run", None, "needs the run's name", id="line-run-without-name"),
+    pytest.param(
+        "%durable run --from-env", dnb.InvalidInput, "$DURABLE_NB_ATTACH", id="line-run-from-env-without-handover"
+    ),
+    pytest.param("%durable run other --from-env", None, "environment only", id="line-run-from-env-with-a-name"),
 ]
 
 

@@ -219,3 +219,34 @@ def test_the_handover_never_reaches_the_notebooks_processes(tmp_path: Path) -> N
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "handover None" in _printed(tmp_path / "out.ipynb")
+
+
+def test_from_env_attaches_a_shell_to_the_run_it_is_handed(
+    tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a real IPython shell, '%durable run --from-env' attaches to the run named in $DURABLE_NB_ATTACH (any
+    text: it is read as data), in the store named there, under its key, and removes the variable."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from durable_nb._loop import run_sync
+    from durable_nb.notebook.handover import ATTACH_CODE, ATTACH_VARIABLE, Handover
+    from durable_nb.notebook.session import session_for
+
+    if store_url.startswith("sqlite"):
+        store_url = f"sqlite:///{tmp_path}/store {HOSTILE}\nx/runs.db"
+    monkeypatch.chdir(tmp_path)
+    handover = Handover(HOSTILE_VALUE, "the key", store_url).environment({})[ATTACH_VARIABLE]
+    monkeypatch.setenv(ATTACH_VARIABLE, handover)
+    shell = InteractiveShell()
+    for line in ATTACH_CODE.splitlines():
+        result = shell.run_cell(line)
+        assert result.success, result.error_in_exec or result.error_before_exec
+    session = session_for(shell)
+    try:
+        run = dnb.get_run(session.attached_run_id or "", store=store_url).record
+        assert (run.name, run.idempotency_key, run.status.value) == (HOSTILE_VALUE, "the key", "running")
+        assert ATTACH_VARIABLE not in os.environ
+        assert _markers(tmp_path) == []
+    finally:
+        assert session.cell_run is not None
+        run_sync(session.cell_run.release())
