@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -104,3 +105,22 @@ def test_the_demos_and_the_tests_kernels_listen_on_unix_sockets(
         finally:
             kernel.close()
         _check_ipc(_reported(tmp_path), sockets)
+
+
+def test_socket_folders_of_killed_processes_are_removed_by_the_next_run(tmp_path: Path) -> None:
+    """A process killed before it removed its sockets' folder leaves it; the next kernel started there
+    removes it, and leaves alone the folders of processes still alive."""
+    write_notebook(tmp_path / "where.ipynb", [nbformat.v4.new_code_cell(REPORT)])
+    sockets = tmp_path / "tmp"
+    sockets.mkdir()
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()  # reaped: its pid is gone
+    abandoned = sockets / f"dnb-{ended.pid}-abandoned"
+    alive = sockets / f"dnb-{os.getpid()}-alive"
+    for folder in (abandoned, alive):
+        folder.mkdir(mode=0o700)
+        (folder / "kernel-1").touch()
+    command = run_notebook_command("where.ipynb", "--store", f"sqlite:///{tmp_path}/runs.db")
+    done = run(command, tmp_path, TMPDIR=str(sockets))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(p.name for p in sockets.iterdir()) == [alive.name]

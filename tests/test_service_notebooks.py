@@ -107,6 +107,13 @@ def _launches(output: str) -> int:
     return sum(1 for line in log.read_text().splitlines() if line.startswith("-- ")) if log.exists() else 0
 
 
+@pytest.fixture(autouse=True)
+def _temporary_files_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The children's temporary files stay in the test's folder: a child killed with its server cannot
+    remove its kernel's socket folder."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+
+
 @pytest.fixture
 def notebooks(tmp_path: Path) -> Path:
     folder = tmp_path / "notebooks"

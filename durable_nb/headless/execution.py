@@ -85,7 +85,8 @@ def run_notebook(
 
     ``progress`` is a stream for a progress bar (used when it is a terminal); otherwise each
     finished cell is one line through ``say``. ``fork``: parameters not run before branch the
-    notebook's last run at the parameters cell instead of starting from the first cell.
+    notebook's last run at the parameters cell instead of starting from the first cell. A path,
+    run name, parameter or store it cannot use raises ``InvalidNotebookRun`` before any kernel starts.
     """
     target = check_output_path(output) if output is not None else None
     while True:

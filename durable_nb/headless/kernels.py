@@ -4,11 +4,14 @@ jupyter_client's default is TCP on localhost, which any local user can connect t
 then warns that it runs over TCP without encryption). With the IPC transport the kernel's five
 sockets are files in a fresh folder of mode 0700, removed when the kernel is done. A Unix socket's
 path has a hard limit (108 bytes on Linux, 104 on macOS), so the folder is made somewhere short.
+A process killed before it could remove its folder (the crashes durable_nb is for) leaves it
+behind; the next kernel started there removes the folders of processes that are gone.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -19,9 +22,10 @@ from ..errors import ConfigurationError
 
 __all__ = ["ipc_sockets", "kernel_config"]
 
-# The shortest limit of a Unix socket path (macOS's sun_path), less the name mkdtemp and
-# jupyter_client add under the base: "/dnb-XXXXXXXX/kernel-NN".
-_BASE_LIMIT = 104 - len("/dnb-XXXXXXXX/kernel-NN") - 1
+# The shortest limit of a Unix socket path (macOS's sun_path), less what goes under the base:
+# "/dnb-PID-XXXXXXXX/kernel-NN" with a pid of up to 7 digits (Linux's largest is 4194304).
+_BASE_LIMIT = 104 - len("/dnb-4194304-XXXXXXXX/kernel-NN") - 1
+_FOLDER = re.compile(r"^dnb-(\d+)-[A-Za-z0-9_]+$")
 
 
 def _short_base() -> str:
@@ -35,6 +39,32 @@ def _short_base() -> str:
     )
 
 
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # alive, another user's
+    return False
+
+
+def _remove_abandoned(base: str) -> None:
+    """Remove this user's socket folders under ``base`` whose process is gone (killed before it could)."""
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return
+    for entry in entries:
+        found = _FOLDER.match(entry.name)
+        try:
+            mine = entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == os.getuid()
+        except OSError:
+            continue
+        if found and mine and _gone(int(found.group(1))):
+            shutil.rmtree(entry.path, ignore_errors=True)
+
+
 @contextmanager
 def ipc_sockets() -> Iterator[dict[str, Any]]:
     """A kernel manager's transport settings for one kernel: IPC in a private folder, removed on exit.
@@ -46,7 +76,11 @@ def ipc_sockets() -> Iterator[dict[str, Any]]:
     if not zmq.has("ipc"):
         yield {}
         return
-    folder = tempfile.mkdtemp(prefix="dnb-", dir=_short_base())  # mode 0700: no other user connects
+    base = _short_base()
+    _remove_abandoned(base)
+    # Named after this process, so that a later one can tell the folder was abandoned. Mode 0700:
+    # no other user can connect to the sockets inside.
+    folder = tempfile.mkdtemp(prefix=f"dnb-{os.getpid()}-", dir=base)
     try:
         yield {"transport": "ipc", "ip": os.path.join(folder, "kernel")}
     finally:
