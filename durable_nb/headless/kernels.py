@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ..engine.ownership import pid_alive
 from ..errors import ConfigurationError
 
 __all__ = ["ipc_sockets", "kernel_config"]
@@ -39,16 +40,6 @@ def _short_base() -> str:
     )
 
 
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False  # alive, another user's
-    return False
-
-
 def _remove_abandoned(base: str) -> None:
     """Remove this user's socket folders under ``base`` whose process is gone (killed before it could)."""
     try:
@@ -61,7 +52,7 @@ def _remove_abandoned(base: str) -> None:
             mine = entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == os.getuid()
         except OSError:
             continue
-        if found and mine and _gone(int(found.group(1))):
+        if found and mine and not pid_alive(int(found.group(1))):
             shutil.rmtree(entry.path, ignore_errors=True)
 
 
