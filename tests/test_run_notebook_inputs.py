@@ -250,3 +250,28 @@ def test_from_env_attaches_a_shell_to_the_run_it_is_handed(
     finally:
         assert session.cell_run is not None
         run_sync(session.cell_run.release())
+
+
+def test_the_papermill_engine_takes_hostile_paths_and_stores_as_data(tmp_path: Path) -> None:
+    """`papermill --engine durable` on a notebook whose file name, folder (with a newline), SQLite store
+    path and parameters are full of quotes, '#', ';', '$(…)' and non-ASCII: it runs under the file's name
+    on that store, a failed cell resumes with the same command, and nothing else executes."""
+    pytest.importorskip("papermill", reason="the engine needs papermill")
+    folder = tmp_path / f"dir {HOSTILE}\nopen('MARKER', 'w') #"
+    folder.mkdir()
+    notebook = _hostile_notebook(folder)
+    store = f"sqlite:///{folder}/store {HOSTILE}/runs.db"
+    command = [
+        sys.executable, "-m", "papermill", notebook.name, "out.ipynb", "--engine", "durable", "--no-progress-bar",
+        "-p", "text", HOSTILE_VALUE, "-p", "count", "3",
+    ]  # fmt: skip
+    failed = run(command, folder, DURABLE_NB_STORE=store)
+    assert failed.returncode != 0 and "not yet" in failed.stderr, failed.stderr[-3000:]
+    (folder / "fixed").touch()
+    done = run(command, folder, DURABLE_NB_STORE=store)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (folder / "effects.txt").read_text().split() == ["record", "check", "check", "end"]
+    seen = json.loads((folder / "seen.json").read_text(encoding="utf-8"))
+    assert (seen["text"], seen["count"], seen["cwd"]) == (HOSTILE_VALUE, 3, str(folder))
+    assert dnb.runs(notebook.stem, store=store)["status"].tolist() == ["completed"]
+    assert _markers(tmp_path) == []
