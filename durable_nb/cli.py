@@ -26,9 +26,9 @@ from .engine.forking import values_at_fork_point
 from .engine.overrides import parse_overrides
 from .errors import (
     AlreadyResumed,
-    ConfigurationError,
     DurableError,
     InvalidInput,
+    InvalidNotebookRun,
     NotCancellable,
     NotResumable,
     RunNotFound,
@@ -299,10 +299,11 @@ def _parameter_value(text: str) -> Any:
 
 
 def _parameter_pairs(argv: list[str]) -> list[str]:
-    """Give each ``-p NAME VALUE`` of run-notebook as one ``--parameter-pair=NAME=VALUE``.
+    """Give each ``-p NAME VALUE`` of run-notebook as one ``--parameter-pair=["NAME", "VALUE"]`` (JSON).
 
     argparse would take a value starting with '-' (``-inf``, ``-v``) for an option; papermill's
-    ``-p`` takes the two words after it as they are, and so does this.
+    ``-p`` takes the two words after it as they are, and so does this. JSON keeps the two words
+    apart whatever they hold (a NAME with '=' is then refused as a name, never split again).
     """
     if "run-notebook" not in argv:
         return argv
@@ -314,20 +315,23 @@ def _parameter_pairs(argv: list[str]) -> list[str]:
             continue
         pair = [w for w in (next(rest, None), next(rest, None)) if w is not None]
         # A pair cut short stays as written: argparse then says what is missing.
-        joined.extend([f"--parameter-pair={pair[0]}={pair[1]}"] if len(pair) == 2 else [word, *pair])
+        joined.extend([f"--parameter-pair={json.dumps(pair)}"] if len(pair) == 2 else [word, *pair])
     return joined
 
 
 def cmd_run_notebook(args: argparse.Namespace) -> int:
     from .headless import run_notebook
+    from .headless.inputs import read_parameters_file
 
     parameters: dict[str, Any] = {}
     if args.parameters_file:
-        parameters.update(_parameters_file(args.parameters_file))
+        parameters.update(read_parameters_file(args.parameters_file))
     # main() gave every -p NAME VALUE as one --parameter-pair (see _parameter_pairs).
-    pairs = [pair.split("=", 1) for pair in args.parameter_pair]
+    pairs = [json.loads(pair) for pair in args.parameter_pair]
     parameters.update({name: _parameter_value(value) for name, value in pairs})
-    return run_notebook(
+    # With --json, stdout holds only the outcome: the progress and the messages go to stderr.
+    said = sys.stderr if args.json else sys.stdout
+    outcome = run_notebook(
         args.notebook,
         args.output,
         parameters=parameters,
@@ -335,29 +339,13 @@ def cmd_run_notebook(args: argparse.Namespace) -> int:
         store=args.store,
         kernel=args.kernel,
         wait=args.wait,
-        say=lambda line: print(printable(line), flush=True),
+        say=lambda line: print(printable(line), file=said, flush=True),
         progress=sys.stderr,
         fork=args.fork,
     )
-
-
-def _parameters_file(path: str) -> dict[str, Any]:
-    if not os.path.isfile(path):
-        raise InvalidInput(f"Cannot read the parameters file {path}: there is no such file.")
-    try:
-        # papermill's reader: YAML (or JSON) without YAML's dates, which no injected cell could spell.
-        from papermill.iorw import read_yaml_file
-    except ImportError as error:
-        raise ConfigurationError(
-            "Parameter files are read by papermill: pip install 'durable-nb[headless]'."
-        ) from error
-    try:
-        found = read_yaml_file(path)
-    except Exception as error:  # any read or parse error is the file's
-        raise InvalidInput(f"The parameters file {path} is not YAML or JSON: {error}.") from error
-    if not isinstance(found, dict):
-        raise InvalidInput(f"The parameters file {path} must hold a mapping of names to values.")
-    return found
+    if args.json:
+        print(_dumps(outcome.as_json()), flush=True)
+    return outcome.exit_code
 
 
 def cmd_mcp(args: argparse.Namespace) -> None:
@@ -575,6 +563,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _exit_code(error: BaseException) -> int:
+    if isinstance(error, InvalidNotebookRun):
+        return EXIT_USAGE  # refused before any kernel started, as argparse refuses bad usage
     if isinstance(error, RunNotFound | UnknownGate):
         return EXIT_NOT_FOUND
     if isinstance(error, AlreadyResumed | NotResumable | NotCancellable | RunOwnedElsewhere):

@@ -5,7 +5,8 @@
      ├── InvalidInput             bad argument from the caller (also a ValueError)
      │    ├── InvalidState        state or node updates that are not a dict of str keys
      │    ├── InvalidDecision     an approval/rejection that cannot be recorded
-     │    └── IdempotencyKeyReused  a key already used for a run with other input
+     │    ├── IdempotencyKeyReused  a key already used for a run with other input
+     │    └── InvalidNotebookRun    a notebook, run name or parameters run-notebook cannot use
      ├── RunNotFound              no run with that id (also a LookupError)
      ├── UnknownGate              no gate waits at that node (also a LookupError)
      ├── WorkflowNotFound         a service serves no workflow of that name
@@ -46,6 +47,7 @@ __all__ = [
     "IdempotencyKeyReused",
     "InvalidDecision",
     "InvalidInput",
+    "InvalidNotebookRun",
     "InvalidState",
     "KeyFileError",
     "NoActiveNode",
@@ -102,6 +104,10 @@ class InvalidDecision(InvalidInput):
 
 class IdempotencyKeyReused(InvalidInput):
     """An idempotency key already names a run started with other input; nothing was started."""
+
+
+class InvalidNotebookRun(InvalidInput):
+    """A notebook path, run name or parameters a headless run cannot use: refused before any kernel starts."""
 
 
 class RunNotFound(DurableError, LookupError):

@@ -6,11 +6,14 @@ import os
 import queue
 import signal
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from jupyter_client.manager import KernelManager
+
+from durable_nb.headless.kernels import ipc_sockets
 
 
 @dataclass
@@ -48,7 +51,9 @@ class Kernel:
     """One real ipykernel process working in ``folder``."""
 
     def __init__(self, folder: Path, env: dict[str, str] | None = None) -> None:
-        self.manager = KernelManager(kernel_name="python3")
+        # On Unix sockets in a private folder, as durable_nb starts its own kernels (never TCP).
+        self.sockets = ExitStack()
+        self.manager = KernelManager(kernel_name="python3", **self.sockets.enter_context(ipc_sockets()))
         kernel_env = dict(os.environ)
         kernel_env.update(env or {})
         self.manager.start_kernel(cwd=str(folder), env=kernel_env)
@@ -154,3 +159,4 @@ class Kernel:
             self.manager.shutdown_kernel(now=True)
         else:
             self.manager.cleanup_resources()
+        self.sockets.close()

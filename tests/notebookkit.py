@@ -37,14 +37,23 @@ def write_notebook(path: Path, cells: list[Any]) -> Path:
 
 def run(command: list[str], folder: Path, timeout: float = 300, **env: str) -> subprocess.CompletedProcess[str]:
     """Run ``command`` in ``folder`` to the end and return what it printed."""
+    env = {"TMPDIR": str(folder), **env}  # the kernel's socket folder too stays in the test's folder
     return subprocess.run(command, cwd=folder, env=child_env(**env), capture_output=True, text=True, timeout=timeout)
 
 
 def start(command: list[str], folder: Path, log: Path) -> subprocess.Popen[bytes]:
-    """Start ``command`` in a process group of its own, its output appended to ``log`` (no pipe to fill)."""
+    """Start ``command`` in a process group of its own, its output appended to ``log`` (no pipe to fill).
+
+    Its temporary files go to ``folder``: a killed command cannot remove its kernel's socket folder.
+    """
     with log.open("ab") as out:
         return subprocess.Popen(
-            command, cwd=folder, env=child_env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            command,
+            cwd=folder,
+            env=child_env(TMPDIR=str(folder)),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
 
 

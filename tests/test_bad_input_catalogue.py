@@ -8,8 +8,9 @@ behind and a refused approval leaves the gate open).
 
 The cases are grouped by how they are exercised:
 
-- ``test_refused_before_anything_is_stored``: definitions, arguments, gates outside a node and run
-  input; the call raises and the store holds no run;
+- ``test_refused_before_anything_is_stored``: definitions, arguments, gates outside a node, run
+  input and what a headless run is given (run-notebook's paths, run names, parameters and
+  parameters files, refused before any kernel starts); the call raises and the store holds no run;
 - ``test_refused_store_url``: store URLs and store arguments; nothing on disk changes;
 - ``test_refused_call_leaves_store_intact``: forks, resumes, decisions, cancels and views on a store
   holding a completed, a paused and a failed run;
@@ -25,7 +26,7 @@ The cases are grouped by how they are exercised:
   approvals page's CSRF token, Origin and ``approved``) and the API's own refusals; the answer
   has the typed error's status and says what to do, and every row of the store is unchanged.
 
-The catalogue holds 310 cases (``CASE_COUNT`` below; a test checks it).
+The catalogue holds 355 cases (``CASE_COUNT`` below; a test checks it).
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ import asyncio
 import html
 import json
 import math
+import os
 import re
+import socket
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -61,7 +64,7 @@ from durable_nb.service.errors import (
 )
 from durable_nb.store import disconnect
 
-CASE_COUNT = 310
+CASE_COUNT = 355
 
 ErrorType = type[BaseException] | tuple[type[BaseException], ...]
 
@@ -234,6 +237,72 @@ def _graph(*edges: tuple[str, tuple[str, ...]], writes: dict[str, tuple[str, ...
     return run
 
 
+def _notebook_run(**arguments: Callable[[Path], Any] | Any) -> Callable[[World], object]:
+    """run-notebook of a one-cell notebook in the world's folder on its store; a callable argument is
+    made from that folder (a FIFO, a socket, another notebook). The cell would write MARKER."""
+
+    def run(w: World) -> object:
+        import nbformat
+
+        from durable_nb.headless import run_notebook
+
+        notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("open('MARKER', 'w')")])
+        nbformat.write(notebook, str(w.root / "echo.ipynb"))
+        given = {name: value(w.root) if callable(value) else value for name, value in arguments.items()}
+        return run_notebook(given.pop("path", w.root / "echo.ipynb"), **{"store": w.url, **given})
+
+    return run
+
+
+def _fifo(root: Path) -> Path:
+    os.mkfifo(root / "pipe")
+    return root / "pipe"
+
+
+def _socket_file(root: Path) -> Path:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as bound:
+        bound.bind(str(root / "s.sock"))  # the socket file stays after the socket is closed
+    return root / "s.sock"
+
+
+def _file(name: str, data: bytes) -> Callable[[Path], Path]:
+    def make(root: Path) -> Path:
+        (root / name).write_bytes(data)
+        return root / name
+
+    return make
+
+
+def _parameters_file(text: str) -> Callable[[World], object]:
+    """Read a parameters file of ``text`` as run-notebook -f does."""
+
+    def read(w: World) -> object:
+        from durable_nb.headless.inputs import read_parameters_file
+
+        return read_parameters_file(_file("params.yaml", text.encode())(w.root))
+
+    return read
+
+
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def _self_containing() -> list[Any]:
+    value: list[Any] = []
+    value.append(value)
+    return value
+
+
+_EMPTY_NOTEBOOK = b'{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
+_ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{name}: &{name} [{', '.join([f'*{before}'] * 10)}]\n" for before, name in zip("abcde", "bcdef", strict=True)
+)
+
+
 # -- 1. refused before anything is stored -------------------------------------------------------------
 
 NOTHING_STORED = [
@@ -325,6 +394,131 @@ NOTHING_STORED = [
         dnb.InvalidInput,
         "idempotency_key",
     ),
+    # run-notebook, before any kernel starts: names, parameters and paths it cannot use
+    case(
+        "run-notebook-parameter-keyword",
+        _notebook_run(parameters={"class": 1}),
+        dnb.InvalidNotebookRun,
+        "not a keyword",
+    ),
+    case(
+        "run-notebook-parameter-none",
+        _notebook_run(parameters={"None": 1}),
+        dnb.InvalidNotebookRun,
+        "not a keyword",
+    ),
+    case(
+        "run-notebook-parameter-name-with-equals", _notebook_run(parameters={"a=b": 1}), dnb.InvalidNotebookRun, "'a=b'"
+    ),
+    case("run-notebook-parameter-name-dunder", _notebook_run(parameters={"__x": 1}), dnb.InvalidNotebookRun, "'__x'"),
+    case(
+        "run-notebook-parameter-name-int",
+        _notebook_run(parameters={1: 1}),
+        dnb.InvalidNotebookRun,
+        "cannot be assigned",
+    ),
+    case("run-notebook-parameter-set", _notebook_run(parameters={"x": {"a"}}), dnb.InvalidNotebookRun, "type set"),
+    case("run-notebook-parameter-bytes", _notebook_run(parameters={"x": b"a"}), dnb.InvalidNotebookRun, "type bytes"),
+    case(
+        "run-notebook-parameter-tuple-inside",
+        _notebook_run(parameters={"x": [(1, 2)]}),
+        dnb.InvalidNotebookRun,
+        "type tuple",
+    ),
+    case(
+        "run-notebook-parameter-object-key",
+        _notebook_run(parameters={"x": {(1,): 1}}),
+        dnb.InvalidNotebookRun,
+        "key of type tuple",
+    ),
+    case(
+        "run-notebook-parameter-lone-surrogate",
+        _notebook_run(parameters={"x": "\udcff"}),
+        dnb.InvalidNotebookRun,
+        "not valid unicode",
+    ),
+    case(
+        "run-notebook-parameter-too-deep",
+        _notebook_run(parameters={"x": _nested(100)}),
+        dnb.InvalidNotebookRun,
+        "levels of nesting",
+    ),
+    case(
+        "run-notebook-parameter-cycle",
+        _notebook_run(parameters={"x": _self_containing()}),
+        dnb.InvalidNotebookRun,
+        "more than",
+    ),
+    case(
+        "run-notebook-run-name-newline",
+        _notebook_run(run="x\nopen('MARKER','w') #"),
+        dnb.InvalidNotebookRun,
+        "control characters",
+    ),
+    case(
+        "run-notebook-run-name-escape",
+        _notebook_run(run="\x1b]0;title\x07"),
+        dnb.InvalidNotebookRun,
+        "control characters",
+    ),
+    case("run-notebook-run-name-empty", _notebook_run(run=""), dnb.InvalidNotebookRun, "cannot be empty"),
+    case(
+        "run-notebook-file-name-newline",
+        _notebook_run(path=_file("nb\nopen('MARKER','w') #.ipynb", _EMPTY_NOTEBOOK)),
+        dnb.InvalidNotebookRun,
+        "--run NAME",
+    ),
+    case(
+        "run-notebook-store-in-memory", _notebook_run(store="sqlite:///:memory:"), dnb.InvalidNotebookRun, "in-memory"
+    ),
+    case(
+        "run-notebook-path-missing",
+        _notebook_run(path=lambda root: root / "none.ipynb"),
+        dnb.InvalidNotebookRun,
+        "no such file",
+    ),
+    case("run-notebook-path-folder", _notebook_run(path=lambda root: root), dnb.InvalidNotebookRun, "is a folder"),
+    case("run-notebook-path-fifo", _notebook_run(path=_fifo), dnb.InvalidNotebookRun, "is a fifo"),
+    case("run-notebook-path-socket", _notebook_run(path=_socket_file), dnb.InvalidNotebookRun, "is a socket"),
+    case("run-notebook-path-dev-zero", _notebook_run(path="/dev/zero"), dnb.InvalidNotebookRun, "character device"),
+    case(
+        "run-notebook-path-json-list",
+        _notebook_run(path=_file("list.ipynb", b"[]")),
+        dnb.InvalidNotebookRun,
+        "save it from jupyter",
+    ),
+    case(
+        "run-notebook-path-not-utf8",
+        _notebook_run(path=_file("latin.ipynb", b"\xe9")),
+        dnb.InvalidNotebookRun,
+        "not utf-8",
+    ),
+    case("run-notebook-output-folder", _notebook_run(output=lambda root: root), dnb.InvalidNotebookRun, "is a folder"),
+    case("run-notebook-output-fifo", _notebook_run(output=_fifo), dnb.InvalidNotebookRun, "is a fifo"),
+    case(
+        "run-notebook-output-folder-missing",
+        _notebook_run(output=lambda root: root / "none" / "out.ipynb"),
+        dnb.InvalidNotebookRun,
+        "does not exist",
+    ),
+    case(
+        "parameters-file-python-tag",
+        _parameters_file("x: !!python/name:os.system\n"),
+        dnb.InvalidNotebookRun,
+        "!!python",
+    ),
+    case("parameters-file-set-tag", _parameters_file("x: !!set {a: null}\n"), dnb.InvalidNotebookRun, "type set"),
+    case("parameters-file-binary-tag", _parameters_file("x: !!binary aGk=\n"), dnb.InvalidNotebookRun, "type bytes"),
+    case(
+        "parameters-file-timestamp-tag",
+        _parameters_file("x: !!timestamp 2026-01-02\n"),
+        dnb.InvalidNotebookRun,
+        "type date",
+    ),
+    case("parameters-file-omap-tag", _parameters_file("x: !!omap [a: 1]\n"), dnb.InvalidNotebookRun, "type tuple"),
+    case("parameters-file-alias-bomb", _parameters_file(_ALIAS_BOMB), dnb.InvalidNotebookRun, "more than"),
+    case("parameters-file-not-a-mapping", _parameters_file("- a\n- b\n"), dnb.InvalidNotebookRun, "mapping of names"),
+    case("parameters-file-not-yaml", _parameters_file("x: [unclosed\n"), dnb.InvalidNotebookRun, "not plain yaml"),
 ]
 
 
@@ -1209,6 +1403,51 @@ CLI = [
         "cannot open the sqlite store",
         id="cli-store-url-directory",
     ),
+    pytest.param(
+        ["run-notebook", "{root}/none.ipynb", "-p", "class", "1"],
+        EXIT_USAGE,
+        dnb.InvalidNotebookRun,
+        "not a keyword",
+        id="cli-run-notebook-keyword-parameter",
+    ),
+    pytest.param(
+        ["run-notebook", "{root}/none.ipynb", "-p", "a=b", "1"],
+        EXIT_USAGE,
+        dnb.InvalidNotebookRun,
+        "'a=b'",
+        id="cli-run-notebook-equals-in-parameter-name",
+    ),
+    pytest.param(
+        ["run-notebook", "{root}/none.ipynb", "--run", "x\nprint(1)"],
+        EXIT_USAGE,
+        dnb.InvalidNotebookRun,
+        "control characters",
+        id="cli-run-notebook-run-name-newline",
+    ),
+    pytest.param(
+        ["run-notebook", "{root}/none.ipynb", "-f", "{root}"],
+        EXIT_USAGE,
+        dnb.InvalidNotebookRun,
+        "is a folder",
+        id="cli-run-notebook-parameters-file-folder",
+    ),
+    pytest.param(
+        ["run-notebook", "{root}/none.ipynb", "-f", "{root}/none.yaml"],
+        EXIT_USAGE,
+        dnb.InvalidNotebookRun,
+        "no such file",
+        id="cli-run-notebook-parameters-file-missing",
+    ),
+    pytest.param(
+        ["run-notebook", "/dev/zero"],
+        EXIT_USAGE,
+        dnb.InvalidNotebookRun,
+        "character device",
+        id="cli-run-notebook-dev-zero",
+    ),
+    pytest.param(
+        ["run-notebook", "{root}"], EXIT_USAGE, dnb.InvalidNotebookRun, "is a folder", id="cli-run-notebook-folder"
+    ),
 ]
 
 
@@ -1337,6 +1576,11 @@ MAGICS = [
     pytest.param('%durable switch ""', None, "give the run id", id="line-switch-empty-quoted-run"),
     pytest.param("%durable inspect no-such-run", dnb.RunNotFound, "no run with id", id="line-inspect-unknown-run"),
     pytest.param("%durable notes maybe", None, "takes on or off", id="line-notes-neither-on-nor-off"),
+    pytest.param("%durable run", None, "needs the run's name", id="line-run-without-name"),
+    pytest.param(
+        "%durable run --from-env", dnb.InvalidInput, "$DURABLE_NB_ATTACH", id="line-run-from-env-without-handover"
+    ),
+    pytest.param("%durable run other --from-env", None, "environment only", id="line-run-from-env-with-a-name"),
 ]
 
 

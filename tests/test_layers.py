@@ -23,7 +23,8 @@ ALLOWED = {
     "service": {"base", "store", "engine", "views", "headless", "driver"},
     # Headless runs drive kernels that load the notebook layer, and read its notes.
     "headless": {"base", "store", "engine", "views", "notebook", "driver"},
-    "demo": {"base", "store", "engine", "views", "notebook", "driver"},
+    # The demo starts its kernels as headless runs do (on Unix sockets).
+    "demo": {"base", "store", "engine", "views", "notebook", "headless", "driver"},
     # A LangGraph checkpointer over the store and the engine's values; LangGraph is imported only here.
     "langgraph": {"base", "store", "engine", "views", "driver"},
     "driver": set(),

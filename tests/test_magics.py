@@ -7,6 +7,7 @@ exercise here fails this file, so a magic that cannot run never ships again.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from shellkit import Shell
 
 import durable_nb as dnb
 from durable_nb._loop import run_sync
+from durable_nb.notebook.handover import ATTACH_VARIABLE, Handover
 from durable_nb.notebook.magics import SUBCOMMANDS, DurableMagics
 
 Out = pytest.CaptureFixture[str]
@@ -62,7 +64,7 @@ def shell(store_url: str) -> Iterator[Shell]:
 # -- the subcommands ----------------------------------------------------------------------------
 
 
-@exercise("run", "--new", "--id", "--key", "--store")
+@exercise("run", "--new", "--id", "--key", "--store", "--from-env")
 def _run(shell: Shell, out: Out, folder: Path) -> None:
     first = shell.run_id
     shell.ok("%durable run magics")  # the latest unfinished run of that name: the same one
@@ -82,6 +84,15 @@ def _run(shell: Shell, out: Out, folder: Path) -> None:
     other = f"sqlite:///{folder}/other store.db"
     shell.ok(f'%durable run elsewhere --store "{other}"')
     assert (folder / "other store.db").exists() and len(dnb.runs(store=other)) == 1
+    # As run-notebook starts a kernel: the run handed over as data in the environment, then removed.
+    handed = f"sqlite:///{folder}/handed.db"
+    os.environ.update(Handover("handed; over", key="k-2", store=handed).environment({}))
+    try:
+        shell.ok("%durable run --from-env")
+        assert ATTACH_VARIABLE not in os.environ
+    finally:
+        os.environ.pop(ATTACH_VARIABLE, None)
+    assert dnb.get_run(shell.run_id, store=handed).name == "handed; over"
 
 
 @exercise("status")

@@ -10,8 +10,10 @@ keeps the original sources.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -304,3 +306,109 @@ def test_cell_names_are_stable_and_never_repeat() -> None:
     assert names[1] == "parameters" and names[2] == "injected-parameters" and names[3] == "load"
     assert names[4].startswith("cell4_") and names[5].startswith("cell5_") and 0 not in names
     assert cell_names(cells) == names  # stable
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "durable_nb.cli", *args]
+
+
+def test_json_describes_the_outcome_and_a_gate_says_how_to_decide_headless(tmp_path: Path, store_url: str) -> None:
+    """Issue 27 item 28: --json prints one JSON object on stdout (run, status, exit code and meaning, output,
+    cells, the failed cell's error, the gate waited at and the command that decides it). Paused, the
+    plain output gives that exact command (with the store) and says the same command again continues:
+    no 'panel above' where there is no panel."""
+    checked = f"import os\nif not os.path.exists({str(tmp_path / 'fixed')!r}):\n    raise RuntimeError('not yet')"
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [*map(nbformat.v4.new_code_cell, ["x = 1", checked, GATED])]
+    nbformat.write(notebook, str(tmp_path / "report.ipynb"))
+
+    def outcome(done: subprocess.CompletedProcess[str]) -> dict[str, object]:
+        assert done.stdout.count("\n") == 1, done.stdout + done.stderr[-2000:]  # the object, nothing else
+        return dict(json.loads(done.stdout))
+
+    failed = _run(tmp_path, store_url, "--json")
+    assert failed.returncode == 1 and "a cell failed" in failed.stderr
+    found = outcome(failed)
+    run_id = str(dnb.runs("report", store=store_url).run_id.iloc[0])
+    assert found["run_id"] == run_id and found["status"] == "failed" and found["exit_code"] == 1
+    assert found["error"] == {"type": "RuntimeError", "message": "not yet"} and found["gate"] is None
+    assert found["output"] == str(tmp_path / "out.ipynb") and str(found["meaning"]).startswith("failed")
+    assert found["cells"] == {"total": 3, "restored": 0, "executed": 1}  # the failed cell is not counted
+    (tmp_path / "fixed").touch()
+
+    paused = _run(tmp_path, store_url)
+    assert paused.returncode == 3, paused.stdout + paused.stderr[-2000:]
+    decide = f"durable-nb approve {run_id} --store {shlex.quote(store_url)}"
+    assert f"decide it with: {decide}" in paused.stdout
+    assert "then run this same command again: it continues after the gate" in paused.stdout
+    assert "panel" not in paused.stdout
+    found = outcome(_run(tmp_path, store_url, "--json"))
+    assert found["status"] == "paused" and found["exit_code"] == 3 and found["error"] is None
+    gate = found["gate"]
+    assert isinstance(gate, dict) and (gate["reason"], gate["decide"]) == ("publish?", decide)
+    assert str(gate["node"]).startswith("cell2_")  # the third cell, named by its position and source
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    command = _cli(*shlex.split(decide)[1:])
+    approved = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert approved.returncode == 0, approved.stderr
+    done = _run(tmp_path, store_url, "--json")
+    assert done.returncode == 0
+    found = outcome(done)
+    assert (found["run_id"], found["status"], found["exit_code"], found["gate"]) == (run_id, "completed", 0, None)
+    assert found["cells"] == {"total": 3, "restored": 2, "executed": 1}
+
+
+def _screen(text: str) -> list[str]:
+    """The lines a terminal shows: a carriage return starts its line over, writing over what was there."""
+    lines = []
+    for line in text.replace("\r\n", "\n").split("\n"):
+        shown = ""
+        for part in line.split("\r"):
+            shown = part + shown[len(part) :]
+        lines.append(shown.rstrip())
+    return lines
+
+
+def test_papermill_notes_start_on_their_own_line_above_its_bar(tmp_path: Path) -> None:
+    """Issue 27 item 28: `papermill --engine durable` on a terminal: each durable_nb note is a line of its
+    own above papermill's progress bar, never written after the bar on its line or after another note."""
+    pytest.importorskip("papermill", reason="the engine needs papermill")
+    import fcntl
+    import pty
+    import struct
+    import termios
+    import threading
+
+    _notebook(tmp_path)
+    (tmp_path / "fixed").touch()
+    env = dict(os.environ, PYTHONPATH=str(ROOT), DURABLE_NB_STORE=f"sqlite:///{tmp_path}/runs.db")
+    command = [sys.executable, "-m", "papermill", "report.ipynb", "out.ipynb", "--engine", "durable", "-k", "python3"]
+    screens = []
+    for _ in range(2):  # the second run restores every cell: a note per cell, while the bar moves
+        master, terminal = pty.openpty()
+        fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))  # a sized terminal
+        process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=terminal, stderr=terminal)
+        os.close(terminal)
+        drawn: list[bytes] = []
+
+        def read_terminal(fd: int = master, into: list[bytes] = drawn) -> None:
+            while True:
+                try:
+                    chunk = os.read(fd, 4096)
+                except OSError:  # every writer closed the terminal
+                    return
+                if not chunk:
+                    return
+                into.append(chunk)
+
+        reader = threading.Thread(target=read_terminal, daemon=True)
+        reader.start()
+        assert process.wait(timeout=300) == 0
+        reader.join(timeout=60)
+        os.close(master)
+        screens.append(_screen(b"".join(drawn).decode(errors="replace")))
+    noted = [line for screen in screens for line in screen if "durable_nb:" in line]
+    assert any("restored" in line for line in noted) and any("Executing: 100%" in line for line in screens[1])
+    for line in noted:
+        assert line.startswith("durable_nb: ") and line.count("durable_nb:") == 1, "\n".join(screens[1])

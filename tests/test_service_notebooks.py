@@ -108,6 +108,13 @@ def _launches(output: str) -> int:
     return sum(1 for line in log.read_text().splitlines() if line.startswith("-- ")) if log.exists() else 0
 
 
+@pytest.fixture(autouse=True)
+def _temporary_files_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The children's temporary files stay in the test's folder: a child killed with its server cannot
+    remove its kernel's socket folder."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+
+
 @pytest.fixture
 def notebooks(tmp_path: Path) -> Path:
     folder = tmp_path / "notebooks"
@@ -155,6 +162,8 @@ def test_a_notebook_runs_once_per_path_and_parameters(
     (tmp_path / "release").touch()
     _reaches(app_client, run_id, "completed")
     assert _side(tmp_path) == ["load", "wait"] and _launches(output) == 1
+    # The child's kernel listened on Unix sockets: ipykernel's TCP warning is not in the child's log.
+    assert "without encryption" not in Path(output).with_suffix(".log").read_text()
 
     written = nbformat.read(output, as_version=4)
     injected = [c for c in written.cells if "injected-parameters" in c.get("metadata", {}).get("tags", [])]
@@ -240,9 +249,17 @@ def test_a_gated_notebook_waits_for_approval_and_completes(
             "/api/notebooks/report.ipynb/runs",
             {"parameters": {"__class__": 1}},
             400,
-            "InvalidInput",
-            "identifier",
+            "InvalidNotebookRun",
+            "cannot be assigned to",
             id="parameter-name",
+        ),
+        pytest.param(
+            "/api/notebooks/report.ipynb/runs",
+            {"parameters": {"class": 1}},
+            400,
+            "InvalidNotebookRun",
+            "not a keyword",
+            id="parameter-name-keyword",
         ),
         pytest.param(
             "/api/notebooks/report.ipynb/runs", {"run": "two words"}, 400, "InvalidInput", "letters", id="run-name"

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import ExitStack
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,10 @@ class _Kernel:
     def __init__(self, folder: Path, env: dict[str, str]) -> None:
         from jupyter_client.manager import KernelManager
 
-        self.manager = KernelManager(kernel_name="python3")
+        from ..headless.kernels import ipc_sockets
+
+        self.sockets = ExitStack()  # the folder of the kernel's Unix sockets, removed on close
+        self.manager = KernelManager(kernel_name="python3", **self.sockets.enter_context(ipc_sockets()))
         self.manager.start_kernel(cwd=str(folder), env=env)
         self.client = self.manager.client()
         self.client.start_channels()
@@ -95,6 +99,7 @@ class _Kernel:
             self.manager.shutdown_kernel(now=True)
         else:
             self.manager.cleanup_resources()
+        self.sockets.close()
 
 
 def _cells() -> list[tuple[str, str]]:

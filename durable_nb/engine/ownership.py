@@ -20,6 +20,7 @@ __all__ = [
     "give_up",
     "lease_deadline",
     "owner_alive",
+    "pid_alive",
     "release_on_interrupt",
     "taken_back",
     "this_owner",
@@ -74,7 +75,8 @@ class active:
             _active.discard(self.run_id)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True if a process ``pid`` runs on this host (another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -156,7 +158,7 @@ def owner_alive(run_id: str, owner: str | None, lease_until: float | None) -> bo
         with _active_lock:
             return run_id in _active
     if host == host_name():
-        if not _pid_alive(pid):
+        if not pid_alive(pid):
             return False
         started = token.split(".", 1)[0]
         actual = _start_time(pid)

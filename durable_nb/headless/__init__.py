@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from .notebook_run import run_notebook
+from .execution import NotebookOutcome, run_notebook
 
-__all__ = ["run_notebook"]
+__all__ = ["NotebookOutcome", "run_notebook"]

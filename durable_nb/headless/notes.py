@@ -11,7 +11,19 @@ from typing import Any
 
 from ..notebook.notes import NOTE_KEY, is_note
 
-__all__ = ["NoteSeparator"]
+__all__ = ["NoteSeparator", "notes_in"]
+
+
+def notes_in(msg: dict[str, Any]) -> tuple[str, list[dict[str, str]]] | None:
+    """The display a kernel message shows notes in and its notes (``{kind, level, text}`` each), or None.
+
+    An update of the display repeats its earlier lines, so the notes are keyed by the display.
+    """
+    content = msg.get("content") or {}
+    if msg.get("msg_type") not in ("display_data", "update_display_data") or not is_note(content):
+        return None
+    display = (content.get("transient") or {}).get("display_id") or msg["header"]["msg_id"]
+    return display, content["metadata"][NOTE_KEY]["notes"]
 
 
 class NoteSeparator:
@@ -23,11 +35,11 @@ class NoteSeparator:
         self._notes_by_cell: dict[int, dict[str, list[dict[str, str]]]] = {}
 
     def process_message(self, msg: dict[str, Any], cell: Any, cell_index: int) -> Any:
-        """Set a note aside (by its display, since updates repeat the earlier lines); pass the rest on."""
-        content = msg.get("content") or {}
-        if msg.get("msg_type") in ("display_data", "update_display_data") and is_note(content):
-            display = (content.get("transient") or {}).get("display_id") or msg["header"]["msg_id"]
-            self._notes_by_cell.setdefault(cell_index, {})[display] = content["metadata"][NOTE_KEY]["notes"]
+        """Set a note aside; pass the rest on."""
+        found = notes_in(msg)
+        if found is not None:
+            display, notes = found
+            self._notes_by_cell.setdefault(cell_index, {})[display] = notes
             return None
         return super().process_message(msg, cell, cell_index)  # type: ignore[misc]
 

@@ -4,13 +4,16 @@ papermill injects the parameters and writes the output notebook as it always doe
 attaches the kernel to the notebook's run (found again by the input path and the parameters,
 in ``$DURABLE_NB_STORE`` or the default store) before the first cell and runs each code cell
 behind a ``%%durable`` line, so that running the same command again after a crash restores what
-committed and executes the rest. The output notebook keeps the original sources. papermill
-imports this module only when the engine is asked for.
+committed and executes the rest. The output notebook keeps the original sources. The run's name,
+key and store reach the kernel as data in its environment, and the kernel listens on Unix
+sockets. papermill imports this module only when the engine is asked for.
 """
 
 from __future__ import annotations
 
-import os
+import logging
+import sys
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +22,35 @@ from papermill.clientwrap import PapermillNotebookClient
 from papermill.engines import NBClientEngine
 from papermill.log import logger
 from papermill.utils import merge_kwargs, remove_args
+from tqdm.contrib.logging import logging_redirect_tqdm
 
-from .notebook_run import END_CODE, attach_code, cell_names, durable_source, run_key
-from .notes import NoteSeparator
+from ..notebook.handover import ATTACH_CODE, Handover
+from .inputs import check_parameters, check_run_name
+from .kernels import ipc_sockets, kernel_config
+from .notebook_run import END_CODE, cell_names, durable_source, kernel_store, run_key
+from .notes import NoteSeparator, notes_in
 from .streams import StreamJoiner
 
 __all__ = ["DurableEngine"]
+
+
+def _log(notes: list[dict[str, str]]) -> None:
+    """Log durable_nb's notes (papermill's log; warnings as warnings)."""
+    for note in notes:
+        (logger.warning if note["level"] == "warning" else logger.info)(f"durable_nb: {note['text']}")
+
+
+def _above_the_bar() -> AbstractContextManager[None]:
+    """Console log lines written above papermill's progress bar, each on a line of its own, not on the bar's.
+
+    tqdm's redirection clears the bar, writes the line and draws the bar again. It replaces only the
+    console handlers (stdout, stderr) papermill's command line sets up; without one, nothing changes.
+    """
+    console = any(
+        isinstance(handler, logging.StreamHandler) and handler.stream in (sys.stdout, sys.stderr)
+        for handler in logging.root.handlers
+    )
+    return logging_redirect_tqdm() if console else nullcontext()
 
 
 class DurableNotebookClient(NoteSeparator, StreamJoiner, PapermillNotebookClient):  # type: ignore[misc]
@@ -34,13 +60,9 @@ class DurableNotebookClient(NoteSeparator, StreamJoiner, PapermillNotebookClient
     of a stream are joined, so that a resumed run's output reads as an uninterrupted one's.
     """
 
-    def __init__(self, nb_man: Any, attach: str, **kwargs: Any) -> None:
-        super().__init__(nb_man, **kwargs)
-        self.attach = attach
-
     def papermill_execute_cells(self) -> None:
         # Attach the kernel to the run before the first cell, without a cell of its own.
-        self._quietly(self.attach, "attach the run")
+        self._quietly(ATTACH_CODE, "attach the run")
         self.names = cell_names(self.nb.cells)
         super().papermill_execute_cells()
         # papermill stops at a failed cell without raising, and marks the notebook: the run is
@@ -49,8 +71,16 @@ class DurableNotebookClient(NoteSeparator, StreamJoiner, PapermillNotebookClient
             self._quietly(END_CODE, "complete the run")
 
     def _quietly(self, code: str, what: str) -> None:
-        """Run durable_nb's own code in the kernel, outside any cell of the notebook."""
-        reply = run_sync(self.kc.execute_interactive)(code, store_history=False, timeout=120)
+        """Run durable_nb's own code in the kernel, outside any cell of the notebook; log its notes."""
+        shown: dict[str, list[dict[str, str]]] = {}
+
+        def keep_notes(msg: dict[str, Any]) -> None:
+            found = notes_in(msg)
+            if found is not None:
+                shown[found[0]] = found[1]
+
+        reply = run_sync(self.kc.execute_interactive)(code, store_history=False, timeout=120, output_hook=keep_notes)
+        _log([note for notes in shown.values() for note in notes])
         if reply["content"].get("status") != "ok":
             content = reply["content"]
             raise RuntimeError(f"durable_nb could not {what}: {content.get('ename')}: {content.get('evalue')}")
@@ -64,8 +94,7 @@ class DurableNotebookClient(NoteSeparator, StreamJoiner, PapermillNotebookClient
             return super().execute_cell(cell, cell_index, *args, **kwargs)
         finally:
             cell.source = original  # the output notebook shows what the author wrote
-            for note in self.notes(cell_index):
-                (logger.warning if note["level"] == "warning" else logger.info)(f"durable_nb: {note['text']}")
+            _log(self.notes(cell_index))
 
 
 class DurableEngine(NBClientEngine):  # type: ignore[misc]
@@ -85,18 +114,25 @@ class DurableEngine(NBClientEngine):  # type: ignore[misc]
     ) -> Any:
         """Run the parameterized notebook durably (papermill calls this)."""
         parameters = dict(nb_man.nb.metadata.get("papermill", {}).get("parameters") or {})
+        # Checked before any kernel starts: papermill has pasted the parameters into a cell as the str of
+        # each value, which is code of another value (or any code) for sets, bytes, dates and tagged objects.
+        check_parameters(parameters)
         source = Path(str(kwargs.get("input_path") or "notebook.ipynb")).resolve()
-        attach = attach_code(source.stem, run_key(source, parameters), os.environ.get("DURABLE_NB_STORE"))
+        name = check_run_name(source.stem, "rename the notebook: its file name names the run")
+        handover = Handover(name, run_key(source, parameters), kernel_store(None))  # $DURABLE_NB_STORE or the default
         kwargs = remove_args(["input_path"], **kwargs)
         safe = remove_args(["timeout", "startup_timeout"], **kwargs)
-        final = merge_kwargs(
-            safe,
-            timeout=execution_timeout if execution_timeout else kwargs.get("timeout"),
-            startup_timeout=start_timeout,
-            kernel_name=kernel_name,
-            log=logger,
-            log_output=log_output,
-            stdout_file=stdout_file,
-            stderr_file=stderr_file,
-        )
-        return DurableNotebookClient(nb_man, attach, **final).execute()
+        with ipc_sockets() as sockets:
+            final = merge_kwargs(
+                safe,
+                timeout=execution_timeout if execution_timeout else kwargs.get("timeout"),
+                startup_timeout=start_timeout,
+                kernel_name=kernel_name,
+                log=logger,
+                log_output=log_output,
+                stdout_file=stdout_file,
+                stderr_file=stderr_file,
+                config=kernel_config(sockets),
+            )
+            with _above_the_bar():
+                return DurableNotebookClient(nb_man, **final).execute(env=handover.environment())

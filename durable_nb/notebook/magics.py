@@ -14,6 +14,7 @@ from ..engine.fork_overrides import shared_with
 from ..engine.overrides import parse_overrides
 from ..errors import DurableError
 from ..model import RunStatus
+from .handover import ATTACH_VARIABLE, Handover
 from .session import CellOptions, session_for
 
 __all__ = ["DurableMagics"]
@@ -118,11 +119,16 @@ class DurableMagics(Magics):
             raise UsageError(str(error)) from None
 
     @magic_arguments()
-    @argument("name", help="The run's name (usually the notebook's).")
+    @argument("name", nargs="?", default=None, help="The run's name (usually the notebook's).")
     @argument("--new", action="store_true", help="Always start a new run.")
     @argument("--id", dest="run_id", default=None, help="Attach to this run (e.g. a fork).")
     @argument("--key", default=None, help="Idempotency key: a repeated key attaches to the same run.")
     @argument("--store", default=None, help="Store URL (default: $DURABLE_NB_STORE or .durable_nb/runs.db).")
+    @argument(
+        "--from-env",
+        action="store_true",
+        help=f"Take the name, key and store from ${ATTACH_VARIABLE} (set by run-notebook for its kernels).",
+    )
     def _run_args(self, line: str) -> None:
         """%durable run NAME: attach to the latest unfinished run of NAME, or start one.
 
@@ -131,6 +137,14 @@ class DurableMagics(Magics):
 
     def _run(self, rest: str) -> None:
         args = parse_argstring(self._run_args, rest)
+        if args.from_env:
+            if any(given is not None for given in (args.name, args.key, args.store, args.run_id)) or args.new:
+                raise UsageError("%durable run --from-env takes the name, key and store from the environment only.")
+            handover = Handover.take()
+            session_for(self.shell).attach(handover.name, key=handover.key, store=handover.store)
+            return
+        if args.name is None:
+            raise UsageError("%durable run needs the run's name, e.g. %durable run sales-report.")
         session_for(self.shell).attach(
             str(_unquoted(args.name)),
             new=args.new,

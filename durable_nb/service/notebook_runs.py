@@ -30,6 +30,7 @@ from ..engine.ownership import owner_alive
 from ..engine.settle import mark_failed
 from ..engine.values import ValueCodec
 from ..errors import ConfigurationError, DurableError, InvalidInput
+from ..headless.inputs import check_parameters
 from ..headless.notebook_run import run_key
 from ..model import Commit, RunKind, RunRecord, RunStatus, RunUpdate
 from ..store import Store
@@ -56,12 +57,6 @@ def _run_name(notebook: Path, run: str | None) -> str:
             "(up to 64, not starting with '.' or '-')."
         )
     return name
-
-
-def _check_parameters(parameters: dict[str, Any]) -> None:
-    for name in parameters:
-        if not name.isidentifier() or name.startswith("__"):
-            raise InvalidInput(f"A parameter's name is a Python identifier (not starting with '__'), not {name!r}.")
 
 
 def _check_notebook(notebook: Path) -> None:
@@ -158,7 +153,8 @@ class NotebookRuns:
         paused, or already worked on. Return ``{"id", "status", "output"}``."""
         notebook = await asyncio.to_thread(self.folder.notebook, path)
         name = _run_name(notebook, run)
-        _check_parameters(parameters)
+        # The same checks as run-notebook's, here before the run exists: a refused call leaves nothing behind.
+        check_parameters(parameters)
         await asyncio.to_thread(_check_notebook, notebook)
         spec = _Spec(notebook, self.folder.relative(notebook), parameters, run)
         # The same row `%durable run NAME --key KEY` creates, pending and unowned: the kernel takes it.
