@@ -156,6 +156,10 @@ def test_a_notebook_runs_once_per_path_and_parameters(
     assert record.idempotency_key == command_key(path.resolve(), body["parameters"])
 
     _until(lambda: _status(app_client, run_id) == "running" and "wait" in _side(tmp_path), "the last cell to run")
+    # The store's URL reaches the child in its environment; its command line, which any user can read, lacks it.
+    child = app_client.app.state.service.notebooks.children[run_id].process  # type: ignore[attr-defined]
+    assert store_url not in Path(f"/proc/{child.pid}/cmdline").read_bytes().decode()
+    assert f"DURABLE_NB_STORE={store_url}" in Path(f"/proc/{child.pid}/environ").read_bytes().decode()
     for _ in range(2):  # asked again while its process works: the same run, no second process
         again = app_client.post("/api/notebooks/report.ipynb/runs", json=body, headers=_headers(ADMIN))
         assert again.status_code == 202 and again.json()["id"] == run_id

@@ -36,7 +36,7 @@ from ..model import Commit, RunKind, RunRecord, RunStatus, RunUpdate
 from ..store import Store
 from ..store.protocol import Conflict
 from ..store.secret import load_secret
-from ..store.url import parse_url
+from ..store.url import ENV_VAR, parse_url
 from .notebook_folder import NotebookFolder
 
 __all__ = ["META", "NotebookRuns"]
@@ -261,7 +261,6 @@ class NotebookRuns:
         output = self.folder.output(spec.relative, run_id)
         output.parent.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", "durable_nb.cli", "run-notebook", str(spec.notebook), "-o", str(output)]
-        command += ["--store", self.store_url]
         if spec.run is not None:
             command += ["--run", spec.run]
         if spec.parameters:
@@ -272,8 +271,15 @@ class NotebookRuns:
             said.write(f"-- {datetime.now(UTC).isoformat()} started for run {run_id}\n".encode())
             said.flush()
             # A session of its own: a Ctrl-C meant for the server does not interrupt the kernel.
+            # The store's URL (a PostgreSQL password, say) goes in the child's environment, not on its
+            # command line, which every user of the machine can read (ps).
             return await asyncio.create_subprocess_exec(
-                *command, stdin=asyncio.subprocess.DEVNULL, stdout=said, stderr=said, start_new_session=True
+                *command,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=said,
+                stderr=said,
+                start_new_session=True,
+                env={**os.environ, ENV_VAR: self.store_url},
             )
 
     async def _watch(self, run_id: str, spec: _Spec, child: _Child) -> None:
