@@ -450,6 +450,9 @@ def test_inspector_approves_and_rejects_a_paused_run(store_url: str) -> None:
         inspector = dnb.inspect(run.id, store=store_url)
         assert not inspector.approve_button.disabled and not inspector.reject_button.disabled
         assert "pay?" in inspector.summary.value
+        # The gate's checkpoint reads as in the history view, not as its stored status.
+        [gate_label] = [label for label, _ in inspector.checkpoints.options if "gate:review" in label]
+        assert "waiting for a decision" in gate_label and "interrupted" not in gate_label
         (inspector.approve_button if approved else inspector.reject_button).click()
 
         [decision] = decisions(store_url, run.id, "review")
@@ -459,6 +462,9 @@ def test_inspector_approves_and_rejects_a_paused_run(store_url: str) -> None:
         assert ERROR_COLOUR not in inspector.status.value and "Decision recorded" in inspector.status.value
         finished = flow.resume(run.id)
         assert finished.status == "completed" and finished.state["paid"] is approved
+        inspector.refresh()
+        [gate_label] = [label for label, _ in inspector.checkpoints.options if "gate:review" in label]
+        assert "decided" in gate_label
 
         inspector.approve_button.click()  # pressed again anyway: refused with a message, nothing recorded
         assert ERROR_COLOUR in inspector.status.value

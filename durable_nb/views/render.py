@@ -26,6 +26,7 @@ __all__ = [
     "Styled",
     "checkpoint_labels",
     "human_duration",
+    "local_text",
     "local_time",
     "styled",
 ]
@@ -169,13 +170,20 @@ def _missing(value: Any) -> bool:
         return str(value) == "<NA>"
 
 
-def _time(value: Any) -> str:
+def local_text(value: Any) -> str:
+    """Return a time (a Timestamp) as plain text, local to the second; '' when missing."""
+    if _missing(value):
+        return ""
     utc = value if value.tzinfo is not None else value.tz_localize("UTC")
     # astimezone() looks the local offset up for each instant, so times across a daylight-saving
     # change are right; a zone taken from now() would be an hour off for half the year.
-    local = utc.floor("s").to_pydatetime().astimezone()
+    return f"{utc.floor('s').to_pydatetime().astimezone():%Y-%m-%d %H:%M:%S}"
+
+
+def _time(value: Any) -> str:
+    utc = value if value.tzinfo is not None else value.tz_localize("UTC")
     iso = utc.tz_convert("UTC").isoformat()
-    return f'<span title="{html.escape(iso)}">{local:%Y-%m-%d %H:%M:%S}</span>'
+    return f'<span title="{html.escape(iso)}">{local_text(value)}</span>'
 
 
 def _badge(status: str) -> str:

@@ -24,7 +24,7 @@ from ..errors import DurableError
 from ..model import RunStatus
 from ..store import resolve_store
 from ..views import compare, forks, history
-from ..views.render import COLOURS
+from ..views.render import COLOURS, checkpoint_labels, local_text
 from .link import KernelLink
 
 __all__ = ["Inspector"]
@@ -168,9 +168,10 @@ class Inspector(widgets.VBox):
             + (f"<br><span style='color:#dc2626'>{html.escape(run.error)}</span>" if run.error else "")
         )
         frame = history(run_id, store=self.store)
+        # A gate's checkpoint reads as in the history view (waiting for a decision, decided), not as stored.
         self.checkpoints.options = [
-            (f"{row.seq:>4}  {row.step:<28} {row.status:<11} {row.created_at:%H:%M:%S}", row.checkpoint_id)
-            for row in frame.itertuples()
+            (f"{row.seq:>4}  {row.step:<28} {label:<22} {local_text(row.created_at)}", row.checkpoint_id)
+            for row, label in zip(frame.itertuples(), checkpoint_labels(frame), strict=True)
         ]
         forkable = [c for c in frame.itertuples() if c.step != "run_end"]
         self.checkpoints.value = forkable[-1].checkpoint_id if forkable else None
