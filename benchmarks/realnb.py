@@ -36,6 +36,7 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
@@ -295,7 +296,11 @@ class Kernel:
     def __init__(self, folder: Path, env: dict[str, str]) -> None:
         from jupyter_client.manager import KernelManager
 
-        self.manager = KernelManager(kernel_name="python3")
+        from durable_nb.headless.kernels import ipc_sockets
+
+        # On Unix sockets in a private folder, as durable_nb starts its own kernels (never TCP).
+        self.sockets = ExitStack()
+        self.manager = KernelManager(kernel_name="python3", **self.sockets.enter_context(ipc_sockets()))
         self.log = folder / "kernels.log"  # the kernel's own stdout and stderr (not the cells')
         with open(self.log, "ab") as log:
             self.manager.start_kernel(cwd=str(folder), env=env, stdout=log, stderr=log)
@@ -371,6 +376,7 @@ class Kernel:
             self.manager.shutdown_kernel(now=False)
         else:
             self.manager.cleanup_resources()
+        self.sockets.close()
 
 
 @dataclass
