@@ -4,7 +4,8 @@
      ├── ConfigurationError       a workflow definition that cannot run
      ├── InvalidInput             bad argument from the caller (also a ValueError)
      │    ├── InvalidState        state or node updates that are not a dict of str keys
-     │    └── InvalidDecision     an approval/rejection that cannot be recorded
+     │    ├── InvalidDecision     an approval/rejection that cannot be recorded
+     │    └── AmbiguousRunId      a shortened run id that matches several runs (also a LookupError)
      ├── RunNotFound              no run with that id (also a LookupError)
      ├── WorkflowNotFound         a service serves no workflow of that name
      ├── CheckpointNotFound       no checkpoint with that id in that run
@@ -22,6 +23,7 @@
      ├── KeyFileError             the signing key file is unsafe, empty or unreadable
      └── StoreError               the store cannot do what was asked
           ├── StoreUnavailable    bad URL, missing driver, unreachable database
+          │    └── StoreNotFound  no store at the URL, and the call only reads (it creates none)
           ├── StoreFailed         an operation failed: disk full, read-only, I/O error, lost connection
           ├── SchemaMismatch      the store was written by a newer durable_nb
           ├── SerializationError  a value cannot be serialized
@@ -38,6 +40,7 @@ from typing import Any
 __all__ = [
     "AgentFailed",
     "AlreadyResumed",
+    "AmbiguousRunId",
     "CheckpointNotFound",
     "ConfigurationError",
     "DurableError",
@@ -57,6 +60,7 @@ __all__ = [
     "SerializationError",
     "StoreError",
     "StoreFailed",
+    "StoreNotFound",
     "StoreUnavailable",
     "TamperedValueError",
     "WorkflowMismatch",
@@ -94,6 +98,10 @@ class InvalidState(InvalidInput, TypeError):
 
 class InvalidDecision(InvalidInput):
     """An approval or rejection whose fields cannot be recorded."""
+
+
+class AmbiguousRunId(InvalidInput, LookupError):
+    """A shortened run id matches more than one run."""
 
 
 class RunNotFound(DurableError, LookupError):
@@ -196,6 +204,17 @@ class StoreError(DurableError):
 
 class StoreUnavailable(StoreError):
     """The store URL is malformed, its driver is missing or the database is unreachable."""
+
+
+class StoreNotFound(StoreUnavailable):
+    """No durable_nb store exists at the URL, and the call only reads (it never creates one)."""
+
+    def __init__(self, where: str, why: str) -> None:
+        super().__init__(
+            f"No durable_nb store at {where} ({why}); nothing was created. Check the store URL (--store, "
+            "$DURABLE_NB_STORE or store=), or start a run with that URL to create the store."
+        )
+        self.store = where
 
 
 class StoreFailed(StoreError):

@@ -85,7 +85,7 @@ async def aruns(name: str | None = None, *, store: Any = None) -> pd.DataFrame:
             f"runs() takes a run name (text) or None for every run, not {type(name).__name__}: {name!r}."
         )
     pd = _pd()
-    resolved = resolve_store(store)
+    resolved = resolve_store(store, existing=True)
     await expire_gates(resolved)  # a listing must not show a run paused past its deadline
     records = await resolved.list_runs(name)
     return pd.DataFrame(
@@ -115,7 +115,7 @@ runs = blocking(aruns)
 async def ahistory(run: Any, *, store: Any = None) -> pd.DataFrame:
     """Return one row per checkpoint of a run, in order: step, status, time, duration, what changed, bytes."""
     pd = _pd()
-    resolved = resolve_store(store)
+    resolved = resolve_store(store, existing=True)
     run_id = await _run_id(run, resolved)
     record = await current_run(resolved, run_id)
     rows = await resolved.history_rows(run_id)
@@ -173,7 +173,7 @@ history = blocking(ahistory)
 async def aforks(run: Any, *, store: Any = None) -> pd.DataFrame:
     """Return the whole fork tree holding a run, from its root: parent, fork point, overrides, status."""
     pd = _pd()
-    resolved = resolve_store(store)
+    resolved = resolve_store(store, existing=True)
     run_id = await _run_id(run, resolved)
     await resolved.get_run(run_id)
     tree = await resolved.fork_tree(run_id)
@@ -211,7 +211,7 @@ forks = blocking(aforks)
 async def aevents(run: Any, *, store: Any = None) -> pd.DataFrame:
     """Return a run's event log: seq, type, node, time, details."""
     pd = _pd()
-    resolved = resolve_store(store)
+    resolved = resolve_store(store, existing=True)
     run_id = await _run_id(run, resolved)
     await resolved.get_run(run_id)
     found = await resolved.list_events(run_id)
@@ -235,7 +235,7 @@ events = blocking(aevents)
 async def acompare(run_ids: Any, names: Any = None, *, store: Any = None) -> pd.DataFrame:
     """Return one row per run and one column per chosen state value (all when ``names`` is None)."""
     pd = _pd()
-    resolved = resolve_store(store)
+    resolved = resolve_store(store, existing=True)
     if not isinstance(run_ids, str | Iterable):
         raise InvalidInput(f"compare takes a run id or a list of run ids, not {type(run_ids).__name__}.")
     single = isinstance(run_ids, str) or is_thread_config(run_ids)
@@ -278,7 +278,7 @@ compare = blocking(acompare)
 async def astatus(run: Any, *, store: Any = None) -> pd.DataFrame:
     """Return a run's status as a one-row DataFrame (``durable_nb.status`` gives it as a dict)."""
     pd = _pd()
-    resolved = resolve_store(store)
+    resolved = resolve_store(store, existing=True)
     run_id = await _run_id(run, resolved)
     record = await current_run(resolved, run_id)
     summary = describe(record, await resolved.status_rows(run_id))
