@@ -13,7 +13,7 @@ from typing import Any
 
 from ..model import STATUS_COLOURS, format_seconds
 
-__all__ = ["Styled", "styled"]
+__all__ = ["Styled", "local_time", "styled"]
 
 COLOURS = STATUS_COLOURS  # the run inspector widget colours its statuses from here too
 
@@ -91,12 +91,19 @@ def _missing(value: Any) -> bool:
 
 
 def _time(value: Any) -> str:
-    utc = value if value.tzinfo is not None else value.tz_localize("UTC")
+    iso = _utc(value).isoformat()
+    return f'<span title="{html.escape(iso)}">{local_time(value)}</span>'
+
+
+def _utc(value: Any) -> Any:
+    return value.tz_convert("UTC") if value.tzinfo is not None else value.tz_localize("UTC")
+
+
+def local_time(value: Any) -> str:
+    """Return a timestamp as people read it: local time to the second (``2026-12-01 17:41:24``)."""
     # astimezone() looks the local offset up for each instant, so times across a daylight-saving
     # change are right; a zone taken from now() would be an hour off for half the year.
-    local = utc.floor("s").to_pydatetime().astimezone()
-    iso = utc.tz_convert("UTC").isoformat()
-    return f'<span title="{html.escape(iso)}">{local:%Y-%m-%d %H:%M:%S}</span>'
+    return f"{_utc(value).floor('s').to_pydatetime().astimezone():%Y-%m-%d %H:%M:%S}"
 
 
 def _badge(status: str) -> str:
