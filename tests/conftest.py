@@ -19,6 +19,9 @@ import pytest
 import durable_nb as dnb
 from durable_nb.store import disconnect
 
+# Nothing a session starts outlives it, and it changes no file of the repository.
+pytest_plugins = ["sessioncheck"]
+
 POSTGRES_ENV = "DURABLE_NB_TEST_POSTGRES"
 BACKENDS = ["sqlite", "postgres"]
 NO_POSTGRES = (
