@@ -1,10 +1,13 @@
 """The ``durable-nb`` command: each subcommand opens the store, makes one library call, prints.
 
+Only commands that start runs create a store; the others refuse one that does not exist. A run is
+named by its whole id or any start of it that no other run's id has.
+
 Every error becomes one clean line on stderr (a JSON object with ``--json``) and an exit code:
-1 for a failure of the operation (or any unexpected error), 3 when the run is not in a state that
-allows it, 4 when it does not exist, 130 when interrupted. Whatever comes from the store (names,
-errors, gate reasons) is printed with its control characters escaped, so it cannot move the
-cursor, retitle the terminal or forge a line.
+1 for a failure of the operation (or any unexpected error), 2 for a start of an id several runs
+share, 3 when the run is not in a state that allows it, 4 when it or its store does not exist,
+130 when interrupted. Whatever comes from the store (names, errors, gate reasons) is printed with
+its control characters escaped, so it cannot move the cursor, retitle the terminal or forge a line.
 """
 
 from __future__ import annotations
