@@ -6,7 +6,8 @@ when the session ends, after every fixture is torn down:
 - every process that inherited this session's marker variable (kernels, servers, workers, even
   those re-parented to init) or that descends from the pytest process must be gone; one that is
   still there after a short wait for those already stopping is named, killed (so that it cannot
-  hold the run open) and fails the session;
+  hold the run open) and fails the session. The resource trackers of multiprocessing and loky are
+  not counted: pytest's own helpers, they end with it;
 - ``git status`` of the checkout holding the tests must read as it did when the session began (a
   test that rewrote a tracked file, or left a new one in the repository, fails the session).
 
@@ -71,6 +72,11 @@ def _command(pid: int) -> str:
         return "?"
 
 
+# multiprocessing's and loky's trackers of shared resources: started for pytest itself, they read a
+# pipe from it and end when it does.
+_HELPERS = ("multiprocessing.resource_tracker import main", "loky.backend.resource_tracker import main")
+
+
 def session_processes(token: str) -> dict[int, str]:
     """The live processes this session started: descendants of this process, or marked with ``token``."""
     me = os.getpid()
@@ -84,7 +90,12 @@ def session_processes(token: str) -> dict[int, str]:
             ancestor, seen = states.get(ancestor, (0, ""))[0], seen + 1
         if ancestor == me or _marked(pid, token):
             found.add(pid)
-    return {pid: _command(pid) for pid in sorted(found)}
+    commands = {pid: _command(pid) for pid in sorted(found)}
+    return {
+        pid: command
+        for pid, command in commands.items()
+        if not (states[pid][0] == me and any(helper in command for helper in _HELPERS))
+    }
 
 
 def pytest_configure(config: pytest.Config) -> None:
