@@ -1,10 +1,13 @@
 """The ``durable-nb`` command: each subcommand opens the store, makes one library call, prints.
 
+Only commands that start runs create a store; the others refuse one that does not exist. A run is
+named by its whole id or any start of it that no other run's id has.
+
 Every error becomes one clean line on stderr (a JSON object with ``--json``) and an exit code:
-1 for a failure of the operation (or any unexpected error), 3 when the run is not in a state that
-allows it, 4 when it does not exist, 130 when interrupted. Whatever comes from the store (names,
-errors, gate reasons) is printed with its control characters escaped, so it cannot move the
-cursor, retitle the terminal or forge a line.
+1 for a failure of the operation (or any unexpected error), 2 for a start of an id several runs
+share, 3 when the run is not in a state that allows it, 4 when it or its store does not exist,
+130 when interrupted. Whatever comes from the store (names, errors, gate reasons) is printed with
+its control characters escaped, so it cannot move the cursor, retitle the terminal or forge a line.
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ import durable_nb as dnb
 from ._loop import run_sync
 from .engine.forking import values_at_fork_point
 from .engine.overrides import parse_overrides
+from .engine.run_ids import complete_run_id
 from .errors import (
     AlreadyResumed,
+    AmbiguousRunId,
     DurableError,
     InvalidInput,
     InvalidNotebookRun,
@@ -33,9 +38,11 @@ from .errors import (
     NotResumable,
     RunNotFound,
     RunOwnedElsewhere,
+    StoreNotFound,
     UnknownGate,
 )
-from .store import resolve_store
+from .store import Store
+from .views.text import human_frame
 
 __all__ = ["main", "printable"]
 
@@ -72,6 +79,19 @@ def parse_positive_int(text: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 1 or more")
     return number
+
+
+def existing_store(args: argparse.Namespace) -> Store:
+    """Return the store of ``--store`` (default: $DURABLE_NB_STORE, else .durable_nb/runs.db), which must exist.
+
+    Only commands that start runs create a store: a mistyped URL is refused, not made.
+    """
+    return dnb.connect(args.store, create=False)
+
+
+def run_id_of(store: Store, text: str) -> str:
+    """Return the id of the run ``text`` names: its whole id or any start of it only one run's id has."""
+    return run_sync(complete_run_id(store, text))
 
 
 def load_workflow(spec: str) -> dnb.Workflow:
@@ -146,8 +166,12 @@ def _print_frame(frame: Any, args: argparse.Namespace, columns: list[str] | None
     if args.json:
         print(_dumps(_frame_records(frame), indent=2))
         return
-    shown = frame[columns] if columns else frame
-    print("(none)" if shown.empty else _printable_frame(shown).to_string(index=False))
+    print("(none)" if frame.empty else _table(frame, columns))
+
+
+def _table(frame: Any, columns: list[str] | None = None) -> str:
+    # Durations and times as the notebook shows them; whole ids, which people copy from here.
+    return _printable_frame(human_frame(frame, columns)).to_string(index=False)
 
 
 def _print_run(run: dnb.Run, args: argparse.Namespace, headline: str) -> None:
@@ -175,27 +199,30 @@ def _print_run(run: dnb.Run, args: argparse.Namespace, headline: str) -> None:
 
 
 def cmd_runs(args: argparse.Namespace) -> None:
-    frame = dnb.runs(args.name, store=args.store)
+    frame = dnb.runs(args.name, store=existing_store(args))
     if args.status:
         frame = frame[frame["status"] == args.status]
     _print_frame(frame, args, ["run_id", "name", "kind", "status", "created_at", "checkpoints", "error"])
 
 
 def cmd_show(args: argparse.Namespace) -> None:
-    status = dnb.status(args.run, store=args.store)
-    frame = dnb.history(args.run, store=args.store).tail(args.last)
+    store = existing_store(args)
+    run_id = run_id_of(store, args.run)
+    status = dnb.status(run_id, store=store)
+    frame = dnb.history(run_id, store=store).tail(args.last)
     if args.json:
         print(json.dumps(_jsonable({**status, "last_checkpoints": _frame_records(frame)}), indent=2))
         return
-    run = dnb.get_run(args.run, store=args.store)
+    run = dnb.get_run(run_id, store=store)
     _print_run(run, args, "show")
     counts = ", ".join(f"{k} {v}" for k, v in status["node_counts"].items() if v)
     print(f"  nodes: {counts or 'none yet'}")
-    print(_printable_frame(frame[["seq", "step", "status", "created_at", "duration"]]).to_string(index=False))
+    print(_table(frame, ["seq", "step", "status", "created_at", "duration"]))
 
 
 def cmd_history(args: argparse.Namespace) -> None:
-    frame = dnb.history(args.run, store=args.store)
+    store = existing_store(args)
+    frame = dnb.history(run_id_of(store, args.run), store=store)
     _print_frame(frame, args, ["seq", "step", "status", "created_at", "duration", "attempts", "bytes_written", "error"])
 
 
@@ -210,8 +237,14 @@ def _decision_value(text: str | None) -> Any:
 
 def cmd_approve(args: argparse.Namespace) -> None:
     decide = dnb.approve if args.command == "approve" else dnb.reject
+    store = existing_store(args)
     run = decide(
-        args.run, node=args.node, comment=args.comment, by=args.by, value=_decision_value(args.value), store=args.store
+        run_id_of(store, args.run),
+        node=args.node,
+        comment=args.comment,
+        by=args.by,
+        value=_decision_value(args.value),
+        store=store,
     )
     _print_run(run, args, "approved" if args.command == "approve" else "rejected")
     if not args.json:
@@ -221,15 +254,16 @@ def cmd_approve(args: argparse.Namespace) -> None:
 def cmd_resume(args: argparse.Namespace) -> None:
     flow = load_workflow(args.workflow)
     if args.store is not None:
-        flow = dnb.Workflow._bound_to(flow, dnb.connect(args.store))
-    _print_run(flow.resume(args.run), args, "resumed")
+        flow = dnb.Workflow._bound_to(flow, existing_store(args))
+    _print_run(flow.resume(run_id_of(flow.store, args.run)), args, "resumed")
 
 
 def cmd_cancel(args: argparse.Namespace) -> None:
-    _print_run(dnb.cancel(args.run, store=args.store), args, "cancelled")
+    store = existing_store(args)
+    _print_run(dnb.cancel(run_id_of(store, args.run), store=store), args, "cancelled")
 
 
-def _checked_overrides(args: argparse.Namespace) -> dict[str, Any]:
+def _checked_overrides(args: argparse.Namespace, store: Store, run_id: str) -> dict[str, Any]:
     """Parse ``--set`` items; each must keep the type its value has at the fork point."""
     lines = list(args.set)
     overrides = parse_overrides(lines)
@@ -237,22 +271,24 @@ def _checked_overrides(args: argparse.Namespace) -> dict[str, Any]:
     names = [name for name, value in overrides.items() if value is not None]
     if not names:
         return overrides
-    current = run_sync(values_at_fork_point(resolve_store(args.store), args.run, args.at, names))
+    current = run_sync(values_at_fork_point(store, run_id, args.at, names))
     return parse_overrides(lines, current)
 
 
 def cmd_fork(args: argparse.Namespace) -> None:
-    run = dnb.fork(args.run, args.at, _checked_overrides(args), store=args.store)
+    store = existing_store(args)
+    run_id = run_id_of(store, args.run)
+    run = dnb.fork(run_id, args.at, _checked_overrides(args, store, run_id), store=store)
     _print_run(run, args, "forked")
     if not args.json:
         print(
-            f"  from {printable(args.run)}; run it with its workflow: "
+            f"  from {printable(run_id)}; run it with its workflow: "
             f"durable-nb resume {printable(run.id)} --workflow module:flow"
         )
 
 
 def cmd_prune(args: argparse.Namespace) -> None:
-    report = dnb.prune(args.older_than, store=args.store)
+    report = dnb.prune(args.older_than, store=existing_store(args))
     fields = {
         "checkpoints": report.checkpoints,
         "events": report.events,
@@ -268,9 +304,9 @@ def cmd_prune(args: argparse.Namespace) -> None:
 
 def cmd_recover(args: argparse.Namespace) -> None:
     flows = [load_workflow(spec) for spec in args.workflow]
-    store = args.store if args.store is not None else (flows[0].store if flows else None)
+    store = existing_store(args) if args.store is not None or not flows else flows[0].store
     if args.store is not None:
-        flows = [dnb.Workflow._bound_to(flow, dnb.connect(args.store)) for flow in flows]
+        flows = [dnb.Workflow._bound_to(flow, store) for flow in flows]
     report = dnb.recover(flows, store=store)
     summary = {
         "resumed": {r.id: r.status for r in report.resumed},
@@ -375,7 +411,17 @@ def cmd_serve(args: argparse.Namespace) -> None:
 def cmd_demo(args: argparse.Namespace) -> None:
     from .demo.run import run_demo
 
-    run_demo(args.folder, keep=args.keep)
+    # With --json, the steps go to stderr and stdout carries only the summary.
+    result = run_demo(args.folder, keep=args.keep, store=args.store, out=sys.stderr if args.json else sys.stdout)
+    if args.json:
+        summary = {
+            "run_id": result.run_id,
+            "status": result.status,
+            "store": result.store,
+            "seconds": round(result.seconds, 3),
+            "history": _frame_records(result.history[["seq", "step", "status", "duration", "changed"]]),
+        }
+        print(_dumps(summary, indent=2))
 
 
 # -- the parser ---------------------------------------------------------------------------------------
@@ -469,7 +515,9 @@ def build_parser() -> argparse.ArgumentParser:
         )
         sub.set_defaults(handler=handler)
         if name not in ("runs", "prune", "recover", "demo", "serve", "mcp", "run-notebook"):
-            sub.add_argument("run", help="the run id (see durable-nb runs)")
+            sub.add_argument(
+                "run", help="the run's id, or any start of it that no other run's id has (see durable-nb runs)"
+            )
         if name == "runs":
             sub.add_argument("--name", default=None, help="only runs of this name")
             sub.add_argument(
@@ -565,8 +613,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _exit_code(error: BaseException) -> int:
     if isinstance(error, InvalidNotebookRun):
         return EXIT_USAGE  # refused before any kernel started, as argparse refuses bad usage
-    if isinstance(error, RunNotFound | UnknownGate):
+    if isinstance(error, RunNotFound | UnknownGate | StoreNotFound):
         return EXIT_NOT_FOUND
+    if isinstance(error, AmbiguousRunId):
+        return EXIT_USAGE
     if isinstance(error, AlreadyResumed | NotResumable | NotCancellable | RunOwnedElsewhere):
         return EXIT_STATE
     if isinstance(error, KeyboardInterrupt):

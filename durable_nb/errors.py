@@ -6,7 +6,8 @@
      │    ├── InvalidState        state or node updates that are not a dict of str keys
      │    ├── InvalidDecision     an approval/rejection that cannot be recorded
      │    ├── IdempotencyKeyReused  a key already used for a run with other input
-     │    └── InvalidNotebookRun    a notebook, run name or parameters run-notebook cannot use
+     │    ├── InvalidNotebookRun    a notebook, run name or parameters run-notebook cannot use
+     │    └── AmbiguousRunId        a shortened run id that matches several runs (also a LookupError)
      ├── RunNotFound              no run with that id (also a LookupError)
      ├── UnknownGate              no gate waits at that node (also a LookupError)
      ├── WorkflowNotFound         a service serves no workflow of that name
@@ -25,6 +26,7 @@
      ├── KeyFileError             the signing key file is unsafe, empty or unreadable
      └── StoreError               the store cannot do what was asked
           ├── StoreUnavailable    bad URL, missing driver, unreachable database
+          │    └── StoreNotFound  no store at the URL, and the call only reads (it creates none)
           ├── StoreFailed         an operation failed: disk full, read-only, I/O error, lost connection
           ├── SchemaMismatch      the store was written by a newer durable_nb
           ├── SerializationError  a value cannot be serialized
@@ -41,6 +43,7 @@ from typing import Any
 __all__ = [
     "AgentFailed",
     "AlreadyResumed",
+    "AmbiguousRunId",
     "CheckpointNotFound",
     "ConfigurationError",
     "DurableError",
@@ -62,6 +65,7 @@ __all__ = [
     "SerializationError",
     "StoreError",
     "StoreFailed",
+    "StoreNotFound",
     "StoreUnavailable",
     "TamperedValueError",
     "UnknownGate",
@@ -108,6 +112,10 @@ class IdempotencyKeyReused(InvalidInput):
 
 class InvalidNotebookRun(InvalidInput):
     """A notebook path, run name or parameters a headless run cannot use: refused before any kernel starts."""
+
+
+class AmbiguousRunId(InvalidInput, LookupError):
+    """A shortened run id matches more than one run."""
 
 
 class RunNotFound(DurableError, LookupError):
@@ -214,6 +222,17 @@ class StoreError(DurableError):
 
 class StoreUnavailable(StoreError):
     """The store URL is malformed, its driver is missing or the database is unreachable."""
+
+
+class StoreNotFound(StoreUnavailable):
+    """No durable_nb store exists at the URL, and the call only reads (it never creates one)."""
+
+    def __init__(self, where: str, why: str) -> None:
+        super().__init__(
+            f"No durable_nb store at {where} ({why}); nothing was created. Check the store URL (--store, "
+            "$DURABLE_NB_STORE or store=), or start a run with that URL to create the store."
+        )
+        self.store = where
 
 
 class StoreFailed(StoreError):

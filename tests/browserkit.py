@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
-__all__ = ["CHROMIUM", "chromium"]
+__all__ = ["CHROMIUM", "SCREENSHOTS_ENV", "chromium", "screenshot_path"]
+
+# The folder screenshots go to when set (docs/refresh-screenshots sets it to docs/); else each
+# test's own temporary folder, so that the suite never changes a tracked file.
+SCREENSHOTS_ENV = "DURABLE_NB_SCREENSHOTS"
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 _ARGS = [
@@ -31,3 +37,10 @@ def chromium() -> Iterator[Any]:
             yield browser
         finally:
             browser.close()
+
+
+def screenshot_path(folder: Path, name: str) -> str:
+    """Where a test saves the screenshot ``name``: ``$DURABLE_NB_SCREENSHOTS`` when set, else ``folder``."""
+    chosen = Path(os.environ.get(SCREENSHOTS_ENV) or folder)
+    chosen.mkdir(parents=True, exist_ok=True)
+    return str(chosen / name)

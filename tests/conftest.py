@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +19,9 @@ import pytest
 
 import durable_nb as dnb
 from durable_nb.store import disconnect
+
+# Nothing a session starts outlives it, and it changes no file of the repository.
+pytest_plugins = ["sessioncheck"]
 
 POSTGRES_ENV = "DURABLE_NB_TEST_POSTGRES"
 BACKENDS = ["sqlite", "postgres"]
@@ -75,9 +79,36 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tmp_path_factory:
     """Keep key files and default stores out of the user's home and the repository."""
     config = tmp_path_factory.getbasetemp() / "config"
     monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
+    # IPython shells and kernels keep their history and profile here, not in ~/.ipython.
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path_factory.getbasetemp() / "ipython"))
     monkeypatch.delenv("DURABLE_NB_SECRET", raising=False)
     monkeypatch.delenv("DURABLE_NB_STORE", raising=False)
     monkeypatch.chdir(tmp_path)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    close_test_shells()
+
+
+def close_test_shells() -> None:
+    """Close the IPython shells the tests made, so that the process ends as soon as the summary is out.
+
+    IPython resets each shell at interpreter exit, a full garbage collection apiece: with the hundreds
+    of shells a run makes, and everything they still hold, pytest stayed alive for minutes after its
+    summary. Closed here (their exit hook dropped, their history thread stopped), they cost nothing.
+    """
+    if "IPython.core.interactiveshell" not in sys.modules:
+        return
+    import atexit
+    import gc
+
+    from IPython.core.interactiveshell import InteractiveShell
+
+    # type(), not isinstance(): a proxy among the objects could run code when asked its __class__.
+    for shell in [o for o in gc.get_objects() if issubclass(type(o), InteractiveShell)]:
+        atexit.unregister(shell.atexit_operations)
+        if shell.history_manager is not None:
+            shell.history_manager.close()
 
 
 @pytest.fixture

@@ -6,7 +6,8 @@ the gate's frozen context escaped (a script in it stays text), and Approve with 
 decides the gate as the token's name; the run then completes in the server. An attacker's page,
 served from another port of 127.0.0.1 (the same site: the browser sends it the session cookie),
 auto-submits a decision form and frames the page: the gate stays undecided, the frame shows
-nothing. The screenshot in docs/ is written here.
+nothing. The screenshot of the page is
+taken here (into the test's folder; docs/refresh-screenshots refreshes the README's).
 """
 
 from __future__ import annotations
@@ -19,14 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browserkit import CHROMIUM, chromium
+from browserkit import CHROMIUM, chromium, screenshot_path
 from servicekit import ADMIN, DECIDER, READER, Server, free_port
 
 import durable_nb as dnb
 
 pytestmark = pytest.mark.slow
-
-DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
 @pytest.fixture
@@ -48,7 +47,7 @@ def page() -> Iterator[Any]:
         yield browser.new_page(viewport={"width": 1100, "height": 700})
 
 
-def test_approve_a_gate_from_the_page(server: Server, page: Any, store_url: str) -> None:
+def test_approve_a_gate_from_the_page(server: Server, page: Any, store_url: str, tmp_path: Path) -> None:
     hostile = "<script>window.pwned = 1</script>"
     run_id = server.client.run("gated", {"who": hostile})["id"]
     assert server.client.wait(run_id)["status"] == "paused"
@@ -62,8 +61,7 @@ def test_approve_a_gate_from_the_page(server: Server, page: Any, store_url: str)
     gate.wait_for()
     assert "publish?" in gate.inner_text() and hostile in gate.inner_text()
     assert page.evaluate("window.pwned") is None  # the context is text, never markup
-    DOCS.mkdir(exist_ok=True)
-    page.screenshot(path=str(DOCS / "approvals-page.png"), full_page=True)
+    page.screenshot(path=screenshot_path(tmp_path, "approvals-page.png"), full_page=True)
     gate.locator("textarea").fill("looks right")
     gate.get_by_role("button", name="Approve").click()
     assert "decide" in page.content()  # a read token cannot decide

@@ -26,7 +26,7 @@ The cases are grouped by how they are exercised:
   approvals page's CSRF token, Origin and ``approved``) and the API's own refusals; the answer
   has the typed error's status and says what to do, and every row of the store is unchanged.
 
-The catalogue holds 355 cases (``CASE_COUNT`` below; a test checks it).
+The catalogue holds 367 cases (``CASE_COUNT`` below; a test checks it).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ from durable_nb.service.errors import (
 )
 from durable_nb.store import disconnect
 
-CASE_COUNT = 355
+CASE_COUNT = 367
 
 ErrorType = type[BaseException] | tuple[type[BaseException], ...]
 
@@ -651,6 +651,15 @@ def _new_file(root: Path) -> str:
     return f"sqlite:///{root}/runs.db"
 
 
+def _in_missing_folder(root: Path) -> str:
+    return f"sqlite:///{root}/nonexistent/dir/x.db"
+
+
+def _empty_file(root: Path) -> str:
+    (root / "runs.db").touch()
+    return f"sqlite:///{root}/runs.db"
+
+
 def _unit_flow(store: Any) -> dnb.Workflow:
     flow = dnb.Workflow("w", store=store)
     flow.node(retry_count=0)(_fn)
@@ -698,7 +707,7 @@ STORE_URLS = [
     url_case(
         "connect-path-under-a-file",
         _under_file,
-        lambda url: dnb.runs(store=url),
+        lambda url: _unit_flow(url).run({}),
         dnb.StoreUnavailable,
         "cannot open the sqlite store",
     ),
@@ -723,6 +732,39 @@ STORE_URLS = [
     ),
     url_case("store-argument-object", _given(object()), lambda store: dnb.runs(store=store), dnb.InvalidInput, "store"),
     url_case("workflow-store-int", _given(5), lambda store: _unit_flow(store).run({}), dnb.InvalidInput, "store"),
+    # Calls that only read or act on stored runs never create the store a mistyped URL names.
+    url_case("read-runs-store-missing", _new_file, lambda url: dnb.runs(store=url), dnb.StoreNotFound, "no such file"),
+    url_case(
+        "read-history-store-in-missing-folder",
+        _in_missing_folder,
+        lambda url: dnb.history("0192", store=url),
+        dnb.StoreNotFound,
+        "nonexistent/dir/x.db",
+    ),
+    url_case(
+        "read-get-run-store-empty-file",
+        _empty_file,
+        lambda url: dnb.get_run("0192", store=url),
+        dnb.StoreNotFound,
+        "holds no durable_nb store",
+    ),
+    url_case(
+        "read-approve-store-missing",
+        _new_file,
+        lambda url: dnb.approve("0192", store=url),
+        dnb.StoreNotFound,
+        "start a run",
+    ),
+    url_case(
+        "read-fork-store-missing", _new_file, lambda url: dnb.fork("0192", store=url), dnb.StoreNotFound, "no such file"
+    ),
+    url_case(
+        "read-events-store-connected-without-create",
+        _in_missing_folder,
+        lambda url: dnb.events("0192", store=dnb.connect(url, create=False)),
+        dnb.StoreNotFound,
+        "check the store url",
+    ),
     url_case(
         "workflow-store-mysql",
         _given("mysql://x"),
@@ -1447,6 +1489,45 @@ CLI = [
     ),
     pytest.param(
         ["run-notebook", "{root}"], EXIT_USAGE, dnb.InvalidNotebookRun, "is a folder", id="cli-run-notebook-folder"
+    ),
+    pytest.param(
+        ["runs", "--store", "sqlite:///{root}/nonexistent/dir/x.db"],
+        EXIT_NOT_FOUND,
+        dnb.StoreNotFound,
+        "no durable_nb store at",
+        id="cli-runs-store-missing",
+    ),
+    pytest.param(
+        ["history", "{done}", "--store", "sqlite:///{root}/typo.db"],
+        EXIT_NOT_FOUND,
+        dnb.StoreNotFound,
+        "typo.db",
+        id="cli-history-store-missing",
+    ),
+    pytest.param(
+        ["approve", "{paused}", "--store", "sqlite:///{root}/typo.db"],
+        EXIT_NOT_FOUND,
+        dnb.StoreNotFound,
+        "start a run",
+        id="cli-approve-store-missing",
+    ),
+    pytest.param(
+        ["prune", "--older-than", "1d", "--store", "sqlite:///{root}/typo.db"],
+        EXIT_NOT_FOUND,
+        dnb.StoreNotFound,
+        "no such file",
+        id="cli-prune-store-missing",
+    ),
+    # A start of a run id that more than one run's id has (UUIDv7 ids made together share their start).
+    pytest.param(
+        ["show", "{done:.4}"], EXIT_USAGE, dnb.AmbiguousRunId, "give more of the id", id="cli-show-ambiguous-id-start"
+    ),
+    pytest.param(
+        ["cancel", "{paused:.4}"],
+        EXIT_USAGE,
+        dnb.AmbiguousRunId,
+        "(gated, paused)",
+        id="cli-cancel-ambiguous-lists-runs",
     ),
 ]
 

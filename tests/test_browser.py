@@ -1,7 +1,8 @@
 """JupyterLab in headless Chromium (§7, N6): Run All, the gate panel, Approve, the inspector, a fork.
 
-Needs Debian's chromium, Playwright for Python and JupyterLab; `.ci/run` installs them. The
-screenshots in docs/ (shown in the README) are written by these tests.
+Needs Debian's chromium, Playwright for Python and JupyterLab; `.ci/run` installs them. These tests
+take the screenshots in docs/ (shown in the README) into their temporary folder; docs/refresh-screenshots
+runs them with $DURABLE_NB_SCREENSHOTS=docs to refresh the README's.
 """
 
 from __future__ import annotations
@@ -18,14 +19,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from browserkit import CHROMIUM, chromium
+from browserkit import CHROMIUM, chromium, screenshot_path
 
 import durable_nb as dnb
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = ROOT / "docs"
 
 
 def _free_port() -> int:
@@ -176,8 +176,7 @@ def test_quickstart_gate_approve_and_finish(browser: object, lab: dict[str, str]
     run_id = wait_for_run(lab["store"], "quickstart", "paused")
     widget = page.locator(".widget-vbox", has=page.locator("text=Approval needed")).first  # type: ignore[attr-defined]
     widget.scroll_into_view_if_needed()
-    DOCS.mkdir(exist_ok=True)
-    widget.screenshot(path=str(DOCS / "gate-panel.png"))
+    widget.screenshot(path=screenshot_path(Path(lab["folder"]), "gate-panel.png"))
     widget.locator("button:has-text('Approve')").click()
     page.locator("text=Approved by").first.wait_for(timeout=60_000)  # type: ignore[attr-defined]
     decided = dnb.get_run(run_id, store=lab["store"])
@@ -207,7 +206,7 @@ def test_inspector_forks_at_a_checkpoint(browser: object, lab: dict[str, str]) -
     inspector.locator("textarea").first.fill("discount = 0.3")
     inspector.locator("button:has-text('Fork here')").click()
     page.locator("text=Created fork").first.wait_for(timeout=60_000)  # type: ignore[attr-defined]
-    inspector.screenshot(path=str(DOCS / "inspector.png"))
+    inspector.screenshot(path=screenshot_path(Path(lab["folder"]), "inspector.png"))
     after = dnb.runs("pricing", store=store)
     assert len(after) == before + 1
     newest = after.iloc[0]
@@ -260,6 +259,5 @@ def test_notes_are_quiet_lines_not_error_boxes(browser: object, lab: dict[str, s
     assert not [t for t in stderr.all_inner_texts() if "durable_nb" in t], stderr.all_inner_texts()
     assert "⏸" not in page.locator(".jp-Notebook").inner_text()  # type: ignore[attr-defined]
     notebook = page.locator(".jp-Notebook").first  # type: ignore[attr-defined]
-    DOCS.mkdir(exist_ok=True)
-    notebook.screenshot(path=str(DOCS / "notes.png"))
+    notebook.screenshot(path=screenshot_path(folder, "notes.png"))
     page.close()  # type: ignore[attr-defined]

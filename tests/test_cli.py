@@ -12,7 +12,7 @@ import pytest
 from conftest import env_with_repo
 
 import durable_nb as dnb
-from durable_nb.cli import COMMANDS, EXIT_NOT_FOUND, EXIT_STATE, main
+from durable_nb.cli import COMMANDS, EXIT_NOT_FOUND, EXIT_STATE, EXIT_USAGE, main
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -135,6 +135,7 @@ def test_prune_and_recover(flow_module: str, store_url: str, capsys: pytest.Capt
 
 def test_unknown_run_and_bad_workflow(store_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     """An unknown run exits 4 with one line; a --workflow that is not a Workflow says so."""
+    dnb.runs(store=dnb.connect(store_url))  # the store exists (a store that does not is refused as such)
     code, out, err = cli(capsys, "show", "no-such-run", "--store", store_url)
     assert code == EXIT_NOT_FOUND and out == "" and err.count("\n") == 1 and "No run with id" in err
     code, _, err = cli(capsys, "resume", "no-such-run", "--workflow", "json:dumps", "--store", store_url)
@@ -158,3 +159,98 @@ def test_console_script_and_demo(tmp_path: Path) -> None:
     assert "restored from checkpoint" in out
     assert "approved: run" in out
     assert textwrap.dedent(out).strip().splitlines()[-1].split()[2:4] == ["is", "completed;"]
+
+
+def _common_start(first: str, second: str) -> str:
+    size = next((i for i, (a, b) in enumerate(zip(first, second, strict=True)) if a != b), len(first))
+    return first[:size]
+
+
+def test_any_start_of_a_run_id_that_one_run_has_names_it(
+    flow_module: str, store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every command taking a run accepts its whole id or any start of it no other run's id has, and
+    prints the whole id; a start several runs share exits 2 listing them, one none has exits 4."""
+    first, second = paused_run(store_url), paused_run(store_url)
+    shared = _common_start(first, second)
+    unique = first[: len(shared) + 1]
+    code, out, _ = cli(capsys, "show", unique, "--store", store_url)
+    assert code == 0 and f"run {first} " in out
+    code, out, _ = cli(capsys, "history", unique, "--store", store_url, "--json")
+    assert code == 0 and [row["step"] for row in json.loads(out)] == ["after:prepare", "gate:review"]
+    code, out, _ = cli(capsys, "fork", unique, "--set", "x=7", "--store", store_url, "--json")
+    assert code == 0 and json.loads(out)["parent_run_id"] == first
+    code, out, _ = cli(capsys, "approve", unique, "--store", store_url)
+    assert code == 0 and f"approved: run {first} " in out
+    code, out, _ = cli(capsys, "resume", unique, "--workflow", flow_module, "--store", store_url)
+    assert code == 0 and f"resumed: run {first} " in out and "completed" in out
+    code, out, _ = cli(capsys, "cancel", second[: len(shared) + 1], "--store", store_url)
+    assert code == 0 and f"cancelled: run {second} " in out
+
+    code, out, err = cli(capsys, "reject", shared, "--store", store_url)
+    assert code == EXIT_USAGE and out == "" and err.count("\n") == 1
+    assert first in err and second in err and "Give more of the id" in err
+    code, out, err = cli(capsys, "show", shared, "--store", store_url, "--json")
+    assert code == EXIT_USAGE and json.loads(err)["error"]["type"] == "AmbiguousRunId"
+    code, _, err = cli(capsys, "show", "zz" + first[2:8], "--store", store_url)
+    assert code == EXIT_NOT_FOUND and "No run with id" in err
+
+
+def test_tables_show_durations_and_times_as_the_notebook_does(
+    flow_module: str, store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Terminal tables read ``0.18 ms`` / ``1.52 s`` and local times to the second, never pandas'
+    ``0 days 00:00:00.000176173`` or nanosecond UTC stamps; missing values are empty; ids are whole;
+    a gate's checkpoint reads as waiting for a decision, not as its stored status."""
+    from durable_nb.model import format_seconds
+    from durable_nb.views.render import local_text
+
+    run_id = paused_run(store_url)
+    history = dnb.history(run_id, store=store_url)
+    created = dnb.runs(store=store_url)["created_at"].iloc[0]
+    for command in (["runs"], ["history", run_id], ["show", run_id]):
+        code, out, _ = cli(capsys, *command, "--store", store_url)
+        assert code == 0, command
+        assert "0 days" not in out and "+00:00" not in out and "<NA>" not in out and "NaT" not in out, out
+        assert run_id in out or command[0] == "history", out
+    code, out, _ = cli(capsys, "runs", "--store", store_url)
+    assert local_text(created) in out.splitlines()[1]
+    for command in (["history", run_id], ["show", run_id]):
+        code, out, _ = cli(capsys, *command, "--store", store_url)
+        [gate_line] = [line for line in out.splitlines() if "gate:" in line]
+        assert "waiting for a decision" in gate_line and "interrupted" not in out, out
+    code, out, _ = cli(capsys, "history", run_id, "--store", store_url)
+    for line, (_, row) in zip(out.splitlines()[1:], history.iterrows(), strict=True):
+        assert local_text(row["created_at"]) in line
+        assert format_seconds(row["duration"].total_seconds(), compound=True) in line
+
+
+def test_demo_runs_on_the_given_store_and_summarises_in_json(store_url: str, tmp_path: Path) -> None:
+    """``durable-nb demo --store URL --json`` runs the demo's run in that store and prints one JSON
+    summary on stdout (its steps on stderr); the approval step shows the whole run id, which the
+    commands take as it is."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "durable_nb.cli",
+            "demo",
+            "--store",
+            store_url,
+            "--json",
+            "--folder",
+            str(tmp_path / "demo"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env_with_repo(),
+    )
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    run_id = summary["run_id"]
+    assert summary["status"] == "completed" and summary["store"] == store_url and summary["seconds"] > 0
+    assert [row["step"] for row in summary["history"]][-1] == "run_end"
+    assert f"durable-nb approve {run_id} --comment 'Looks good' --by demo" in result.stderr
+    assert dnb.get_run(run_id, store=store_url).status == "completed"
+    assert not (tmp_path / "demo" / "runs.db").exists()  # the store given, not one in the folder

@@ -131,7 +131,7 @@ def test_the_inspector_builds_on_a_thread(paused: Any) -> None:
     try:
         labels = [label for label, _ in inspector.checkpoints.options]
         assert [label.split()[1] for label in labels] == ["after:input", "after:start", "after:prepare"]
-        assert "interrupted" in labels[-1]
+        assert "waiting for a decision" in labels[-1]  # the gate's checkpoint, as the history view names it
         assert "Ship it?" in inspector.summary.value
         assert not inspector.approve_button.disabled
     finally:

@@ -410,7 +410,7 @@ def test_compare_one_row_per_run_one_column_per_name(store_url: str) -> None:
 
 def test_runs_on_an_empty_store(store_url: str) -> None:
     """§7: runs() on an empty store is an empty DataFrame with the same columns."""
-    empty = dnb.runs(store=store_url)
+    empty = dnb.runs(store=dnb.connect(store_url))  # a new store, created by connect() (a URL alone must name one)
     assert isinstance(empty, pd.DataFrame) and empty.empty
     assert dnb.runs("nothing", store=store_url).empty
     pricing(store_url).run({"rate": 0.1})
@@ -423,7 +423,7 @@ def test_runs_on_an_empty_store(store_url: str) -> None:
 
 def test_empty_frames_keep_the_dtypes_of_full_ones(store_url: str) -> None:
     """§7: an empty view has the same dtypes as a full one (datetime64[ns, UTC], timedelta64[ns])."""
-    empty_runs = dnb.runs(store=store_url)
+    empty_runs = dnb.runs(store=dnb.connect(store_url))
     flow = pricing(store_url)
     run = flow.run({"rate": 0.1})
     bare = new_bare_run(store_url)

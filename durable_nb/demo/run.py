@@ -1,7 +1,7 @@
 """``durable-nb demo``: the quickstart notebook in a real kernel, killed, restored, approved, finished.
 
-Everything runs headless on the embedded SQLite store in a temporary folder (unless told
-otherwise), and every step says what it is doing.
+Everything runs headless, in a temporary folder on the embedded SQLite store there (unless told
+otherwise: ``--folder``, ``--store``), and every step says what it is doing.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shlex
 import shutil
 import signal
 import subprocess
@@ -16,19 +17,33 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from ..errors import DurableError
 from ..notebook.notes import is_note
 
-__all__ = ["run_demo"]
+__all__ = ["DemoResult", "run_demo"]
+
+Say = Callable[[str], None]
+# The notebook's first cell attaches to the latest unfinished run of this name; the demo's first
+# kernel starts a new one instead, so an earlier demo left unfinished in the same store is not taken.
+_ATTACH = "%durable run quickstart"
 
 
-def _say(text: str) -> None:
-    print(text, flush=True)
+@dataclass(frozen=True)
+class DemoResult:
+    """What the demo did: its run, how it ended, where, in how long, and the run's history."""
+
+    run_id: str
+    status: str
+    store: str
+    seconds: float
+    history: Any
 
 
 class _Kernel:
@@ -116,7 +131,7 @@ def _cells() -> list[tuple[str, str]]:
     return cells
 
 
-def _run_all(kernel: _Kernel, cells: list[tuple[str, str]], kill_in: str | None = None) -> str:
+def _run_all(kernel: _Kernel, cells: list[tuple[str, str]], _say: Say, kill_in: str | None = None) -> str:
     """Run cells in order, reporting each; stop at an error; kill the kernel inside ``kill_in``."""
     for label, source in cells:
         started = time.perf_counter()
@@ -144,12 +159,24 @@ def _run_all(kernel: _Kernel, cells: list[tuple[str, str]], kill_in: str | None 
     return "done"
 
 
-def run_demo(folder: str | None = None, keep: bool = False) -> None:
-    """Run the whole demo and print the run's history."""
+def _first_run_all(cells: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The cells as the first kernel runs them: attaching to a new run of the quickstart."""
+    return [(label, source.replace(_ATTACH, f"{_ATTACH} --new", 1)) for label, source in cells]
+
+
+def run_demo(
+    folder: str | None = None, keep: bool = False, store: str | None = None, out: TextIO | None = None
+) -> DemoResult:
+    """Run the whole demo on ``store`` (default: a SQLite file in the folder), saying each step on ``out``."""
     begun = time.perf_counter()
+    stream = sys.stdout if out is None else out
+
+    def _say(text: str) -> None:
+        print(text, file=stream, flush=True)
+
     work = Path(folder) if folder else Path(tempfile.mkdtemp(prefix="durable-nb-demo-"))
     work.mkdir(parents=True, exist_ok=True)
-    store = f"sqlite:///{work.resolve()}/runs.db"
+    store = store or f"sqlite:///{work.resolve()}/runs.db"
     env = dict(os.environ)
     env["DURABLE_NB_STORE"] = store
     cells = [c for c in _cells() if not c[1].startswith("%durable approve")]
@@ -158,20 +185,22 @@ def run_demo(folder: str | None = None, keep: bool = False) -> None:
     try:
         _say("1. Run All in a kernel; the kernel is killed in the middle of the slow 'classify' cell:")
         kernels.append(first := _Kernel(work, env))
-        _run_all(first, cells, kill_in="classify")
+        _run_all(first, _first_run_all(cells), _say, kill_in="classify")
         first.close()
 
         _say("\n2. A new kernel, Run All again: committed cells are restored, the rest runs, the gate pauses:")
         kernels.append(second := _Kernel(work, env))
-        if _run_all(second, cells) != "stopped":
+        if _run_all(second, cells, _say) != "stopped":
             raise DurableError("the demo did not stop at the approval gate as it should have")
 
         import durable_nb as dnb
+        from durable_nb.views.text import human_frame
 
         run_id = str(dnb.runs("quickstart", store=store)["run_id"].iloc[0])
-        _say(f"\n3. Approve the gate from the command line: durable-nb approve {run_id[:13]}… --by demo")
+        decide = ["approve", run_id, "--comment", "Looks good", "--by", "demo"]
+        _say(f"\n3. Approve the gate from the command line: {shlex.join(['durable-nb', *decide])}")
         approve = subprocess.run(
-            [sys.executable, "-m", "durable_nb.cli", "approve", run_id, "--comment", "Looks good", "--by", "demo"],
+            [sys.executable, "-m", "durable_nb.cli", *decide],
             env=env,
             capture_output=True,
             text=True,
@@ -182,16 +211,18 @@ def run_demo(folder: str | None = None, keep: bool = False) -> None:
             raise DurableError(f"durable-nb approve failed (exit code {approve.returncode}): {approve.stderr.strip()}")
 
         _say("\n4. Run All once more: the decided gate continues, the run finishes:")
-        _run_all(second, cells)
+        _run_all(second, cells, _say)
         second.close()
 
         history = dnb.history(run_id, store=store)
         _say(f"\n5. The run's history ({len(history)} checkpoints):")
-        _say(history[["seq", "step", "status", "duration", "changed"]].to_string(index=False))
+        _say(human_frame(history, ["seq", "step", "status", "duration", "changed"]).to_string(index=False))
         final = dnb.get_run(run_id, store=store)
-        _say(f"\nrun {run_id} is {final.status}; the demo took {time.perf_counter() - begun:.1f} s")
+        seconds = time.perf_counter() - begun
+        _say(f"\nrun {run_id} is {final.status}; the demo took {seconds:.1f} s")
         if final.status != dnb.RunStatus.COMPLETED:
             raise DurableError(f"the demo did not complete: run {run_id} is {final.status}")
+        return DemoResult(run_id, str(final.status), store, seconds, history)
     finally:
         for kernel in kernels:
             kernel.close()

@@ -37,7 +37,7 @@ __all__ = [
 
 async def aget_run(run_id: str, *, store: Any = None) -> Run:
     """Return a stored run: status, error, pending gate, and its state on access."""
-    return await load_run(resolve_store(store), run_id)
+    return await load_run(resolve_store(store, existing=True), run_id)
 
 
 get_run = blocking(aget_run)
@@ -45,7 +45,7 @@ get_run = blocking(aget_run)
 
 async def astatus(run_id: str, *, store: Any = None) -> dict[str, Any]:
     """Return ``{run_id, status, node_counts, executions}``, without the workflow's code."""
-    resolved = resolve_store(store)
+    resolved = resolve_store(store, existing=True)
     return describe(await current_run(resolved, run_id), await resolved.status_rows(run_id))
 
 
@@ -63,7 +63,7 @@ async def aapprove(
     approved: bool = True,
 ) -> Run:
     """Async twin of ``approve``."""
-    resolved = resolve_store(store)
+    resolved = resolve_store(store, existing=True)
     decision = make_decision(approved, value, comment, by)
     result = await decide(resolved, run_id, decision, node)
     return await load_run(resolved, run_id, result.run)
@@ -103,7 +103,7 @@ reject = blocking(areject)
 
 async def acancel(run_id: str, *, store: Any = None) -> Run:
     """Cancel a pending, running or paused run; it keeps its checkpoints and stays resumable."""
-    resolved = resolve_store(store)
+    resolved = resolve_store(store, existing=True)
     return await load_run(resolved, run_id, await cancel_run(resolved, run_id))
 
 
@@ -115,7 +115,7 @@ async def afork(run_id: str, checkpoint_id: str | None = None, state: Any = None
 
     The fork is ``pending``; the workflow's ``resume(fork.id)`` runs it.
     """
-    resolved = resolve_store(store)
+    resolved = resolve_store(store, existing=True)
     fork = await create_fork(resolved, ValueCodec(resolved, load_secret()), run_id, checkpoint_id, state)
     return await load_run(resolved, fork.run.run_id, fork.run)
 
@@ -140,7 +140,7 @@ async def aprune(older_than: float | timedelta | datetime, *, store: Any = None)
 
     Never touches paused runs or gate checkpoints; keeps what resume and forks still need.
     """
-    return await resolve_store(store).prune(_cutoff(older_than))
+    return await resolve_store(store, existing=True).prune(_cutoff(older_than))
 
 
 prune = blocking(aprune)

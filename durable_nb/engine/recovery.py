@@ -42,7 +42,7 @@ class RecoveryReport:
 
 def _store_of(workflows: list[Workflow], store: Any) -> Store:
     if store is not None or not workflows:
-        return resolve_store(store)
+        return resolve_store(store, existing=True)
     chosen = workflows[0].store
     for workflow in workflows[1:]:
         if workflow.store is not chosen:

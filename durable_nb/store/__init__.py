@@ -4,25 +4,31 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidInput, StoreUnavailable
 from .protocol import Conflict, Store
 from .url import DEFAULT_URL, ENV_VAR, parse_url, resolve_url
 
+if TYPE_CHECKING:
+    from .sql_store import SQLStore
+
 DURABILITY_LEVELS = ("full", "process")
 
 __all__ = ["DEFAULT_URL", "ENV_VAR", "Conflict", "Store", "connect", "disconnect", "resolve_store"]
 
-_stores: dict[tuple[int, str, str], Store] = {}
+_stores: dict[tuple[int, str, str], SQLStore] = {}
 _lock = threading.Lock()
 
 
-def connect(url: str | os.PathLike[str] | None = None, *, durability: str = "full") -> Store:
+def connect(url: str | os.PathLike[str] | None = None, *, durability: str = "full", create: bool = True) -> Store:
     """Return the store at ``url`` (default: $DURABLE_NB_STORE, else sqlite:///.durable_nb/runs.db).
 
     Stores are shared per process and URL; the connection opens on first use.
     ``durability="process"`` trades power-loss safety for speed (SQLite synchronous=NORMAL).
+    ``create=False`` is for callers that only read or act on stored runs: a store that does not
+    exist yet raises StoreNotFound when first used, and nothing is created (a mistyped URL must
+    not leave an empty store behind).
     """
     if durability not in DURABILITY_LEVELS:
         raise InvalidInput(
@@ -37,8 +43,10 @@ def connect(url: str | os.PathLike[str] | None = None, *, durability: str = "ful
     with _lock:
         store = _stores.get(key)
         if store is not None and not getattr(store, "_closed", False) and not parsed.is_memory:
+            # One store object per URL: once anyone in this process may create it, so may it.
+            store.creates = store.creates or create
             return store
-        store = _open_backend(parsed.scheme, text, parsed.path, durability)
+        store = _open_backend(parsed.scheme, text, parsed.path, durability, create)
         if not parsed.is_memory:
             _stores[key] = store
         return store
@@ -56,23 +64,30 @@ def disconnect(url: str | os.PathLike[str] | None = None) -> None:
         run_sync(store.close())
 
 
-def _open_backend(scheme: str, url: str, path: str | None, durability: str) -> Store:
+def _open_backend(scheme: str, url: str, path: str | None, durability: str, create: bool) -> SQLStore:
     if scheme == "sqlite":
         from .sqlite import SQLiteStore
 
         assert path is not None
-        return SQLiteStore(url, path, durability)
+        return SQLiteStore(url, path, durability, create=create)
     if scheme == "postgresql":
         from .postgres import PostgresStore
 
-        return PostgresStore(url, durability)
+        return PostgresStore(url, durability, create=create)
     raise StoreUnavailable(f"No store backend for {scheme!r} URLs; use sqlite:/// or postgresql://.")
 
 
-def resolve_store(store: Any) -> Store:
-    """Accept a store, a URL or None (the default store) and return a store."""
-    if store is None or isinstance(store, (str, os.PathLike)):
-        return connect(store)
+def resolve_store(store: Any, *, existing: bool = False) -> Store:
+    """Accept a store, a URL or None (the default store) and return a store.
+
+    ``existing=True`` is for calls that only read or act on stored runs: a URL given to them must
+    name a store that exists (StoreNotFound otherwise, nothing created); the default store is
+    created on first use, as ever.
+    """
+    if store is None:
+        return connect()
+    if isinstance(store, (str, os.PathLike)):
+        return connect(store, create=not existing)
     if isinstance(store, Store):
         return store
     raise InvalidInput(

@@ -1,5 +1,6 @@
-"""Operations on many rows at once, for both SQL backends: keyed results by prefix, checkpoints
-found by a field of their ``extra``, and deleting checkpoints or whole runs.
+"""Operations on many rows at once, for both SQL backends: keyed results by prefix, runs by the
+start of their id, checkpoints found by a field of their ``extra``, and deleting checkpoints or
+whole runs.
 
 Each function takes a connection and runs whole through the store's ``_run`` (its lock on
 SQLite, a pooled connection on PostgreSQL), in one transaction. What differs between the
@@ -14,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from ..model import CheckpointRecord, CheckpointState
+from ..model import CheckpointRecord, CheckpointState, RunRecord
 from . import rows
 from .state import keep_rebuildable
 
@@ -26,6 +27,7 @@ __all__ = [
     "delete_runs",
     "forget_checkpoints",
     "keyed_results",
+    "runs_by_id_prefix",
 ]
 
 StateAt = Callable[[Any, str, int], CheckpointState]
@@ -76,6 +78,17 @@ def keyed_results(conn: Any, d: Dialect, run_id: str, prefix: str) -> list[tuple
     """Return (key, value address) of a run's keyed results whose key starts with ``prefix``."""
     sql = f"SELECT key, hash FROM idempotency WHERE run_id = {d.p} AND substr(key, 1, CAST({d.p} AS INTEGER)) = {d.p}"
     return [(str(k), str(h)) for k, h in conn.execute(sql, (run_id, len(prefix), prefix)).fetchall()]
+
+
+def runs_by_id_prefix(conn: Any, d: Dialect, prefix: str, limit: int) -> list[RunRecord]:
+    """Return up to ``limit`` runs whose id starts with ``prefix``, in id order."""
+    # substr, not LIKE: an id's '_' or '%' would be a wildcard, and PostgreSQL's collation would
+    # make a range comparison skip punctuation.
+    sql = (
+        f"SELECT {rows.RUN_COLUMNS} FROM runs WHERE substr(run_id, 1, CAST({d.p} AS INTEGER)) = {d.p} "
+        f"ORDER BY run_id LIMIT {d.p}"
+    )
+    return [rows.run_from_row(row) for row in conn.execute(sql, (len(prefix), prefix, limit)).fetchall()]
 
 
 def checkpoints_by_extra(conn: Any, d: Dialect, path: Sequence[str], values: Sequence[str]) -> list[CheckpointRecord]:

@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ..errors import InvalidInput, StoreFailed, StoreUnavailable
+from ..errors import InvalidInput, StoreFailed, StoreNotFound, StoreUnavailable
 from ..model import (
     Commit,
     CommitResult,
@@ -25,7 +25,7 @@ from ..model import (
 from . import bulk_ops, postgres_ops
 from .failures import WRITES, operation_name, store_failed
 from .offload import offload
-from .postgres_schema import MIGRATION_LOCK, ensure_schema
+from .postgres_schema import MIGRATION_LOCK, ensure_schema, stored_version
 from .sql_store import SQLStore
 
 __all__ = ["PostgresStore"]
@@ -73,9 +73,10 @@ def _shown(url: str) -> str:
 class PostgresStore(SQLStore):
     """A store in a PostgreSQL database (optionally one schema of it: ``?schema=name``)."""
 
-    def __init__(self, url: str, durability: str = "full") -> None:
+    def __init__(self, url: str, durability: str = "full", *, create: bool = True) -> None:
         if durability not in ("full", "process"):
             raise InvalidInput(f"durability must be 'full' or 'process', not {durability!r}.")
+        self.creates = create
         try:
             import psycopg  # noqa: F401
             import psycopg_pool  # noqa: F401
@@ -120,6 +121,8 @@ class PostgresStore(SQLStore):
 
         try:
             with connect(self.conninfo, autocommit=True, connect_timeout=10) as conn:
+                if not self.creates:
+                    self._require_existing(conn)
                 # CREATE SCHEMA IF NOT EXISTS is not safe against a concurrent twin: every process
                 # that opens a new store takes the migration lock first.
                 conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
@@ -146,6 +149,15 @@ class PostgresStore(SQLStore):
             open=True,
             name=f"durable-nb-{id(self)}",
         )
+
+    def _require_existing(self, conn: Any) -> None:
+        """Raise StoreNotFound unless the schema exists and holds durable_nb's tables (nothing is created)."""
+        if self.schema is not None:
+            if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)).fetchone() is None:
+                raise StoreNotFound(_shown(self.url), f"the database has no schema {self.schema!r}")
+            conn.execute(f'SET search_path TO "{self.schema}"')
+        if stored_version(conn, self.url) == 0:
+            raise StoreNotFound(_shown(self.url), "the database holds no durable_nb tables")
 
     def _pool_or_open(self) -> Any:
         if self._closed:

@@ -7,7 +7,7 @@ from typing import Any
 from ..errors import SchemaMismatch, StoreUnavailable
 from .migrations import migrations, newer_schema, run_migrations
 
-__all__ = ["MIGRATION_LOCK", "SCHEMA_VERSION", "ensure_schema"]
+__all__ = ["MIGRATION_LOCK", "SCHEMA_VERSION", "ensure_schema", "stored_version"]
 
 _MIGRATIONS = migrations(
     real="DOUBLE PRECISION",
@@ -26,7 +26,8 @@ def _tables(conn: Any) -> set[str]:
     return {row[0] for row in rows}
 
 
-def _version(conn: Any, where: str) -> int:
+def stored_version(conn: Any, where: str) -> int:
+    """Return the schema version in the connection's current schema (0: none); refuse foreign tables."""
     tables = _tables(conn)
     if "schema_version" not in tables:
         if tables & _OUR_TABLES:
@@ -41,7 +42,7 @@ def _version(conn: Any, where: str) -> int:
 
 def ensure_schema(conn: Any, where: str) -> int:
     """Create or migrate the schema under an advisory lock; refuse a newer schema unchanged."""
-    version = _version(conn, where)
+    version = stored_version(conn, where)
     if version == SCHEMA_VERSION:
         return version
     if version > SCHEMA_VERSION:
@@ -49,7 +50,7 @@ def ensure_schema(conn: Any, where: str) -> int:
     with conn.transaction():
         # Serialize migrators across processes and machines; re-read under the lock.
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
-        version = _version(conn, where)
+        version = stored_version(conn, where)
         if version > SCHEMA_VERSION:
             raise _newer(where, version)
         if version == 0:

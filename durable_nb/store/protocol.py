@@ -155,6 +155,10 @@ class Store(Protocol):
         """Return (key, value address) of a run's keyed results whose key starts with ``prefix``."""
         ...
 
+    async def runs_by_id_prefix(self, prefix: str, limit: int) -> list[RunRecord]:
+        """Return up to ``limit`` runs whose id starts with ``prefix``, in id order (ids are text)."""
+        ...
+
     async def checkpoints_by_extra(self, path: Sequence[str], values: Sequence[str]) -> list[CheckpointRecord]:
         """Return the checkpoints, in any run, whose ``extra`` holds one of ``values`` at ``path``."""
         ...

@@ -39,6 +39,9 @@ class SQLStore:
     """Base of the SQL stores: subclasses provide ``_run`` and the module functions."""
 
     url: str
+    # False for a store opened only to read (connect(create=False)): its first use refuses a store
+    # that does not exist (StoreNotFound) instead of creating it.
+    creates: bool = True
     # The backend's module of operations (``_get_run``, ``_commit``, …).
     _sql: ModuleType
     # How the backend spells the SQL that the bulk operations share.
@@ -151,6 +154,10 @@ class SQLStore:
     async def keyed_results(self, run_id: str, prefix: str) -> list[tuple[str, str]]:
         """Return (key, value address) of a run's keyed results whose key starts with ``prefix``."""
         return await self._run(bulk_ops.keyed_results, self._dialect, run_id, prefix)
+
+    async def runs_by_id_prefix(self, prefix: str, limit: int) -> list[RunRecord]:
+        """Return up to ``limit`` runs whose id starts with ``prefix``, in id order."""
+        return await self._run(bulk_ops.runs_by_id_prefix, self._dialect, prefix, limit)
 
     async def checkpoints_by_extra(self, path: Sequence[str], values: Sequence[str]) -> list[CheckpointRecord]:
         """Return the checkpoints, in any run, whose ``extra`` holds one of ``values`` at ``path``."""

@@ -22,7 +22,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..errors import InvalidInput, StoreUnavailable
+from ..errors import InvalidInput, StoreNotFound, StoreUnavailable
 from ..model import (
     Blob,
     Commit,
@@ -50,12 +50,13 @@ class SQLiteStore(SQLStore):
     """A store in one SQLite file (WAL, ``synchronous=FULL`` unless durability="process"),
     with values of 4 MB or more as files in the folder ``<file>-blobs`` beside it."""
 
-    def __init__(self, url: str, path: str, durability: str = "full") -> None:
+    def __init__(self, url: str, path: str, durability: str = "full", *, create: bool = True) -> None:
         if durability not in _DURABILITY:
             raise InvalidInput(f"durability must be 'full' or 'process', not {durability!r}.")
         self.url = url
         self.path = path
         self.durability = durability
+        self.creates = create
         self._conn: sqlite3.Connection | None = None
         # Whoever holds it uses the connection: one operation (one transaction) at a time.
         self._lock = threading.Lock()
@@ -77,6 +78,8 @@ class SQLiteStore(SQLStore):
         try:
             if self.path != ":memory:":
                 path = Path(self.path)
+                if not self.creates and not path.exists():
+                    raise StoreNotFound(os.path.abspath(self.path), "there is no such file")
                 if not path.parent.exists():
                     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
                 if not path.exists():
@@ -85,7 +88,8 @@ class SQLiteStore(SQLStore):
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             # Refuse foreign or newer stores before any pragma can change the file.
-            check_schema(conn, self.path)
+            if check_schema(conn, self.path) == 0 and not self.creates and self.path != ":memory:":
+                raise StoreNotFound(os.path.abspath(self.path), "the file holds no durable_nb store")
             if self.path != ":memory:":
                 conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={_DURABILITY[self.durability]}")

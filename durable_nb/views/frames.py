@@ -82,7 +82,7 @@ async def _store_for(run: Any, store: Any) -> Store:
     one, the store holding its thread (a saver's of this process, else the default store)."""
     if store is None and is_thread_config(run):
         return (await find_thread(run))[0]
-    return resolve_store(store)
+    return resolve_store(store, existing=True)
 
 
 # -- runs -------------------------------------------------------------------------------------
@@ -95,7 +95,7 @@ async def aruns(name: str | None = None, *, store: Any = None) -> pd.DataFrame:
             f"runs() takes a run name (text) or None for every run, not {type(name).__name__}: {name!r}."
         )
     pd = _pd()
-    resolved = resolve_store(store)
+    resolved = resolve_store(store, existing=True)
     await expire_gates(resolved)  # a listing must not show a run paused past its deadline
     records = await resolved.list_runs(name)
     return pd.DataFrame(

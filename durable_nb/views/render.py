@@ -26,6 +26,7 @@ __all__ = [
     "Styled",
     "checkpoint_labels",
     "human_duration",
+    "is_history",
     "local_text",
     "local_time",
     "styled",
@@ -75,7 +76,7 @@ class Styled:
         for position, column in enumerate(source.columns):
             values = source.iloc[:, position]
             shown.isetitem(position, [_cell(str(column), v, values.dtype) for v in values])
-        if _is_history(source):
+        if is_history(source):
             labels = checkpoint_labels(self.frame)[:ROWS_SHOWN]
             shown.isetitem(list(source.columns).index("status"), [_badge(label) for label in labels])
         # Headers and the index are text from the store too (compare names its columns after state values).
@@ -94,7 +95,8 @@ class Styled:
         return f"<div><b>{html.escape(self.title or '')}</b>{html.escape(more)}</div>"
 
 
-def _is_history(frame: Any) -> bool:
+def is_history(frame: Any) -> bool:
+    """Whether ``frame`` is a history view (its rows are checkpoints)."""
     return {"checkpoint_id", "node_id", "step", "status"} <= set(frame.columns)
 
 

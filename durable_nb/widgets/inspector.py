@@ -40,7 +40,7 @@ class Inspector(widgets.VBox):
     def __init__(
         self, run: Any = None, *, store: Any = None, link: KernelLink | None = None, poll_seconds: float = 2.0
     ) -> None:
-        self.store = resolve_store(store)
+        self.store = resolve_store(store, existing=True)
         self.link = link
         self.poll_seconds = poll_seconds
         self.run_id = self._initial_run(run)

@@ -37,7 +37,7 @@ async def afork_agent(
 ) -> Run:
     """Fork a run at an agent checkpoint: ``messages`` replace the history at ``turn:N``, or
     ``tool_result`` answers the tool call at ``turn:N/tool:<name>`` instead of calling the tool."""
-    resolved = resolve_store(store)
+    resolved = resolve_store(store, existing=True)
     source = await resolved.get_checkpoint(run_id, checkpoint_id)
     data = source.node_input if isinstance(source.node_input, dict) else {}
     kind = data.get("kind")
