@@ -42,30 +42,20 @@ pytestmark = pytest.mark.slow
 READ = read_readme()
 # Sections whose snippets other items of issue 27 fix at the same time (the service's curl examples,
 # the LangGraph saver's history): not run until those land; remove an entry when its fix does.
-PENDING = {
-    "LangGraph: keep your graph, get this store underneath": "the LangGraph section's snippets are fixed elsewhere",
-    "The service: HTTP, a Python client, recovery on start": "the service section's snippets are fixed elsewhere",
-}
-
-
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40]
-
-
-def _marks(section: str) -> list[pytest.MarkDecorator]:
-    return [pytest.mark.xfail(run=False, reason=PENDING[section])] if section in PENDING else []
 
 
 def _python_cases() -> list[object]:
     cases = []
     for section, blocks in READ.python_sections().items():
-        cases.append(pytest.param(section, blocks, id=_slug(section), marks=_marks(section)))
+        cases.append(pytest.param(section, blocks, id=_slug(section)))
     return cases
 
 
 def _shell_cases() -> list[object]:
     return [
-        pytest.param(block, id=f"{_slug(block.section)}-L{block.line}", marks=_marks(block.section))
+        pytest.param(block, id=f"{_slug(block.section)}-L{block.line}")
         for block in READ.of("bash")
     ]
 
