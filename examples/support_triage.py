@@ -14,7 +14,7 @@ import durable_nb as dnb
 
 
 def build(store_url: str) -> dnb.Workflow:
-    """Define the workflow of DESIGN.md §6 with a side effect guarded by @idempotent."""
+    """Define the README's workflow example (The workflow API) with a side effect guarded by @idempotent."""
     flow = dnb.Workflow("support-triage", store=store_url)
 
     @dnb.idempotent

@@ -1,4 +1,4 @@
-"""Values that grow by appending are stored by appending (§3, §10): a commit writes the new items.
+"""Values that grow by appending are stored by appending: a commit writes the new items.
 
 A list a loop or an agent extends, and a map's results, are stored in chunks; these tests count
 the bytes each commit wrote and check that every state read back is the list that was returned.
@@ -42,7 +42,7 @@ def bytes_by_commit(store_url: str) -> list[int]:
 
 
 def test_a_list_extended_each_turn_writes_its_new_items(store_url: str) -> None:
-    """§3: 300 turns of a growing history store each message a few times, never the history each turn."""
+    """300 turns of a growing history store each message a few times, never the history each turn."""
     turns = 300
     run = talk(store_url, turns).run({"history": []})
     assert run.status == "completed"
@@ -60,7 +60,7 @@ def test_a_list_extended_each_turn_writes_its_new_items(store_url: str) -> None:
 
 
 def test_a_list_appended_to_in_place_is_stored_by_appending(store_url: str) -> None:
-    """§3: a node that appends to the state's own list and returns it writes only the new item."""
+    """A node that appends to the state's own list and returns it writes only the new item."""
     flow = dnb.Workflow("in_place", store=store_url)
 
     @flow.loop(condition=lambda state: True, max_iterations=200, retry_count=0)
@@ -131,7 +131,7 @@ def test_a_list_shrunk_or_replaced_is_stored_whole(store_url: str) -> None:
 
 
 def test_map_results_are_their_items_extended_later(store_url: str) -> None:
-    """§3: a map's results are the items as each committed; a loop that extends them appends."""
+    """A map's results are the items as each committed; a loop that extends them appends."""
     flow = dnb.Workflow("mapped", store=store_url)
 
     @flow.map(items="docs", into="results", max_concurrency=4)
@@ -236,7 +236,7 @@ def _a_chunk_of_the_final_list(store_url: str, run_id: str) -> str:
 
 
 def test_a_tampered_chunk_is_refused(store_url: str) -> None:
-    """§3: a chunk whose bytes changed is never loaded: TamperedValueError."""
+    """A chunk whose bytes changed is never loaded: TamperedValueError."""
     run = talk(store_url, 40).run({"history": []})
     chunk = _a_chunk_of_the_final_list(store_url, run.id)
     forged = dnb.TamperedValueError

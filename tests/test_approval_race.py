@@ -1,4 +1,4 @@
-"""C4 / DESIGN.md §3: separate processes racing to approve one paused run; exactly one wins.
+"""Separate processes racing to approve one paused run: the claim is atomic, exactly one wins.
 
 Each trial starts a run that pauses at a gate, then starts 2 to 8 child *processes* (not
 threads) that all import the same workflow module, open the store, wait at a shared start
@@ -266,7 +266,7 @@ def trial_params() -> list:
 
 @pytest.mark.parametrize(("trial", "processes"), trial_params())
 def test_flow_approve_race_across_processes(tmp_path: Path, store_url: str, trial: int, processes: int) -> None:
-    """C4 (DESIGN §3 atomic claim across processes): of 2-8 processes calling ``flow.approve``
+    """The claim of a gate is atomic across processes: of 2-8 processes calling ``flow.approve``
     on one paused run at the same instant, exactly one wins and continues the run to
     completion; all others raise AlreadyResumed; the post-gate node bodies run exactly once,
     in the winner's process, and the history holds exactly one ``approved:review``."""
@@ -283,7 +283,7 @@ def test_flow_approve_race_across_processes(tmp_path: Path, store_url: str, tria
 
 @pytest.mark.parametrize(("trial", "processes"), trial_params())
 def test_store_approve_race_then_single_resume(tmp_path: Path, store_url: str, trial: int, processes: int) -> None:
-    """C4 (DESIGN §3 atomic claim across processes, W3): of 2-8 processes calling store-level
+    """The claim is atomic across processes without the workflow's code: of 2-8 processes calling store-level
     ``dnb.approve`` on one paused run at the same instant, exactly one records its decision
     (run becomes ``pending``, no node code runs in any child) and all others raise
     AlreadyResumed; one ``flow.resume`` in the parent then completes the run with the

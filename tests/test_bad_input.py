@@ -1,4 +1,4 @@
-"""Bad input never corrupts or loses stored data (DESIGN.md §8, with the store rules of §3).
+"""Bad input never corrupts or loses stored data (the README's Errors, The store and Security).
 
 Each test feeds durable_nb one kind of bad input: a tampered or malicious stored value, a
 value that cannot be serialized, an unknown run id, a store from a newer schema, a malformed
@@ -170,9 +170,9 @@ def _assert_tampered_message(error: BaseException) -> None:
 def test_flipped_byte_in_pickled_blob_raises_tampered_and_nothing_is_lost(
     store_url: str, pickled_run: tuple[dnb.Workflow, str, str]
 ) -> None:
-    """§3 Codecs: a pickled blob whose HMAC does not verify is never unpickled → TamperedValueError.
+    """A pickled blob whose HMAC does not verify is never unpickled → TamperedValueError.
 
-    §8: the message says what happened and what to do; the run's stored history and the
+    The message says what happened and what to do; the run's stored history and the
     other runs are untouched, and the original value loads again once the byte is restored.
     """
     flow, run_id, value_hash = pickled_run
@@ -211,7 +211,7 @@ def test_flipped_byte_in_pickled_blob_raises_tampered_and_nothing_is_lost(
 
 
 def test_tampered_value_stops_resume_before_any_node_runs(store_url: str) -> None:
-    """§3 Codecs and C5: resume restores the last checkpoint; a tampered value in it raises
+    """Resume restores the last checkpoint; a tampered value in it raises
     TamperedValueError and no node runs on unverified state; restored, the run resumes."""
     flow = dnb.Workflow("tamper-resume", store=store_url)
     calls: list[str] = []
@@ -252,7 +252,7 @@ def test_tampered_value_stops_resume_before_any_node_runs(store_url: str) -> Non
 
 @pytest.mark.parametrize("action", ["resume", "approve", "fork"])
 def test_tampered_value_leaves_run_status_as_it_was(store_url: str, action: str) -> None:
-    """§8 (bad input never corrupts stored data) with C5/C4/C14: an operation refused with
+    """Bad input never corrupts stored data: a resume, approve or fork refused with
     TamperedValueError leaves the run's status and record as they were."""
     flow = dnb.Workflow("tamper-status", store=store_url)
 
@@ -290,7 +290,7 @@ def test_tampered_value_leaves_run_status_as_it_was(store_url: str, action: str)
 
 
 def test_evil_payload_is_effective_when_unpickled(tmp_path: Path) -> None:
-    """Control for the §3 Codecs tests below: the payload really runs code if unpickled."""
+    """Control for the signed-value tests below: the payload really runs code if unpickled."""
     control = tmp_path / "control"
     pickle.loads(_evil_pickle(control))
     assert control.is_dir()
@@ -300,7 +300,7 @@ def test_evil_payload_is_effective_when_unpickled(tmp_path: Path) -> None:
 def test_malicious_pickle_never_runs(
     store_url: str, tmp_path: Path, pickled_run: tuple[dnb.Workflow, str, str], attack: str
 ) -> None:
-    """§3 Codecs: a blob whose HMAC does not verify is never unpickled → TamperedValueError.
+    """A blob whose HMAC does not verify is never unpickled → TamperedValueError.
 
     The attacker swaps in a pickle that runs code: keeping the address, recomputing the
     address as a plain sha256 under the pickle prefix, relabelling the codec as json, or
@@ -334,7 +334,7 @@ def test_malicious_pickle_never_runs(
 def test_malicious_pickle_relabelled_as_json_never_runs(
     store_url: str, tmp_path: Path, pickled_run: tuple[dnb.Workflow, str, str], padding: int
 ) -> None:
-    """§3 Codecs: JSON blobs run no code on load; a pickle given a valid JSON address
+    """JSON blobs run no code on load; a pickle given a valid JSON address
     ("j-" + sha256) and codec json is refused and never unpickled, also when it is large
     enough for the SQLite store to read and hash it in chunks."""
     _, run_id, value_hash = pickled_run
@@ -352,7 +352,7 @@ def test_malicious_pickle_relabelled_as_json_never_runs(
 def test_pickle_with_recomputed_json_address_raises_tampered(
     store_url: str, tmp_path: Path, pickled_run: tuple[dnb.Workflow, str, str]
 ) -> None:
-    """§3 Codecs / §8: a stored value that is not what its address claims is a TamperedValueError."""
+    """A stored value that is not what its address claims is a TamperedValueError."""
     _, run_id, value_hash = pickled_run
     evil = _evil_pickle(tmp_path / "pwned")
     _set_blob(store_url, value_hash, evil, codec="json")
@@ -362,7 +362,7 @@ def test_pickle_with_recomputed_json_address_raises_tampered(
 
 
 def test_non_ascii_address_raises_tampered(store_url: str, pickled_run: tuple[dnb.Workflow, str, str]) -> None:
-    """§3 Codecs / §8: an address edited into a form that cannot verify is a TamperedValueError."""
+    """An address edited into a form that cannot verify is a TamperedValueError."""
     _, run_id, value_hash = pickled_run
     _rename_blob(store_url, value_hash, "p-é" + value_hash[3:])
     with pytest.raises(dnb.TamperedValueError):
@@ -374,8 +374,8 @@ def test_non_ascii_address_raises_tampered(store_url: str, pickled_run: tuple[dn
 
 @pytest.mark.parametrize("kind", ["lock", "socket"])
 def test_node_returning_unserializable_value_fails_run_without_half_commit(store_url: str, kind: str) -> None:
-    """§3 Codecs: SerializationError names the variable and its type, nothing half-written is
-    committed; C3: the run fails with `Node '<label>' failed: …` and the error type is kept."""
+    """SerializationError names the variable and its type, nothing half-written is
+    committed; the run fails with `Node '<label>' failed: …` and the error type is kept."""
     flow = dnb.Workflow("unserializable", store=store_url)
     sock = socket.socket()
     value: Any = threading.Lock() if kind == "lock" else sock
@@ -419,7 +419,7 @@ def test_node_returning_unserializable_value_fails_run_without_half_commit(store
 
 
 def test_unserializable_run_input_is_refused_before_any_run_row(store_url: str) -> None:
-    """§3 Codecs: SerializationError names the variable ("lock") and its type before anything
+    """SerializationError names the variable ("lock") and its type before anything
     is written: no run row, checkpoint, event or blob is created."""
     flow = dnb.Workflow("bad-input", store=store_url)
 
@@ -442,7 +442,7 @@ def test_unserializable_run_input_is_refused_before_any_run_row(store_url: str) 
 
 @pytest.mark.parametrize("value", ["bad \ud800 text", 10**5000], ids=["surrogate", "huge-int"])
 def test_plain_looking_value_json_cannot_encode_round_trips(store_url: str, value: Any) -> None:
-    """§3 Codecs: a plain-looking value JSON cannot hold (a lone surrogate, an int past the JSON
+    """A plain-looking value JSON cannot hold (a lone surrogate, an int past the JSON
     digit limit) is stored exactly through the signed pickle codec, as input and as a node result."""
     flow = dnb.Workflow("odd-text", store=store_url)
 
@@ -479,7 +479,7 @@ _UNKNOWN = "01900000-0000-7000-8000-000000000000"
     ],
 )
 def test_unknown_run_id_raises_run_not_found(store_url: str, call: str) -> None:
-    """§8: RunNotFound says which id was not found where and how to list runs; the store and
+    """RunNotFound says which id was not found where and how to list runs; the store and
     its runs are left as they were."""
     flow = dnb.Workflow("known", store=store_url)
 
@@ -513,7 +513,7 @@ def test_unknown_run_id_raises_run_not_found(store_url: str, call: str) -> None:
 
 
 def test_run_id_that_is_not_text_raises_durable_error(store_url: str) -> None:
-    """§8: one error class per failure mode; bad input is a DurableError, not a driver error."""
+    """One error class per failure mode; bad input is a DurableError, not a driver error."""
     _json_sibling(store_url)
     with pytest.raises(dnb.DurableError):
         dnb.get_run(["not", "an", "id"], store=store_url)  # type: ignore[arg-type]
@@ -529,7 +529,7 @@ def _file_state(url: str) -> tuple[bytes, dict[str, int]]:
 
 
 def test_newer_schema_is_refused_and_file_left_unchanged(store_url: str) -> None:
-    """§3 Schema: a store written by a newer schema is refused with SchemaMismatch (a clear
+    """A store written by a newer schema is refused with SchemaMismatch (a clear
     error saying what to do) and left unchanged; it opens again once the code knows it."""
     flow = dnb.Workflow("schema", store=store_url)
 
@@ -613,7 +613,7 @@ _DECISION_CASES = [
 def test_malformed_decision_leaves_gate_pending(
     store_url: str, paused: tuple[dnb.Workflow, dnb.Run], bad: str, via: str
 ) -> None:
-    """C4 and §8: a decision whose fields cannot be recorded raises InvalidDecision; the run
+    """A decision whose fields cannot be recorded raises InvalidDecision; the run
     stays paused with its pending gate intact (nothing claimed or written) and is then
     approved normally."""
     flow, run = paused
@@ -658,7 +658,7 @@ def test_malformed_decision_leaves_gate_pending(
 
 @pytest.mark.parametrize("bad", [[1, 2], {1: "x"}, "abc", 42], ids=["list", "int-key", "str", "int"])
 def test_run_input_that_is_not_a_state_dict_is_refused(store_url: str, bad: Any) -> None:
-    """§1 state (a mapping name → value) and §8: InvalidState says what was wrong; no run is
+    """Run input must be a state (a mapping name → value): InvalidState says what was wrong; no run is
     created and the store is unchanged."""
     flow = dnb.Workflow("not-a-dict", store=store_url)
 
@@ -683,7 +683,7 @@ def test_run_input_that_is_not_a_state_dict_is_refused(store_url: str, bad: Any)
 
 @pytest.mark.parametrize("bad", [[1, 2], "done", {1: "x"}], ids=["list", "str", "int-key"])
 def test_node_returning_non_dict_fails_run_cleanly(store_url: str, bad: Any) -> None:
-    """C3 and §8: a node whose result is not a dict of updates fails the run with
+    """A node whose result is not a dict of updates fails the run with
     `Node '<label>' failed: InvalidState: …`; nothing of it is committed, earlier checkpoints
     stay, and the run resumes once the node is fixed."""
     flow = dnb.Workflow("bad-result", store=store_url)
@@ -718,7 +718,7 @@ def test_node_returning_non_dict_fails_run_cleanly(store_url: str, bad: Any) -> 
 @pytest.mark.parametrize("via", ["flow", "dnb"])
 @pytest.mark.parametrize("bad", ["x", [("a", 1)], {2: "b"}], ids=["str", "list", "int-key"])
 def test_fork_with_non_dict_state_is_refused(store_url: str, via: str, bad: Any) -> None:
-    """C14 and §8: fork state overrides must be a dict of str keys → InvalidState; no fork run
+    """Fork state overrides must be a dict of str keys → InvalidState; no fork run
     is created and the original is untouched."""
     flow = dnb.Workflow("fork-bad", store=store_url)
 
@@ -748,7 +748,7 @@ def test_fork_with_non_dict_state_is_refused(store_url: str, via: str, bad: Any)
     ids=["text", "zeros", "bad-header"],
 )
 def test_garbage_file_is_refused_and_left_as_it_was(tmp_path: Path, content: bytes) -> None:
-    """§3 URL and §8: a file that is not a SQLite database raises StoreUnavailable naming the
+    """A file that is not a SQLite database raises StoreUnavailable naming the
     path; the file keeps its bytes and no side files are left behind."""
     path = tmp_path / "data" / "runs.db"
     path.parent.mkdir()
@@ -777,7 +777,7 @@ def _foreign_db(path: Path) -> None:
 
 
 def test_foreign_sqlite_database_is_refused_and_its_data_kept(tmp_path: Path) -> None:
-    """§3 URL and §8: a SQLite database durable_nb did not create raises StoreUnavailable
+    """A SQLite database durable_nb did not create raises StoreUnavailable
     naming its tables; no durable_nb table is added and its rows are kept."""
     path = tmp_path / "app.db"
     _foreign_db(path)
@@ -793,7 +793,7 @@ def test_foreign_sqlite_database_is_refused_and_its_data_kept(tmp_path: Path) ->
 
 
 def test_foreign_sqlite_database_bytes_unchanged(tmp_path: Path) -> None:
-    """§8: bad input never changes stored data: a refused foreign database keeps its bytes."""
+    """Bad input never changes stored data: a refused foreign database keeps its bytes."""
     path = tmp_path / "app.db"
     _foreign_db(path)
     before = path.read_bytes()
@@ -805,7 +805,7 @@ def test_foreign_sqlite_database_bytes_unchanged(tmp_path: Path) -> None:
 
 
 def test_directory_at_store_path_is_refused(tmp_path: Path) -> None:
-    """§3 URL and §8: a path that cannot be opened as a database raises StoreUnavailable."""
+    """A path that cannot be opened as a database raises StoreUnavailable."""
     folder = tmp_path / "runs.db"
     folder.mkdir()
     (folder / "keep.txt").write_text("mine")
@@ -820,7 +820,7 @@ def test_directory_at_store_path_is_refused(tmp_path: Path) -> None:
     ["mysql://x", "sqlite:/x", "sqlite:x", "", "runs.txt", "postgresql://nobody@localhost/none"],
 )
 def test_malformed_store_url_raises_store_unavailable(tmp_path: Path, url: str) -> None:
-    """§3 URL and §8: a malformed or unsupported URL raises StoreUnavailable saying which URL
+    """A malformed or unsupported store URL raises StoreUnavailable saying which URL
     forms work; nothing is created on disk."""
     before = sorted(os.listdir(tmp_path))  # the working directory (autouse fixture)
     with pytest.raises(dnb.StoreUnavailable) as caught:
@@ -840,14 +840,14 @@ def test_malformed_store_url_raises_store_unavailable(tmp_path: Path, url: str) 
 
 
 def test_sqlite_url_with_one_slash_is_refused(tmp_path: Path) -> None:
-    """§3 URL: a SQLite URL is sqlite:///path; "sqlite:/x.db" is malformed → StoreUnavailable."""
+    """A SQLite URL is sqlite:///path; "sqlite:/x.db" is malformed → StoreUnavailable."""
     with pytest.raises(dnb.StoreUnavailable):
         dnb.get_run(_UNKNOWN, store="sqlite:/x.db")
     assert not (tmp_path / "sqlite:").exists()
 
 
 def test_store_path_under_a_file_raises_store_unavailable(tmp_path: Path) -> None:
-    """§8: StoreUnavailable covers an unreachable database, with a message saying what to do."""
+    """StoreUnavailable covers an unreachable database, with a message saying what to do."""
     (tmp_path / "plain").write_text("x")
     with pytest.raises(dnb.StoreUnavailable):
         dnb.get_run(_UNKNOWN, store=f"sqlite:///{tmp_path}/plain/runs.db")

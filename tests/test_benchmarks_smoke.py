@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.sqlite_only]
 
 
 def test_smoke_run_writes_tables_and_json(tmp_path: Path) -> None:
-    """§10: every scenario reports medians and ratios against durable_nb and the floor."""
+    """README Benchmarks: every scenario reports medians and ratios against durable_nb and the floor."""
     out = tmp_path / "results.json"
     result = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--smoke", "--json", str(out)],

@@ -1,4 +1,4 @@
-"""Large values of a SQLite store live as files beside it (§3 content-addressed values, §10).
+"""Large values of a SQLite store live as files beside it, written once (README: The store).
 
 A value of 4 MB or more is written once, to ``<file>-blobs/<address>``, before the commit that
 refers to it; its row keeps the size. These tests check where the bytes go, that a tampered
@@ -62,7 +62,7 @@ def head_hash(store_url: str, run_id: str, name: str) -> str:
 
 
 def test_a_large_value_is_written_once_as_a_private_file(store_url: str) -> None:
-    """§3/§10: the bytes of a large value are in one file (mode 0600, folder 0700), not in the
+    """The bytes of a large value are in one file (mode 0600, folder 0700), not in the
     database; its row keeps the size; the value loads back whole."""
     run = big_flow(store_url).run({})
     assert run.status == "completed" and run.state["length"] == BIG
@@ -80,7 +80,7 @@ def test_a_large_value_is_written_once_as_a_private_file(store_url: str) -> None
 
 
 def test_a_tampered_value_file_never_runs_code(store_url: str, tmp_path: Path) -> None:
-    """§3 Codecs: a value file replaced by a pickle that runs code is refused (TamperedValueError)."""
+    """A value file replaced by a pickle that runs code is refused (TamperedValueError)."""
     run = big_flow(store_url).run({})
     [file] = value_files(store_url)
     marker = tmp_path / "pwned"
@@ -92,7 +92,7 @@ def test_a_tampered_value_file_never_runs_code(store_url: str, tmp_path: Path) -
 
 
 def test_a_missing_value_file_is_a_store_error(store_url: str) -> None:
-    """§8: a value whose file was deleted outside durable_nb raises StoreError naming what to do."""
+    """A value whose file was deleted outside durable_nb raises StoreError naming what to do."""
     run = big_flow(store_url).run({})
     [file] = value_files(store_url)
     file.unlink()
@@ -108,7 +108,7 @@ def test_a_missing_value_file_is_a_store_error(store_url: str) -> None:
 
 
 def test_prune_deletes_only_files_no_row_refers_to(store_url: str) -> None:
-    """§3 prune: the file of a pruned value goes, a value still referenced keeps its file, and
+    """Prune: the file of a pruned value goes, a value still referenced keeps its file, and
     files of commits that never happened (an orphan, a long-dead temporary) are cleared."""
     flow = dnb.Workflow("prune-files", store=store_url)
 
@@ -144,7 +144,7 @@ def test_prune_deletes_only_files_no_row_refers_to(store_url: str) -> None:
 
 
 def test_a_file_deleted_before_its_commit_is_written_again(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """§3: a prune may delete a value file between its writing and its commit; the commit then
+    """A prune may delete a value file between its writing and its commit; the commit then
     finds it gone under the write lock, writes it again and commits, never a dangling row."""
     original = blob_files.BlobFolder.write
     deleted: list[str] = []
@@ -164,7 +164,7 @@ def test_a_file_deleted_before_its_commit_is_written_again(store_url: str, monke
 
 
 def test_files_that_keep_vanishing_raise_a_store_error(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """§8: when something keeps deleting value files, the commit gives up with a StoreError that
+    """When something keeps deleting value files, the commit gives up with a StoreError that
     says so, and no row ever refers to a file that is not there."""
     original = blob_files.BlobFolder.write
 
@@ -216,7 +216,7 @@ if __name__ == "__main__":
 
 
 def test_a_kill_between_the_file_and_its_commit_loses_nothing(store_url: str, tmp_path: Path) -> None:
-    """C6/C7 with value files: a process killed after writing a value's file but before the
+    """Crash recovery with value files: a process killed after writing a value's file but before the
     commit leaves an orphan file and no row; recovery runs the node again (once) and commits, and
     prune then removes the orphan."""
     import subprocess
@@ -248,7 +248,7 @@ def test_a_kill_between_the_file_and_its_commit_loses_nothing(store_url: str, tm
 
 
 def test_a_value_folder_that_cannot_be_written_is_a_store_error(store_url: str) -> None:
-    """§8: when the value file cannot be written (here a plain file stands where the folder
+    """When the value file cannot be written (here a plain file stands where the folder
     should be), the commit fails with a StoreError naming the file and what to do; no row
     refers to a missing file, and once the folder can be made the same store works."""
     blocker = folder(store_url)

@@ -1,4 +1,4 @@
-"""JupyterLab in headless Chromium (§7, N6): Run All, the gate panel, Approve, the inspector, a fork.
+"""JupyterLab in headless Chromium: Run All, the gate panel, Approve, the inspector, a fork.
 
 Needs Debian's chromium, Playwright for Python and JupyterLab; `.ci/run` installs them. These tests
 take the screenshots in docs/ (shown in the README) into their temporary folder; docs/refresh-screenshots
@@ -167,7 +167,7 @@ def wait_for_run(store: str, name: str, status: str, timeout: float = 90) -> str
 
 
 def test_quickstart_gate_approve_and_finish(browser: object, lab: dict[str, str]) -> None:
-    """N6: Run All stops at the gate panel; clicking Approve records it; Run All again completes the run."""
+    """Run All stops at the gate panel; clicking Approve records it; Run All again completes the run."""
     page = open_notebook(browser, lab, "quickstart.ipynb")
     run_all(page)
     panel = page.locator("text=Approval needed").first  # type: ignore[attr-defined]
@@ -191,7 +191,7 @@ def test_quickstart_gate_approve_and_finish(browser: object, lab: dict[str, str]
 
 
 def test_inspector_forks_at_a_checkpoint(browser: object, lab: dict[str, str]) -> None:
-    """§7: the inspector shows the fork tree; forking at a checkpoint with an override creates the fork in the store."""
+    """The inspector shows the fork tree; forking at a checkpoint with an override creates the fork in the store."""
     page = open_notebook(browser, lab, "counterfactuals.ipynb")
     run_all(page)
     wait_or_explain(page, page.locator("text=durable_nb inspector").first, lab, "counterfactuals")  # type: ignore[attr-defined]

@@ -1,4 +1,4 @@
-"""Cancel (C11): from this thread, another thread or another process; the node in flight is abandoned."""
+"""Cancel: from this thread, another thread or another process; the node in flight is abandoned."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def load(module: Path):
 
 @pytest.mark.parametrize("is_async", [False, True], ids=["sync-node", "async-node"])
 def test_cancel_from_another_process_abandons_the_node(tmp_path: Path, store_url: str, is_async: bool) -> None:
-    """C11: a cancel from another process stops a running run mid-node; the result is never committed."""
+    """A cancel from another process stops a running run mid-node; the result is never committed."""
     module, mark = write_flow(tmp_path, store_url, is_async)
     env = env_with_repo()
     env["STEP_SECONDS"] = "3"
@@ -131,7 +131,7 @@ def test_cancel_from_another_process_abandons_the_node(tmp_path: Path, store_url
 
 
 def test_cancel_from_another_thread(store_url: str) -> None:
-    """C11: cancel from another thread of the same process stops the node at once."""
+    """Cancel from another thread of the same process stops the node at once."""
     flow = dnb.Workflow("threads", store=store_url)
     started = threading.Event()
     release = threading.Event()
@@ -162,7 +162,7 @@ def test_cancel_from_another_thread(store_url: str) -> None:
 
 
 def test_cancel_settles_a_paused_run(store_url: str) -> None:
-    """C11: cancelling a paused run settles its gate; it stays resumable and asks again."""
+    """Cancelling a paused run settles its gate; it stays resumable and asks again."""
     flow = dnb.Workflow("paused", store=store_url)
 
     @flow.node()
@@ -179,7 +179,7 @@ def test_cancel_settles_a_paused_run(store_url: str) -> None:
 
 
 def test_cancelling_a_finished_run_raises(store_url: str) -> None:
-    """C11: a completed or failed run cannot be cancelled."""
+    """A completed or failed run cannot be cancelled."""
     flow = dnb.Workflow("finished", store=store_url)
 
     @flow.node(retry_count=0)
@@ -197,7 +197,7 @@ def test_cancelling_a_finished_run_raises(store_url: str) -> None:
 
 
 def test_ctrl_c_cancels_the_run(tmp_path: Path, store_url: str) -> None:
-    """C11, N8: interrupting the process (SIGINT) cancels the node; the run reads cancelled and resumes."""
+    """Interrupting the process (SIGINT) cancels the node; the run reads cancelled and resumes."""
     module, mark = write_flow(tmp_path, store_url, False)
     script = tmp_path / "interrupt.py"
     script.write_text(

@@ -1,4 +1,4 @@
-"""One durable commit per node on the hot path (§10): counted transactions, not time."""
+"""One durable commit per node on the hot path: counted transactions, not time."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def chain(store: dnb.Store, length: int, name: str = "chain") -> dnb.Workflow:
 
 
 def test_one_commit_per_node(store_url: str) -> None:
-    """§10: a 20-node chain costs 21 commits: the run's creation and one per node (run_end rides with the last)."""
+    """A 20-node chain costs 21 commits: the run's creation and one per node (run_end rides with the last)."""
     store = dnb.connect(store_url)
     flow = chain(store, 20)
     flow.run({"warm": True})
@@ -56,7 +56,7 @@ def test_one_commit_per_node(store_url: str) -> None:
 
 
 def test_waves_commit_each_node_once(store_url: str) -> None:
-    """§10, C1: a wave of 5 nodes commits 5 times, once per node."""
+    """A wave of 5 nodes commits 5 times: each node is committed on its own."""
     store = dnb.connect(store_url)
     flow = dnb.Workflow("wave", store=store)
     for index in range(5):
@@ -73,7 +73,7 @@ def test_waves_commit_each_node_once(store_url: str) -> None:
 
 
 def test_unchanged_values_are_not_written_again(store_url: str) -> None:
-    """§10: committing a node writes only the values it changed."""
+    """Committing a node writes only the values it changed."""
     store = dnb.connect(store_url)
     flow = chain(store, 10)
     run = flow.run({"big": "x" * 100_000})

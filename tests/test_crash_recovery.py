@@ -1,4 +1,4 @@
-"""Crash recovery with real kills (C7, C13, C15): SIGKILL at random moments, recover, count bodies."""
+"""Crash recovery with real kills: SIGKILL at random moments, recover, count bodies and @idempotent calls."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def check_promises(flow: CrashFlow, snapshots: list[Snapshot], label: object) ->
 
 
 def test_random_kills_lose_at_most_the_node_in_flight(tmp_path: Path) -> None:
-    """C7: over 30+ SIGKILLs, every run completes; committed bodies never run again; only the node
+    """Over 30+ SIGKILLs, every run completes; committed bodies never run again; only the node
     in flight at a kill may run twice; @idempotent bodies of committed nodes ran once; the file is intact."""
     rng = random.Random(20261129)
     total_kills = trial = 0
@@ -84,7 +84,7 @@ def test_random_kills_lose_at_most_the_node_in_flight(tmp_path: Path) -> None:
 
 
 def test_events_after_kill_and_resume_have_no_gaps_or_repeats(tmp_path: Path) -> None:
-    """C15: after a kill and a resume, event seqs are gap-free and no committed node finishes twice."""
+    """After a kill and a resume, event seqs are gap-free and no committed node finishes twice."""
     rng = random.Random(7)
     for attempt in range(3):
         flow = CrashFlow(tmp_path / f"events-{attempt}")

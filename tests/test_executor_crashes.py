@@ -1,4 +1,7 @@
-"""Map items on a Dask cluster survive crashes (issue 20 item 5, crash half; C6, C7, C8, C9, C11, C15).
+"""Map items on a Dask cluster survive crashes (issue 20 item 5, crash half).
+
+Owners killed and recovered, workers killed and retried, a cancel from another process and a
+timeout: an item is committed only when it finishes, and its events tell what happened.
 
 A real ``LocalCluster`` (two worker processes, one thread each) serves the module. Every run's
 owner is a child process connecting to it by address, so it can be SIGKILLed like a real one.
@@ -430,7 +433,7 @@ KILL_CONCURRENCY = 16
 def test_owner_killed_ten_times_repeats_only_items_in_flight(
     store_url: str, make_owners: Callable[..., Owners], cluster: Cluster
 ) -> None:
-    """Issue 20 item 5 (C7, C6): an owner SIGKILLed at 10 seeded random points of a 1,000-item map on
+    """Issue 20 item 5 (recovery): an owner SIGKILLed at 10 seeded random points of a 1,000-item map on
     Dask, each time recovered by a new owner: the run completes with every result, each item has
     exactly one committed checkpoint, no item committed before a kill runs after it, the items that
     ran again are those the killed owners had started and not committed, and there are at most
@@ -514,7 +517,7 @@ def check_victim_ran_twice_and_committed_once(owners: Owners, outcome: dict[str,
 def test_worker_killed_mid_item_commits_it_once(
     store_url: str, make_owners: Callable[..., Owners], dask_reruns: bool, request: pytest.FixtureRequest
 ) -> None:
-    """Issue 20 item 5 (C9, C15): the worker running an item is SIGKILLed mid-item. With Dask's
+    """Issue 20 item 5 (retries): the worker running an item is SIGKILLed mid-item. With Dask's
     allowed-failures=0 the death reaches durable_nb as KilledWorker, one failed attempt that its
     retry policy runs again (a node_retrying event); with Dask's default the scheduler runs the
     task again itself. Either way the item's body ran twice, the others' once, and each item is
@@ -538,7 +541,7 @@ def test_worker_killed_mid_item_commits_it_once(
 def test_cancel_mid_map_stops_commits_and_resume_runs_the_rest(
     store_url: str, make_owners: Callable[..., Owners], cluster: Cluster
 ) -> None:
-    """Issue 20 item 5 (C11, C6, C5): dnb.cancel from another process while a 200-item map runs on
+    """Issue 20 item 5 (cancel): dnb.cancel from another process while a 200-item map runs on
     Dask: the run is cancelled, no item is committed after the cancel's commit, far fewer than 200
     bodies ran, and resume then runs exactly the items not committed, each once."""
     cluster.settle()
@@ -572,7 +575,7 @@ TIMED_OUT = 1
 def test_item_timeout_cancels_its_dask_future_and_drops_late_result(
     store_url: str, make_owners: Callable[..., Owners], cluster: Cluster
 ) -> None:
-    """Issue 20 item 5 (C8, C6): an item that blocks past timeout_seconds (retry_count=0) fails the
+    """Issue 20 item 5 (timeouts): an item that blocks past timeout_seconds (retry_count=0) fails the
     run with NodeTimeout at the owner; the scheduler forgets its task while the body still runs
     on the worker, and the result it returns later is never committed."""
     cluster.settle()

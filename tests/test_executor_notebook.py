@@ -2,8 +2,8 @@
 
 The first kernel maps 60 items over a 2-worker LocalCluster; an item kills the kernel (SIGKILL)
 part-way. Run All in a new kernel shows the map's progress with the committed items restored
-from the store, and submits only the items that were not committed (C1: a crash loses only
-what was in flight; N-contracts: Run All resumes the cell).
+from the store, and submits only the items that were not committed (a crash loses only what
+was in flight, each item being committed on its own; Run All resumes the cell).
 """
 
 from __future__ import annotations

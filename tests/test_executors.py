@@ -1,4 +1,7 @@
-"""Executors for nodes and map items (issue 20 item 5, functional half; C1-C8, C13, W1-W2).
+"""Executors for nodes and map items (issue 20 item 5, functional half).
+
+Commits per item, recovery, @idempotent calls, gates, errors, timeouts and bad executors, with
+nodes and map items run away from the run's owner (README: Scaling out).
 
 Items and nodes run on a real Dask ``LocalCluster`` (two worker processes, started once for the
 module), on ``ProcessPoolExecutor``, ``ThreadPoolExecutor`` and loky, while the run's owner
@@ -51,7 +54,7 @@ CAP_SECONDS = 60.0
 
 
 class FakeSleep:
-    """An async sleep that returns at once (retry backoff is C9's business, not this file's)."""
+    """An async sleep that returns at once (the retry backoff is tested elsewhere, not in this file)."""
 
     def __init__(self) -> None:
         self.calls: list[float] = []
@@ -187,7 +190,7 @@ def run_big_map(store_url: str, executor: Any, ran: Path) -> dnb.Run:
 
 
 def test_dask_map_of_1000_items_commits_each_once_in_order(store_url: str, dask_client: Any, tmp_path: Path) -> None:
-    """Issue 20 item 5.1, C1: a 1,000-item map on a two-process Dask cluster completes; ``out`` is in
+    """Issue 20 item 5.1: a 1,000-item map on a two-process Dask cluster completes; ``out`` is in
     item order; each item has exactly one ``after:work`` checkpoint; each body ran exactly once,
     and in a worker process, never in the test's."""
     run = run_big_map(store_url, dask_client, tmp_path / "ran.txt")
@@ -199,7 +202,7 @@ def test_dask_map_of_1000_items_commits_each_once_in_order(store_url: str, dask_
 def test_pool_map_of_1000_items_commits_each_once_in_order(
     store_url: str, pool: tuple[str, concurrent.futures.Executor], tmp_path: Path
 ) -> None:
-    """Issue 20 item 5.2, C1: the same 1,000-item map on ProcessPoolExecutor(2), ThreadPoolExecutor and
+    """Issue 20 item 5.2: the same 1,000-item map on ProcessPoolExecutor(2), ThreadPoolExecutor and
     loky: in order, one commit per item, each body once, in the executor's processes (or threads)."""
     kind, executor = pool
     run = run_big_map(store_url, executor, tmp_path / "ran.txt")
@@ -288,7 +291,7 @@ def test_node_executor_and_workflow_default_with_a_local_node(store_url: str, da
 def test_recover_on_another_store_object_keeps_the_default_executor(
     store_url: str, other_store: dnb.Store, dask_client: Any
 ) -> None:
-    """Issue 20 item 5.3, C7: ``recover([flow], store=...)`` (as ``durable-nb serve`` and the service do)
+    """Issue 20 item 5.3: ``recover([flow], store=...)`` (as ``durable-nb serve`` and the service do)
     runs a workflow on the store it is given; the workflow-wide default executor goes with it, so
     the recovered run's node still runs on a Dask worker."""
     flow = dnb.Workflow("recovered", store=store_url, sleep=FakeSleep(), executor=dask_client)
@@ -344,7 +347,7 @@ def idempotent_value(store_url: str, run_id: str, pay: Callable[..., Any], order
 def test_idempotent_call_in_a_failed_attempt_is_not_paid_again_on_retry(
     store_url: str, dask_client: Any, tmp_path: Path
 ) -> None:
-    """Issue 20 item 5.4, C13: item 2's first attempt pays, then raises; its second attempt (on a worker,
+    """Issue 20 item 5.4, @idempotent: item 2's first attempt pays, then raises; its second attempt (on a worker,
     which never touches the store) gets the result from the owner: the paid function ran once
     across both attempts, the item committed once, and the store holds the call's result."""
     paid, attempts = tmp_path / "paid.txt", tmp_path / "attempts.txt"
@@ -366,7 +369,7 @@ def test_idempotent_call_in_a_failed_attempt_is_not_paid_again_on_retry(
 def test_idempotent_call_of_a_failed_item_is_not_paid_again_by_a_fresh_owner(
     store_url: str, other_store: dnb.Store, dask_client: Any, tmp_path: Path
 ) -> None:
-    """Issue 20 item 5.4, C13, C5: with retry_count=0 item 2 pays, fails, and the run fails; after the fix,
+    """Issue 20 item 5.4, resume: with retry_count=0 item 2 pays, fails, and the run fails; after the fix,
     a fresh owner (a new workflow object on a store object of its own) resumes the run: item 2
     runs again without paying again, and the items already committed do not run again."""
     paid, attempts, fixed = tmp_path / "paid.txt", tmp_path / "attempts.txt", tmp_path / "fixed"
@@ -397,7 +400,7 @@ def test_idempotent_call_of_a_failed_item_is_not_paid_again_by_a_fresh_owner(
 def test_gate_in_a_remote_node_pauses_and_approval_reruns_it_on_a_worker(
     store_url: str, dask_client: Any, tmp_path: Path
 ) -> None:
-    """Issue 20 item 5.5, C2, C4: ``gate()`` in a node run on a Dask worker pauses the run (gate row and
+    """Issue 20 item 5.5: ``gate()`` in a node run on a Dask worker pauses the run (gate row and
     pending interrupt); approving re-runs the node on a worker with the decision, and the run completes."""
     ran = tmp_path / "ran.txt"
     flow = dnb.Workflow("remote-gate", store=store_url, sleep=FakeSleep())
@@ -463,7 +466,7 @@ def remote(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 
 def test_unpicklable_exception_fails_the_run_with_a_clear_message(store_url: str, remote: Any) -> None:
-    """Issue 20 item 5.6, C3: an item raising an exception that cannot be pickled fails the run (no hang,
+    """Issue 20 item 5.6: an item raising an exception that cannot be pickled fails the run (no hang,
     no exception out of ``run``), and the error names the original type and message; the executor
     still works afterwards."""
     flow = dnb.Workflow("unpicklable-error", store=store_url, sleep=FakeSleep())
@@ -484,7 +487,7 @@ def test_unpicklable_exception_fails_the_run_with_a_clear_message(store_url: str
 
 
 def test_unpicklable_exception_keeps_its_type_name_and_worker_traceback(store_url: str, remote: Any) -> None:
-    """Issue 20 item 5.6, C3: an error that could not travel back still keeps its type name (the run's
+    """Issue 20 item 5.6: an error that could not travel back still keeps its type name (the run's
     error_type) and its traceback text from the worker, with the note naming the worker."""
     flow = dnb.Workflow("unpicklable-error-type", store=store_url, sleep=FakeSleep())
 
@@ -504,7 +507,7 @@ def test_unpicklable_exception_keeps_its_type_name_and_worker_traceback(store_ur
 
 
 def test_exception_that_cannot_be_rebuilt_keeps_its_type_and_message(store_url: str, remote: Any) -> None:
-    """Issue 20 item 5.6, C3: an exception that pickles but cannot be unpickled at the owner (its
+    """Issue 20 item 5.6: an exception that pickles but cannot be unpickled at the owner (its
     ``__init__`` takes two arguments, and ``Exception`` pickles only its message) fails the run
     with its own type name and message, not with the TypeError of rebuilding it."""
     flow = dnb.Workflow("unrebuildable-error", store=store_url, sleep=FakeSleep())
@@ -524,7 +527,7 @@ def test_exception_that_cannot_be_rebuilt_keeps_its_type_and_message(store_url: 
 
 
 def test_unpicklable_result_fails_the_run_with_a_clear_message(store_url: str, remote: Any) -> None:
-    """Issue 20 item 5.6, C3, C6: an item returning a value that cannot be pickled fails the run with an
+    """Issue 20 item 5.6: an item returning a value that cannot be pickled fails the run with an
     error saying the result could not be sent back; nothing of that item is committed."""
     flow = dnb.Workflow("unpicklable-result", store=store_url, sleep=FakeSleep())
 
@@ -540,7 +543,7 @@ def test_unpicklable_result_fails_the_run_with_a_clear_message(store_url: str, r
 
 
 def test_worker_error_keeps_its_type_and_names_the_worker(store_url: str, remote: Any) -> None:
-    """Issue 20 item 5.6, C3: a ValueError raised on a worker fails the run as a ValueError (type name in
+    """Issue 20 item 5.6: a ValueError raised on a worker fails the run as a ValueError (type name in
     the error and error_type) and its stored traceback carries a note naming the worker process."""
     flow = dnb.Workflow("worker-error", store=store_url, sleep=FakeSleep())
 
@@ -576,7 +579,7 @@ def counts(store_url: str) -> tuple[int, int]:
     "bad", [42, "dask", object(), concurrent.futures.Future()], ids=["int", "dask-text", "object", "future"]
 )
 def test_bad_executor_is_refused_at_registration(store_url: str, bad: Any) -> None:
-    """Issue 20 item 5.7, §8: ``executor=`` that is not a Dask client, an Executor or "local" raises
+    """Issue 20 item 5.7: ``executor=`` that is not a Dask client, an Executor or "local" raises
     ConfigurationError naming what to pass, on a node, a map and a workflow; the workflow keeps only
     its good nodes and nothing is written to the store."""
     flow = dnb.Workflow("bad-executor", store=store_url, sleep=FakeSleep())
@@ -668,7 +671,7 @@ def make_shutdown_flow(executor: Any, store_url: str, ran: Path, fixed: Path) ->
 def test_shut_down_executor_fails_the_run_and_resume_elsewhere_runs_only_unfinished_items(
     store_url: str, tmp_path: Path
 ) -> None:
-    """Issue 20 item 5.8, C5: a map whose ThreadPoolExecutor was shut down fails the run with an error
+    """Issue 20 item 5.8: a map whose ThreadPoolExecutor was shut down fails the run with an error
     saying so and commits nothing; resuming with a working executor completes the run, running
     only the items no earlier attempt finished."""
     ran, fixed = tmp_path / "ran.txt", tmp_path / "fixed"
@@ -704,7 +707,7 @@ def test_shut_down_executor_fails_the_run_and_resume_elsewhere_runs_only_unfinis
 def test_remote_item_timeout_fails_at_the_owner_and_its_late_result_is_dropped(
     store_url: str, dask_client: Any, tmp_path: Path
 ) -> None:
-    """Issue 20 item 5.9, C8, C6: an item on a Dask worker that overruns ``timeout_seconds`` fails with
+    """Issue 20 item 5.9: an item on a Dask worker that overruns ``timeout_seconds`` fails with
     NodeTimeout at the owner while the worker is still busy with it; when that attempt finishes
     later its result is not committed, and a resume commits only the new attempt's result."""
     release, attempts, finished = tmp_path / "release", tmp_path / "attempts.txt", tmp_path / "finished.txt"

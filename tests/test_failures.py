@@ -1,4 +1,4 @@
-"""A node that keeps failing: failed run, failed:<node> checkpoint, resume re-runs only it (C3, C5, C6)."""
+"""A node that keeps failing: failed run, failed:<node> checkpoint, resume re-runs only it."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def build(store_url: str, counts: Counter[str], switch: Flaky) -> dnb.Workflow:
 
 
 def test_failed_node_fails_the_run_with_label_and_reason(store_url: str) -> None:
-    """C3: run failed with ``Node '<label>' failed: <reason>``; the error keeps its type and traceback."""
+    """The run is failed with ``Node '<label>' failed: <reason>``; the error keeps its type and traceback."""
     counts: Counter[str] = Counter()
     flow = build(store_url, counts, Flaky())
     run = flow.run({})
@@ -60,7 +60,7 @@ def test_failed_node_fails_the_run_with_label_and_reason(store_url: str) -> None
 
 
 def test_resume_reruns_only_the_failed_node(store_url: str) -> None:
-    """C3, C5: after a fix, resume runs the failed node and the rest; earlier nodes never again."""
+    """After a fix, resume runs the failed node and the rest; earlier nodes never again."""
     counts: Counter[str] = Counter()
     switch = Flaky()
     flow = build(store_url, counts, switch)
@@ -79,7 +79,7 @@ def test_resume_reruns_only_the_failed_node(store_url: str) -> None:
 
 
 def test_failure_without_fix_stays_resumable(store_url: str) -> None:
-    """C5: a failed run_end is stepped over, so a run can fail and be resumed repeatedly."""
+    """A failed run_end is stepped over, so a run can fail and be resumed repeatedly."""
     counts: Counter[str] = Counter()
     switch = Flaky()
     flow = build(store_url, counts, switch)
@@ -92,7 +92,7 @@ def test_failure_without_fix_stays_resumable(store_url: str) -> None:
 
 
 def test_retries_are_attempts_of_one_node(store_url: str) -> None:
-    """C9: retry_count=2 runs the node up to three times before it counts as failed."""
+    """retry_count=2 runs the node up to three times, sleeping 1 then 2 seconds, before it counts as failed."""
     slept: list[float] = []
 
     async def fake_sleep(seconds: float) -> None:
@@ -115,7 +115,7 @@ def test_retries_are_attempts_of_one_node(store_url: str) -> None:
 
 
 def test_default_retry_count_is_one(store_url: str) -> None:
-    """C9: workflow nodes default to retry_count=1 (two attempts)."""
+    """Workflow nodes default to retry_count=1 (two attempts)."""
 
     async def no_sleep(seconds: float) -> None:
         return None
@@ -136,7 +136,7 @@ def test_default_retry_count_is_one(store_url: str) -> None:
 
 
 def test_async_node_failure(store_url: str) -> None:
-    """C3: async nodes fail the same way."""
+    """Async nodes fail the same way."""
     flow = dnb.Workflow("async-fail", store=store_url)
 
     @flow.node(retry_count=0)
@@ -149,7 +149,7 @@ def test_async_node_failure(store_url: str) -> None:
 
 
 def test_node_failed_error_pickles() -> None:
-    """§8: errors survive pickling with their fields, since they cross processes."""
+    """Errors survive pickling with their fields, since they cross processes."""
     import pickle
 
     error = dnb.NodeFailed("Node 'x' failed: boom", node_id="x", error_type="ValueError", traceback="tb")
@@ -162,7 +162,7 @@ def test_node_failed_error_pickles() -> None:
 
 @pytest.mark.parametrize("value", [[1, 2], "text", 3])
 def test_node_returning_non_dict_fails_clearly(store_url: str, value: object) -> None:
-    """C3, §8: a node must return a dict of updates; anything else fails the node with a clear error."""
+    """A node must return a dict of updates; anything else fails the node with a clear error."""
     flow = dnb.Workflow("bad-return", store=store_url)
 
     @flow.node(retry_count=0)

@@ -1,4 +1,4 @@
-"""Flat cost at any run size (§3, §10): a commit late in a long run writes what an early one did.
+"""Flat cost at any run size: a commit late in a long run writes what an early one did.
 
 Counted, not timed: every statement the store's connection executes is traced, and the rows
 and bytes each commit wrote are compared between the start and the end of a 5,000-node chain
@@ -64,7 +64,7 @@ def compare(commits: list[tuple[int, int]], early: slice, late: slice) -> None:
 
 
 def test_commit_5000_of_a_chain_writes_what_commit_10_did(store_url: str) -> None:
-    """§10: committing node 5,000 of a chain writes the rows and bytes node 10 wrote."""
+    """Committing node 5,000 of a chain writes the rows and bytes node 10 wrote."""
     store = dnb.connect(store_url)
     flow = dnb.Workflow("long_chain", store=store)
     previous = None
@@ -85,7 +85,7 @@ def test_commit_5000_of_a_chain_writes_what_commit_10_did(store_url: str) -> Non
 
 
 def test_item_5000_of_a_map_writes_what_item_10_did(store_url: str) -> None:
-    """§10: committing item 5,000 of a map writes the rows and bytes item 10 wrote."""
+    """Committing item 5,000 of a map writes the rows and bytes item 10 wrote."""
     store = dnb.connect(store_url)
     flow = dnb.Workflow("long_map", store=store)
 

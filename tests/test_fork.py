@@ -1,4 +1,4 @@
-"""Forks (C14): branch any checkpoint with state overrides; the original is never touched."""
+"""Forks: branch any checkpoint with state overrides; the original is never touched."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def snapshot(url: str, run_id: str) -> dict[str, list[tuple[object, ...]]]:
 
 
 def test_fork_from_middle_checkpoint_with_overrides(store_url: str) -> None:
-    """C14: nodes before the fork point are not re-executed; the original's rows are byte-for-byte unchanged."""
+    """Nodes before the fork point are not re-executed; the original's rows are byte-for-byte unchanged."""
     counts: Counter[str] = Counter()
     flow = pipeline(store_url, counts)
     original = flow.run({"rate": 0.1})
@@ -69,7 +69,7 @@ def test_fork_from_middle_checkpoint_with_overrides(store_url: str) -> None:
 
 
 def test_fork_defaults_to_latest_non_tombstone(store_url: str) -> None:
-    """C14: without a checkpoint the fork starts at the latest checkpoint that is not run_end."""
+    """Without a checkpoint the fork starts at the latest checkpoint that is not run_end."""
     counts: Counter[str] = Counter()
     flow = pipeline(store_url, counts)
     original = flow.run({"rate": 0.0})
@@ -85,7 +85,7 @@ def test_fork_defaults_to_latest_non_tombstone(store_url: str) -> None:
 
 
 def test_store_level_fork_only_creates(store_url: str) -> None:
-    """C14, W3: durable_nb.fork creates a pending fork without code; the workflow's resume runs it."""
+    """durable_nb.fork creates a pending fork without code; the workflow's resume runs it."""
     counts: Counter[str] = Counter()
     flow = pipeline(store_url, counts)
     original = flow.run({"rate": 0.1})
@@ -101,7 +101,7 @@ def test_store_level_fork_only_creates(store_url: str) -> None:
 
 
 def test_fork_of_failed_run_is_ordinary(store_url: str) -> None:
-    """C14: forking a failed run with a corrected value completes the fork; the failed run stays failed."""
+    """Forking a failed run with a corrected value completes the fork; the failed run stays failed."""
     flow = dnb.Workflow("divide", store=store_url)
 
     @flow.node(retry_count=0)
@@ -117,7 +117,7 @@ def test_fork_of_failed_run_is_ordinary(store_url: str) -> None:
 
 
 def test_fork_of_paused_run_pauses_again(store_url: str) -> None:
-    """C14: a fork of a run waiting at a gate asks the gate again in the fork."""
+    """A fork of a run waiting at a gate asks the gate again in the fork."""
     flow = dnb.Workflow("gated", store=store_url)
 
     @flow.node()
@@ -134,7 +134,7 @@ def test_fork_of_paused_run_pauses_again(store_url: str) -> None:
 
 
 def test_fork_unknown_checkpoint(store_url: str) -> None:
-    """§8: forking at a checkpoint the run does not have raises CheckpointNotFound."""
+    """Forking at a checkpoint the run does not have raises CheckpointNotFound."""
     flow = pipeline(store_url, Counter())
     run = flow.run({"rate": 0.1})
     with pytest.raises(dnb.CheckpointNotFound):
@@ -142,7 +142,7 @@ def test_fork_unknown_checkpoint(store_url: str) -> None:
 
 
 def test_unchanged_values_are_shared_by_forks(store_url: str) -> None:
-    """§3: a fork stores only the values it overrides; everything else is shared by address."""
+    """A fork stores only the values it overrides; everything else is shared by address."""
     flow = dnb.Workflow("big", store=store_url)
 
     @flow.node()

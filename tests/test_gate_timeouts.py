@@ -1,4 +1,4 @@
-"""Gate deadlines (C18, with C2, C4, C5, C7, C16): a floor of 1 second, no ceiling, applied lazily.
+"""Gate deadlines: a floor of 1 second, no ceiling, applied lazily by whoever looks at the run.
 
 Nothing waits for a gate's deadline: no thread, timer or process. Whoever next looks at the
 run (get_run, status, approve, resume, recover) applies it: ``on_timeout="reject"`` records a
@@ -138,7 +138,7 @@ def timeout_comment(seconds: str) -> str:
     ids=["half-second", "zero", "negative", "nan", "text", "bool"],
 )
 def test_timeout_below_the_floor_or_not_a_number_fails_the_node(store_url: str, timeout: Any, message: str) -> None:
-    """C18: a gate timeout below 1 second (or not a number) fails the node with a clear message."""
+    """A gate timeout below 1 second (or not a number) fails the node with a clear message."""
     flow = gated_flow(store_url, timeout=timeout)
     run = flow.run({})
     assert run.status == "failed"
@@ -151,7 +151,7 @@ def test_timeout_below_the_floor_or_not_a_number_fails_the_node(store_url: str, 
 
 
 def test_unknown_on_timeout_fails_the_node(store_url: str) -> None:
-    """C18: on expiry a gate rejects or fails the run; anything else is refused up front."""
+    """On expiry a gate rejects or fails the run; anything else is refused up front."""
     run = gated_flow(store_url, on_timeout="approve").run({})
     assert run.status == "failed"
     assert "on_timeout must be 'reject' or 'fail'" in (run.error or "")
@@ -160,7 +160,7 @@ def test_unknown_on_timeout_fails_the_node(store_url: str) -> None:
 
 @pytest.mark.parametrize(("timeout", "on_timeout"), [(1, "reject"), (THREE_WEEKS, "fail")], ids=["floor", "3-weeks"])
 def test_floor_and_weeks_are_accepted_and_stored(store_url: str, timeout: int, on_timeout: str) -> None:
-    """C18, C2: 1 second (the floor) and 3 weeks (no ceiling) pause the run with the deadline stored."""
+    """1 second (the floor) and 3 weeks (no ceiling) pause the run with the deadline stored."""
     before = time.time()
     run = gated_flow(store_url, timeout=timeout, on_timeout=on_timeout).run({})
     assert run.status == "paused"
@@ -185,7 +185,7 @@ def test_floor_and_weeks_are_accepted_and_stored(store_url: str, timeout: int, o
 
 
 def test_reject_on_expiry_is_applied_lazily_by_get_run(store_url: str) -> None:
-    """C18, C4: after a real 1 s deadline, get_run records the timeout rejection; resume completes."""
+    """After a real 1 s deadline, get_run records the timeout rejection; resume completes."""
     calls = Calls()
     flow = gated_flow(store_url, timeout=1, on_timeout="reject", calls=calls)
     run = flow.run({})
@@ -229,7 +229,7 @@ def test_reject_on_expiry_is_applied_lazily_by_get_run(store_url: str) -> None:
 
 
 def test_fail_on_expiry_after_three_weeks_fails_the_run_and_resume_asks_again(store_url: str) -> None:
-    """C18, C3, C5: weeks later the run is failed naming the gate and timeout; resume re-opens the gate."""
+    """Weeks later the run is failed naming the gate and timeout; resume re-opens the gate."""
     calls = Calls()
     flow = gated_flow(store_url, timeout=THREE_WEEKS, on_timeout="fail", calls=calls)
     run = flow.run({})
@@ -279,7 +279,7 @@ def test_fail_on_expiry_after_three_weeks_fails_the_run_and_resume_asks_again(st
 @pytest.mark.parametrize("caller", ["dnb.status", "flow.status"])
 @pytest.mark.parametrize("on_timeout", ["reject", "fail"])
 def test_status_applies_an_expired_deadline(store_url: str, caller: str, on_timeout: str) -> None:
-    """C18, C16: asking for a run's status applies its expired deadline before counting."""
+    """Asking for a run's status applies its expired deadline before counting."""
     flow = gated_flow(store_url, timeout=THREE_WEEKS, on_timeout=on_timeout)
 
     def status(run_id: str) -> dict[str, Any]:
@@ -306,7 +306,7 @@ def test_status_applies_an_expired_deadline(store_url: str, caller: str, on_time
 
 
 def test_resume_continues_a_paused_run_whose_gate_expired(store_url: str) -> None:
-    """C5, C18: resume refuses a paused run, but once its deadline passed it applies it and continues."""
+    """Resume refuses a paused run, but once its deadline passed it applies it and continues."""
     calls = Calls()
     flow = gated_flow(store_url, timeout=THREE_WEEKS, calls=calls)
     run = flow.run({})
@@ -333,7 +333,7 @@ def test_resume_continues_a_paused_run_whose_gate_expired(store_url: str) -> Non
 
 
 def test_recover_with_the_workflow_applies_the_deadline_and_completes_the_run(store_url: str) -> None:
-    """C7, C18: recover([flow]) sweeps expired gates and resumes the runs it has the code for."""
+    """recover([flow]) sweeps expired gates and resumes the runs it has the code for."""
     calls = Calls()
     flow = gated_flow(store_url, timeout=THREE_WEEKS, calls=calls)
     expired = flow.run({})
@@ -360,7 +360,7 @@ def test_recover_with_the_workflow_applies_the_deadline_and_completes_the_run(st
 
 
 def test_recover_without_the_workflow_applies_the_decision_and_leaves_the_run_pending(store_url: str) -> None:
-    """C7, C18, W3: recover() without the code records the timeout decision; the run waits for the code."""
+    """recover() without the code records the timeout decision; the run waits for the code."""
     calls = Calls()
     rejecting = gated_flow(store_url, timeout=THREE_WEEKS, on_timeout="reject", calls=calls)
     failing = gated_flow(store_url, "deadlines-fail", timeout=THREE_WEEKS, on_timeout="fail")
@@ -394,7 +394,7 @@ def test_recover_without_the_workflow_applies_the_decision_and_leaves_the_run_pe
 
 
 def test_decisions_before_and_after_a_real_deadline(store_url: str) -> None:
-    """C18, C4: an approval after the deadline is refused and not recorded; one before it wins for good."""
+    """An approval after the deadline is refused and not recorded; one before it wins for good."""
     calls = Calls()
     flow = gated_flow(store_url, timeout=1, on_timeout="reject", calls=calls)
     early = flow.run({})
@@ -430,7 +430,7 @@ def test_decisions_before_and_after_a_real_deadline(store_url: str) -> None:
 @pytest.mark.parametrize("decide", ["dnb.approve", "dnb.reject", "flow.approve", "flow.reject"])
 @pytest.mark.parametrize("on_timeout", ["reject", "fail"])
 def test_late_decision_after_weeks_is_refused(store_url: str, decide: str, on_timeout: str) -> None:
-    """C18: any decider arriving after the deadline gets AlreadyResumed naming the expiry; nothing of it is kept."""
+    """Any decider arriving after the deadline gets AlreadyResumed naming the expiry; nothing of it is kept."""
     calls = Calls()
     flow = gated_flow(store_url, timeout=THREE_WEEKS, on_timeout=on_timeout, calls=calls)
     run = flow.run({})
@@ -471,7 +471,7 @@ def _new_threads(baseline: set[threading.Thread]) -> set[threading.Thread]:
 
 
 def test_a_waiting_gate_costs_no_thread_task_or_timer(store_url: str) -> None:
-    """C18: after a gate with a 3-week deadline pauses the run, no thread, task or timer is left waiting."""
+    """After a gate with a 3-week deadline pauses the run, no thread, task or timer is left waiting."""
     warm_up = gated_flow(store_url, "warm-up", timeout=None)
     warmed = warm_up.run({})  # opens the store's connection thread and a node worker thread
     assert warmed.status == "paused"
@@ -497,7 +497,7 @@ def test_a_waiting_gate_costs_no_thread_task_or_timer(store_url: str) -> None:
 
 
 def test_three_week_gate_survives_closing_everything(store_url: str) -> None:
-    """C18, C2: a paused run with a 3-week gate needs no live object; a new store applies its deadline."""
+    """A paused run with a 3-week gate needs no live object; a new store applies its deadline."""
     calls = Calls()
     run = gated_flow(store_url, timeout=THREE_WEEKS, calls=calls).run({})
     old_store = store_of(store_url)
@@ -554,7 +554,7 @@ print(run.id, run.status, flush=True)
 
 
 def test_the_process_that_paused_the_run_exits_at_once(store_url: str, tmp_path: Path) -> None:
-    """C18: no process has to stay for a gate's deadline; another process applies it when it looks."""
+    """No process has to stay for a gate's deadline; another process applies it when it looks."""
     script = tmp_path / "pause_and_exit.py"
     script.write_text(textwrap.dedent(CHILD.format(timeout=THREE_WEEKS)))
     child = subprocess.run(
@@ -609,7 +609,7 @@ def look_at_once(store_url: str, run_id: str, lookers: int, separate: bool) -> t
 @pytest.mark.parametrize("stores", ["shared", "separate"])
 @pytest.mark.parametrize("on_timeout", ["reject", "fail"])
 def test_concurrent_lookers_apply_the_deadline_once(store_url: str, stores: str, on_timeout: str) -> None:
-    """C18, C4: four threads looking at an expired run at once record exactly one outcome.
+    """Four threads looking at an expired run at once record exactly one outcome.
 
     ``separate`` gives each thread its own store object and SQLite connection, as separate
     processes would have; ``shared`` uses the process's one store from four event loops.
@@ -638,7 +638,7 @@ def test_concurrent_lookers_apply_the_deadline_once(store_url: str, stores: str,
 
 
 def test_a_weeks_long_timeout_reads_in_days(store_url: str) -> None:
-    """C18, §8: the timeout note says how long the gate waited in words a person reads at a glance."""
+    """The timeout note says how long the gate waited in words a person reads at a glance."""
     run = gated_flow(store_url, timeout=THREE_WEEKS).run({})
     let_time_pass(store_url, run.id, THREE_WEEKS + 5)
     dnb.get_run(run.id, store=store_url)
@@ -648,7 +648,7 @@ def test_a_weeks_long_timeout_reads_in_days(store_url: str) -> None:
 
 
 def test_fail_on_expiry_leaves_no_suspended_node_in_status(store_url: str) -> None:
-    """C16, C18: a run failed by a gate timeout waits at no gate, so no node counts as suspended."""
+    """A run failed by a gate timeout waits at no gate, so no node counts as suspended."""
     flow = dnb.Workflow("two-gates", store=store_url)
 
     @flow.node(retry_count=0)
@@ -687,7 +687,7 @@ class OvertakenStore(SQLiteStore):
 @pytest.mark.parametrize("look", ["dnb.get_run", "dnb.status", "flow.status", "flow.resume"])
 @pytest.mark.parametrize("on_timeout", ["reject", "fail"])
 def test_an_overtaken_looker_sees_the_applied_deadline(store_url: str, look: str, on_timeout: str) -> None:
-    """C18: a looker that finds the deadline already applied by someone else reports the applied outcome."""
+    """A looker that finds the deadline already applied by someone else reports the applied outcome."""
     run = gated_flow(store_url, timeout=THREE_WEEKS, on_timeout=on_timeout).run({})
     let_time_pass(store_url, run.id, THREE_WEEKS + 5)
     store = OvertakenStore(store_url, db_path(store_url))

@@ -1,4 +1,4 @@
-"""Gates and interrupts (C2, C4, C18's validation): pause, decide once, re-run from the top."""
+"""Gates and interrupts: pause, decide once, re-run from the top; gate timeouts are checked up front."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from durable_nb._loop import run_sync
 
 
 def test_gate_outside_a_node_raises() -> None:
-    """C2: gate() outside a durable node says where to call it."""
+    """gate() outside a durable node says where to call it."""
     with pytest.raises(dnb.NoActiveNode, match="inside a Workflow node"):
         dnb.gate("approve")
 
 
 def test_rejection_reaches_the_node(store_url: str) -> None:
-    """C4: a rejection is a decision too; gate() returns approved=False with the comment."""
+    """A rejection is a decision too; gate() returns approved=False with the comment."""
     flow = dnb.Workflow("reject", store=store_url)
 
     @flow.node()
@@ -34,7 +34,7 @@ def test_rejection_reaches_the_node(store_url: str) -> None:
 
 
 def test_decision_fields_are_recorded(store_url: str) -> None:
-    """C4: approved:<node> records approved, value, comment, by and at."""
+    """approved:<node> records approved, value, comment, by and at."""
     flow = dnb.Workflow("fields", store=store_url)
     seen: list[dnb.Decision] = []
 
@@ -57,7 +57,7 @@ def test_decision_fields_are_recorded(store_url: str) -> None:
 
 
 def test_two_gates_in_one_node(store_url: str) -> None:
-    """C4: a node with two gates pauses twice; each re-run replays earlier decisions in order."""
+    """A node with two gates pauses twice; each re-run replays earlier decisions in order."""
     flow = dnb.Workflow("two-gates", store=store_url)
     runs_of_node: list[int] = []
 
@@ -80,7 +80,7 @@ def test_two_gates_in_one_node(store_url: str) -> None:
 
 
 def test_context_is_frozen_at_suspend_time(store_url: str) -> None:
-    """C2: the context is frozen as JSON when the run pauses; non-JSON values become their repr."""
+    """The context is frozen as JSON when the run pauses; non-JSON values become their repr."""
     flow = dnb.Workflow("frozen", store=store_url)
     shared = {"items": [1, 2]}
 
@@ -101,7 +101,7 @@ def test_context_is_frozen_at_suspend_time(store_url: str) -> None:
 
 
 def test_gate_timeout_floor_is_one_second(store_url: str) -> None:
-    """C18: a gate timeout below 1 second is refused with a message; at 1 second it is accepted."""
+    """A gate timeout below 1 second is refused with a message; at 1 second it is accepted."""
     flow = dnb.Workflow("timeouts", store=store_url)
 
     @flow.node(retry_count=0)
@@ -128,7 +128,7 @@ def test_gate_timeout_floor_is_one_second(store_url: str) -> None:
 
 
 def test_gate_pause_is_one_transaction(store_url: str) -> None:
-    """C2: the gate checkpoint, the pending row and the paused status are written together."""
+    """The gate checkpoint, the pending row and the paused status are written together."""
     flow = dnb.Workflow("atomic", store=store_url)
 
     @flow.node()
@@ -148,7 +148,7 @@ def test_gate_pause_is_one_transaction(store_url: str) -> None:
 
 
 def test_second_decision_is_already_resumed(store_url: str) -> None:
-    """C4: a decision is recorded once; a later one raises AlreadyResumed."""
+    """A decision is recorded once; a later one raises AlreadyResumed."""
     flow = dnb.Workflow("once", store=store_url)
 
     @flow.node()
@@ -165,7 +165,7 @@ def test_second_decision_is_already_resumed(store_url: str) -> None:
 
 
 def test_wave_with_two_gates_needs_node_named(store_url: str) -> None:
-    """C2, C4: a wave may pause at two gates; a decision must name the node, and the run goes on after both."""
+    """A wave may pause at two gates; a decision must name the node, and the run goes on after both."""
     flow = dnb.Workflow("parallel-gates", store=store_url)
 
     @flow.node()
@@ -190,7 +190,7 @@ def test_wave_with_two_gates_needs_node_named(store_url: str) -> None:
 
 
 def test_concurrent_decisions_on_two_gates_both_count(store_url: str) -> None:
-    """C4: two gates of one run decided at the same moment: neither decision is lost."""
+    """Two gates of one run decided at the same moment: neither decision is lost."""
     import asyncio
 
     flow = dnb.Workflow("two-at-once", store=store_url)

@@ -1,4 +1,4 @@
-"""Headless runs (N9): nbclient and papermill behave the same; a crashed scheduled notebook resumes."""
+"""Headless runs: nbclient and papermill behave the same; a crashed scheduled notebook resumes."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def lines(path: Path) -> list[str]:
 
 
 def test_nbclient_rerun_after_crash_resumes(tmp_path: Path, store_url: str) -> None:
-    """N9: a notebook whose kernel dies under nbclient, run again on the same store, resumes at the cell in flight."""
+    """A notebook whose kernel dies under nbclient, run again on the same store, resumes at the cell in flight."""
     counter, flag = tmp_path / "counter.txt", tmp_path / "flag"
     path = scheduled_notebook(tmp_path / "nightly.ipynb", counter, flag, store_url)
     with pytest.raises((DeadKernelError, CellExecutionError, RuntimeError)):
@@ -60,7 +60,7 @@ def test_nbclient_rerun_after_crash_resumes(tmp_path: Path, store_url: str) -> N
 
 
 def test_papermill_rerun_after_crash_resumes(tmp_path: Path, store_url: str) -> None:
-    """N9: the same with papermill and injected parameters."""
+    """The same with papermill and injected parameters."""
     import papermill
 
     counter, flag = tmp_path / "counter.txt", tmp_path / "flag"

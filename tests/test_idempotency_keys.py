@@ -1,4 +1,4 @@
-"""Idempotency keys (C12): a repeated key returns the first run; the key sent again with other input
+"""Idempotency keys: a repeated key returns the first run; the key sent again with other input
 is refused with IdempotencyKeyReused, as payment APIs do, and nothing is started or stored."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""@idempotent (C13): once per run and arguments, sync and async; runs normally elsewhere."""
+"""@idempotent: once per run and arguments, sync and async; runs normally elsewhere."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def make_flow(store_url: str) -> dnb.Workflow:
 
 
 def test_same_run_runs_body_once(store_url: str) -> None:
-    """C13: within one run a repeated call returns the stored value; the body never runs again."""
+    """Within one run a repeated call returns the stored value; the body never runs again."""
     sent.clear()
     flow = make_flow(store_url)
     run = flow.run({})
@@ -73,7 +73,7 @@ def test_same_run_runs_body_once(store_url: str) -> None:
 
 
 def test_other_run_runs_body_again(store_url: str) -> None:
-    """C13: another run executes the body again."""
+    """Another run executes the body again."""
     sent.clear()
     flow = make_flow(store_url)
     flow.run({})
@@ -83,7 +83,7 @@ def test_other_run_runs_body_again(store_url: str) -> None:
 
 
 def test_outside_any_run_runs_normally() -> None:
-    """C13: outside a durable node the function just runs, every time."""
+    """Outside a durable node the function just runs, every time."""
     sent.clear()
     assert send_email("cy@example.com", "x") == "message-id-cy@example.com-1"
     assert send_email("cy@example.com", "x") == "message-id-cy@example.com-2"
@@ -92,7 +92,7 @@ def test_outside_any_run_runs_normally() -> None:
 
 
 def test_resume_after_failure_replays_finished_calls(store_url: str) -> None:
-    """C13: calls that finished before a node failed are not repeated when the node re-runs."""
+    """Calls that finished before a node failed are not repeated when the node re-runs."""
     sent.clear()
     flow = dnb.Workflow("partial", store=store_url)
     state = {"fail": True}

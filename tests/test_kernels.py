@@ -1,4 +1,4 @@
-"""Real Jupyter kernels (N3, N6, N7, N8, N9): kill -9, restart, Run All again."""
+"""Real Jupyter kernels: kill -9, restart, Run All again; gates, @idempotent calls, interrupts."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def notebook(counter: Path, flag: Path) -> list[str]:
 
 
 def test_kill_then_run_all_restores_committed_cells(kernels: list, tmp_path: Path, store_url: str) -> None:
-    """N3: after kill -9, Run All in a new kernel restores committed cells, replays outputs and runs only the rest."""
+    """After kill -9, Run All in a new kernel restores committed cells, replays outputs and runs only the rest."""
     counter, flag = tmp_path / "counter.txt", tmp_path / "flag"
     cells = notebook(counter, flag)
     first = new_kernel(kernels)
@@ -80,7 +80,7 @@ def test_kill_then_run_all_restores_committed_cells(kernels: list, tmp_path: Pat
 
 
 def test_gate_approved_from_another_process_then_rerun(kernels: list, tmp_path: Path, store_url: str) -> None:
-    """N6: a gate pauses Run All; another process approves; a new kernel's Run All continues to the end."""
+    """A gate pauses Run All; another process approves; a new kernel's Run All continues to the end."""
     cells = [
         "%load_ext durable_nb\nimport durable_nb as dnb\n%durable run gated",
         "%%durable draft\ntext = 'Dear customer, …'",
@@ -114,7 +114,7 @@ def test_gate_approved_from_another_process_then_rerun(kernels: list, tmp_path: 
 
 
 def test_panel_click_inside_the_kernel(kernels: list, store_url: str) -> None:
-    """N6: a simulated click on the panel's Approve button records the decision and continues the cell."""
+    """A simulated click on the panel's Approve button records the decision and continues the cell."""
     kernel = new_kernel(kernels)
     assert kernel.run("%load_ext durable_nb\nimport durable_nb as dnb\n%durable run clicks").status == "ok"
     paused = kernel.run("%%durable review\nd = dnb.gate('ship?', {'n': 3})\nshipped = d.approved")
@@ -131,7 +131,7 @@ def test_panel_click_inside_the_kernel(kernels: list, store_url: str) -> None:
 
 
 def test_idempotent_loop_killed_at_call_12(kernels: list, tmp_path: Path) -> None:
-    """N7: a cell making 20 @idempotent calls is killed at call 12; re-running executes only calls 12 to 20."""
+    """A cell making 20 @idempotent calls is killed at call 12; re-running executes only calls 12 to 20."""
     calls = tmp_path / "calls.txt"
     flag = tmp_path / "killed"
     setup = (
@@ -156,7 +156,7 @@ def test_idempotent_loop_killed_at_call_12(kernels: list, tmp_path: Path) -> Non
 
 
 def test_interrupt_cancels_the_cell(kernels: list, store_url: str) -> None:
-    """N8: interrupting the kernel during a durable cell cancels it (uncommitted); the run resumes."""
+    """Interrupting the kernel during a durable cell cancels it (uncommitted); the run resumes."""
     kernel = new_kernel(kernels)
     assert kernel.run("%load_ext durable_nb\n%durable run waits").status == "ok"
     result = kernel.interrupt_after("%%durable wait\nimport time\npartial = 1\ntime.sleep(30)\nfinished = True", 1.5)
@@ -170,7 +170,7 @@ def test_interrupt_cancels_the_cell(kernels: list, store_url: str) -> None:
 
 
 def test_rich_values_survive_a_new_kernel(kernels: list) -> None:
-    """N3: a DataFrame, a numpy array, a function and a class defined in a durable cell come back in a new kernel."""
+    """A DataFrame, a numpy array, a function and a class defined in a durable cell come back in a new kernel."""
     cells = [
         "%load_ext durable_nb\n%durable run values",
         (
@@ -195,7 +195,7 @@ def test_rich_values_survive_a_new_kernel(kernels: list) -> None:
 
 
 def test_hundred_megabyte_dataframe(kernels: list, tmp_path: Path) -> None:
-    """N3, §10: a cell defining a 100 MB DataFrame commits, and restores in a new kernel (times printed)."""
+    """A cell defining a 100 MB DataFrame commits, and restores in a new kernel (times printed)."""
     cells = [
         "%load_ext durable_nb\nimport time\n%durable run big",
         (
@@ -236,7 +236,7 @@ def test_hundred_megabyte_dataframe(kernels: list, tmp_path: Path) -> None:
 
 
 def test_click_arriving_as_a_comm_message(kernels: list, store_url: str) -> None:
-    """N6: a click sent by the front end (a comm message, handled between cells) records and continues."""
+    """A click sent by the front end (a comm message, handled between cells) records and continues."""
     import time
 
     kernel = new_kernel(kernels)

@@ -146,7 +146,7 @@ def test_async_graph_resumes_too(store_url: str) -> None:
 
 
 def test_a_tampered_value_is_refused_not_loaded(store_url: str) -> None:
-    """Issue 19 item 1 (DESIGN §3 Codecs): a blob changed in the store fails its signature check;
+    """Issue 19 item 1 (signed values): a blob changed in the store fails its signature check;
     loading the checkpoint raises TamperedValueError and never deserializes it."""
     saver = DurableSaver.from_url(store_url)
     graph = build(saver, [])
@@ -187,7 +187,7 @@ def _config(thread_id: str = "t", **more: Any) -> Any:
 
 
 def test_bad_input_gets_typed_errors_and_writes_nothing(store_url: str) -> None:
-    """Issue 19 item 1 (DESIGN §8): bad input raises a typed error saying what to do, and writes nothing."""
+    """Issue 19 item 1 (bad input): bad input raises a typed error saying what to do, and writes nothing."""
     saver = DurableSaver.from_url(store_url)
     with pytest.raises(InvalidInput, match="thread_id"):
         saver.get_tuple({})

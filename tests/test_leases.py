@@ -1,4 +1,4 @@
-"""Leases and recovery (C7): live owners are never displaced; stranded runs are resumed or failed."""
+"""Leases and recovery: live owners are never displaced; stranded runs are resumed or failed."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def wait_for_mark(mark: Path, timeout: float = 20) -> None:
 
 
 def test_run_longer_than_its_lease_is_never_taken(tmp_path: Path, store_url: str) -> None:
-    """C7: A runs a node for 3 lease periods while B, on another host, recovers in a loop: B never takes A's run."""
+    """A runs a node for 3 lease periods while B, on another host, recovers in a loop: B never takes A's run."""
     module, mark = setup(tmp_path, store_url)
     a = subprocess.Popen(
         [sys.executable, str(module), "run"],
@@ -106,7 +106,7 @@ def test_run_longer_than_its_lease_is_never_taken(tmp_path: Path, store_url: str
 
 
 def test_dead_owner_on_another_host_is_taken_after_its_lease(tmp_path: Path, store_url: str) -> None:
-    """C7: across machines only the lease decides: once it expires, recover() resumes the run."""
+    """Across machines only the lease decides: once it expires, recover() resumes the run."""
     module, mark = setup(tmp_path, store_url)
     a = subprocess.Popen(
         [sys.executable, str(module), "run"], stdout=subprocess.PIPE, text=True, env=child_env("host-a")
@@ -130,7 +130,7 @@ def test_dead_owner_on_another_host_is_taken_after_its_lease(tmp_path: Path, sto
 
 
 def test_recover_without_the_workflow_marks_failed(tmp_path: Path, store_url: str) -> None:
-    """C7: a stranded run whose workflow is not given is marked failed with the restart message, and resumes."""
+    """A stranded run whose workflow is not given is marked failed with the restart message, and resumes."""
     module, mark = setup(tmp_path, store_url)
     a = subprocess.Popen([sys.executable, str(module), "run"], stdout=subprocess.PIPE, text=True, env=env_with_repo())
     wait_for_mark(mark)
@@ -157,7 +157,7 @@ def test_recover_without_the_workflow_marks_failed(tmp_path: Path, store_url: st
 
 
 def test_recover_leaves_paused_and_live_runs_alone(store_url: str, tmp_path: Path) -> None:
-    """C7: paused runs and runs of live processes (this one) are left alone."""
+    """Paused runs and runs of live processes (this one) are left alone."""
     flow = dnb.Workflow("gated", store=store_url)
 
     @flow.node()
@@ -183,7 +183,7 @@ def test_recover_leaves_paused_and_live_runs_alone(store_url: str, tmp_path: Pat
 
 
 def test_recover_resumes_runs_approved_elsewhere(store_url: str) -> None:
-    """C7, W3: a run approved without its code waits as pending; recover() with its workflow continues it."""
+    """A run approved without its code waits as pending; recover() with its workflow continues it."""
     flow = dnb.Workflow("approved-elsewhere", store=store_url)
 
     @flow.node()

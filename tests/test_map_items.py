@@ -1,5 +1,5 @@
 """dnb.map_items inside a workflow node (issue 20 items 1, 2 and 4): each item a checkpoint of the
-node's run, only unfinished items run again, @idempotent results reused, bad input refused (C1, §8)."""
+node's run, only unfinished items run again, @idempotent results reused, bad input refused."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def _lines(path: Path) -> list[int]:
 def test_items_commit_one_by_one_and_a_resume_runs_only_unfinished_ones(
     store: dnb.Store, tmp_path: Path, threads: concurrent.futures.ThreadPoolExecutor, on: str
 ) -> None:
-    """C1: an item failing for good fails the node; the others stay committed and resume skips them."""
+    """An item failing for good fails the node; the others stay committed and resume skips them."""
     ran, fixed = tmp_path / "ran.txt", tmp_path / "fixed"
     executor = threads if on == "pool" else None
 
@@ -136,6 +136,6 @@ def test_two_maps_of_one_node_keep_their_items_apart(store: dnb.Store) -> None:
     ],
 )
 def test_bad_input_is_refused_with_what_to_do(call: Any, error: type[Exception], words: str) -> None:
-    """§8: a typed error naming the problem, before anything runs."""
+    """A typed error naming the problem, before anything runs."""
     with pytest.raises(error, match=words.replace("(", r"\(")):
         call()

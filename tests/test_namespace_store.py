@@ -1,4 +1,4 @@
-"""How a notebook's variables sit in the store (§3 notebook state, content-addressed values).
+"""How a notebook's variables sit in the store: shared objects kept together, content-addressed values.
 
 Variables that share objects are one group blob; a group's array buffers are raw blobs of their
 own, written once however often the group is stored again, kept alive by the group (schema
@@ -108,7 +108,7 @@ def test_cells_restore_with_their_own_code_hash(store_url: str) -> None:
 
 
 def test_an_edited_array_buffer_is_refused(shell: Shell, store_url: str) -> None:
-    """§3 Codecs: array bytes changed in the store do not match their address: the restore
+    """Array bytes changed in the store do not match their address: the restore
     fails with TamperedValueError and the variable is not loaded."""
     shell.ok("%%durable make\nimport numpy as np\nvalues = np.arange(1000, dtype=np.int64)")
     [(address, _)] = raw_blobs(store_url)
@@ -125,7 +125,7 @@ def test_an_edited_array_buffer_is_refused(shell: Shell, store_url: str) -> None
 
 
 def test_an_edited_group_never_runs_code(shell: Shell, store_url: str, tmp_path: Path) -> None:
-    """§3 Codecs: a group blob replaced by a pickle that runs code fails its signature check."""
+    """A group blob replaced by a pickle that runs code fails its signature check."""
     shell.ok("%%durable make\nitems = [1, 2, 3]\ntwin = items")
     address = head_manifest(store_url)["items"]
     marker = tmp_path / "pwned"
@@ -151,7 +151,7 @@ class _Evil:
 
 
 def test_prune_keeps_the_buffers_of_kept_groups_and_drops_the_rest(shell: Shell, store_url: str) -> None:
-    """§3 prune: a buffer lives while a kept checkpoint's group refers to it, and goes with it."""
+    """Prune: a buffer lives while a kept checkpoint's group refers to it, and goes with it."""
     shell.ok("%%durable make\nimport numpy as np\narr = np.zeros(50_000)")
     first_buffer = raw_blobs(store_url)
     shell.ok("%%durable change\narr += 1")
@@ -167,7 +167,7 @@ def test_prune_keeps_the_buffers_of_kept_groups_and_drops_the_rest(shell: Shell,
 
 
 def test_a_large_buffer_is_a_value_file(shell: Shell, store_url: str) -> None:
-    """§10: an array of 4 MB or more is written once as a file beside a SQLite store."""
+    """An array of 4 MB or more is written once as a file beside a SQLite store."""
     if is_postgres(store_url):
         pytest.skip("value files are a SQLite store's")
     shell.ok("%%durable make\nimport numpy as np\nhuge = np.random.default_rng(0).random(700_000)")
@@ -179,7 +179,7 @@ def test_a_large_buffer_is_a_value_file(shell: Shell, store_url: str) -> None:
 
 
 def test_a_schema_1_store_is_migrated_with_its_data(store_url: str) -> None:
-    """§3 Schema: a store written by the previous schema is migrated forward on open, its data kept."""
+    """A store written by the previous schema is migrated forward on open, its data kept."""
     types = ("DOUBLE PRECISION", "BYTEA", "BIGINT") if is_postgres(store_url) else ("REAL", "BLOB", "INTEGER")
     real, blob, bigint = types
     if is_postgres(store_url):
@@ -213,7 +213,7 @@ def test_a_schema_1_store_is_migrated_with_its_data(store_url: str) -> None:
 
 
 def test_restored_values_are_not_stored_again_unless_changed(store_url: str) -> None:
-    """§10: after a restart, a cell that uses restored values without changing them stores only
+    """After a restart, a cell that uses restored values without changing them stores only
     what it made; one that changes a restored value in place stores that value."""
     cells = [
         "%%durable make\nimport numpy as np\ndef scale(v):\n    return v * factor\nfactor = 3\n"
@@ -233,7 +233,7 @@ def test_restored_values_are_not_stored_again_unless_changed(store_url: str) -> 
 
 
 def test_figures_are_stored_again_only_when_they_change(store_url: str) -> None:
-    """§3: a figure kept in a variable is not stored again by cells that leave it alone, even
+    """A figure kept in a variable is not stored again by cells that leave it alone, even
     while pyplot keeps it open (a file backend); a change made through pyplot's current figure
     is committed with the variable that holds it."""
     cells = [
@@ -257,7 +257,7 @@ def test_figures_are_stored_again_only_when_they_change(store_url: str) -> None:
 
 
 def test_arrays_that_compress_are_stored_compressed(shell: Shell, store_url: str) -> None:
-    """§10: an array whose bytes compress well (small integers, as in scikit-learn's digits) is
+    """An array whose bytes compress well (small integers, as in scikit-learn's digits) is
     stored compressed; random floats are stored as they are; both restore exactly."""
     cells = [
         "%%durable make\nimport numpy as np\nrng = np.random.default_rng(0)\n"
@@ -277,7 +277,7 @@ def test_arrays_that_compress_are_stored_compressed(shell: Shell, store_url: str
 
 
 def test_an_edited_compressed_buffer_is_refused(shell: Shell, store_url: str) -> None:
-    """§3 Codecs: compressed array bytes replaced in the store fail the check of their address."""
+    """Compressed array bytes replaced in the store fail the check of their address."""
     import zstandard
 
     shell.ok("%%durable make\nimport numpy as np\nzeros = np.zeros(100_000)")

@@ -1,4 +1,4 @@
-"""%%durable cells in a real IPython shell (N1-N8): commit, restore, failure, fork on edit, gates."""
+"""%%durable cells in a real IPython shell: commit, restore, failure, fork on edit, gates, the magics."""
 
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ total = sum(cleaned)
 
 
 def test_commit_then_restore_without_running(kernel: Kernel, capsys: pytest.CaptureFixture[str]) -> None:
-    """N2, N3: a committed cell restores its values and replays its output without executing."""
+    """A committed cell restores its values and replays its output without executing."""
     assert kernel.ok(LOAD) == 4
     kernel.ok(CLEAN)
     assert kernel.runs() == ["load", "clean"]
@@ -106,7 +106,7 @@ def test_commit_then_restore_without_running(kernel: Kernel, capsys: pytest.Capt
 
 
 def test_names_found_by_syntax(kernel: Kernel) -> None:
-    """N2: assignments, imports, def/class, walrus, for/with targets are committed; IPython's names are not.
+    """Assignments, imports, def/class, walrus, for/with targets are committed; IPython's names are not.
 
     COUNTER, read by the cell and never stored before, is stored with it: durable_nb cannot know
     whether the cell changed it."""
@@ -164,7 +164,7 @@ if not model:
 
 
 def test_unchanged_values_are_not_recommitted(kernel: Kernel) -> None:
-    """N2: a later cell commits only what it defined or may have changed, not everything."""
+    """A later cell commits only what it defined or may have changed, not everything."""
     kernel.ok(LOAD)
     kernel.ok("%%durable report\nsummary = f'{len(rows)} rows'")
     kernel.ok("%%durable grow\nrows.append(5)")
@@ -174,7 +174,7 @@ def test_unchanged_values_are_not_recommitted(kernel: Kernel) -> None:
 
 
 def test_failing_cell_commits_failed_and_resumes_on_fix(kernel: Kernel) -> None:
-    """N4: a failing cell commits failed:<node>, shows its traceback and stops; fixing and re-running resumes."""
+    """A failing cell commits failed:<node>, shows its traceback and stops; fixing and re-running resumes."""
     kernel.ok(LOAD)
     result = kernel.run('%%durable divide\nbump(COUNTER, "divide")\nratio = 1 / (len(rows) - 4)')
     assert not result.success
@@ -191,7 +191,7 @@ def test_failing_cell_commits_failed_and_resumes_on_fix(kernel: Kernel) -> None:
 
 
 def test_edit_forks_the_run(kernel: Kernel, capsys: pytest.CaptureFixture[str]) -> None:
-    """N5: a committed cell whose code changed forks the run there; comments and formatting do not count."""
+    """A committed cell whose code changed forks the run there; comments and formatting do not count."""
     kernel.ok(LOAD)
     kernel.ok(CLEAN)
     original = _session(kernel).cell_run.run_id
@@ -220,7 +220,7 @@ def test_edit_forks_the_run(kernel: Kernel, capsys: pytest.CaptureFixture[str]) 
 
 
 def test_rerun_flag_forks_even_when_unchanged(kernel: Kernel) -> None:
-    """N5: --rerun runs a committed cell again in a fork."""
+    """--rerun runs a committed cell again in a fork."""
     kernel.ok(LOAD)
     before = _session(kernel).cell_run.run_id
     kernel.ok(LOAD.replace("%%durable load", "%%durable load --rerun"))
@@ -235,7 +235,7 @@ CONNECT = (
 
 
 def test_unserializable_values_are_named_and_skipped(kernel: Kernel, capsys: pytest.CaptureFixture[str]) -> None:
-    """N3: a lock or a socket is named in a warning, not stored, and named again on restore; the rest commits."""
+    """A lock or a socket is named in a warning, not stored, and named again on restore; the rest commits."""
     kernel.ok(CONNECT)
     err = capsys.readouterr().out
     assert "lock" in err and "sock" in err and "cannot be stored" in err
@@ -308,7 +308,7 @@ def test_a_definition_that_cannot_run_again_is_named(kernel: Kernel, capsys: pyt
 
 
 def test_exclude_keeps_names_out(kernel: Kernel) -> None:
-    """N2: --exclude names are never stored."""
+    """--exclude names are never stored."""
     kernel.ok("%%durable conn --exclude handle,scratch,COUNTER\nhandle = open(COUNTER, 'a')\nscratch = 1\nkept = 2")
     kernel.ns["handle"].close()
     changed = set(dnb.history(_session(kernel).cell_run.run_id, store=kernel.store_url)["changed"].iloc[-1])
@@ -316,7 +316,7 @@ def test_exclude_keeps_names_out(kernel: Kernel) -> None:
 
 
 def test_top_level_await(kernel: Kernel) -> None:
-    """N2: top-level await inside a %%durable cell works."""
+    """Top-level await inside a %%durable cell works."""
     kernel.ok("%%durable fetch\nimport asyncio\nawait asyncio.sleep(0)\nanswer = await asyncio.sleep(0, result=42)")
     assert kernel.ns["answer"] == 42
     other = fresh(kernel)
@@ -325,7 +325,7 @@ def test_top_level_await(kernel: Kernel) -> None:
 
 
 def test_timeout_and_retries(kernel: Kernel) -> None:
-    """N8, C8, C9: --timeout stops an overrunning cell; --retries runs it again."""
+    """--timeout stops an overrunning cell; --retries runs it again."""
     result = kernel.run('%%durable slow --timeout 0.3\nimport time\nbump(COUNTER, "slow")\ntime.sleep(5)')
     assert not result.success
     assert isinstance(result.error_in_exec, dnb.NodeTimeout)
@@ -338,7 +338,7 @@ def test_timeout_and_retries(kernel: Kernel) -> None:
 
 
 def test_cells_report_retries_and_timeouts_as_workflow_nodes_do(kernel: Kernel) -> None:
-    """C8, C9, issue 14: a cell's retries are node_retrying events committed with it, and its timeout is the
+    """Issue 14: a cell's retries are node_retrying events committed with it, and its timeout is the
     NodeTimeout a workflow node gets, from the same attempt policy."""
     kernel.ok(
         '%%durable flaky --retries 2\nbump(COUNTER, "flaky")\n'
@@ -362,7 +362,7 @@ def test_cells_report_retries_and_timeouts_as_workflow_nodes_do(kernel: Kernel) 
 
 
 def test_keyboard_interrupt_cancels_the_run(kernel: Kernel) -> None:
-    """N8: interrupting a durable cell cancels the node (uncommitted) and leaves the run resumable."""
+    """Interrupting a durable cell cancels the node (uncommitted) and leaves the run resumable."""
     kernel.ok(LOAD)
     result = kernel.run("%%durable stuck\npartial = 1\nraise KeyboardInterrupt")
     assert not result.success
@@ -375,7 +375,7 @@ def test_keyboard_interrupt_cancels_the_run(kernel: Kernel) -> None:
 
 
 def test_gate_pauses_and_approve_continues(kernel: Kernel) -> None:
-    """N6: gate() stops the cell without a traceback; a decision continues it; re-running restores it."""
+    """gate() stops the cell without a traceback; a decision continues it; re-running restores it."""
     kernel.ok(LOAD)
     gate_cell = (
         '%%durable review\nbump(COUNTER, "review")\n'
@@ -400,7 +400,7 @@ def test_gate_pauses_and_approve_continues(kernel: Kernel) -> None:
 
 
 def test_decision_from_another_process_then_rerun(kernel: Kernel) -> None:
-    """N6: a decision made elsewhere (durable_nb.reject) is picked up when the cell runs again."""
+    """A decision made elsewhere (durable_nb.reject) is picked up when the cell runs again."""
     kernel.ok("import durable_nb as dnb")
     gate_cell = '%%durable review\nd = dnb.gate("publish?")\npublished = d.approved\nwhy = d.comment'
     assert not kernel.run(gate_cell).success
@@ -411,7 +411,7 @@ def test_decision_from_another_process_then_rerun(kernel: Kernel) -> None:
 
 
 def test_gate_panel_click_records_and_continues(kernel: Kernel) -> None:
-    """N6: clicking Approve on the panel records the decision and continues the cell; a second click is refused."""
+    """Clicking Approve on the panel records the decision and continues the cell; a second click is refused."""
     from durable_nb.widgets.gate_panel import GatePanel
 
     kernel.ok("import durable_nb as dnb")
@@ -431,7 +431,7 @@ def test_gate_panel_click_records_and_continues(kernel: Kernel) -> None:
 
 
 def test_misuse_messages(kernel: Kernel, capsys: pytest.CaptureFixture[str]) -> None:
-    """N1, §8: each magic's misuse is a UsageError with what to do, never a traceback."""
+    """Each magic's misuse is a UsageError with what to do, never a traceback."""
     bare = InteractiveShell()
     bare.run_line_magic("load_ext", "durable_nb")
     for line, expected in [
@@ -456,7 +456,7 @@ def test_misuse_messages(kernel: Kernel, capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_live_kernel_owner_is_refused(kernel: Kernel, store_url: str, tmp_path: Path) -> None:
-    """N1, C7: attaching to a run another live kernel owns is refused with a clear message."""
+    """Attaching to a run another live kernel owns is refused with a clear message."""
     kernel.ok(LOAD)
     run_id = _session(kernel).cell_run.run_id
     store = dnb.connect(store_url)
@@ -474,7 +474,7 @@ def test_live_kernel_owner_is_refused(kernel: Kernel, store_url: str, tmp_path: 
 
 
 def test_idempotent_calls_in_cells(kernel: Kernel) -> None:
-    """N7: @idempotent calls inside a cell are stored per run: re-running after a failure replays them."""
+    """@idempotent calls inside a cell are stored per run: re-running after a failure replays them."""
     kernel.ok(
         "import durable_nb as dnb\n@dnb.idempotent\ndef send(i):\n    bump(COUNTER, f'send{i}')\n    return i * i\n"
     )
@@ -488,7 +488,7 @@ def test_idempotent_calls_in_cells(kernel: Kernel) -> None:
 
 
 def test_end_completes_the_run(kernel: Kernel) -> None:
-    """N10: %durable end writes run_end; the next %durable run starts a new run."""
+    """%durable end writes run_end; the next %durable run starts a new run."""
     kernel.ok(LOAD)
     run_id = _session(kernel).cell_run.run_id
     kernel.ok("%durable end")
@@ -498,7 +498,7 @@ def test_end_completes_the_run(kernel: Kernel) -> None:
 
 
 def test_views_from_magics(kernel: Kernel) -> None:
-    """N10: %durable history, runs and status return the views."""
+    """%durable history, runs and status return the views."""
     kernel.ok(LOAD)
     shown = kernel.ok("%durable history")
     assert list(shown.frame["step"]) == ["after:load"]
@@ -511,7 +511,7 @@ def test_views_from_magics(kernel: Kernel) -> None:
 
 
 def test_fork_and_switch_magics(kernel: Kernel, capsys: pytest.CaptureFixture[str]) -> None:
-    """N10: %durable fork --at NODE --set name=literal branches the run; %durable switch goes back."""
+    """%durable fork --at NODE --set name=literal branches the run; %durable switch goes back."""
     kernel.ok("rate = 0.1")
     kernel.ok("%%durable setup\nrate = 0.1\nbase = 100")
     kernel.ok("%%durable price\nprice = base * (1 + rate)")

@@ -98,7 +98,7 @@ if __name__ == "__main__":
 
 
 def test_sixteen_processes_race_to_approve(tmp_path: Path, pg_url: str) -> None:
-    """C4: 16 processes approve the same paused run at once, 20 trials: one winner each time, the gated
+    """16 processes approve the same paused run at once, 20 trials: one winner each time, the gated
     node runs once."""
     side = tmp_path / "side.txt"
     path = module(tmp_path, "race_flow", RACE.format(url=pg_url, side=str(side)))
@@ -159,7 +159,7 @@ if __name__ == "__main__":
 
 
 def test_eight_processes_fifty_workflows_each(tmp_path: Path, pg_url: str) -> None:
-    """§3: 8 processes run 50 ten-node workflows each at once: all complete, no checkpoint lost or
+    """8 processes run 50 ten-node workflows each at once: all complete, no checkpoint lost or
     doubled, seqs gap-free."""
     path = module(tmp_path, "load_flow", WORKER.format(url=pg_url))
     children = [start(path, f"w{i}") for i in range(8)]
@@ -226,7 +226,7 @@ def wait_for(predicate, timeout: float = 30) -> None:
 
 
 def test_killed_worker_is_recovered_by_another_machine(tmp_path: Path, pg_url: str) -> None:
-    """C7: across machines, lease expiry decides: a SIGKILLed worker's run is completed by another worker's
+    """Across machines, lease expiry decides: a SIGKILLed worker's run is completed by another worker's
     recover(); a live worker's run (renewing its lease) is never taken."""
     mark = tmp_path / "mark.txt"
     path = module(tmp_path, "slow_flow", SLOW.format(url=pg_url, mark=str(mark)))
@@ -252,7 +252,7 @@ def test_killed_worker_is_recovered_by_another_machine(tmp_path: Path, pg_url: s
 
 
 def test_lost_connection_mid_commit_retries_without_half_writes(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """§3: the server drops the connection in the middle of a commit: nothing half-written, the commit retries."""
+    """The server drops the connection in the middle of a commit: nothing half-written, the commit retries."""
     from durable_nb.store import postgres_ops
 
     original = postgres_ops._write_children
@@ -289,7 +289,7 @@ def test_lost_connection_mid_commit_retries_without_half_writes(pg_url: str, mon
 
 
 def test_terminated_backends_mid_run_then_resume(pg_url: str) -> None:
-    """§3: every connection of the store is terminated while a node runs: the run completes or fails
+    """Every connection of the store is terminated while a node runs: the run completes or fails
     cleanly, and resumes; checkpoints stay consecutive."""
     import psycopg
 
@@ -327,7 +327,7 @@ def test_terminated_backends_mid_run_then_resume(pg_url: str) -> None:
 
 
 def test_sync_api_waits_on_a_worker_when_every_connection_is_busy(pg_url: str) -> None:
-    """§3: under the sync API a store call runs on the caller's thread when a pooled connection
+    """Under the sync API a store call runs on the caller's thread when a pooled connection
     is free at once; when the pool is exhausted, it waits for one on a worker thread instead of
     failing or blocking for good."""
     import threading

@@ -1,4 +1,4 @@
-"""The public surface (§2, §8): __all__, layering, light import, documented names."""
+"""The public surface: __all__, layering, light import, documented names."""
 
 from __future__ import annotations
 
@@ -17,14 +17,14 @@ FRONT_END_ONLY = {"IPython", "ipywidgets", "pandas", "ipykernel"}
 
 
 def test_all_matches_exports() -> None:
-    """§2: __all__ lists exactly the public names the package exports."""
+    """__all__ lists exactly the public names the package exports."""
     public = {name for name in vars(dnb) if not name.startswith("_") and not inspect.ismodule(getattr(dnb, name))}
     assert set(dnb.__all__) - {"__version__"} == public
     assert len(dnb.__all__) == len(set(dnb.__all__))
 
 
 def test_every_error_is_a_durable_error_with_a_docstring() -> None:
-    """§8: one base class, one documented subclass per failure mode, all importable from durable_nb."""
+    """One base class, one documented subclass per failure mode, all importable from durable_nb."""
     errors = [
         getattr(dnb, n)
         for n in dnb.__all__
@@ -56,7 +56,7 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_engine_and_store_import_no_front_end_library() -> None:
-    """§2: the engine, the store and the model never import IPython, ipywidgets or pandas."""
+    """The engine, the store and the model never import IPython, ipywidgets or pandas."""
     core = [PACKAGE / "errors.py", PACKAGE / "model.py", PACKAGE / "_ids.py", PACKAGE / "_loop.py"]
     core += list((PACKAGE / "engine").rglob("*.py")) + list((PACKAGE / "store").rglob("*.py"))
     for path in core:
@@ -64,7 +64,7 @@ def test_engine_and_store_import_no_front_end_library() -> None:
 
 
 def test_import_is_light() -> None:
-    """§2: `import durable_nb` loads no IPython, ipywidgets or pandas, and works in a plain script."""
+    """`import durable_nb` loads no IPython, ipywidgets or pandas, and works in a plain script."""
     code = "import sys, durable_nb; print(sorted(m for m in ('IPython', 'ipywidgets', 'pandas') if m in sys.modules))"
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env_with_repo(), check=True

@@ -33,7 +33,7 @@ def sources() -> dict[str, str]:
 def test_a_gallery_notebook_is_faithful_after_restore_and_after_a_kill(
     path: str, sources: dict[str, str], tmp_path: Path
 ) -> None:
-    """N3, §3 notebook state: restore-all and kill + Run All give back the plain run's session."""
+    """Restore-all and kill + Run All give back the plain run's session."""
     result = realnb.measure_notebook(path, sources[path], reps=1, work=tmp_path)
     cells = result["cells"]
     assert result["plain"]["stopped"] is None and result["durable"]["stopped"] is None

@@ -1,4 +1,4 @@
-"""Resume rules (C5) and who may resume (C7's ownership rule)."""
+"""Resume rules, and who may resume: a run owned by a live process is never taken over."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def gated_flow(store_url: str, calls: list[str]) -> dnb.Workflow:
 
 
 def test_resume_of_paused_run_points_to_approve(store_url: str) -> None:
-    """C5: resuming a paused run raises NotResumable, naming approve."""
+    """Resuming a paused run raises NotResumable, naming approve."""
     flow = gated_flow(store_url, [])
     run = flow.run({})
     with pytest.raises(dnb.NotResumable, match="approve"):
@@ -42,7 +42,7 @@ def test_resume_of_paused_run_points_to_approve(store_url: str) -> None:
 
 
 def test_resume_of_completed_run_raises_already_resumed(store_url: str) -> None:
-    """C5: a completed run has a run_end tombstone; resume raises AlreadyResumed."""
+    """A completed run has a run_end tombstone; resume raises AlreadyResumed."""
     flow = gated_flow(store_url, [])
     run = flow.approve(flow.run({}).id)
     assert run.status == "completed"
@@ -51,7 +51,7 @@ def test_resume_of_completed_run_raises_already_resumed(store_url: str) -> None:
 
 
 def test_resume_with_value_answers_an_interrupt(store_url: str) -> None:
-    """C4: Resume(value) answers interrupt(); the node re-runs and receives the value."""
+    """Resume(value) answers interrupt(); the node re-runs and receives the value."""
     flow = dnb.Workflow("interrupts", store=store_url)
 
     @flow.node()
@@ -68,7 +68,7 @@ def test_resume_with_value_answers_an_interrupt(store_url: str) -> None:
 
 
 def test_resume_after_store_level_approve(store_url: str) -> None:
-    """W3: durable_nb.approve records the decision without code; the workflow's resume continues."""
+    """durable_nb.approve records the decision without code; the workflow's resume continues."""
     calls: list[str] = []
     flow = gated_flow(store_url, calls)
     run = flow.run({})
@@ -82,7 +82,7 @@ def test_resume_after_store_level_approve(store_url: str) -> None:
 
 
 def test_resume_of_cancelled_run(store_url: str) -> None:
-    """C5, C11: a cancelled (paused) run stays resumable; the gate asks again."""
+    """A cancelled (paused) run stays resumable; the gate asks again."""
     calls: list[str] = []
     flow = gated_flow(store_url, calls)
     run = flow.run({})
@@ -112,7 +112,7 @@ def _strand(store_url: str, run_id: str, owner: str | None) -> None:
 
 
 def test_resume_of_crashed_run_whose_owner_is_gone(store_url: str, tmp_path: Path) -> None:
-    """C5, C7: a run left running by a dead process is resumed from its last checkpoint."""
+    """A run left running by a dead process is resumed from its last checkpoint."""
     calls: list[str] = []
     flow = gated_flow(store_url, calls)
     run = dnb.approve(flow.run({}).id, store=store_url)
@@ -127,7 +127,7 @@ def test_resume_of_crashed_run_whose_owner_is_gone(store_url: str, tmp_path: Pat
 
 
 def test_resume_of_run_owned_by_live_process_is_refused(store_url: str, tmp_path: Path) -> None:
-    """C7: a run owned by a live process is never taken over."""
+    """A run owned by a live process is never taken over."""
     flow = gated_flow(store_url, [])
     run = dnb.approve(flow.run({}).id, store=store_url)
     child = subprocess.Popen(
@@ -161,14 +161,14 @@ def test_resume_of_run_owned_by_live_process_is_refused(store_url: str, tmp_path
 
 
 def test_resume_of_unknown_run(store_url: str) -> None:
-    """§8: an unknown run id raises RunNotFound."""
+    """An unknown run id raises RunNotFound."""
     flow = gated_flow(store_url, [])
     with pytest.raises(dnb.RunNotFound):
         flow.resume("no-such-run")
 
 
 def test_resume_with_other_workflow_is_refused(store_url: str) -> None:
-    """§8: a run resumed with another workflow's object raises WorkflowMismatch."""
+    """A run resumed with another workflow's object raises WorkflowMismatch."""
     flow = gated_flow(store_url, [])
     run = flow.run({})
     other = dnb.Workflow("something-else", store=store_url)

@@ -1,4 +1,4 @@
-"""Retries and timeouts (C6, C8, C9): hard per-attempt timeouts, backoff, late results discarded."""
+"""Retries and timeouts: hard per-attempt timeouts, backoff, late results discarded."""
 
 from __future__ import annotations
 
@@ -20,12 +20,12 @@ def recorder() -> tuple[list[float], object]:
 
 
 def test_backoff_sequence() -> None:
-    """C9: before retry n the engine sleeps min(2**(n-1), 30) seconds."""
+    """Before retry n the engine sleeps min(2**(n-1), 30) seconds."""
     assert [backoff_seconds(n) for n in range(1, 9)] == [1, 2, 4, 8, 16, 30, 30, 30]
 
 
 def test_real_first_backoff_is_one_second(store_url: str) -> None:
-    """C9: the first retry really waits about a second (the one test on the real clock)."""
+    """The first retry really waits about a second (the one test on the real clock)."""
     flow = dnb.Workflow("real-backoff", store=store_url)
     stamps: list[float] = []
 
@@ -42,7 +42,7 @@ def test_real_first_backoff_is_one_second(store_url: str) -> None:
 
 
 def test_timeout_composes_with_retries_async(store_url: str) -> None:
-    """C8, C9: each attempt has its own timeout; a timed-out attempt is a failed attempt that is retried."""
+    """Each attempt has its own timeout; a timed-out attempt is a failed attempt that is retried."""
     slept, fake_sleep = recorder()
     flow = dnb.Workflow("async-timeouts", store=store_url, sleep=fake_sleep)
     attempts: list[int] = []
@@ -62,7 +62,7 @@ def test_timeout_composes_with_retries_async(store_url: str) -> None:
 
 
 def test_timeouts_exhaust_retries(store_url: str) -> None:
-    """C8: when every attempt times out the run fails with NodeTimeout after retry_count + 1 attempts."""
+    """When every attempt times out the run fails with NodeTimeout after retry_count + 1 attempts."""
     slept, fake_sleep = recorder()
     flow = dnb.Workflow("always-slow", store=store_url, sleep=fake_sleep)
     attempts: list[int] = []
@@ -81,7 +81,7 @@ def test_timeouts_exhaust_retries(store_url: str) -> None:
 
 
 def test_sync_overrun_is_abandoned_and_its_late_result_discarded(store_url: str) -> None:
-    """C6, C8: a sync node that overruns is abandoned; its late result never reaches the state."""
+    """A sync node that overruns is abandoned; its late result never reaches the state."""
     slept, fake_sleep = recorder()
     flow = dnb.Workflow("sync-timeouts", store=store_url, sleep=fake_sleep)
     finished = threading.Event()
@@ -109,7 +109,7 @@ def test_sync_overrun_is_abandoned_and_its_late_result_discarded(store_url: str)
 
 
 def test_notebook_like_zero_retries(store_url: str) -> None:
-    """C9: retry_count=0 runs a node once."""
+    """retry_count=0 runs a node once."""
     flow = dnb.Workflow("once", store=store_url)
     attempts: list[int] = []
 

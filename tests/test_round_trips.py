@@ -55,7 +55,7 @@ def paused_workflow(store_url: str) -> tuple[dnb.Workflow, str]:
 
 
 def test_a_decision_is_three_round_trips(store_url: str) -> None:
-    """C4, issue 14: deciding a gate reads the open gates and the head once, then claims and writes in one commit."""
+    """Issue 14: deciding a gate reads the open gates and the head once, then claims and writes in one commit."""
     _, run_id = paused_workflow(store_url)
     counting = CountingStore(new_store(store_url))
     result = run_sync(decide(counting, run_id, make_decision(True, comment="ok", by="ana")))  # type: ignore[arg-type]
@@ -65,7 +65,7 @@ def test_a_decision_is_three_round_trips(store_url: str) -> None:
 
 
 def test_a_gate_claimed_by_its_checkpoint_is_decided_once(store_url: str) -> None:
-    """C4: a decision naming the gate's checkpoint decides that gate; after it, the same claim finds nothing."""
+    """A decision naming the gate's checkpoint decides that gate; after it, the same claim finds nothing."""
     _, run_id = paused_workflow(store_url)
     store = new_store(store_url)
     gate = run_sync(store.pending_interrupts(run_id))[0].checkpoint_id
@@ -93,7 +93,7 @@ def _kernel(store_url: str) -> tuple[InteractiveShell, CountingStore]:
 
 
 def test_a_cell_commit_is_three_round_trips(store_url: str) -> None:
-    """C1, issue 14: a new %%durable cell reads the run and its own commit once, then commits once."""
+    """Issue 14: a new %%durable cell reads the run and its own commit once, then commits once."""
     shell, counting = _kernel(store_url)
     assert shell.run_cell("%%durable first\nx = 1").success
     counting.calls.clear()
@@ -103,7 +103,7 @@ def test_a_cell_commit_is_three_round_trips(store_url: str) -> None:
 
 
 def test_a_click_decides_with_three_round_trips_and_continues(store_url: str) -> None:
-    """N6, issue 14: the Approve button claims the gate in three round trips and the cell continues without
+    """Issue 14: the Approve button claims the gate in three round trips and the cell continues without
     re-reading the decision or the run."""
     shell, counting = _kernel(store_url)
     session = session_for(shell)

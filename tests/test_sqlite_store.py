@@ -1,4 +1,4 @@
-"""SQLite specifics (§3): location, permissions, durability pragmas, schema versions, the key file."""
+"""SQLite specifics (README: The store): location, permissions, durability pragmas, schema versions, the key file."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def touch(store: dnb.Store) -> None:
 
 
 def test_default_store_location_and_mode(tmp_path: Path) -> None:
-    """§3: with no URL the store is .durable_nb/runs.db under the working directory, mode 0600."""
+    """With no URL the store is .durable_nb/runs.db under the working directory, mode 0600."""
     store = dnb.connect()
     touch(store)
     path = tmp_path / ".durable_nb" / "runs.db"
@@ -41,7 +41,7 @@ def test_default_store_location_and_mode(tmp_path: Path) -> None:
 
 
 def test_env_variable_selects_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """§3: DURABLE_NB_STORE names the store when no URL is given."""
+    """DURABLE_NB_STORE names the store when no URL is given."""
     monkeypatch.setenv("DURABLE_NB_STORE", f"sqlite:///{tmp_path}/from-env.db")
     touch(dnb.connect())
     assert (tmp_path / "from-env.db").exists()
@@ -49,7 +49,7 @@ def test_env_variable_selects_store(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_relative_and_absolute_urls(tmp_path: Path) -> None:
-    """§3: sqlite:///relative.db is under the working directory; four slashes make it absolute."""
+    """sqlite:///relative.db is under the working directory; four slashes make it absolute."""
     touch(dnb.connect("sqlite:///rel/runs.db"))
     assert (tmp_path / "rel" / "runs.db").exists()
     touch(dnb.connect(f"sqlite:///{tmp_path}/abs.db"))
@@ -58,7 +58,7 @@ def test_relative_and_absolute_urls(tmp_path: Path) -> None:
 
 
 def test_full_durability_by_default(store_url: str) -> None:
-    """§3: WAL with synchronous=FULL by default, and a busy timeout for waiting writers."""
+    """WAL with synchronous=FULL by default, and a busy timeout for waiting writers."""
     store = dnb.connect(store_url)
     assert pragma(store, "journal_mode") == "wal"
     assert pragma(store, "synchronous") == 2  # FULL
@@ -66,7 +66,7 @@ def test_full_durability_by_default(store_url: str) -> None:
 
 
 def test_process_durability_relaxes_to_normal(store_url: str) -> None:
-    """§3: durability="process" uses synchronous=NORMAL."""
+    """durability="process" uses synchronous=NORMAL."""
     store = dnb.connect(store_url, durability="process")
     assert pragma(store, "synchronous") == 1  # NORMAL
     with pytest.raises(ValueError, match="durability"):
@@ -74,7 +74,7 @@ def test_process_durability_relaxes_to_normal(store_url: str) -> None:
 
 
 def test_schema_version_recorded(store_url: str) -> None:
-    """§3: the schema is versioned in schema_version."""
+    """The schema is versioned in schema_version."""
     touch(dnb.connect(store_url))
     with sqlite3.connect(store_url[len("sqlite:///") :]) as conn:
         versions = [row[0] for row in conn.execute("SELECT version FROM schema_version")]
@@ -82,7 +82,7 @@ def test_schema_version_recorded(store_url: str) -> None:
 
 
 def test_two_stores_on_one_file_see_each_other(store_url: str) -> None:
-    """§3: separate connections to one file share runs (as separate processes do)."""
+    """Separate connections to one file share runs (as separate processes do)."""
     flow = dnb.Workflow("shared", store=store_url)
 
     @flow.node()
@@ -97,7 +97,7 @@ def test_two_stores_on_one_file_see_each_other(store_url: str) -> None:
 
 
 def test_secret_key_file_is_private(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """§3: without DURABLE_NB_SECRET a per-user key file is created once with mode 0600."""
+    """Without DURABLE_NB_SECRET a per-user key file is created once with mode 0600."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
     key = load_secret()
     path = key_file_path()
@@ -110,7 +110,7 @@ def test_secret_key_file_is_private(monkeypatch: pytest.MonkeyPatch, tmp_path: P
 
 
 def test_values_signed_with_another_key_do_not_load(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """§3: a store read with a different secret refuses its pickled values (TamperedValueError)."""
+    """A store read with a different secret refuses its pickled values (TamperedValueError)."""
     monkeypatch.setenv("DURABLE_NB_SECRET", "key-one")
     flow = dnb.Workflow("keys", store=store_url)
 
@@ -127,7 +127,7 @@ def test_values_signed_with_another_key_do_not_load(store_url: str, monkeypatch:
 
 
 def test_closed_store_refuses_work(store_url: str) -> None:
-    """§8: a closed store says so."""
+    """A closed store says so."""
     store = SQLiteStore(store_url, store_url[len("sqlite:///") :])
     touch(store)
     run_sync(store.close())
@@ -137,7 +137,7 @@ def test_closed_store_refuses_work(store_url: str) -> None:
 
 
 def test_sync_api_waits_for_a_write_lock_held_elsewhere(store_url: str) -> None:
-    """§3: the sync API runs SQLite work on its own thread with no busy wait; a lock held by another
+    """The sync API runs SQLite work on its own thread with no busy wait; a lock held by another
     connection sends that work to the connection thread, which waits for it instead of failing."""
     flow = dnb.Workflow("locked", store=dnb.connect(store_url))
     holder = sqlite3.connect(db_path(store_url), isolation_level=None, check_same_thread=False)

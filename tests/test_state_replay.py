@@ -1,4 +1,4 @@
-"""The state at every checkpoint, rebuilt by the store, equals a naive replay of every change (§3, C14).
+"""The state at every checkpoint, rebuilt by the store, equals a naive replay of every change, in runs and forks.
 
 Random workflows (waves, loops, switches, maps, gates, failures and resumes, forks of forks,
 lists that grow and long loops that cross snapshots) run on a real store. A naive replay then
@@ -192,7 +192,7 @@ def check_rebuilt(store: dnb.Store, run_id: str, expected: dict[int, tuple[dict[
 )
 @given(plan=flow_plans())
 def test_rebuilt_state_equals_a_naive_replay(store_url: str, plan: FlowPlan) -> None:
-    """§3, C14: at every checkpoint of every run and fork, state and completed are the replayed ones."""
+    """At every checkpoint of every run and fork, state and completed are the replayed ones."""
     store = dnb.connect(store_url)
     calls: Counter[str] = Counter()
     flow = build(plan, store, f"random{next(_names)}", calls)

@@ -1,4 +1,4 @@
-"""The store conformance suite (§3): every backend passes these unchanged, through the protocol only."""
+"""The store conformance suite: every backend passes these unchanged, through the protocol only."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def draft(
 
 
 def test_create_and_get(store: dnb.Store) -> None:
-    """§3: a created run reads back with its fields; an unknown id raises RunNotFound."""
+    """A created run reads back with its fields; an unknown id raises RunNotFound."""
 
     async def main() -> None:
         record, created = await store.create_run(new_run())
@@ -83,7 +83,7 @@ def test_create_and_get(store: dnb.Store) -> None:
 
 
 def test_idempotency_key_is_unique_per_name(store: dnb.Store) -> None:
-    """C12: the same key returns the original run; another workflow name may reuse the key."""
+    """The same idempotency key returns the original run; another workflow name may reuse the key."""
 
     async def main() -> None:
         first, _ = await store.create_run(new_run(key="k1"))
@@ -97,7 +97,7 @@ def test_idempotency_key_is_unique_per_name(store: dnb.Store) -> None:
 
 
 def test_concurrent_creates_with_one_key_make_one_run(store: dnb.Store) -> None:
-    """C12: racing creates with one key yield one run."""
+    """Racing creates with one idempotency key yield one run."""
 
     async def main() -> None:
         results = await asyncio.gather(*(store.create_run(new_run(key="race")) for _ in range(10)))
@@ -108,7 +108,7 @@ def test_concurrent_creates_with_one_key_make_one_run(store: dnb.Store) -> None:
 
 
 def test_commit_numbers_checkpoints_and_events_without_gaps(store: dnb.Store) -> None:
-    """C15: seqs are per run, consecutive, also under concurrent commits."""
+    """Event seqs are per run, consecutive, also under concurrent commits."""
 
     async def main() -> None:
         record, _ = await store.create_run(new_run())
@@ -134,7 +134,7 @@ def test_commit_numbers_checkpoints_and_events_without_gaps(store: dnb.Store) ->
 
 
 def test_failed_expectation_writes_nothing(store: dnb.Store) -> None:
-    """§3 atomicity: when a commit's expectation fails, none of it is written."""
+    """Atomicity: when a commit's expectation fails, none of it is written."""
 
     async def main() -> None:
         record, _ = await store.create_run(new_run())
@@ -162,7 +162,7 @@ def test_failed_expectation_writes_nothing(store: dnb.Store) -> None:
 
 
 def test_failing_statement_rolls_back_the_whole_commit(store: dnb.Store) -> None:
-    """§3 atomicity: a commit that fails half-way (a duplicate checkpoint id) leaves no trace."""
+    """Atomicity: a commit that fails half-way (a duplicate checkpoint id) leaves no trace."""
 
     async def main() -> None:
         record, _ = await store.create_run(new_run())
@@ -198,7 +198,7 @@ def _interrupt(run_id: str, node: str, checkpoint_id: str) -> PendingInterrupt:
 
 
 def test_claim_happens_once(store: dnb.Store) -> None:
-    """§3, C4: of many concurrent claims of one pending interrupt exactly one wins."""
+    """Of many concurrent claims of one pending interrupt exactly one wins."""
 
     async def main() -> None:
         record, _ = await store.create_run(new_run())
@@ -239,7 +239,7 @@ def test_claim_happens_once(store: dnb.Store) -> None:
 
 
 def test_claim_with_several_pending(store: dnb.Store) -> None:
-    """C4: with two gates open, an unnamed claim is refused; the run stays paused until both are claimed."""
+    """With two gates open, an unnamed claim is refused; the run stays paused until both are claimed."""
 
     async def main() -> None:
         record, _ = await store.create_run(new_run())
@@ -268,7 +268,7 @@ def test_claim_with_several_pending(store: dnb.Store) -> None:
 
 
 def test_blobs_are_content_addressed(store: dnb.Store) -> None:
-    """§3: one value is stored once; missing addresses are left out of get_blobs."""
+    """One value is stored once; missing addresses are left out of get_blobs."""
 
     async def main() -> None:
         record, _ = await store.create_run(new_run())
@@ -292,7 +292,7 @@ def test_blobs_are_content_addressed(store: dnb.Store) -> None:
 
 
 def test_resume_point_skips_tombstone(store: dnb.Store) -> None:
-    """C5: the resume point is the latest checkpoint that is not run_end."""
+    """The resume point is the latest checkpoint that is not run_end."""
 
     async def main() -> None:
         record, _ = await store.create_run(new_run())
@@ -311,7 +311,7 @@ def test_resume_point_skips_tombstone(store: dnb.Store) -> None:
 
 
 def test_checkpoint_fields_round_trip(store: dnb.Store) -> None:
-    """§1: every checkpoint field reads back as written."""
+    """Every checkpoint field reads back as written."""
 
     async def main() -> None:
         record, _ = await store.create_run(new_run())
@@ -350,7 +350,7 @@ def test_checkpoint_fields_round_trip(store: dnb.Store) -> None:
 
 
 def test_list_runs_newest_first(store: dnb.Store) -> None:
-    """§7: runs are listed newest first, optionally by name."""
+    """Runs are listed newest first, optionally by name."""
 
     async def main() -> None:
         ids = [(await store.create_run(new_run(name=n)))[0].run_id for n in ("a", "b", "a")]
@@ -361,7 +361,7 @@ def test_list_runs_newest_first(store: dnb.Store) -> None:
 
 
 def test_idempotent_results(store: dnb.Store) -> None:
-    """C13: an @idempotent result is stored per run and key."""
+    """An @idempotent result is stored per run and key."""
 
     async def main() -> None:
         record, _ = await store.create_run(new_run())
@@ -376,7 +376,7 @@ def test_idempotent_results(store: dnb.Store) -> None:
 
 
 def test_prune_keeps_what_paused_runs_resume_and_forks_need(store: dnb.Store) -> None:
-    """§3: prune deletes old finished history and unreferenced blobs, never paused runs or gate checkpoints."""
+    """Prune deletes old finished history and unreferenced blobs, never paused runs or gate checkpoints."""
 
     async def main() -> None:
         old_value = encode(("old", 1), KEY, "v")
@@ -432,7 +432,7 @@ def test_prune_keeps_what_paused_runs_resume_and_forks_need(store: dnb.Store) ->
 
 
 def test_prune_keeps_fork_points(store: dnb.Store) -> None:
-    """§3, C14: a checkpoint another run was forked from survives prune."""
+    """A checkpoint another run was forked from survives prune."""
 
     async def main() -> None:
         done, _ = await store.create_run(new_run())
@@ -461,7 +461,7 @@ def test_prune_keeps_fork_points(store: dnb.Store) -> None:
 
 @pytest.mark.parametrize("driver", ["asyncio.run", "run_sync"])
 def test_commit_from_a_stale_view_of_the_run(store: dnb.Store, driver: str) -> None:
-    """§3: a commit that passes the run as its writer saw it (``seen``) is numbered and checked
+    """A commit that passes the run as its writer saw it (``seen``) is numbered and checked
     against the stored row, never against that view: a moved-on run still gets gap-free seqs,
     and a run settled elsewhere raises Conflict and keeps nothing. ``run_sync`` drives the
     store from durable_nb's own loop, where SQLite runs the work on the calling thread."""
@@ -505,7 +505,7 @@ def test_commit_from_a_stale_view_of_the_run(store: dnb.Store, driver: str) -> N
 
 
 def test_state_at_any_checkpoint_is_rebuilt_from_changes(store: dnb.Store) -> None:
-    """§3: a checkpoint stores what it changed; the state at any checkpoint equals a replay of
+    """A checkpoint stores what it changed; the state at any checkpoint equals a replay of
     every change from the run's input, with or without snapshots on the way."""
 
     async def main() -> None:
@@ -562,7 +562,7 @@ def test_state_at_any_checkpoint_is_rebuilt_from_changes(store: dnb.Store) -> No
 
 
 def test_a_fork_reads_its_parents_state_without_copying_it(store: dnb.Store) -> None:
-    """§3, C14: a fork's state is its parent's at the fork point plus its own changes; what the
+    """A fork's state is its parent's at the fork point plus its own changes; what the
     parent does later is not seen by the fork, and the fork's first row holds only its overrides."""
 
     async def main() -> None:
@@ -595,7 +595,7 @@ def test_a_fork_reads_its_parents_state_without_copying_it(store: dnb.Store) -> 
 
 
 def test_bulk_reads_and_deletes(store: dnb.Store) -> None:
-    """§3 (issue 19): keyed results by prefix, checkpoints found by a field of their extra, and
+    """Issue 19: keyed results by prefix, checkpoints found by a field of their extra, and
     deleting checkpoints (the rest stays rebuildable; a run left empty goes) or whole runs."""
 
     async def main() -> None:

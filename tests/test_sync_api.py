@@ -1,4 +1,4 @@
-"""The sync API works in a plain script, inside a running event loop and from threads (W3)."""
+"""The sync API works in a plain script, inside a running event loop and from threads."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def make_flow(store_url: str) -> dnb.Workflow:
 
 
 def test_sync_calls_inside_a_running_loop(store_url: str) -> None:
-    """W3: sync calls made on a thread whose loop is running (as in a Jupyter cell) just work."""
+    """Sync calls made on a thread whose loop is running (as in a Jupyter cell) just work."""
     flow = make_flow(store_url)
 
     async def cell() -> dnb.Run:
@@ -49,7 +49,7 @@ def test_sync_calls_inside_a_running_loop(store_url: str) -> None:
 
 
 def test_async_twins(store_url: str) -> None:
-    """W3: run, resume, approve, fork, cancel have async twins."""
+    """run, resume, approve, fork, cancel have async twins."""
     flow = make_flow(store_url)
 
     async def main() -> None:
@@ -79,7 +79,7 @@ def test_async_twins(store_url: str) -> None:
 
 
 def test_sync_calls_from_threads(store_url: str) -> None:
-    """W3: several threads drive runs through the same store at once."""
+    """Several threads drive runs through the same store at once."""
     flow = make_flow(store_url)
     results: list[str] = []
     errors: list[BaseException] = []
@@ -101,7 +101,7 @@ def test_sync_calls_from_threads(store_url: str) -> None:
 
 
 def test_plain_script_exits_cleanly(store_url: str, tmp_path: Path) -> None:
-    """W3: a script that never closes its store still exits (no hanging connection thread)."""
+    """A script that never closes its store still exits (no hanging connection thread)."""
     script = tmp_path / "script.py"
     script.write_text(
         textwrap.dedent(

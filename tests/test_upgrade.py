@@ -1,4 +1,4 @@
-"""A store written at schema 1 opens with today's code, is migrated once, and reads the same (§3 Schema).
+"""A store written at schema 1 opens with today's code, is migrated once, and reads the same.
 
 ``tests/fixtures/schema1/runs.db`` was made by durable_nb as it was at schema 1 (its builder,
 ``build.py``, says how), with ``answers.json``: what that code read back of every run. On
@@ -119,7 +119,7 @@ def test_upgraded_runs_go_on(upgraded: str, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_an_upgraded_notebook_run_restores_its_cells(upgraded: str) -> None:
-    """N3: the cells a notebook committed before the upgrade restore in a new kernel."""
+    """The cells a notebook committed before the upgrade restore in a new kernel."""
     shell = InteractiveShell()
     shell.run_line_magic("load_ext", "durable_nb")
     shell.run_cell(f"%durable run fixture-notebook --store {upgraded}")

@@ -1,4 +1,4 @@
-"""Content-addressed values (§3, §10): an unchanged value is never written again."""
+"""Content-addressed values: an unchanged value is never written again."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def file_size(url: str) -> int:
 
 @pytest.mark.sqlite_only
 def test_one_megabyte_value_through_fifty_nodes(store_url: str) -> None:
-    """§10: a 1 MB value carried unchanged through 50 nodes grows the file by less than 2 MB."""
+    """A 1 MB value carried unchanged through 50 nodes grows the file by less than 2 MB."""
     flow = chain(store_url, 50)
     flow.run({"warmup": True})  # create the schema so only the run's data is measured
     before = file_size(store_url)
@@ -52,7 +52,7 @@ def test_one_megabyte_value_through_fifty_nodes(store_url: str) -> None:
 
 
 def test_same_value_in_two_runs_is_stored_once(store_url: str) -> None:
-    """§3: equal values share one blob across runs."""
+    """Equal values share one blob across runs."""
     flow = chain(store_url, 2)
     payload = list(range(50_000))
     flow.run({"payload": payload})
@@ -62,7 +62,7 @@ def test_same_value_in_two_runs_is_stored_once(store_url: str) -> None:
 
 
 def test_plain_data_is_json_and_the_rest_is_signed_pickle() -> None:
-    """§3: JSON for plain data (no code runs on load); pickle with an HMAC address otherwise."""
+    """JSON for plain data (no code runs on load); pickle with an HMAC address otherwise."""
     key = b"k" * 32
     assert codec.encode({"a": [1, 2.5, None, "x", True]}, key).codec == "json"
     for value in [(1, 2), {1: "int key"}, {"s": {1, 2}}, b"bytes", float("nan"), complex(1, 2)]:
@@ -76,7 +76,7 @@ def test_plain_data_is_json_and_the_rest_is_signed_pickle() -> None:
 
 
 def test_functions_and_classes_from_main_survive() -> None:
-    """§3: cloudpickle carries functions and classes defined interactively."""
+    """cloudpickle carries functions and classes defined interactively."""
     key = b"k" * 32
     namespace: dict[str, object] = {"__name__": "__main__"}
     exec("class Point:\n    def __init__(self, x):\n        self.x = x\nsquare = lambda v: v * v\n", namespace)
@@ -87,7 +87,7 @@ def test_functions_and_classes_from_main_survive() -> None:
 
 
 def test_a_digest_read_under_another_key_is_not_trusted() -> None:
-    """§3: a store may hand on the digest it computed while reading a blob, but only a digest
+    """A store may hand on the digest it computed while reading a blob, but only a digest
     made with the loader's own key is used; any other is ignored and the bytes are checked."""
     from durable_nb.model import Blob
 

@@ -1,4 +1,4 @@
-"""Views (§7): runs, history, forks, events, compare and status as pandas DataFrames.
+"""Views: runs, history, forks, events, compare and status as pandas DataFrames.
 
 Real dtypes (UTC datetimes, timedeltas, categorical statuses, integer byte counts), one store
 query per view whatever the number of rows, the whole fork tree from any member, empty stores
@@ -33,7 +33,7 @@ NS_UTC = "datetime64[ns, UTC]"
 NS_DELTA = "timedelta64[ns]"
 RUN_STATUSES = [s.value for s in RunStatus]
 CHECKPOINT_STATUSES = [s.value for s in CheckpointStatus]
-C15_EVENTS = {
+EVENT_TYPES = {  # every type of event the engine records
     "run_started",
     "node_started",
     "node_finished",
@@ -114,7 +114,7 @@ class CallCounter:
 
 
 def test_runs_has_real_dtypes(store_url: str) -> None:
-    """§7: runs() has UTC datetimes, a timedelta elapsed, categorical kind/status, int checkpoints; newest first."""
+    """runs() has UTC datetimes, a timedelta elapsed, categorical kind/status, int checkpoints; newest first."""
     before = pd.Timestamp.now(tz="UTC")
     done = pricing(store_url).run({"rate": 0.1})
     broken = failing(store_url).run({})
@@ -146,7 +146,7 @@ def test_runs_has_real_dtypes(store_url: str) -> None:
 
 
 def test_history_has_real_dtypes(store_url: str) -> None:
-    """§7: history() has seq order, categorical checkpoint status, UTC times, timedelta durations, int bytes."""
+    """history() has seq order, categorical checkpoint status, UTC times, timedelta durations, int bytes."""
     run = pricing(store_url).run({"rate": 0.1})
     frame = dnb.history(run.id, store=store_url)
 
@@ -171,7 +171,7 @@ def test_history_has_real_dtypes(store_url: str) -> None:
 
 
 def test_history_bytes_written_are_the_values_each_checkpoint_wrote(store_url: str) -> None:
-    """§7, §3: bytes_written is the size of the values a checkpoint wrote; an unchanged large value is not recounted."""
+    """bytes_written is the size of the values a checkpoint wrote; an unchanged large value is not recounted."""
     big = "x" * 100_000  # stored as JSON: the quotes add 2 bytes
     packed = bytes(range(256)) * 200  # stored pickled
     flow = dnb.Workflow("sizes", store=store_url)
@@ -202,7 +202,7 @@ def test_history_bytes_written_are_the_values_each_checkpoint_wrote(store_url: s
 
 
 def test_history_does_not_count_a_value_returned_unchanged(store_url: str) -> None:
-    """§7, §3: a node returning a large value unchanged wrote no new bytes for it."""
+    """A node returning a large value unchanged wrote no new bytes for it."""
     big = "y" * 100_000
     flow = dnb.Workflow("again", store=store_url)
 
@@ -223,7 +223,7 @@ def test_history_does_not_count_a_value_returned_unchanged(store_url: str) -> No
 
 
 def test_fork_checkpoint_shows_its_overrides_as_written(store_url: str) -> None:
-    """§7, C14: the fork checkpoint's history row names the overridden values and their bytes."""
+    """The fork checkpoint's history row names the overridden values and their bytes."""
     run = pricing(store_url).run({"rate": 0.1})
     forked = dnb.fork(run.id, state={"note": "z" * 1000}, store=store_url)
     row = dnb.history(forked.id, store=store_url).iloc[0]
@@ -233,7 +233,7 @@ def test_fork_checkpoint_shows_its_overrides_as_written(store_url: str) -> None:
 
 
 def test_events_forks_compare_status_have_real_dtypes(store_url: str) -> None:
-    """§7, C15, C16: events, forks, compare and status have datetimes, categories and ints."""
+    """Events, forks, compare and status have datetimes, categories and ints."""
     flow = pricing(store_url)
     run = flow.run({"rate": 0.1})
     forked = dnb.fork(run.id, state={"rate": 0.5}, store=store_url)
@@ -242,7 +242,7 @@ def test_events_forks_compare_status_have_real_dtypes(store_url: str) -> None:
     assert list(events["seq"]) == list(range(1, len(events) + 1))
     assert events["seq"].dtype == "int64"
     assert isinstance(events["type"].dtype, pd.CategoricalDtype)
-    assert C15_EVENTS <= set(events["type"].cat.categories)
+    assert EVENT_TYPES <= set(events["type"].cat.categories)
     assert events["type"].iloc[0] == "run_started" and events["type"].iloc[-1] == "run_completed"
     assert list(events.loc[events["type"] == "node_finished", "node_id"]) == ["load", "discount", "total"]
     assert str(events["at"].dtype) == NS_UTC
@@ -264,16 +264,16 @@ def test_events_forks_compare_status_have_real_dtypes(store_url: str) -> None:
     assert len(one) == 1
     assert isinstance(one["status"].dtype, pd.CategoricalDtype) and one["status"].item() == "completed"
     assert str(one["created_at"].dtype) == NS_UTC and str(one["updated_at"].dtype) == NS_UTC
-    c16 = dnb.status(run.id, store=store_url)
-    assert isinstance(c16, dict)  # the top-level status is the C16 dict, not a frame
-    for key, count in c16["node_counts"].items():
+    shape = dnb.status(run.id, store=store_url)
+    assert isinstance(shape, dict)  # the top-level status is the {run_id, status, node_counts, executions} dict
+    for key, count in shape["node_counts"].items():
         assert one[key].dtype == "int64"
         assert one[key].item() == count
     assert one["ok"].item() == 3 and one["checkpoints"].item() == 4
 
 
 def test_async_twins_return_the_same_frames(store_url: str) -> None:
-    """§7, W3: the async views return what the sync ones do."""
+    """The async views return what the sync ones do."""
     run = pricing(store_url).run({"rate": 0.2})
     forked = dnb.fork(run.id, state={"rate": 0.3}, store=store_url)
     pairs = [
@@ -314,7 +314,7 @@ def build_world(store_url: str, size: int, tag: str) -> dict[str, Any]:
 
 
 def test_each_view_costs_the_same_queries_for_3_and_50_rows(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """§7: each view costs one query for its rows (no query per row): 3 rows and 50 rows cost the same calls."""
+    """Each view costs one query for its rows (no query per row): 3 rows and 50 rows cost the same calls."""
     counter = CallCounter(dnb.connect(store_url), monkeypatch)
     measured: dict[int, dict[str, dict[str, int]]] = {}
     for size in (3, 50):
@@ -348,7 +348,7 @@ def test_each_view_costs_the_same_queries_for_3_and_50_rows(store_url: str, monk
 
 
 def test_forks_gives_the_whole_tree_from_any_member(store_url: str) -> None:
-    """§7, C14: forks(run) is the whole tree from its root, whichever member is passed, with fork details."""
+    """forks(run) is the whole tree from its root, whichever member is passed, with fork details."""
     flow = pricing(store_url)
     root = flow.run({"rate": 0.1})
     root_history = dnb.history(root.id, store=store_url)
@@ -377,7 +377,7 @@ def test_forks_gives_the_whole_tree_from_any_member(store_url: str) -> None:
 
 
 def test_compare_one_row_per_run_one_column_per_name(store_url: str) -> None:
-    """§7: compare(runs, names) has one row per run, one column per chosen name and the fork point; None = all."""
+    """compare(runs, names) has one row per run, one column per chosen name and the fork point; None = all."""
     flow = pricing(store_url)
     root = flow.run({"rate": 0.1})
     after_load = checkpoint_of(dnb.history(root.id, store=store_url), "after:load")
@@ -409,7 +409,7 @@ def test_compare_one_row_per_run_one_column_per_name(store_url: str) -> None:
 
 
 def test_runs_on_an_empty_store(store_url: str) -> None:
-    """§7: runs() on an empty store is an empty DataFrame with the same columns."""
+    """runs() on an empty store is an empty DataFrame with the same columns."""
     empty = dnb.runs(store=dnb.connect(store_url))  # a new store, created by connect() (a URL alone must name one)
     assert isinstance(empty, pd.DataFrame) and empty.empty
     assert dnb.runs("nothing", store=store_url).empty
@@ -422,7 +422,7 @@ def test_runs_on_an_empty_store(store_url: str) -> None:
 
 
 def test_empty_frames_keep_the_dtypes_of_full_ones(store_url: str) -> None:
-    """§7: an empty view has the same dtypes as a full one (datetime64[ns, UTC], timedelta64[ns])."""
+    """An empty view has the same dtypes as a full one (datetime64[ns, UTC], timedelta64[ns])."""
     empty_runs = dnb.runs(store=dnb.connect(store_url))
     flow = pricing(store_url)
     run = flow.run({"rate": 0.1})
@@ -444,7 +444,7 @@ def new_bare_run(store_url: str) -> str:
 
 
 def test_views_of_runs_without_checkpoints(store_url: str) -> None:
-    """§7: history/events/forks/status/compare work on runs with no checkpoint (or only a fork point)."""
+    """history/events/forks/status/compare work on runs with no checkpoint (or only a fork point)."""
     # 1. A workflow interrupted in its first node: the run exists, nothing was committed.
     flow = dnb.Workflow("interrupted", store=store_url)
 
@@ -491,7 +491,7 @@ def test_views_of_runs_without_checkpoints(store_url: str) -> None:
 
 @pytest.mark.sqlite_only  # about 10-13 s on PostgreSQL (see the report), 0.4 s on SQLite
 def test_history_of_10000_checkpoints(store_url: str) -> None:
-    """§7, §10: history() of a 10,000-checkpoint run builds correctly (time printed; run with -s)."""
+    """history() of a 10,000-checkpoint run builds correctly (time printed; run with -s)."""
     store = dnb.connect(store_url)
     secret = load_secret()
     run_id = new_id()
@@ -559,7 +559,7 @@ def coloured(status: str, colour: str) -> str:
 
 
 def test_magics_return_styled_views_and_code_gets_plain_frames(store_url: str) -> None:
-    """§7, N10: %durable history/runs/forks return Styled objects whose HTML colours statuses; code gets DataFrames."""
+    """%durable history/runs/forks return Styled objects whose HTML colours statuses; code gets DataFrames."""
     pricing(store_url).run({"rate": 0.1})  # a completed workflow run in the same store
     shell = shell_with_extension()
     ok(shell, f"%durable run report --store {store_url}")
@@ -599,7 +599,7 @@ def test_magics_return_styled_views_and_code_gets_plain_frames(store_url: str) -
 
 
 def test_styled_html_escapes_text_outside_the_status(store_url: str) -> None:
-    """§7, §8: styled HTML shows error text literally, never as markup."""
+    """Styled HTML shows error text literally, never as markup."""
     flow = dnb.Workflow("hostile", store=store_url)
 
     @flow.node(retry_count=0)
@@ -617,7 +617,7 @@ def test_styled_html_escapes_text_outside_the_status(store_url: str) -> None:
 
 
 def test_unknown_run_raises_run_not_found_for_each_view(store_url: str) -> None:
-    """§7, §8: every view of an unknown run id raises RunNotFound naming it; nothing is created."""
+    """Every view of an unknown run id raises RunNotFound naming it; nothing is created."""
     known = pricing(store_url).run({"rate": 0.1}).id
     attempts: list[Callable[[str], Any]] = [
         lambda r: dnb.history(r, store=store_url),

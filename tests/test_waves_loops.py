@@ -1,4 +1,4 @@
-"""Parallel waves, loops, switches and maps (W1, W2, C1, C10, C16, C17), with real kills for crashes."""
+"""Parallel waves, loops, switches and maps, and the status of their runs, with real kills for crashes."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def steps(store_url: str, run_id: str) -> list[str]:
 
 
 def executions(status: dict[str, Any]) -> list[tuple[str, str | None, int | None, int | None, str]]:
-    """Flatten C16 executions to (node_id, branch_key, iteration, item_index, status)."""
+    """Flatten a status's executions to (node_id, branch_key, iteration, item_index, status)."""
     out = []
     for execution in status["executions"]:
         address = execution["address"]
@@ -75,7 +75,7 @@ def counts(**expected: int) -> dict[str, int]:
 
 
 def check_status_shape(status: dict[str, Any], run_id: str) -> None:
-    """C16: exactly the documented keys at every level."""
+    """A status has exactly the documented keys at every level."""
     assert set(status) == {"run_id", "status", "node_counts", "executions"}
     assert status["run_id"] == run_id
     assert set(status["node_counts"]) == NODE_COUNT_KEYS
@@ -87,11 +87,11 @@ def check_status_shape(status: dict[str, Any], run_id: str) -> None:
     assert sum(status["node_counts"].values()) == len(status["executions"])
 
 
-# -- W1 / C1: parallel waves --------------------------------------------------------------
+# -- parallel waves ------------------------------------------------------------------------
 
 
 def test_wave_nodes_run_concurrently_each_committed_on_its_own(store_url: str) -> None:
-    """W1, C1: nodes whose dependencies are met run together (two sync nodes meet at a barrier, two
+    """Nodes whose dependencies are met run together (two sync nodes meet at a barrier, two
     async nodes wait for each other's event); each node is committed on its own after:<node>
     checkpoint whose state holds its own updates, and the wave's nodes start before any finishes."""
     flow = make_flow("waves", store_url)
@@ -149,7 +149,7 @@ def test_wave_nodes_run_concurrently_each_committed_on_its_own(store_url: str) -
 
 
 def test_wave_write_clash_declared_is_refused_before_anything_runs(store_url: str) -> None:
-    """W1: two nodes of one wave declaring one key in writes= is a ConfigurationError from run(),
+    """Two nodes of one wave declaring one key in writes= is a ConfigurationError from run(),
     raised before any node runs and before a run row exists; an ordered pair may share a key."""
     ran: list[str] = []
     flow = make_flow("declared-clash", store_url)
@@ -219,7 +219,7 @@ def clash_flow(store_url: str, ran: Counter[str]) -> dnb.Workflow:
 
 
 def test_wave_write_clash_undeclared_fails_the_run_keeping_the_first(store_url: str) -> None:
-    """W1: two wave nodes returning one key (undeclared) fail the run with a message naming both
+    """Two wave nodes returning one key (undeclared) fail the run with a message naming both
     nodes and the key; the first committed node's result is kept, the second's is not committed."""
     ran: Counter[str] = Counter()
     flow = clash_flow(store_url, ran)
@@ -239,7 +239,7 @@ def test_wave_write_clash_undeclared_fails_the_run_keeping_the_first(store_url: 
 
 
 def test_wave_write_clash_message_has_one_prefix(store_url: str) -> None:
-    """C3, W1: the clash error reads ``Node 'b' failed: <reason>`` once, not twice."""
+    """The clash error reads ``Node 'b' failed: <reason>`` once, not twice."""
     run = clash_flow(store_url, Counter()).run({})
     assert run.status == "failed"
     assert run.error is not None
@@ -247,7 +247,7 @@ def test_wave_write_clash_message_has_one_prefix(store_url: str) -> None:
 
 
 def test_wave_write_clash_is_not_lost_on_resume(store_url: str) -> None:
-    """W1, C5: resuming a run that failed on a wave clash, with the same code, must not silently
+    """Resuming a run that failed on a wave clash, with the same code, must not silently
     replace the kept result of the first node (the outcome would then depend on a failure)."""
     ran: Counter[str] = Counter()
     flow = clash_flow(store_url, ran)
@@ -259,7 +259,7 @@ def test_wave_write_clash_is_not_lost_on_resume(store_url: str) -> None:
 
 
 def test_wave_failure_keeps_siblings_and_resume_reruns_only_the_failed_node(store_url: str) -> None:
-    """W1, C3, C5: in a wave where one node fails (retry_count=0), the other node's committed result
+    """In a wave where one node fails (retry_count=0), the other node's committed result
     is kept; after a fix, resume re-runs only the failed node, then the nodes after the wave."""
     ran: Counter[str] = Counter()
     broken = [True]
@@ -301,7 +301,7 @@ def test_wave_failure_keeps_siblings_and_resume_reruns_only_the_failed_node(stor
     assert steps(store_url, run.id)[3:] == ["after:bad", "after:combine", "run_end"]
 
 
-# -- C10: loops -----------------------------------------------------------------------------
+# -- loops ---------------------------------------------------------------------------------
 
 
 def loop_flow(store_url: str, ran: Counter[str], seen: list[tuple[int, int]], cap: int) -> dnb.Workflow:
@@ -335,7 +335,7 @@ def loop_flow(store_url: str, ran: Counter[str], seen: list[tuple[int, int]], ca
     ids=["cap-wins", "condition-ends-early", "condition-false-at-once"],
 )
 def test_loop_runs_until_condition_or_cap(store_url: str, limit: int, expected: int) -> None:
-    """C10: the body re-runs while condition(state after the iteration) holds, max_iterations ends it
+    """The body re-runs while condition(state after the iteration) holds, max_iterations ends it
     whatever the condition; __loop_<node> counts iterations in state; each iteration is committed
     as after:<node> with its iteration number; the downstream node runs once, after the loop."""
     ran: Counter[str] = Counter()
@@ -368,7 +368,7 @@ def test_loop_runs_until_condition_or_cap(store_url: str, limit: int, expected: 
 
 
 def test_loop_counter_survives_a_failed_iteration(store_url: str) -> None:
-    """C10, C5: an iteration that fails leaves the committed counter; resume continues with the
+    """An iteration that fails leaves the committed counter; resume continues with the
     failed iteration, never repeats committed ones, and still stops at max_iterations."""
     bodies: list[int] = []
     broken = [True]
@@ -518,7 +518,7 @@ class Crash:
 
 
 def test_loop_beside_a_gate_goes_on_after_approval(store_url: str) -> None:
-    """C10, W1: a loop in one wave with a gate node: the gate pauses the wave after the loop's
+    """A loop in one wave with a gate node: the gate pauses the wave after the loop's
     first iteration; after approval the loop's next iteration writes its own keys again, which
     is no clash with another node of the wave. (Found by the state-replay property test.)"""
     flow = make_flow("loop-gate", store_url)
@@ -541,7 +541,7 @@ def test_loop_beside_a_gate_goes_on_after_approval(store_url: str) -> None:
 
 
 def test_loop_counter_survives_a_kill_mid_loop(tmp_path: Path, store_url: str) -> None:
-    """C10, C7: a child runs a loop whose iterations append to a file and sleep; it is SIGKILLed
+    """A child runs a loop whose iterations append to a file and sleep; it is SIGKILLed
     mid-loop; recover() in a new process finishes it: every iteration number is committed exactly
     once, bodies ran max_iterations times plus at most the one in flight, the counter is right."""
     crash = Crash(tmp_path / "loop", store_url)
@@ -575,7 +575,7 @@ def test_loop_counter_survives_a_kill_mid_loop(tmp_path: Path, store_url: str) -
 
 
 def test_map_kill_mid_map_reruns_only_unfinished_items(tmp_path: Path, store_url: str) -> None:
-    """W2, C7: a child runs a map (2 items at a time) and is SIGKILLed mid-map; recover() in a new
+    """A child runs a map (2 items at a time) and is SIGKILLed mid-map; recover() in a new
     process runs only the items with no commit: committed items' bodies ran once, items in flight
     at the kill twice, the rest once; results are complete and in item order."""
     crash = Crash(tmp_path / "map", store_url)
@@ -604,7 +604,7 @@ def test_map_kill_mid_map_reruns_only_unfinished_items(tmp_path: Path, store_url
     assert final.state == {"out": [i * 10 for i in range(ITEMS)], "total": sum(i * 10 for i in range(ITEMS))}
 
 
-# -- C17: switches --------------------------------------------------------------------------
+# -- switches ------------------------------------------------------------------------------
 
 
 def switch_flow(store_url: str, ran: Counter[str], broken: list[str] | None = None) -> dnb.Workflow:
@@ -642,7 +642,7 @@ def switch_flow(store_url: str, ran: Counter[str], broken: list[str] | None = No
 
 
 def test_switch_takes_one_branch_and_skips_the_other(store_url: str) -> None:
-    """C17, W2: the switch's choice runs; the untaken branch and the nodes depending only on it are
+    """The switch's choice runs; the untaken branch and the nodes depending only on it are
     skipped (never run, `skipped` in status); the switch writes no checkpoint; the join runs."""
     ran: Counter[str] = Counter()
     flow = switch_flow(store_url, ran)
@@ -675,7 +675,7 @@ def test_switch_takes_one_branch_and_skips_the_other(store_url: str) -> None:
 
 
 def test_switch_with_branches_mapping(store_url: str) -> None:
-    """C17: with branches= the router returns a key; a key may name several nodes; the key is each
+    """With branches= the router returns a key; a key may name several nodes; the key is each
     taken node's branch_key; a key outside the mapping fails the run naming the key and the keys."""
     ran: Counter[str] = Counter()
     flow = make_flow("mapped-switch", store_url)
@@ -732,7 +732,7 @@ def test_switch_with_branches_mapping(store_url: str) -> None:
 
 @pytest.mark.parametrize("pick", ["start", "nowhere"])
 def test_switch_choosing_a_non_dependent_fails_the_run(store_url: str, pick: str) -> None:
-    """C17: a switch choosing a node that does not run after it fails the run with a clear message
+    """A switch choosing a node that does not run after it fails the run with a clear message
     naming the choice and the nodes that can be chosen; no branch runs."""
     ran: Counter[str] = Counter()
     flow = switch_flow(store_url, ran)
@@ -746,7 +746,7 @@ def test_switch_choosing_a_non_dependent_fails_the_run(store_url: str, pick: str
 
 
 def test_switch_returning_none_skips_every_branch(store_url: str) -> None:
-    """C17: a switch returning None takes no branch: every dependent, and the join after them, is
+    """A switch returning None takes no branch: every dependent, and the join after them, is
     skipped (none runs) and the run completes."""
     ran: Counter[str] = Counter()
     flow = switch_flow(store_url, ran)
@@ -761,7 +761,7 @@ def test_switch_returning_none_skips_every_branch(store_url: str) -> None:
 
 
 def test_status_after_switch_returning_none(store_url: str) -> None:
-    """C16, C17: a completed run whose switch took no branch reports the switch ok and every other
+    """A completed run whose switch took no branch reports the switch ok and every other
     branch node skipped, with and without the workflow's code."""
     flow = switch_flow(store_url, Counter())
     run = flow.run({"pick": None})
@@ -773,7 +773,7 @@ def test_status_after_switch_returning_none(store_url: str) -> None:
 
 
 def test_switch_branch_failure_resumes_on_the_same_branch(store_url: str) -> None:
-    """C17, C5: a taken branch that fails keeps the route; resume runs only that branch node and the
+    """A taken branch that fails keeps the route; resume runs only that branch node and the
     join, never the switch or the untaken branch again."""
     ran: Counter[str] = Counter()
     broken = ["a"]
@@ -789,11 +789,11 @@ def test_switch_branch_failure_resumes_on_the_same_branch(store_url: str) -> Non
     assert status["node_counts"] == counts(ok=4, skipped=2)
 
 
-# -- W2: maps -------------------------------------------------------------------------------
+# -- maps ----------------------------------------------------------------------------------
 
 
 def test_map_runs_once_per_item_with_item_index(store_url: str) -> None:
-    """W2: a map runs its function once per item, commits each item on its own with item_index in
+    """A map runs its function once per item, commits each item on its own with item_index in
     the checkpoint and in the status address; results land in state[into] in item order even when
     items finish out of order; the node after the map runs once."""
     ran: Counter[int] = Counter()
@@ -836,7 +836,7 @@ def test_map_runs_once_per_item_with_item_index(store_url: str) -> None:
 
 
 def test_map_empty_items_and_default_into(store_url: str) -> None:
-    """W2: an empty items list gives [] (under the node's name when into= is not given) and the
+    """An empty items list gives [] (under the node's name when into= is not given) and the
     run continues."""
     calls: list[Any] = []
     flow = make_flow("empty-map", store_url)
@@ -858,7 +858,7 @@ def test_map_empty_items_and_default_into(store_url: str) -> None:
 
 
 def test_map_items_see_the_state_the_map_found(store_url: str) -> None:
-    """W2: every item sees the run's state as the map found it (after a resume too), never the
+    """Every item sees the run's state as the map found it (after a resume too), never the
     results other items keep under internal keys until the map commits."""
     seen: list[set[str]] = []
     broken = [True]
@@ -881,7 +881,7 @@ def test_map_items_see_the_state_the_map_found(store_url: str) -> None:
 
 
 def test_map_respects_max_concurrency(store_url: str) -> None:
-    """W2: at most max_concurrency items of an (async) map run at once."""
+    """At most max_concurrency items of an (async) map run at once."""
     live = [0]
     peak = [0]
     flow = make_flow("bounded-map", store_url)
@@ -901,7 +901,7 @@ def test_map_respects_max_concurrency(store_url: str) -> None:
 
 
 def test_map_failing_item_keeps_committed_items_and_resume_runs_only_the_rest(store_url: str) -> None:
-    """W2, C3, C5: a failing item (retry_count=0) fails the run; the other items' results stay
+    """A failing item (retry_count=0) fails the run; the other items' results stay
     committed; after a fix, resume runs only the failed item, then the node after the map."""
     ran: Counter[int] = Counter()
     broken = {20}
@@ -945,11 +945,11 @@ def test_map_failing_item_keeps_committed_items_and_resume_runs_only_the_rest(st
     assert status["node_counts"] == counts(ok=5)
 
 
-# -- C16: status ------------------------------------------------------------------------------
+# -- status --------------------------------------------------------------------------------
 
 
 def test_status_of_paused_failed_and_completed_runs(store_url: str) -> None:
-    """C16: status has the documented shape; node_counts for a paused run (the gated node
+    """Status has the documented shape; node_counts for a paused run (the gated node
     suspended, nodes after it pending), a failed run, and a completed run with skipped nodes."""
     flow = make_flow("status-paused", store_url)
 
@@ -1026,7 +1026,7 @@ def test_status_of_paused_failed_and_completed_runs(store_url: str) -> None:
 
 
 def test_the_next_wave_follows_from_what_finished_as_a_full_scan_would() -> None:
-    """W1: the wave worked out from the nodes that just finished equals a scan of the whole graph,
+    """The wave worked out from the nodes that just finished equals a scan of the whole graph,
     over random graphs and random orders of completing and skipping."""
     import random
 

@@ -1,4 +1,4 @@
-"""Widgets (§7, N6): the gate panel and the fork inspector, driven without a browser.
+"""Widgets: the gate panel and the fork inspector, driven without a browser.
 
 Buttons are pressed with ``.click()`` and fields filled by setting ``.value``. Outside a kernel
 ipywidgets' Output captures nothing, so an ``OutputProbe`` plays the front end's part: while
@@ -171,7 +171,7 @@ def other_session(store_url: str) -> tuple[KernelSession, Any]:
 
 
 def test_panel_approve_records_shows_and_disables(kernel: Kernel, store_url: str, probe: OutputProbe) -> None:
-    """N6, C4: Approve records approved/comment/by in approved:<node>, shows it, disables the panel, continues."""
+    """Approve records approved/comment/by in approved:<node>, shows it, disables the panel, continues."""
     panel = kernel.pause(gate_cell())
     assert "ship?" in panel.title.value
     assert "&lt;script&gt;" in panel.context.value and "<script>" not in panel.context.value  # frozen context, escaped
@@ -195,7 +195,7 @@ def test_panel_approve_records_shows_and_disables(kernel: Kernel, store_url: str
 
 
 def test_panel_reject_records_shows_and_disables(kernel: Kernel, store_url: str) -> None:
-    """N6, C4: Reject records approved=False with the comment, shows it and disables the panel."""
+    """Reject records approved=False with the comment, shows it and disables the panel."""
     panel = kernel.pause(gate_cell())
     panel.comment.value = "not <yet>"
     panel.reject_button.click()
@@ -210,7 +210,7 @@ def test_panel_reject_records_shows_and_disables(kernel: Kernel, store_url: str)
 
 
 def test_second_panel_shows_the_existing_decision(kernel: Kernel, store_url: str, probe: OutputProbe) -> None:
-    """§7, N6: a second panel of a decided gate shows the decision; clicking it changes nothing and does not fail."""
+    """A second panel of a decided gate shows the decision; clicking it changes nothing and does not fail."""
     first = kernel.pause(gate_cell())
     second = kernel.session.gate_panel(kernel.run_id, "review", "ship?", None)
     first.comment.value = "go"
@@ -232,7 +232,7 @@ def test_second_panel_shows_the_existing_decision(kernel: Kernel, store_url: str
 
 
 def test_panel_reports_a_decision_made_with_dnb_approve(kernel: Kernel, store_url: str, probe: OutputProbe) -> None:
-    """§7, N6: a decision made elsewhere (durable_nb.approve) is shown by a click instead of failing."""
+    """A decision made elsewhere (durable_nb.approve) is shown by a click instead of failing."""
     panel = kernel.pause(gate_cell())
     dnb.approve(kernel.run_id, comment="from the CLI", by="erin", store=store_url)
     panel.reject_button.click()
@@ -248,7 +248,7 @@ def test_panel_reports_a_decision_made_with_dnb_approve(kernel: Kernel, store_ur
 
 
 def test_stale_panel_does_not_decide_a_later_gate_of_the_same_cell(kernel: Kernel, store_url: str) -> None:
-    """§7, N6: a panel for gate 'first?' decided elsewhere must not decide the cell's next gate 'second?'."""
+    """A panel for gate 'first?' decided elsewhere must not decide the cell's next gate 'second?'."""
     cell = "%%durable review\nd1 = dnb.gate('first?')\nd2 = dnb.gate('second?')\nanswers = (d1.approved, d2.approved)"
     stale = kernel.pause(cell)
     other = kernel.session.gate_panel(kernel.run_id, "review", "first?", None)
@@ -265,7 +265,8 @@ def test_stale_panel_does_not_decide_a_later_gate_of_the_same_cell(kernel: Kerne
 def test_callback_errors_appear_in_the_panel(
     kernel: Kernel, store_url: str, probe: OutputProbe, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """N6, §9: a failing store shows in the panel (status and Output), nothing is recorded, and a retry works."""
+    """A failing store shows in the panel (status and Output, since ipywidgets swallows callback errors),
+    nothing is recorded, and a retry works."""
     panel = kernel.pause(gate_cell())
 
     def broken(*args: Any, **kwargs: Any) -> str:
@@ -289,7 +290,7 @@ def test_callback_errors_appear_in_the_panel(
 
 
 def test_error_after_the_decision_appears_in_the_panel(kernel: Kernel, store_url: str, probe: OutputProbe) -> None:
-    """N6, §9: when the continued cell fails after the gate, the decision stays recorded and the error is shown."""
+    """When the continued cell fails after the gate, the decision stays recorded and the error is shown."""
     cell = "%%durable review\nd = dnb.gate('ship?')\nraise RuntimeError('post-gate failure ' + str(d.approved))"
     panel = kernel.pause(cell)
     panel.approve_button.click()
@@ -302,7 +303,7 @@ def test_error_after_the_decision_appears_in_the_panel(kernel: Kernel, store_url
 
 
 def test_two_panels_deciding_at_once_record_one_decision(kernel: Kernel, store_url: str) -> None:
-    """C4, §7: two panels (two kernels) clicking Approve and Reject at once: one decision, both show it."""
+    """Two panels (two kernels) clicking Approve and Reject at once: one decision, both show it."""
     session_a, store_a = other_session(store_url)
     session_b, store_b = other_session(store_url)
     outcomes = []
@@ -381,7 +382,7 @@ def tree_ids(inspector: Inspector) -> list[str]:
 
 
 def test_inspector_lists_the_fork_tree_and_checkpoints(store_url: str) -> None:
-    """§7: the inspector lists the whole fork tree and the selected run's checkpoints."""
+    """The inspector lists the whole fork tree and the selected run's checkpoints."""
     flow = pricing(store_url)
     root = flow.run({"rate": 0.1})
     child = flow.fork(root.id, checkpoint_of(store_url, root.id, "after:load"), state={"rate": 0.5})
@@ -411,7 +412,7 @@ def test_inspector_lists_the_fork_tree_and_checkpoints(store_url: str) -> None:
 
 
 def test_inspector_forks_at_a_checkpoint_with_overrides(store_url: str) -> None:
-    """§7, C14: Fork here creates a fork at the chosen checkpoint with the typed values; the original is untouched."""
+    """Fork here creates a fork at the chosen checkpoint with the typed values; the original is untouched."""
     flow = pricing(store_url)
     root = flow.run({"rate": 0.1})
     after_load = checkpoint_of(store_url, root.id, "after:load")
@@ -442,7 +443,7 @@ def test_inspector_forks_at_a_checkpoint_with_overrides(store_url: str) -> None:
 
 
 def test_inspector_approves_and_rejects_a_paused_run(store_url: str) -> None:
-    """§7, C4: Approve / Reject on a paused run record the decision; the workflow continues with it."""
+    """Approve / Reject on a paused run record the decision; the workflow continues with it."""
     flow = gated(store_url)
     for approved in (True, False):
         run = flow.run({})
@@ -472,7 +473,7 @@ def test_inspector_approves_and_rejects_a_paused_run(store_url: str) -> None:
 
 
 def test_inspector_cancels_a_run(store_url: str) -> None:
-    """§7, C11: Cancel settles a paused run (cancelled, resumable); cancelling a finished run is refused."""
+    """Cancel settles a paused run (cancelled, resumable); cancelling a finished run is refused."""
     flow = gated(store_url)
     run = flow.run({})
     inspector = dnb.inspect(run.id, store=store_url)
@@ -490,7 +491,7 @@ def test_inspector_cancels_a_run(store_url: str) -> None:
 
 
 def test_inspector_compare_shows_a_dataframe(store_url: str, probe: OutputProbe) -> None:
-    """§7: Compare shows the chosen runs side by side as a DataFrame in its output (the whole tree by default)."""
+    """Compare shows the chosen runs side by side as a DataFrame in its output (the whole tree by default)."""
     flow = pricing(store_url)
     root = flow.run({"rate": 0.1})
     child = flow.fork(root.id, state={"rate": 0.5})
@@ -512,7 +513,7 @@ def test_inspector_compare_shows_a_dataframe(store_url: str, probe: OutputProbe)
 
 
 def test_inspector_refresh_picks_up_a_fork_made_elsewhere(store_url: str) -> None:
-    """§7: a fork made from code appears after refresh() or the Refresh button."""
+    """A fork made from code appears after refresh() or the Refresh button."""
     flow = pricing(store_url)
     root = flow.run({"rate": 0.1})
     inspector = dnb.inspect(root.id, store=store_url)
@@ -562,7 +563,7 @@ def hostile_inputs(marker: Path) -> list[tuple[str, str]]:
 
 
 def test_parse_overrides_refuses_code_and_bad_input(tmp_path: Path) -> None:
-    """§7, §8: parse_overrides refuses code, huge or deep input, bad names and missing '='; no code runs."""
+    """parse_overrides refuses code, huge or deep input, bad names and missing '='; no code runs."""
     marker = tmp_path / "ran.txt"
     for text, message in hostile_inputs(marker):
         with pytest.raises(dnb.InvalidInput) as refused:
@@ -581,7 +582,7 @@ def test_parse_overrides_refuses_code_and_bad_input(tmp_path: Path) -> None:
 
 
 def test_parse_overrides_keeps_the_types_at_the_fork_point() -> None:
-    """§7: an override keeps a value's type: a str for a float or a bool for an int is refused; ints and floats mix."""
+    """An override keeps a value's type: a str for a float or a bool for an int is refused; ints and floats mix."""
     current = {"rate": 0.1, "count": 3, "flag": True, "prices": [1.0], "note": None}
     for text, message in [
         ("rate = 'high'", "rate is float at this checkpoint; str would not fit"),
@@ -602,7 +603,7 @@ def test_parse_overrides_keeps_the_types_at_the_fork_point() -> None:
 
 
 def test_inspector_fork_refuses_hostile_overrides(store_url: str, tmp_path: Path, probe: OutputProbe) -> None:
-    """§7, §8: the inspector's Fork button refuses every hostile or ill-typed input with a message; no fork, no code."""
+    """The inspector's Fork button refuses every hostile or ill-typed input with a message; no fork, no code."""
     marker = tmp_path / "ran.txt"
     flow = pricing(store_url)
     root = flow.run({"rate": 0.1})

@@ -1,4 +1,4 @@
-"""The DESIGN.md §6 example end to end: paused, approved, completed (C1, C2, C4, W4)."""
+"""The README's workflow example (The workflow API) end to end: paused, approved, completed."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def build(store_url: str, calls: list[str]) -> dnb.Workflow:
 
 
 def test_paused_then_approved_then_completed(store_url: str) -> None:
-    """C2, C4: the gate pauses the run with its frozen context; approving continues it to the end."""
+    """The gate pauses the run with its frozen context; approving continues it to the end."""
     calls: list[str] = []
     flow = build(store_url, calls)
 
@@ -70,7 +70,7 @@ def test_paused_then_approved_then_completed(store_url: str) -> None:
 
 
 def test_checkpoint_state_grows_node_by_node(store_url: str) -> None:
-    """C1: each after:<node> checkpoint's state includes that node's committed updates."""
+    """Each after:<node> checkpoint's state includes that node's committed updates."""
     flow = build(store_url, [])
     run = flow.run({"ticket": "t"})
     store = dnb.connect(store_url)
@@ -85,7 +85,7 @@ def test_checkpoint_state_grows_node_by_node(store_url: str) -> None:
 
 
 def test_run_repr_and_html(store_url: str) -> None:
-    """W4: a Run has its fields, a text repr and an HTML repr for notebooks."""
+    """A Run has its fields, a text repr and an HTML repr for notebooks."""
     flow = build(store_url, [])
     run = flow.run({"ticket": "t"})
     assert {
@@ -104,7 +104,7 @@ def test_run_repr_and_html(store_url: str) -> None:
 
 
 def test_idempotency_key_returns_original_run(store_url: str) -> None:
-    """C12: a repeated idempotency key returns the original run, never a second one."""
+    """A repeated idempotency key returns the original run, never a second one."""
     calls: list[str] = []
     flow = build(store_url, calls)
     first = flow.run({"ticket": "a"}, idempotency_key="ticket-1")
