@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from conftest import stated
 
 import durable_nb as dnb
@@ -104,13 +105,16 @@ def test_run_repr_and_html(store_url: str) -> None:
 
 
 def test_idempotency_key_returns_original_run(store_url: str) -> None:
-    """A repeated idempotency key returns the original run, never a second one."""
+    """A repeated idempotency key returns the original run, never a second one; the same key with
+    other input is refused (IdempotencyKeyReused) and starts nothing."""
     calls: list[str] = []
     flow = build(store_url, calls)
     first = flow.run({"ticket": "a"}, idempotency_key="ticket-1")
-    again = flow.run({"ticket": "different"}, idempotency_key="ticket-1")
+    again = flow.run({"ticket": "a"}, idempotency_key="ticket-1")
     assert again.id == first.id
     assert again.state["ticket"] == "a"
+    with pytest.raises(dnb.IdempotencyKeyReused):
+        flow.run({"ticket": "different"}, idempotency_key="ticket-1")
     assert calls == ["classify", "draft", "review"]
     assert len(dnb.runs(store=store_url)) == 1
     other = flow.run({"ticket": "b"}, idempotency_key="ticket-2")
