@@ -238,7 +238,11 @@ def start_cluster() -> tuple[Any, Any, float]:
     started = time.perf_counter()
     # The scheduler's HTTP server on a free port: another cluster on this machine may hold 8787.
     cluster = LocalCluster(
-        n_workers=WORKERS, threads_per_worker=1, processes=True, dashboard_address=":0", silence_logs=logging.ERROR
+        n_workers=WORKERS,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address="127.0.0.1:0",
+        silence_logs=logging.ERROR,
     )
     client = Client(cluster)
     client.wait_for_workers(WORKERS)

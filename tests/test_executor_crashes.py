@@ -222,7 +222,7 @@ def start_cluster() -> Cluster:
     # The active memory manager drops spare replicas every 2 s on its own; here the tests drop
     # them (client.amm.run_once()) so which worker holds a map's shared part at a kill is known.
     with dask.config.set({"distributed.scheduler.active-memory-manager.start": False}):
-        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0")
     return Cluster(cluster, Client(cluster))
 
 

@@ -126,7 +126,9 @@ def dask_client() -> Iterator[Any]:
     with warnings.catch_warnings():
         # No dashboard; the scheduler's plain HTTP routes fall back to another port if 8787 is taken.
         warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
-        cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+        cluster = distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0"
+        )
     client = distributed.Client(cluster)
     try:
         yield client
