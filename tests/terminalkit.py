@@ -1,19 +1,54 @@
-"""Terminal IPython for tests: the ``ipython`` command under a pseudo-terminal, typed at as a person would."""
+"""Terminals for tests: what a child draws on a pseudo-terminal, and ``ipython`` typed at as a person would."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pty
 import re
 import select
 import signal
+import struct
 import sys
+import termios
+import threading
 import time
 from pathlib import Path
 
 # Colour, cursor and title sequences prompt_toolkit draws with; the text between them is what a person reads.
 _ESCAPES = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 _SUBMIT = b"\x1b\r"  # Esc, Enter: prompt_toolkit runs the cell as typed (a cell magic ends no other way)
+
+
+class Terminal:
+    """A pseudo-terminal of ``rows`` x ``columns`` for a child process (pass ``fd`` as its stdout or stderr)."""
+
+    def __init__(self, rows: int = 40, columns: int = 120) -> None:
+        self._master, self.fd = pty.openpty()
+        fcntl.ioctl(self.fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+        self._drawn: list[bytes] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+
+    def handed_over(self) -> None:
+        """Close this process's end of the child's side (the child holds it now) and read what it draws."""
+        os.close(self.fd)
+        self._reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self._master, 4096)
+            except OSError:  # every writer closed the terminal
+                return
+            if not chunk:
+                return
+            self._drawn.append(chunk)
+
+    def drawn(self) -> str:
+        """Everything drawn on the terminal, once the child has exited."""
+        self._reader.join(timeout=60)
+        os.close(self._master)
+        return b"".join(self._drawn).decode(errors="replace")
 
 
 class TerminalIPython:

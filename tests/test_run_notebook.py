@@ -21,6 +21,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from terminalkit import Terminal
 
 import durable_nb as dnb
 
@@ -252,37 +253,18 @@ def test_fork_keeps_the_overrides_of_a_fork_made_in_a_notebook(tmp_path: Path, s
 
 def test_a_terminal_gets_a_progress_bar(tmp_path: Path, store_url: str) -> None:
     """Issue 18 item 4: on a terminal, a bar of cells done out of the total, restored vs executed."""
-    import pty
-    import threading
-
     _notebook(tmp_path)
     (tmp_path / "fixed").touch()
     assert _run(tmp_path, store_url, "-p", "limit", "4").returncode == 0
-    master, terminal = pty.openpty()
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     command = [sys.executable, "-m", "durable_nb.cli", "run-notebook", "report.ipynb", "--store", store_url]
+    terminal = Terminal()
     process = subprocess.Popen(
-        [*command, "-p", "limit", "4"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=terminal, text=True
+        [*command, "-p", "limit", "4"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=terminal.fd, text=True
     )
-    os.close(terminal)
-    drawn: list[bytes] = []
-
-    def read_terminal() -> None:
-        while True:
-            try:
-                chunk = os.read(master, 4096)
-            except OSError:  # every writer closed the terminal
-                return
-            if not chunk:
-                return
-            drawn.append(chunk)
-
-    reader = threading.Thread(target=read_terminal, daemon=True)
-    reader.start()
+    terminal.handed_over()
     stdout, _ = process.communicate(timeout=300)
-    reader.join(timeout=60)
-    os.close(master)
-    bar = b"".join(drawn).decode(errors="replace")
+    bar = terminal.drawn()
     assert process.returncode == 0, stdout + bar[-2000:]
     # Six cells (the injected parameters among them): five restored, the not-durable one executed.
     assert "report" in bar and "6/6" in bar and "restored 5 · executed 1" in bar, bar[-2000:]
@@ -374,40 +356,17 @@ def test_papermill_notes_start_on_their_own_line_above_its_bar(tmp_path: Path) -
     """Issue 27 item 28: `papermill --engine durable` on a terminal: each durable_nb note is a line of its
     own above papermill's progress bar, never written after the bar on its line or after another note."""
     pytest.importorskip("papermill", reason="the engine needs papermill")
-    import fcntl
-    import pty
-    import struct
-    import termios
-    import threading
-
     _notebook(tmp_path)
     (tmp_path / "fixed").touch()
     env = dict(os.environ, PYTHONPATH=str(ROOT), DURABLE_NB_STORE=f"sqlite:///{tmp_path}/runs.db")
     command = [sys.executable, "-m", "papermill", "report.ipynb", "out.ipynb", "--engine", "durable", "-k", "python3"]
     screens = []
     for _ in range(2):  # the second run restores every cell: a note per cell, while the bar moves
-        master, terminal = pty.openpty()
-        fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))  # a sized terminal
-        process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=terminal, stderr=terminal)
-        os.close(terminal)
-        drawn: list[bytes] = []
-
-        def read_terminal(fd: int = master, into: list[bytes] = drawn) -> None:
-            while True:
-                try:
-                    chunk = os.read(fd, 4096)
-                except OSError:  # every writer closed the terminal
-                    return
-                if not chunk:
-                    return
-                into.append(chunk)
-
-        reader = threading.Thread(target=read_terminal, daemon=True)
-        reader.start()
+        terminal = Terminal()
+        process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=terminal.fd, stderr=terminal.fd)
+        terminal.handed_over()
         assert process.wait(timeout=300) == 0
-        reader.join(timeout=60)
-        os.close(master)
-        screens.append(_screen(b"".join(drawn).decode(errors="replace")))
+        screens.append(_screen(terminal.drawn()))
     noted = [line for screen in screens for line in screen if "durable_nb:" in line]
     assert any("restored" in line for line in noted) and any("Executing: 100%" in line for line in screens[1])
     for line in noted:
