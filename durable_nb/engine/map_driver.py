@@ -10,7 +10,7 @@ transaction, so a busy executor is not held back by the store.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -119,7 +119,8 @@ def _item_runner(
     lock: asyncio.Lock,
     remaining: set[int],
     failures: list[Outcome],
-) -> Callable[[int], Any]:
+) -> Callable[[int], Awaitable[None]]:
+    """Return the coroutine function that runs one item and commits it with those that finished alongside."""
     finished: list[Finished] = []
 
     async def item(index: int) -> None:
