@@ -9,8 +9,19 @@ from typing import Any
 
 __all__ = ["MISSING", "Setting", "changed_keys", "put_changes", "replaced_entries", "same", "whole_reading"]
 
-# Stands for a key a cell removed.
-MISSING = object()
+
+class _Missing:
+    """Stands for a key a cell removed."""
+
+    def __reduce__(self) -> str:
+        # Stored with the cell's changes: it must load as this very object, not as a new one.
+        return "MISSING"
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING = _Missing()
 
 
 @dataclass(frozen=True, slots=True)
