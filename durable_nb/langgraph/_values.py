@@ -1,0 +1,165 @@
+"""Channel values and pending writes as stored, and loaded back into LangGraph's tuples.
+
+Values are serialized by LangGraph's serializer and stored by content address, signed: a value
+changed in or added to the store is refused, never deserialized. The serializer is the saver's,
+passed to each call: LangGraph clones a saver with another serializer (``with_allowlist``), and
+the clone shares this object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langgraph.checkpoint.base import WRITES_IDX_MAP, ChannelVersions, Checkpoint, CheckpointTuple
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.types import RESUME
+
+from ..engine.values import ValueCodec
+from ..errors import SerializationError
+from ..model import Blob, CheckpointRecord
+from ..store import codec
+from ..store.protocol import Store
+from ._gates import with_decisions
+from ._shape import WRITE_KEYS, checkpoint_of_write, lg, pick_writes, tuple_of, write_prefix
+
+__all__ = ["ChannelValues", "dumps"]
+
+
+def dumps(serde: SerializerProtocol, name: str, value: Any) -> tuple[str, bytes]:
+    """Serialize a channel's value with LangGraph's serializer; a failure names the value."""
+    try:
+        return serde.dumps_typed(value)
+    except Exception as error:  # a serializer may raise anything: name the value
+        type_name = f"{type(value).__module__}.{type(value).__qualname__}"
+        raise SerializationError(
+            f"LangGraph's serializer ({type(serde).__name__}) cannot serialize {name!r} of type "
+            f"{type_name}: {error}. Keep such objects out of the graph's state, or give the saver a "
+            "serializer that handles them (DurableSaver(store, serde=…)).",
+            name=name,
+            type_name=type_name,
+        ) from error
+
+
+class ChannelValues:
+    """Encode channel values and pending writes for a commit, and load stored checkpoints."""
+
+    def __init__(self, store: Store, secret: bytes) -> None:
+        self.store = store
+        self._secret = secret
+
+    def manifest(
+        self,
+        serde: SerializerProtocol,
+        checkpoint: Checkpoint,
+        new_versions: ChannelVersions,
+        base: tuple[Any, ...],
+        encoded: dict[str, tuple[str, list[Blob]]],
+    ) -> tuple[dict[str, str], list[Blob]]:
+        """Return the new checkpoint's channel -> address and the blobs to store.
+
+        A channel whose version is the one the parent checkpoint stored keeps its address: its
+        value is neither serialized nor written again. ``encoded`` keeps what was encoded for a
+        commit tried again.
+        """
+        base_versions, base_manifest = base[0], base[1]
+        values = checkpoint.get("channel_values") or {}
+        manifest: dict[str, str] = {}
+        blobs: list[Blob] = []
+        fresh = {}
+        for channel, version in (checkpoint.get("channel_versions") or {}).items():
+            if channel not in new_versions and base_versions.get(channel) == version and channel in base_manifest:
+                manifest[channel] = base_manifest[channel]
+            elif channel in encoded:
+                manifest[channel] = encoded[channel][0]
+                blobs.extend(encoded[channel][1])
+            elif channel in values:
+                fresh[channel] = dumps(serde, channel, values[channel])
+        if fresh:
+            addresses, more = ValueCodec(self.store, self._secret).encode(fresh)
+            by_address = {blob.hash: blob for blob in more}
+            for channel, value_address in addresses.items():
+                mine = [by_address[value_address]] if value_address in by_address else []
+                encoded[channel] = (value_address, mine)
+                manifest[channel] = value_address
+            blobs.extend(more)
+        return manifest, list({blob.hash: blob for blob in blobs}.values())
+
+    def writes(
+        self,
+        serde: SerializerProtocol,
+        checkpoint_id: str,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> tuple[dict[str, str], list[Blob]]:
+        """Return a task's writes as keyed results of their checkpoint, and the blobs to store."""
+        prefix = write_prefix(checkpoint_id)
+        # Special writes (errors, interrupts) replace earlier ones of their task: stored under a
+        # new key each time, the latest wins when read.
+        stamp = time.time_ns()
+        values, about = {}, {}
+        for i, (channel, value) in enumerate(writes):
+            idx = WRITES_IDX_MAP.get(channel, i)
+            key = f"{prefix}s:{task_id}:{idx}:{stamp}" if idx < 0 else f"{prefix}r:{task_id}:{idx}"
+            values[key] = dumps(serde, channel, value)
+            about[key] = [task_id, channel, task_path, idx]
+        if not values:
+            return {}, []
+        # The value is stored as a channel holding it would be (the node's output is the next
+        # checkpoint's channel value: one blob for both); a small JSON record names it.
+        addresses, blobs = ValueCodec(self.store, self._secret).encode(values)
+        manifest = {}
+        for key, value_address in addresses.items():
+            record = codec.encode([*about[key], value_address], self._secret, key)
+            blobs.append(dataclasses.replace(record, parts=(value_address,)))
+            manifest[key] = record.hash
+        return manifest, blobs
+
+    async def tuples(
+        self,
+        serde: SerializerProtocol,
+        thread_id: str,
+        ns: str,
+        run_id: str,
+        records: list[CheckpointRecord],
+        decisions: Mapping[str, list[CheckpointRecord]] | None = None,
+    ) -> list[CheckpointTuple]:
+        """Load stored checkpoints of one run with their values and pending writes (and, as
+        resume writes, the decisions recorded at their gates)."""
+        by_seq = await self.store.states_at(run_id, [record.seq for record in records])
+        prefix = write_prefix(lg(records[0])["id"]) if len(records) == 1 else WRITE_KEYS
+        stored_writes = dict(await self.store.keyed_results(run_id, prefix))
+        # Each checkpoint's writes, found once (not a scan of every write per checkpoint).
+        keys_of: dict[str, list[str]] = {}
+        for key in stored_writes:
+            keys_of.setdefault(checkpoint_of_write(key), []).append(key)
+        manifests: dict[Any, dict[str, str]] = {i: by_seq[record.seq].manifest for i, record in enumerate(records)}
+        manifests["writes"] = stored_writes
+        values = ValueCodec(self.store, self._secret)
+        loaded = await values.load_many(manifests)
+        written = loaded["writes"]
+        # A write names its value's address; the value is the blob a channel holding it names too.
+        typed = await values.load({w[4]: w[4] for w in written.values()}) if written else {}
+        found = []
+        for i, record in enumerate(records):
+            keys = keys_of.get(lg(record)["id"], [])
+            writes = pick_writes([(key, written[key]) for key in keys])
+            pending = [(w[0], w[1], serde.loads_typed(typed[w[4]])) for w in writes]
+            made = (decisions or {}).get(record.checkpoint_id)
+            if made:
+                paths = {w[0]: w[2] for w in writes}
+                stamps = {written[k][0]: int(k.rsplit(":", 1)[1]) for k in keys if written[k][1] == RESUME}
+                pending = with_decisions(pending, paths, stamps, made)
+            found.append(
+                tuple_of(
+                    thread_id,
+                    ns,
+                    record,
+                    {channel: serde.loads_typed(value) for channel, value in loaded[i].items()},
+                    pending,
+                )
+            )
+        return found
