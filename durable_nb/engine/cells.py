@@ -1,8 +1,10 @@
 """Notebook runs: each durable cell is a node, committed in the order a person runs the cells.
 
-This is the engine half of the notebook front end; it knows nothing of IPython.
-The front end hands over what a cell defined and displayed; this module commits it,
-finds what a re-executed cell can restore, and keeps the kernel's ownership of the run.
+This is the engine half of the notebook front end; it knows nothing of IPython. The front
+end asks ``cell_plan.open_cell`` what a cell does and hands over what it defined and
+displayed; ``CellRun`` commits it, with helpers it holds for the rest: ``cell_writer``
+(the kernel's ownership of the run and its head), ``cell_lineage`` (cells across the fork
+tree) and ``cell_values`` (restores and the values forks set).
 """
 
 from __future__ import annotations
