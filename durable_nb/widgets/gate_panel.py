@@ -152,4 +152,3 @@ class GatePanel(widgets.VBox):
             except Exception:  # noqa: BLE001 - shown in the panel: callbacks must never fail silently
                 self.status.value = "<b style='color:#dc2626'>The decision could not be completed; see below.</b>"
                 traceback.print_exc()
-
