@@ -6,13 +6,19 @@ The store is real; a thin wrapper only counts the calls that reach it.
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
+import pkgutil
+import string
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from conftest import new_store
 from IPython.core.interactiveshell import InteractiveShell
 
 import durable_nb as dnb
+import durable_nb.notebook
 from durable_nb._loop import run_sync
 from durable_nb.engine.decisions import decide, make_decision
 from durable_nb.notebook.session import session_for
@@ -78,50 +84,126 @@ def test_a_gate_claimed_by_its_checkpoint_is_decided_once(store_url: str) -> Non
         raise AssertionError("a second decision of the same gate was recorded")
 
 
-def _kernel(store_url: str) -> tuple[InteractiveShell, CountingStore]:
+class Hops:
+    """Counts the notebook layer's sync-to-async hops: its calls of the sync driver, by module."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def wrap(self, module: Any) -> Any:
+        driver = module.run_sync
+
+        def counted(coro: Any) -> Any:
+            self.calls.append(module.__name__.rsplit(".", 1)[-1])
+            return driver(coro)
+
+        return counted
+
+
+@pytest.fixture
+def hops(monkeypatch: pytest.MonkeyPatch) -> Iterator[Hops]:
+    """Count every call of ``run_sync`` made from the notebook layer and the gate panel."""
+    counter = Hops()
+    names = [f"durable_nb.notebook.{m.name}" for m in pkgutil.iter_modules(durable_nb.notebook.__path__)]
+    for name in [*names, "durable_nb.widgets.gate_panel"]:
+        module = importlib.import_module(name)
+        if hasattr(module, "run_sync"):
+            monkeypatch.setattr(module, "run_sync", counter.wrap(module))
+    yield counter
+
+
+def _kernel(store_url: str, name: str = "counted-notebook") -> tuple[InteractiveShell, CountingStore]:
     shell = InteractiveShell()
     shell.run_line_magic("load_ext", "durable_nb")
     assert shell.run_cell("import durable_nb as dnb").success
-    assert shell.run_cell(f"%durable run counted-notebook --store {store_url}").success
+    assert shell.run_cell(f"%durable run {name} --store {store_url}").success
     session = session_for(shell)
     counting = CountingStore(session.store)  # type: ignore[arg-type]
     assert session.cell_run is not None
     session.store = counting  # type: ignore[assignment]
     session.cell_run.store = counting  # type: ignore[assignment]
+    session.cell_run.writer.store = counting  # type: ignore[assignment]
+    session.cell_run.lineage.store = counting  # type: ignore[assignment]
     session.cell_run.values.store = counting  # type: ignore[assignment]
     return shell, counting
 
 
-def test_a_cell_commit_is_three_round_trips(store_url: str) -> None:
-    """Issue 14: a new %%durable cell reads the run and its own commit once, then commits once."""
-    shell, counting = _kernel(store_url)
-    assert shell.run_cell("%%durable first\nx = 1").success
-    counting.calls.clear()
-    assert shell.run_cell("%%durable second\ny = x + 1").success
-    assert counting.calls == ["get_run", "node_checkpoint", "commit"]
-    assert shell.user_ns["y"] == 2
-
-
-def test_a_click_decides_with_three_round_trips_and_continues(store_url: str) -> None:
-    """Issue 14: the Approve button claims the gate in three round trips and the cell continues without
-    re-reading the decision or the run."""
-    shell, counting = _kernel(store_url)
+def _gated(shell: InteractiveShell, cell: str) -> list[Any]:
+    """Run a cell that pauses at a gate; return the panels it showed."""
     session = session_for(shell)
     panels: list[Any] = []
-    shown = session.show_gate
 
     def keep(*args: Any) -> None:
         panels.append(session.gate_panel(*args))
-        shown(*args)
 
     session.show_gate = keep  # type: ignore[method-assign]
-    result = shell.run_cell("%%durable review\nd = dnb.gate('ship?')\nshipped = d.approved")
-    assert type(result.error_in_exec).__name__ == "GatePending"
-    [panel] = panels
+    assert type(shell.run_cell(cell).error_in_exec).__name__ == "GatePending"
+    return panels
+
+
+@pytest.fixture
+def marker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Let cells set a module attribute (a setting a restore re-applies), undone after the test."""
+    monkeypatch.setattr(string, "durable_nb_counted", None, raising=False)
+
+
+def test_a_new_cell_is_two_round_trips_and_two_hops(store_url: str, hops: Hops, marker: None) -> None:
+    """A new %%durable cell asks the engine once what to do (one read: the run row) and commits
+    its values, settings and shown value with one more call."""
+    shell, counting = _kernel(store_url)
+    assert shell.run_cell("%%durable first\nx = 1").success
     counting.calls.clear()
+    hops.calls.clear()
+    assert shell.run_cell("%%durable second\nimport string\nstring.durable_nb_counted = 3\ny = x + 1\ny * 2").success
+    assert counting.calls == ["get_run", "commit"]
+    assert hops.calls == ["session", "executing"]
+    assert shell.user_ns["y"] == 2
+
+
+def test_a_restore_in_a_new_kernel_is_two_round_trips(store_url: str, hops: Hops, marker: None) -> None:
+    """Restoring a committed cell in a new kernel finds its commit and reads its values, outputs,
+    settings and shown value at once."""
+    cell = "%%durable first\nimport string\nstring.durable_nb_counted = 6\nx = [1, 2]\nprint(x)\nx + [3]"
+    shell, _ = _kernel(store_url)
+    assert shell.run_cell(cell).success
+    run_sync(session_for(shell).require().release())
+    fresh, counting = _kernel(store_url)
+    string.durable_nb_counted = None  # type: ignore[attr-defined]  # as in a new process: the restore sets it
+    counting.calls.clear()
+    hops.calls.clear()
+    result = fresh.run_cell(cell)
+    assert result.success and result.result == [1, 2, 3]
+    assert counting.calls == ["node_checkpoint", "get_blobs"]
+    assert hops.calls == ["session"]
+    assert fresh.user_ns["x"] == [1, 2]
+    assert string.durable_nb_counted == 6  # type: ignore[attr-defined]
+
+
+def test_a_click_decides_with_four_round_trips_and_continues(store_url: str, hops: Hops) -> None:
+    """The Approve button claims the gate and hands the run to this kernel in one commit; the cell
+    continues from the code the decision carries, and its commit is the fourth round trip."""
+    shell, counting = _kernel(store_url)
+    [panel] = _gated(shell, "%%durable review\nd = dnb.gate('ship?')\nshipped = d.approved")
+    counting.calls.clear()
+    hops.calls.clear()
     panel.approve_button.click()
     assert shell.user_ns["shipped"] is True, panel.status.value
-    decision, continuation = counting.calls[:3], counting.calls[3:]
-    assert decision == ["pending_interrupts", "resume_point", "commit"]
-    # The gate's recorded source, taking the run back, and the cell's commit.
-    assert continuation == ["get_checkpoint", "commit", "commit"]
+    assert counting.calls == ["pending_interrupts", "resume_point", "commit", "commit"]
+    assert hops.calls == ["gate_panel", "session", "executing"]
+    history = dnb.history(session_for(shell).require().run_id, store=store_url)
+    assert list(history["step"])[-2:] == ["approved:review", "after:review"]
+
+
+def test_an_approval_after_a_restart_continues_in_the_new_kernel(store_url: str) -> None:
+    """A kernel started after the pause shows the gate again; its panel hands the run to it and
+    continues the cell with the code the gate was opened with, in four round trips as well."""
+    cell = "%%durable review\nd = dnb.gate('ship?')\nok = d.approved"
+    shell, _ = _kernel(store_url, "restarted")
+    _gated(shell, cell)
+    run_sync(session_for(shell).require().release())
+    fresh, counting = _kernel(store_url, "restarted")
+    [panel] = _gated(fresh, cell)
+    counting.calls.clear()
+    panel.approve_button.click()
+    assert fresh.user_ns["ok"] is True, panel.status.value
+    assert counting.calls == ["pending_interrupts", "resume_point", "commit", "commit"]

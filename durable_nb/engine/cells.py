@@ -1,25 +1,23 @@
 """Notebook runs: each durable cell is a node, committed in the order a person runs the cells.
 
-This is the engine half of the notebook front end; it knows nothing of IPython.
-The front end hands over what a cell defined and displayed; this module commits it,
-finds what a re-executed cell can restore, and keeps the kernel's ownership of the run.
+This is the engine half of the notebook front end; it knows nothing of IPython. The front
+end asks ``cell_plan.open_cell`` what a cell does and hands over what it defined and
+displayed; ``CellRun`` commits it, with helpers it holds for the rest: ``cell_writer``
+(the kernel's ownership of the run and its head), ``cell_lineage`` (cells across the fork
+tree) and ``cell_values`` (restores and the values forks set).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .._ids import new_id
-from ..errors import NotResumable, RunOwnedElsewhere, StoreError
+from ..errors import InvalidInput
 from ..model import (
-    CheckpointDraft,
     CheckpointRecord,
     CheckpointState,
     CheckpointStatus,
-    Commit,
-    CommitResult,
     Decision,
     EventType,
     NewEvent,
@@ -28,26 +26,25 @@ from ..model import (
     RunRecord,
     RunStatus,
     RunUpdate,
-    step_name,
 )
-from ..store import codec
-from ..store.protocol import Conflict, Store
+from ..store.protocol import Store
+from ..store.secret import load_secret
 from .agents.journal import AgentSteps, Step
-from .cancel import CANCELLED
+from .cell_commit import cell_extra
 from .cell_lineage import CellLineage
 from .cell_records import CellOutcome, HeldOverrides, Restorable
-from .decisions import current_run, decisions_of
-from .fork_overrides import ForkOverrides, same_value, shared_with
-from .gates import Suspend
+from .cell_values import KernelValues
+from .cell_writer import CellWriter
+from .fork_overrides import ForkOverrides
+from .forking import create_fork
 from .namespace import NamespaceTracker
-from .ownership import gave_up_on, lease_deadline, owner_alive, taken_back, this_owner
-from .settle import release_after_failure
+from .ownership import lease_deadline, this_owner
+from .scope import NodeScope
 from .statelog import StateLog
 from .values import ValueCodec
 
 __all__ = ["CellOutcome", "CellRun", "HeldOverrides", "Restorable", "new_notebook_run"]
 
-_MISSING = object()
 _UNFINISHED = [RunStatus.RUNNING, RunStatus.PENDING, RunStatus.PAUSED, RunStatus.FAILED, RunStatus.CANCELLED]
 
 
@@ -68,16 +65,13 @@ def new_notebook_run(name: str, key: str | None, *, owned: bool = True, meta: di
     )
 
 
-def _recipes(outcome: CellOutcome, unstored: dict[str, str]) -> dict[str, Any]:
-    """How the front end makes again the values that cannot be stored, for those it can."""
-    if outcome.recipe is None:
-        return {}
-    found = {name: outcome.recipe(name) for name in unstored}
-    return {name: recipe for name, recipe in found.items() if recipe is not None}
+class CellRun:
+    """The run a kernel is attached to, and the durable state its cells have committed.
 
-
-class CellRun(CellLineage):
-    """The run a kernel is attached to, and the durable state its cells have committed."""
+    It holds three helpers: ``writer`` takes the run and commits its checkpoints, ``lineage``
+    finds cells across the run's fork tree, ``kernel`` loads values into the kernel's namespace
+    and keeps what the run's forks set.
+    """
 
     def __init__(
         self,
@@ -91,16 +85,44 @@ class CellRun(CellLineage):
     ) -> None:
         self.store = store
         self.values = values
+        self.writer = CellWriter(store, run, head, at)
+        self.lineage = CellLineage(store)
         # The kernel's namespace as the store holds it: it follows the kernel from run to run.
-        self.tracker = tracker if tracker is not None else NamespaceTracker(values.secret)
-        self.run = run
-        self.owner = this_owner()
-        self.log = StateLog(at)
-        self.resumes: dict[str, list[Decision]] = decisions_of(head)
-        self.head_id = head.checkpoint_id if head else None
-        self.forks = forks if forks is not None else ForkOverrides()
-        self._entered = False  # the kernel reached this run's part after the fork point
-        self._held: dict[str, int] = {}  # override name -> id of the kernel's value last checked
+        self.kernel = KernelValues(
+            values,
+            tracker if tracker is not None else NamespaceTracker(values.secret),
+            forks if forks is not None else ForkOverrides(),
+        )
+
+    @property
+    def tracker(self) -> NamespaceTracker:
+        """What the store holds of the kernel's namespace."""
+        return self.kernel.tracker
+
+    @property
+    def forks(self) -> ForkOverrides:
+        """The overrides of the forks along this run's lineage."""
+        return self.kernel.forks
+
+    @property
+    def run(self) -> RunRecord:
+        """The run's row, as last read or written by this kernel."""
+        return self.writer.run
+
+    @property
+    def owner(self) -> str:
+        """This kernel's owner token."""
+        return self.writer.owner
+
+    @property
+    def log(self) -> StateLog:
+        """The run's state as this kernel holds it."""
+        return self.writer.log
+
+    @property
+    def resumes(self) -> dict[str, list[Decision]]:
+        """The decisions waiting for cells that have not finished yet."""
+        return self.writer.resumes
 
     @property
     def run_id(self) -> str:
@@ -122,7 +144,7 @@ class CellRun(CellLineage):
     async def attach(
         cls,
         store: Store,
-        values: ValueCodec,
+        values: ValueCodec | None,
         name: str,
         *,
         new: bool = False,
@@ -130,7 +152,11 @@ class CellRun(CellLineage):
         key: str | None = None,
         tracker: NamespaceTracker | None = None,
     ) -> CellRun:
-        """Attach to ``run_id``, else the latest unfinished run of ``name``, else a new run."""
+        """Attach to ``run_id``, else the latest unfinished run of ``name``, else a new run.
+
+        ``values`` None: values signed with this machine's key.
+        """
+        values = values if values is not None else ValueCodec(store, load_secret())
         run: RunRecord | None = None
         if run_id is not None:
             run = await store.get_run(run_id)
@@ -155,198 +181,126 @@ class CellRun(CellLineage):
 
     async def refresh(self) -> RunRecord:
         """Re-read the run row (and apply gate deadlines that have passed)."""
-        self.run = await current_run(self.store, self.run_id)
-        return self.run
+        return await self.writer.refresh()
+
+    def holds(self) -> bool:
+        """True if the run, as last read or written here, is running in this kernel's hands."""
+        return self.writer.holds()
 
     async def take(self, seen: RunRecord | None = None, head: CheckpointRecord | None = None) -> None:
-        """Own the run in this kernel; a run owned by another live process is never taken.
+        """Own the run in this kernel; a run owned by another live process is never taken."""
+        await self.writer.take(seen, head)
 
-        ``seen`` is the run row just read (else it is read here); ``head``, the checkpoint the
-        caller just wrote (a decision), saves reading the head again when it follows ours.
-        """
-        run = seen if seen is not None else await self.refresh()
-        if run.status is RunStatus.RUNNING and run.owner == self.owner and not gave_up_on(run.run_id):
-            return
-        if run.status is RunStatus.COMPLETED:
-            raise NotResumable(
-                f"Run {run.run_id} ({run.name}) is completed. Start another with %durable run "
-                f"{run.name} --new, or fork it with %durable fork."
-            )
-        if run.status is RunStatus.PAUSED:
-            raise NotResumable(f"Run {run.run_id} waits at a gate; decide it first.")
-        if run.status is RunStatus.RUNNING and owner_alive(run.run_id, run.owner, run.lease_until):
-            raise RunOwnedElsewhere(
-                f"Run {run.run_id} ({run.name}) is attached to another live kernel or process "
-                f"({run.owner}). Shut that kernel down, or use %durable run {run.name} --new "
-                "for a separate run."
-            )
-        try:
-            result = await self.store.commit(
-                Commit(
-                    run_id=run.run_id,
-                    run=RunUpdate(
-                        status=RunStatus.RUNNING,
-                        owner=self.owner,
-                        lease_until=lease_deadline(),
-                        error=None,
-                        error_type=None,
-                    ),
-                    expect_status=frozenset({run.status}),
-                    expect_owner=run.owner,
-                )
-            )
-        except Conflict as conflict:
-            raise RunOwnedElsewhere(
-                f"Run {run.run_id} changed while this kernel attached to it (now "
-                f"{conflict.run.status.value}); run the cell again."
-            ) from None
-        taken_back(run.run_id)
-        self.run = result.run
-        if head is not None and head.parent_checkpoint_id == self.head_id:
-            # Built on the checkpoint this kernel wrote last: the state is the one it holds.
-            self.resumes = decisions_of(head)
-            self.head_id = head.checkpoint_id
-        else:
-            await self._reload_head()
+    async def release(self) -> None:
+        """Give the run up (detaching the kernel): it stays resumable by any kernel."""
+        await self.writer.release()
 
-    async def _reload_head(self) -> None:
-        head = await self.store.resume_point(self.run_id)
-        self.log = StateLog(await self.store.state_at(self.run_id))
-        self.resumes = decisions_of(head)
-        self.head_id = head.checkpoint_id if head else None
+    async def end(self) -> None:
+        """Finish the run: ``run_end`` and status completed."""
+        await self.writer.end()
+
+    def scope(self, node: str, observer: Callable[[str], None] | None = None) -> NodeScope:
+        """Return what gate(), @idempotent and agents see while cell ``node`` runs."""
+        return NodeScope(
+            run_id=self.run_id,
+            node_id=node,
+            store=self.store,
+            secret=self.values.secret,
+            decisions=list(self.resumes.get(node, [])),
+            steps=self.agent_steps(observer),
+        )
+
+    # -- the kernel's values -----------------------------------------------------------------
 
     async def restore(
         self, checkpoint: CheckpointRecord, namespace: dict[str, Any], exclude: frozenset[str] = frozenset()
     ) -> Restorable:
-        """Load a committed cell's values into ``namespace`` (its variables that share objects
-        are loaded together) and return its outputs.
-
-        For a cell committed before a fork point of this run, what the fork set wins over what
-        the cell defined (or deleted).
-        """
-        stored = {k: v for k, v in (checkpoint.node_output or {}).items() if k not in exclude}
-        deleted = [name for name in checkpoint.extra.get("deleted", []) if name not in exclude]
-        won = self._overrides_over(checkpoint, exclude)
-        manifest = {**stored, **won}
-        values = await self.values.load(manifest, namespace)
-        outputs_hash = checkpoint.extra.get("outputs")
-        outputs = await self.values.load_one(outputs_hash) if outputs_hash else []
-        namespace.update(values)
-        for name, address in manifest.items():
-            self.tracker.restored(name, address)
-        gone = [name for name in deleted if name not in won]
-        for name in gone:
-            namespace.pop(name, None)
-        self.tracker.drop(gone)
-        return Restorable(
-            checkpoint,
-            list(values),
-            outputs,
-            dict(checkpoint.extra.get("unstored", {})),
-            reasons=checkpoint.extra.get("reasons", {}),
-            overridden=sorted(won),
-            shared=shared_with(stored, won),
-        )
-
-    def _overrides_over(self, checkpoint: CheckpointRecord, exclude: frozenset[str]) -> dict[str, str]:
-        """The overrides of forks made after ``checkpoint`` that name what its cell defined or deleted."""
-        touched = {*(checkpoint.node_output or {}), *checkpoint.extra.get("deleted", [])} - exclude
-        return {name: address for name, address in self.forks.over(checkpoint.run_id).items() if name in touched}
+        """Load a committed cell's values and outputs into ``namespace`` (what later forks set wins)."""
+        return await self.kernel.restore(checkpoint, namespace, exclude)
 
     async def reapply_overrides(
         self, checkpoint: CheckpointRecord, namespace: dict[str, Any], exclude: frozenset[str] = frozenset()
     ) -> list[str]:
         """Put back what forks made after ``checkpoint`` set, once its cell ran again (``--replay``)."""
-        won = self._overrides_over(checkpoint, exclude)
-        if won:
-            namespace.update(await self.values.load(won, namespace))
-            for name, address in won.items():
-                self.tracker.restored(name, address)
-        return sorted(won)
+        return await self.kernel.reapply_overrides(checkpoint, namespace, exclude)
 
     async def reapply_in_force(self, namespace: dict[str, Any], changed: list[str]) -> list[str]:
-        """Put back the overrides still in force among ``changed``, after a cell the run completed before
-        its fork point ran again (its checkpoint was pruned): it stands for a restore, not a new value."""
-        in_force = self.forks.in_force(self.manifest)
-        won = {name: in_force[name] for name in changed if name in in_force}
-        if won:
-            namespace.update(await self.values.load(won, namespace))
-            for name, address in won.items():
-                self.tracker.restored(name, address)
-        return sorted(won)
+        """Put back the overrides still in force among ``changed`` (a pruned cell that ran again)."""
+        return await self.kernel.reapply_in_force(namespace, changed, self.manifest)
 
     async def hold_overrides(self, namespace: dict[str, Any]) -> HeldOverrides:
-        """Check that the kernel holds the values this run's forks set (and no later cell replaced).
+        """Check that the kernel holds the values this run's forks set (placing them the first time)."""
+        return await self.kernel.hold(namespace, self.manifest)
 
-        The first time the kernel reaches the run after its fork point, a differing or missing
-        value is put in place (a plain cell, or a kernel that never restored the cell defining
-        it, holds another); afterwards a difference is a change made on purpose and is reported
-        once, never undone.
+    # -- its cells across the fork tree ----------------------------------------------------------
+
+    async def lookup(self, node_id: str) -> CheckpointRecord | None:
+        """Return the commit of a cell in this run, or in the runs it was forked from (an indexed lookup)."""
+        return await self.lineage.lookup(self.run, node_id)
+
+    async def matching_run(self, node_id: str, source_hash: str) -> str | None:
+        """Return another run of this fork tree whose cell ``node_id`` ran this code from the state
+        this run had before the cell, so that going back to old code returns to that run."""
+        return await self.lineage.matching_run(self.run, self.owner, self.manifest, node_id, source_hash)
+
+    async def manifest_before(self, node: str | None) -> dict[str, str]:
+        """Return where the values are stored just before cell ``node`` was committed (None: now)."""
+        if node is None:
+            return dict(self.manifest)
+        committed = await self.lookup(node)
+        if committed is None:
+            raise InvalidInput(
+                f"No cell {node!r} was committed in run {self.run_id} (or the runs it was forked from); "
+                "%durable status lists the cells it has."
+            )
+        return await self.lineage.state_before(committed, node) or {}
+
+    async def values_before(self, node: str | None, names: Iterable[str]) -> dict[str, Any]:
+        """Return the named values where a fork would start: just before cell ``node`` (None: now)."""
+        manifest = await self.manifest_before(node)
+        wanted = {name: manifest[name] for name in names if name in manifest}
+        return await self.values.load(wanted) if wanted else {}
+
+    async def fork_before(
+        self, node: str, overrides: dict[str, Any] | None = None, *, key: str | None = None, owned: bool = True
+    ) -> CellRun:
+        """Branch a new run from the state just before ``node`` was committed; this run is untouched.
+
+        When that cell was committed before a fork point of this run, the overrides of the forks made
+        since are carried into the new fork (restoring the cells above it gives what they give here),
+        and ``overrides`` are applied over them. ``key`` makes the fork the run of that idempotency
+        key; ``owned=False`` leaves it pending for whichever kernel attaches to it (by that key).
         """
-        held = HeldOverrides()
-        in_force = self.forks.in_force(self.manifest)
-        # A value already checked and still bound to the same object needs no look at the store.
-        unsure = {n: a for n, a in in_force.items() if n not in namespace or self._held.get(n) != id(namespace[n])}
-        wanted = await self.values.load(unsure, namespace) if unsure else {}
-        for name, value in wanted.items():
-            current = namespace.get(name, _MISSING)
-            if current is not _MISSING and same_value(current, value):
-                self._held[name] = id(current)
-            elif not self._entered:
-                namespace[name] = value
-                self.tracker.restored(name, in_force[name])
-                self._held[name] = id(value)
-                held.placed[name] = value
-            else:
-                self._held[name] = id(current)  # reported once for this value
-                held.changed[name] = value
-        self._entered = True
-        return held
+        committed = await self.lookup(node)
+        source_run = self.run
+        source_id: str | None = None
+        carried: dict[str, Any] = {}
+        if committed is not None:
+            source_run = await self.store.get_run(committed.run_id)
+            source_id = await self.lineage.before(committed, node)
+            over = self.forks.over(committed.run_id)
+            carried = await self.values.load(over) if over else {}
+        owner, lease = (self.owner, lease_deadline()) if owned else (None, None)
+        fork = await create_fork(
+            self.store,
+            self.values,
+            source_run.run_id,
+            source_id,
+            {**carried, **(overrides or {})},
+            owner=owner,
+            lease_until=lease,
+            idempotency_key=key,
+            at_start=source_id is None,
+        )
+        forked = await type(self).open(self.store, self.values, fork.run, self.tracker)
+        forked.resumes.pop(node, None)
+        return forked
 
     # -- committing ---------------------------------------------------------------------------
 
-    def _draft(self, kind: str, node_id: str | None, status: CheckpointStatus, **fields: Any) -> CheckpointDraft:
-        step = fields.pop("step", None) or step_name(kind, node_id)
-        draft = CheckpointDraft(
-            checkpoint_id=new_id(),
-            step=step,
-            node_id=node_id,
-            status=status,
-            **self.log.draft_fields(),
-            parent_checkpoint_id=self.head_id,
-            resumes={k: [d.to_json() for d in v] for k, v in self.resumes.items()},
-            **fields,
-        )
-        self.head_id = draft.checkpoint_id
-        return draft
-
-    async def _commit(self, **fields: Any) -> CommitResult:
-        try:
-            result = await self.store.commit(
-                Commit(
-                    run_id=self.run_id,
-                    expect_status=frozenset({RunStatus.RUNNING}),
-                    expect_owner=self.owner,
-                    seen=self.run,
-                    **fields,
-                )
-            )
-        except Conflict as conflict:
-            self.run = conflict.run
-            raise RunOwnedElsewhere(
-                f"Run {self.run_id} is now {conflict.run.status.value} (owner {conflict.run.owner}); "
-                "this cell's result was not committed. Run it again to take the run back."
-            ) from None
-        except StoreError as failure:
-            # Nothing of the cell was kept: let the run go, so that any kernel can continue it.
-            node = next((c.node_id for c in fields.get("checkpoints", ()) if c.node_id), None)
-            self.run = await release_after_failure(self.store, self.run, self.owner, failure, node) or self.run
-            raise
-        self.run = result.run
-        return result
-
     async def commit_cell(self, outcome: CellOutcome, *, only_if_changed: bool = False) -> CheckpointRecord | None:
-        """Commit a finished cell as ``after:<node>``: what it changed, its outputs, one transaction.
+        """Commit a finished cell as ``after:<node>``: what it changed, its outputs, settings and
+        shown value (all encoded here), in one transaction.
 
         With ``only_if_changed`` (a cell run again on restore), nothing is committed when the
         cell changed no stored value; None is returned then.
@@ -360,32 +314,22 @@ class CellRun(CellLineage):
         if only_if_changed and not plan.manifest and not unstored and not outcome.deleted:
             self.tracker.committed(plan)
             return None
-        remade = _recipes(outcome, plan.unstored)
-        outputs = codec.encode(outcome.outputs, self.values.secret, f"outputs of {node}")
-        blobs = [*plan.blobs, *outcome.blobs, outputs]
+        extra, cell_blobs = cell_extra(outcome, plan, unstored, self.values.secret)
+        blobs = [*plan.blobs, *cell_blobs]
         self.log.remove([*outcome.deleted, *unstored])
         self.log.update(plan.manifest)
         self.log.complete(node)
         self.resumes.pop(node, None)
-        draft = self._draft(
+        draft = self.writer.draft(
             "after",
             node,
             CheckpointStatus.OK,
             node_output=plan.manifest,
             duration=outcome.duration,
             attempts=outcome.attempts,
-            extra={
-                **outcome.extra,
-                "source_hash": outcome.source_hash,
-                "outputs": outputs.hash,
-                "blobs": [outputs.hash, *(b.hash for b in outcome.blobs)],
-                "unstored": unstored,
-                "deleted": sorted(outcome.deleted),
-                **({"reasons": {n: plan.reasons[n] for n in unstored if n in plan.reasons}} if unstored else {}),
-                **({"remade": remade} if remade else {}),
-            },
+            extra=extra,
         )
-        result = await self._commit(
+        result = await self.writer.commit(
             checkpoints=[draft],
             blobs=blobs,
             events=[
@@ -400,80 +344,13 @@ class CellRun(CellLineage):
         self.values.mark_stored(blobs)
         return result.checkpoints[-1]
 
-    async def fail_cell(
-        self,
-        node: str,
-        error: BaseException,
-        trace: str,
-        duration: float,
-        attempts: int,
-        source_hash: str,
-        retried: list[NewEvent] | None = None,
-    ) -> None:
-        """Commit ``failed:<node>``; the run is failed and resumes when the fixed cell runs."""
-        message = f"Node '{node}' failed: {type(error).__name__}: {error}"
-        draft = self._draft(
-            "failed",
-            node,
-            CheckpointStatus.FAILED,
-            error=message,
-            error_type=type(error).__name__,
-            traceback=trace,
-            duration=duration,
-            attempts=attempts,
-            extra={"source_hash": source_hash},
-        )
-        await self._commit(
-            checkpoints=[draft],
-            events=[
-                NewEvent(EventType.NODE_STARTED, node),
-                *(retried or []),
-                NewEvent(EventType.NODE_FAILED, node, {"error": message}),
-            ],
-            run=RunUpdate(
-                status=RunStatus.FAILED, error=message, error_type=type(error).__name__, owner=None, lease_until=None
-            ),
-        )
-
-    async def pause_cell(
-        self,
-        node: str,
-        suspend: Suspend,
-        source: str,
-        source_hash: str,
-        duration: float,
-        retried: list[NewEvent] | None = None,
-    ) -> str:
-        """Commit ``gate:<node>`` with its pending row; return the gate's checkpoint id."""
-        now = time.time()
-        draft = self._draft(
-            "gate",
-            node,
-            CheckpointStatus.INTERRUPTED,
-            interrupt=suspend.detail(node),
-            duration=duration,
-            extra={"source": source, "source_hash": source_hash},
-        )
-        pending = suspend.pending(self.run_id, node, draft.checkpoint_id, now)
-        await self._commit(
-            checkpoints=[draft],
-            open_interrupts=[pending],
-            events=[
-                *(retried or []),
-                NewEvent(EventType.GATE_OPENED, node, {"reason": suspend.reason}),
-                NewEvent(EventType.RUN_PAUSED, node),
-            ],
-            run=RunUpdate(status=RunStatus.PAUSED, owner=None, lease_until=None),
-        )
-        return draft.checkpoint_id
-
     def agent_steps(self, observer: Callable[[str], None] | None = None) -> AgentSteps:
         """Return the hook through which an agent in a cell commits its checkpoints (and shows its turns)."""
         return AgentSteps(None, self._agent_steps, self.values, observer)
 
     async def _agent_steps(self, steps: list[Step]) -> None:
         drafts = [
-            self._draft(
+            self.writer.draft(
                 "",
                 s.node_id,
                 CheckpointStatus.OK,
@@ -486,28 +363,5 @@ class CellRun(CellLineage):
             for s in steps
         ]
         blobs = [b for s in steps for b in s.blobs]
-        await self._commit(checkpoints=drafts, blobs=blobs, idempotent=[r for s in steps for r in s.idempotent])
+        await self.writer.commit(checkpoints=drafts, blobs=blobs, idempotent=[r for s in steps for r in s.idempotent])
         self.values.mark_stored(blobs)
-
-    async def cancel_cell(self, node: str) -> None:
-        """Record an interrupted cell: the run is cancelled, nothing of the cell kept."""
-        await self._commit(
-            events=[NewEvent(EventType.RUN_CANCELLED, node, {"was": "running"})],
-            run=CANCELLED,
-        )
-
-    async def end(self) -> None:
-        """Finish the run: ``run_end`` and status completed."""
-        await self.take()
-        draft = self._draft("run_end", None, CheckpointStatus.COMPLETED)
-        await self._commit(
-            checkpoints=[draft],
-            events=[NewEvent(EventType.RUN_COMPLETED)],
-            run=RunUpdate(status=RunStatus.COMPLETED, owner=None, lease_until=None),
-        )
-
-    async def release(self) -> None:
-        """Give the run up (detaching the kernel): it stays resumable by any kernel."""
-        run = await self.refresh()
-        if run.status is RunStatus.RUNNING and run.owner == self.owner:
-            await self._commit(run=RunUpdate(status=RunStatus.PENDING, owner=None, lease_until=None))

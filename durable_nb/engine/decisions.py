@@ -32,6 +32,7 @@ from ..store import codec
 from ..store.protocol import Conflict, Store
 from ..store.rules import ANY_NODE, choose_claim
 from .drafts import draft_after
+from .ownership import lease_deadline
 from .values import refuse_reserved
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "current_run",
     "decide",
     "decisions_of",
+    "default_by",
     "expire_gates",
     "latest_decision",
     "make_decision",
@@ -49,11 +51,16 @@ __all__ = [
 # Who decides a gate whose deadline passed with on_timeout="reject".
 TIMEOUT_BY = "durable_nb (gate timeout)"
 
+# What a decision's checkpoint keeps of the head it follows: a wave's writes, and the code and
+# its hash a cell's gate was opened with (from the gate's own checkpoint).
+_CARRIED = ("wave_writes", "source", "source_hash")
+
 # A decision is read by every process that continues the run: it stays small.
 MAX_DECISION_VALUE_BYTES = 1 << 20
 
 
-def _default_by() -> str | None:
+def default_by() -> str | None:
+    """Return who decides when nobody says: the user this process runs as (None if unknown)."""
     try:
         return getpass.getuser()
     except Exception:  # noqa: BLE001 - no user name is not worth failing an approval for
@@ -85,7 +92,7 @@ def make_decision(approved: Any, value: Any = None, comment: Any = None, by: Any
     if isinstance(value, dict):
         # A node may return its gate's value as state: an approver must not reach the engine's names.
         refuse_reserved(value, "A decision's value", InvalidDecision)
-    return Decision(approved=approved, value=value, comment=comment, by=by if by is not None else _default_by())
+    return Decision(approved=approved, value=value, comment=comment, by=by if by is not None else default_by())
 
 
 def decisions_of(checkpoint: CheckpointRecord | None) -> dict[str, list[Decision]]:
@@ -136,9 +143,13 @@ async def decide(
     ``node`` names the gate's node (None: the run's only open gate); ``gate``, the checkpoint that
     opened it, makes sure that a later gate of the same node is not decided by mistake. Exactly
     one of many concurrent deciders wins; the others get AlreadyResumed. With ``continue_as``
-    (an owner token) the same transaction hands the run to that owner; otherwise the run waits
-    as ``pending`` for a process that has its code.
+    (an owner token) the same transaction hands the run to that owner, leased until
+    ``lease_until`` (default: a fresh lease); otherwise the run waits as ``pending`` for a
+    process that has its code. The decision's checkpoint carries the code a notebook cell's gate
+    was opened with, so that whoever continues the cell reads nothing more.
     """
+    if continue_as is not None and lease_until is None:
+        lease_until = lease_deadline()
     if node is not None and not isinstance(node, str):
         raise InvalidDecision(f"node= names the gated node (text), or None for the run's only gate; not {node!r}.")
     while True:
@@ -199,6 +210,8 @@ def _decision_commit(
 ) -> Commit:
     resumes = {k: list(v) for k, v in head.resumes.items()}
     resumes.setdefault(target.node_id, []).append(decision.to_json())
+    # The head is the gate's own checkpoint when nothing was written after it (a notebook cell's gate).
+    gate_head = head.checkpoint_id == target.checkpoint_id
     draft = draft_after(
         head,
         "approved",
@@ -207,7 +220,7 @@ def _decision_commit(
         decision=decision.to_json(),
         resumes=resumes,
         agent_path=target.agent_path,
-        extra={k: v for k, v in head.extra.items() if k == "wave_writes"},
+        extra={k: v for k, v in head.extra.items() if k in _CARRIED and (k == "wave_writes" or gate_head)},
     )
     detail = {"approved": decision.approved, "by": decision.by}
     if decision.by == TIMEOUT_BY:

@@ -122,7 +122,18 @@ class ValueCodec:
         self, manifests: Mapping[K, Mapping[str, str]], namespace: dict[str, Any] | None = None
     ) -> dict[K, dict[str, Any]]:
         """Load the values of several manifests (several runs' states) with one read of the store."""
-        found = await self.store.get_blobs({h for m in manifests.values() for h in m.values()}, self.secret)
+        return (await self.load_with(manifests, (), namespace))[0]
+
+    async def load_with(
+        self, manifests: Mapping[K, Mapping[str, str]], also: Iterable[str], namespace: dict[str, Any] | None = None
+    ) -> tuple[dict[K, dict[str, Any]], dict[str, Blob]]:
+        """Like ``load_many``, and read the blobs at the addresses ``also`` in the same round trip
+        (left to decode when they are needed: a cell's outputs, settings and shown value)."""
+        extra = set(also)
+        found = await self.store.get_blobs({h for m in manifests.values() for h in m.values()} | extra, self.secret)
+        others = {h: found[h] for h in extra if h in found}
+        wanted = {h for m in manifests.values() for h in m.values()}
+        found = {h: blob for h, blob in found.items() if h in wanted}
         missing = sorted({name for m in manifests.values() for name, address in m.items() if address not in found})
         if missing:
             raise StoreError(
@@ -136,13 +147,19 @@ class ValueCodec:
         for address, value in plain.items():
             self.lists.remember_whole(address, value, found[address].size)
         plain.update(lists)
-        return {
+        loaded = {
             key: {
                 name: groups[value_hash][name] if value_hash in groups else plain[value_hash]
                 for name, value_hash in manifest.items()
             }
             for key, manifest in manifests.items()
         }
+        return loaded, others
+
+    def decode(self, blob: Blob) -> Any:
+        """Decode one plain blob read earlier (``load_with``), checking its signature."""
+        self._stored.add(blob.hash)
+        return codec.decode(blob, self.secret)
 
     async def _load_lists(self, blobs: list[Blob]) -> dict[str, list[Any]]:
         """Assemble lists stored in chunks; a chunk may itself be such a list (a map's results, extended)."""

@@ -9,16 +9,10 @@ import sys
 import types
 from typing import Any
 
-from ..errors import SerializationError
-from ..model import Blob
-from ..store import codec
 from .cellcode import CellCode, SetupCall
 from .settings import setting_for_call
 
-__all__ = ["attributes_set", "result_blob", "set_attributes", "unrecorded_calls"]
-
-# A cell's value is stored with it (for ``_`` and ``Out[n]`` after a restore) up to this size.
-_RESULT_BYTES = 1 << 20
+__all__ = ["attributes_set", "set_attributes", "shown_value", "unrecorded_calls"]
 
 
 def attributes_set(namespace: dict[str, Any], paths: list[str]) -> tuple[dict[str, Any], list[str]]:
@@ -104,16 +98,12 @@ def _held_by_library(value: Any) -> bool:
     return False
 
 
-def result_blob(cell: CellCode, value: Any, secret: bytes) -> Blob | str | None:
-    """Return how to bring the cell's value back: its variable's name, or a small stored copy."""
+def shown_value(cell: CellCode, value: Any) -> tuple[str | None, Any]:
+    """Return how to bring the cell's value back: its variable's name, or the value to keep a copy of."""
     if value is None or cell.last_expr is None:
-        return None
+        return None, None
     if isinstance(cell.last_expr.body, ast.Name):
-        return cell.last_expr.body.id
+        return cell.last_expr.body.id, None
     if type(value).__module__.startswith("matplotlib"):
-        return None  # an artist: its figure is replayed as an image; a stand-in shows its text
-    try:
-        blob = codec.encode(value, secret, "the cell's value")
-    except SerializationError:
-        return None
-    return blob if blob.size <= _RESULT_BYTES else None
+        return None, None  # an artist: its figure is replayed as an image; a stand-in shows its text
+    return None, value

@@ -6,13 +6,10 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from ..engine.cells import CellOutcome, CellRun
-from ..errors import SerializationError
-from ..model import Blob
-from ..store import codec
+from ..engine.cell_records import CellOutcome
 from .capture import open_figure_ids
 from .cellcode import CellCode
-from .effects import attributes_set, result_blob, unrecorded_calls
+from .effects import attributes_set, shown_value, unrecorded_calls
 from .settings import SettingsWatch
 
 __all__ = ["cell_outcome"]
@@ -33,7 +30,6 @@ def _storable(shell: Any, exclude: frozenset[str], name: str) -> bool:
 
 def cell_outcome(
     shell: Any,
-    cell_run: CellRun,
     node: str,
     cell: CellCode,
     outputs: list[dict[str, Any]],
@@ -45,25 +41,15 @@ def cell_outcome(
     recipe: Callable[[str], dict[str, Any] | None] | None = None,
 ) -> CellOutcome:
     """Gather what a finished cell hands to the engine: the names it bound or deleted, its settings,
-    module attributes and shown value."""
+    module attributes and shown value (the engine encodes them with the commit)."""
     namespace = shell.user_ns
     storable = functools.partial(_storable, shell, exclude)
     bound = frozenset(n for n, v in namespace.items() if before.get(n) != id(v) and storable(n))
     deleted = sorted(n for n in before if n not in namespace and storable(n))
     extra: dict[str, Any] = {}
-    blobs: list[Blob] = []
     unrecorded, called = unrecorded_calls(namespace, cell.setting_calls)
     settings = watch.changes(called)
     attributes, effects = attributes_set(namespace, cell.module_attributes)
-    if settings or attributes:
-        try:
-            effects_of_cell = {"settings": settings, "attributes": attributes}
-            blob = codec.encode(effects_of_cell, cell_run.values.secret, "settings")
-        except SerializationError as error:
-            effects.append(f"settings that cannot be stored ({error})")
-        else:
-            blobs.append(blob)
-            extra["settings"] = blob.hash
     effects += unrecorded
     if effects and not replay:
         extra["effects"] = effects
@@ -71,12 +57,9 @@ def cell_outcome(
         extra["magics"] = [list(m) for m in cell.magics]
     if replay:
         extra["replay"] = True
-    result = result_blob(cell, value, cell_run.values.secret)
-    if isinstance(result, str):
-        extra["result_name"] = result
-    elif result is not None:
-        blobs.append(result)
-        extra["result"] = result.hash
+    result_name, result = shown_value(cell, value)
+    if result_name is not None:
+        extra["result_name"] = result_name
     return CellOutcome(
         node,
         namespace,
@@ -89,6 +72,7 @@ def cell_outcome(
         bound=bound,
         open_figures=open_figure_ids(),
         extra=extra,
-        blobs=blobs,
         recipe=recipe,
+        settings={"settings": settings, "attributes": attributes} if settings or attributes else None,
+        result=result,
     )

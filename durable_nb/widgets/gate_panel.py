@@ -9,7 +9,6 @@ drops callback output and ipywidgets swallows callback exceptions.
 
 from __future__ import annotations
 
-import getpass
 import html
 import json
 import traceback
@@ -122,8 +121,13 @@ class GatePanel(widgets.VBox):
     def _decide(self, approved: bool) -> None:
         with self.output:
             try:
-                decision = make_decision(approved, None, self.comment.value or None, _user())
-                result = run_sync(decide(self.store, self.run_id, decision, self.node_id, gate=self.gate))
+                # Nobody named: the user this kernel runs as, as for every other way of deciding.
+                decision = make_decision(approved, None, self.comment.value or None)
+                # A kernel attached to the run takes it in the decision's own commit, to continue the cell.
+                owner = self.link.owner_for(self.run_id) if self.link is not None else None
+                result = run_sync(
+                    decide(self.store, self.run_id, decision, self.node_id, gate=self.gate, continue_as=owner)
+                )
                 if self.link is None:
                     self._show_decided(decision, "The run continues where its code runs.")
                     return
@@ -148,10 +152,3 @@ class GatePanel(widgets.VBox):
             except Exception:  # noqa: BLE001 - shown in the panel: callbacks must never fail silently
                 self.status.value = "<b style='color:#dc2626'>The decision could not be completed; see below.</b>"
                 traceback.print_exc()
-
-
-def _user() -> str | None:
-    try:
-        return getpass.getuser()
-    except Exception:  # noqa: BLE001 - a decision without a user name is still a decision
-        return None

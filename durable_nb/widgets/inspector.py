@@ -254,7 +254,8 @@ class Inspector(widgets.VBox):
     def decide(self, approved: bool) -> None:
         """Approve or reject the gate the selected run waits at (continuing its cell in this kernel)."""
         run_id = self.selected_run
-        result = run_sync(decide(self.store, run_id, make_decision(approved)))
+        owner = self.link.owner_for(run_id) if self.link is not None else None
+        result = run_sync(decide(self.store, run_id, make_decision(approved), continue_as=owner))
         if self.link is not None and self.link.attached_run_id == run_id:
             note = self.link.continue_after(result)
         else:

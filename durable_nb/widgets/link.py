@@ -21,6 +21,10 @@ class KernelLink(Protocol):
         """The run this kernel is attached to, if any."""
         ...
 
+    def owner_for(self, run_id: str) -> str | None:
+        """The owner a decision of ``run_id`` hands the run to (this kernel, when attached to it), or None."""
+        ...
+
     def continue_after(self, decided: CommitResult) -> str:
         """Continue the cell whose gate ``decided`` claimed, if it belongs here; return a note for the person."""
         ...
