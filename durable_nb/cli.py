@@ -25,8 +25,7 @@ from typing import Any, NoReturn
 import durable_nb as dnb
 
 from ._loop import run_sync
-from .engine.forking import values_at_fork_point
-from .engine.overrides import parse_overrides
+from .engine.overrides import OverrideText
 from .engine.run_ids import complete_run_id
 from .errors import (
     AlreadyResumed,
@@ -263,22 +262,11 @@ def cmd_cancel(args: argparse.Namespace) -> None:
     _print_run(dnb.cancel(run_id_of(store, args.run), store=store), args, "cancelled")
 
 
-def _checked_overrides(args: argparse.Namespace, store: Store, run_id: str) -> dict[str, Any]:
-    """Parse ``--set`` items; each must keep the type its value has at the fork point."""
-    lines = list(args.set)
-    overrides = parse_overrides(lines)
-    # Only the overridden values are loaded, as the notebook inspector does; None fits any type.
-    names = [name for name, value in overrides.items() if value is not None]
-    if not names:
-        return overrides
-    current = run_sync(values_at_fork_point(store, run_id, args.at, names))
-    return parse_overrides(lines, current)
-
-
 def cmd_fork(args: argparse.Namespace) -> None:
     store = existing_store(args)
     run_id = run_id_of(store, args.run)
-    run = dnb.fork(run_id, args.at, _checked_overrides(args, store, run_id), store=store)
+    # Each --set value keeps the type it has at the fork point: the fork checks, and refuses.
+    run = dnb.fork(run_id, args.at, OverrideText.parse(args.set), store=store)
     _print_run(run, args, "forked")
     if not args.json:
         print(

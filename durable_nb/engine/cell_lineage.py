@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InvalidInput
 from ..model import CheckpointRecord, RunStatus
 from .forking import create_fork
+from .overrides import OverrideText
 from .ownership import lease_deadline, owner_alive
 
 if TYPE_CHECKING:
@@ -92,7 +93,12 @@ class CellLineage(_CellRun):
     # -- forks --------------------------------------------------------------------------------
 
     async def fork_before(
-        self, node: str, overrides: dict[str, Any] | None = None, *, key: str | None = None, owned: bool = True
+        self,
+        node: str,
+        overrides: dict[str, Any] | OverrideText | None = None,
+        *,
+        key: str | None = None,
+        owned: bool = True,
     ) -> CellRun:
         """Branch a new run from the state just before ``node`` was committed; this run is untouched.
 
@@ -116,7 +122,8 @@ class CellLineage(_CellRun):
             self.values,
             source_run.run_id,
             source_id,
-            {**carried, **(overrides or {})},
+            overrides,
+            carried=carried,
             owner=owner,
             lease_until=lease,
             idempotency_key=key,
