@@ -18,6 +18,8 @@ ALLOWED = {
     "views": {"base", "store", "engine", "driver"},
     "widgets": {"base", "store", "engine", "views", "driver"},
     "notebook": {"base", "store", "engine", "views", "widgets", "driver"},
+    # The command line, a front end (one module a group of commands): it starts the demo, the
+    # service and headless notebook runs as their own commands.
     "cli": {"base", "store", "engine", "views", "demo", "service", "headless", "driver"},
     # The service starts notebook runs as run-notebook does (the same run key).
     "service": {"base", "store", "engine", "views", "headless", "driver"},
@@ -41,8 +43,6 @@ def layer_of(module: str) -> str | None:
         return "base"
     if head == "_loop":
         return "driver"
-    if head == "cli":
-        return "cli"
     return head
 
 
