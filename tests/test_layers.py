@@ -210,3 +210,27 @@ BEING_RECOMPOSED = [
 def test_no_module_import_cycle() -> None:
     """Layers: no modules import each other at import time, not even only for the type checker."""
     assert [cycle for cycle in module_cycles() if cycle not in BEING_RECOMPOSED] == []
+
+
+def test_the_checker_reads_a_package_init_and_type_checking_imports() -> None:
+    """Layers: relative imports of an ``__init__.py`` resolve from its own package, and imports made
+    only for the type checker count as run at import time, unlike those inside functions."""
+
+    def first(source: str) -> ast.Import | ast.ImportFrom:
+        node = ast.parse(source).body[0]
+        assert isinstance(node, (ast.Import, ast.ImportFrom))
+        return node
+
+    assert targets(first("from .. import _loop"), "durable_nb.store", is_package=True) == {"durable_nb._loop"}
+    assert targets(first("from .protocol import Store"), "durable_nb.store", is_package=True) == {
+        "durable_nb.store.protocol"
+    }
+    assert targets(first("from ..store import connect"), "durable_nb.engine.calls", is_package=False) == {
+        "durable_nb.store"
+    }
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .cells import CellRun\n"
+        "def later() -> None:\n    from .runner import Runner\n"
+    )
+    modules = {node.module for node in import_nodes(tree, top_level=True)}
+    assert modules == {"typing", "cells"}
