@@ -391,6 +391,23 @@ def test_registered_colormaps_and_unit_converters_come_back(start: Callable[[], 
     assert probe(second, REGISTRY_CHECKS) == expected
 
 
+def test_a_variable_a_cell_removed_from_the_environment_stays_removed(start: Callable[[], Kernel]) -> None:
+    """Settings: a key a cell removed (an environment variable) is removed again when the cell is
+    restored, after the cell that set it is restored."""
+    cells = [
+        "%%durable set_env\nimport os\nos.environ['DNB_TEST_REMOVED'] = 'here'",
+        "%%durable drop_env\ndel os.environ['DNB_TEST_REMOVED']",
+    ]
+    first = start()
+    run_all(first, cells)
+    assert probe(first, "os.environ.get('DNB_TEST_REMOVED')") is None
+    first.kill()
+    second = start()
+    results = run_all(second, cells)
+    assert restored(results) == [True, True] and "os.environ" not in results[1].text
+    assert probe(second, "os.environ.get('DNB_TEST_REMOVED')") is None
+
+
 def test_a_seeding_cell_warns_only_about_the_call_durable_nb_does_not_read(
     start: Callable[[], Kernel], tmp_path: Path
 ) -> None:

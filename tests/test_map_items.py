@@ -3,7 +3,9 @@ node's run, only unfinished items run again, @idempotent results reused, bad inp
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +13,8 @@ from typing import Any
 import pytest
 
 import durable_nb as dnb
+from durable_nb._loop import run_sync
+from durable_nb.store.sqlite import SQLiteStore
 
 
 @pytest.fixture
@@ -139,3 +143,116 @@ def test_bad_input_is_refused_with_what_to_do(call: Any, error: type[Exception],
     """A typed error naming the problem, before anything runs."""
     with pytest.raises(error, match=words.replace("(", r"\(")):
         call()
+
+
+@pytest.mark.sqlite_only
+def test_items_that_finish_together_share_a_commit_each_keeping_its_checkpoint(store: dnb.Store) -> None:
+    """Eight items held until all have started finish together: fewer commits than items, one checkpoint each."""
+    assert isinstance(store, SQLiteStore)
+    size = 8
+    arrived: list[int] = []
+    together: list[asyncio.Event] = []
+
+    async def item(i: int) -> int:
+        if not together:
+            together.append(asyncio.Event())
+        arrived.append(i)
+        if len(arrived) == size:
+            together[0].set()
+        await together[0].wait()
+        return i * i
+
+    flow = dnb.Workflow("map-items-grouped", store=store)
+
+    @flow.node()
+    async def work(state: dict[str, Any]) -> dict[str, Any]:
+        return {"squares": await dnb.amap_items(item, range(size), name="sq")}
+
+    flow.run({"warm": True})
+    arrived.clear()
+    together.clear()
+    items_per_commit = _items_per_commit(store)
+    run = flow.run({})
+    assert run.status == "completed" and run.state["squares"] == [i * i for i in range(size)]
+    grouped = [n for n in items_per_commit if n]
+    assert sum(grouped) == size and len(grouped) < size
+    history = dnb.history(run.id, store=store)
+    items = history[history["step"].str.startswith("item:")]
+    assert sorted(items["item_index"].astype(int)) == list(range(size))
+
+
+def test_committed_items_are_found_without_reading_the_run(store: dnb.Store, tmp_path: Path) -> None:
+    """A resume after many checkpoints finds the map's committed items by a lookup of its node's rows alone."""
+    fixed = tmp_path / "fixed"
+
+    def item(i: int) -> int:
+        if i == 7 and not fixed.exists():
+            raise ValueError("item 7 is broken")
+        return i + 1
+
+    flow = dnb.Workflow("map-items-lookup", store=store, sleep=_no_wait)
+    flow.node(lambda state: {"xs": list(range(300))}, name="source")
+    flow.map(lambda state, x: x, items="xs", name="many", after="source")
+
+    @flow.node(after="many")
+    def work(state: dict[str, Any]) -> dict[str, Any]:
+        return {"plus": dnb.map_items(item, range(10), name="plus")}
+
+    run = flow.run({})
+    assert run.status == "failed"
+    checkpoints = len(run_sync(store.list_checkpoints(run.id)))
+    assert checkpoints > 300
+
+    reads = _count_reads(store)
+    fixed.touch()
+    run = flow.resume(run.id)
+    assert run.status == "completed" and run.state["plus"] == [i + 1 for i in range(10)]
+    assert reads.calls.get("list_checkpoints", 0) == 0
+    assert reads.calls["unfinished_steps"] == 1 and reads.rows["unfinished_steps"] == 9
+    # Every checkpoint the resume read, whatever the method: a few, not the run's hundreds.
+    assert sum(reads.rows.values()) < 50
+
+
+class _Reads:
+    """The store's calls, and the rows (checkpoints, runs, …) each kind of call returned."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, int] = {}
+        self.rows: dict[str, int] = {}
+
+
+def _count_reads(store: dnb.Store) -> _Reads:
+    reads = _Reads()
+    for name in ("list_checkpoints", "unfinished_steps", "history_rows", "status_rows", "node_checkpoint"):
+        method = getattr(store, name)
+
+        async def counted(*args: Any, _method: Any = method, _name: str = name, **kwargs: Any) -> Any:
+            result = await _method(*args, **kwargs)
+            reads.calls[_name] = reads.calls.get(_name, 0) + 1
+            found = len(result) if isinstance(result, list) else int(result is not None)
+            reads.rows[_name] = reads.rows.get(_name, 0) + found
+            return result
+
+        setattr(store, name, counted)
+    return reads
+
+
+def _items_per_commit(store: dnb.Store) -> list[int]:
+    """Record, for every transaction the store's connection commits, how many map items it wrote."""
+    assert isinstance(store, SQLiteStore)
+    counts: list[int] = []
+    written = [0]
+
+    def trace(sql: str) -> None:
+        statement = sql.strip().upper()
+        if statement.startswith("INSERT INTO CHECKPOINTS") and "'item:" in sql:
+            written[0] += 1
+        elif statement == "COMMIT":
+            counts.append(written[0])
+            written[0] = 0
+
+    def install(conn: sqlite3.Connection) -> None:
+        conn.set_trace_callback(trace)
+
+    run_sync(store._run(install))
+    return counts

@@ -57,8 +57,9 @@ def _imports(path: Path) -> set[str]:
 
 def test_engine_and_store_import_no_front_end_library() -> None:
     """The engine, the store and the model never import IPython, ipywidgets or pandas."""
-    core = [PACKAGE / "errors.py", PACKAGE / "model.py", PACKAGE / "_ids.py", PACKAGE / "_loop.py"]
-    core += list((PACKAGE / "engine").rglob("*.py")) + list((PACKAGE / "store").rglob("*.py"))
+    core = [PACKAGE / "errors.py", PACKAGE / "_ids.py", PACKAGE / "_loop.py"]
+    for layer in ("model", "engine", "store"):
+        core += list((PACKAGE / layer).rglob("*.py"))
     for path in core:
         assert not (_imports(path) & FRONT_END_ONLY), path
 

@@ -310,6 +310,30 @@ def test_resume_point_skips_tombstone(store: dnb.Store) -> None:
     sync(main())
 
 
+def test_unfinished_steps_are_a_nodes_agent_checkpoints_since_it_last_finished(store: dnb.Store) -> None:
+    """Only the node's checkpoints of that agent path written after its latest after: checkpoint, in order."""
+
+    def item(node: str, path: str, index: int) -> CheckpointDraft:
+        return draft(f"item:{index}", node, agent_path=path, item_index=index)
+
+    async def main() -> None:
+        record, _ = await store.create_run(new_run())
+        assert await store.unfinished_steps(record.run_id, "a", "map:x") == []
+        earlier = [item("a", "map:x", 0), item("a", "map:x", 1), draft("after:a", "a")]
+        now = [item("a", "map:x", 2), item("a", "map:y", 0), item("b", "map:x", 0), item("a", "map:x", 3)]
+        await store.commit(Commit(run_id=record.run_id, checkpoints=earlier))
+        assert await store.unfinished_steps(record.run_id, "a", "map:x") == []
+        await store.commit(Commit(run_id=record.run_id, checkpoints=now))
+        found = await store.unfinished_steps(record.run_id, "a", "map:x")
+        assert [(c.step, c.item_index, c.seq) for c in found] == [("item:2", 2, 4), ("item:3", 3, 7)]
+        assert [c.checkpoint_id for c in found] == [now[0].checkpoint_id, now[3].checkpoint_id]
+        # A node that never finished: everything its agent wrote.
+        assert [c.item_index for c in await store.unfinished_steps(record.run_id, "b", "map:x")] == [0]
+        assert await store.unfinished_steps("no-such-run", "a", "map:x") == []
+
+    sync(main())
+
+
 def test_checkpoint_fields_round_trip(store: dnb.Store) -> None:
     """Every checkpoint field reads back as written."""
 

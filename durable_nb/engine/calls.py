@@ -6,7 +6,7 @@ import time
 from datetime import datetime, timedelta
 from typing import Any
 
-from .._loop import blocking, run_sync
+from .._loop import blocking
 from ..model import PruneReport
 from ..store import resolve_store
 from ..store.secret import load_secret
@@ -62,27 +62,18 @@ async def aapprove(
     store: Any = None,
     approved: bool = True,
 ) -> Run:
-    """Async twin of ``approve``."""
+    """Approve the gate a run waits at (``approved=False``: reject it); the run continues when a
+    process with its code resumes it.
+
+    Exactly one of many concurrent deciders wins; the others get AlreadyResumed.
+    """
     resolved = resolve_store(store, existing=True)
     decision = make_decision(approved, value, comment, by)
     result = await decide(resolved, run_id, decision, node)
     return await load_run(resolved, run_id, result.run)
 
 
-def approve(
-    run_id: str,
-    *,
-    node: str | None = None,
-    value: Any = None,
-    comment: str | None = None,
-    by: str | None = None,
-    store: Any = None,
-) -> Run:
-    """Approve the gate a run waits at; the run continues when a process with its code resumes it.
-
-    Exactly one of many concurrent deciders wins; the others get AlreadyResumed.
-    """
-    return run_sync(aapprove(run_id, node=node, value=value, comment=comment, by=by, store=store))
+approve = blocking(aapprove)
 
 
 async def areject(

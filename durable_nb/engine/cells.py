@@ -32,7 +32,7 @@ from ..model import (
 )
 from ..store import codec
 from ..store.protocol import Conflict, Store
-from .agents.journal import AgentSteps
+from .agents.journal import AgentSteps, Step
 from .cancel import CANCELLED
 from .cell_lineage import CellLineage
 from .cell_records import CellOutcome, HeldOverrides, Restorable
@@ -469,31 +469,24 @@ class CellRun(CellLineage):
 
     def agent_steps(self, observer: Callable[[str], None] | None = None) -> AgentSteps:
         """Return the hook through which an agent in a cell commits its checkpoints (and shows its turns)."""
-        return AgentSteps(None, self._agent_step, self.values, observer)
+        return AgentSteps(None, self._agent_steps, self.values, observer)
 
-    async def _agent_step(
-        self,
-        *,
-        node_id: str,
-        item_index: int | None,
-        step: str,
-        agent_path: str,
-        node_input: dict[str, Any],
-        blobs: list[Any],
-        step_type: str,
-        idempotent: list[tuple[str, str]] | None = None,
-    ) -> None:
-        draft = self._draft(
-            "",
-            node_id,
-            CheckpointStatus.OK,
-            step=step,
-            agent_path=agent_path,
-            node_input=node_input,
-            item_index=item_index,
-            extra={"step_type": step_type},
-        )
-        await self._commit(checkpoints=[draft], blobs=blobs, idempotent=idempotent or [])
+    async def _agent_steps(self, steps: list[Step]) -> None:
+        drafts = [
+            self._draft(
+                "",
+                s.node_id,
+                CheckpointStatus.OK,
+                step=s.step,
+                agent_path=s.agent_path,
+                node_input=s.node_input,
+                item_index=s.item_index,
+                extra={"step_type": s.step_type},
+            )
+            for s in steps
+        ]
+        blobs = [b for s in steps for b in s.blobs]
+        await self._commit(checkpoints=drafts, blobs=blobs, idempotent=[r for s in steps for r in s.idempotent])
         self.values.mark_stored(blobs)
 
     async def cancel_cell(self, node: str) -> None:

@@ -15,18 +15,17 @@ from typing import Any
 
 from .._loop import blocking
 from ..errors import ConfigurationError, InvalidInput, NoActiveNode
-from ..model import CheckpointRecord
-from .attempts import Attempter, Outcome, RemoteCall, journal_prefix, node_journal
+from .agents.journal import Step
+from .attempts import Attempter
 from .definition import check_concurrency
-from .executors import LOCAL, Batch, check_executor, items_in_flight, open_batch
+from .executors import LOCAL, check_executor
 from .graph import NodeSpec
-from .remote import SharedPart
+from .map_driver import Finished, drive_items
 from .scope import NodeScope, current_scope
 
 __all__ = ["amap_items", "map_items"]
 
 _STEP_TYPE = "map_item"
-LOCAL_CONCURRENCY = 8
 
 
 def _path(name: str) -> str:
@@ -48,18 +47,6 @@ def _check(name: Any, retry_count: Any, timeout_seconds: Any, max_concurrency: A
         check_concurrency(max_concurrency)
     except ConfigurationError as error:
         raise InvalidInput(str(error)) from None
-
-
-async def _committed(scope: NodeScope, path: str) -> list[CheckpointRecord]:
-    """The item checkpoints of this map written since the node (the cell) last finished."""
-    store = scope.store
-    finished = await store.node_checkpoint(scope.run_id, scope.node_id, "after:")
-    since = finished.seq if finished is not None else 0
-    return [
-        c
-        for c in await store.list_checkpoints(scope.run_id)
-        if c.seq > since and c.node_id == scope.node_id and c.agent_path == path and c.item_index is not None
-    ]
 
 
 async def amap_items(
@@ -96,12 +83,14 @@ async def amap_items(
         )
     path = _path(name)
     node_id = scope.node_id
-    found = await _committed(scope, path)
-    loaded = await scope.steps.values.load({str(c.item_index): (c.node_input or {})["value"] for c in found})
+    # The items committed since the node (the cell) last finished: an indexed lookup of the node's
+    # latest rows, not a read of the run.
+    found = await scope.store.unfinished_steps(scope.run_id, node_id, path)
+    stored = {str(c.item_index): (c.node_input or {})["value"] for c in found if c.item_index is not None}
+    loaded = await scope.steps.values.load(stored)
     results = {int(i): v for i, v in loaded.items() if int(i) < len(items)}
-    restored = len(results)
     todo = [i for i in range(len(items)) if i not in results]
-    shown = _Progress(scope.steps.progress, name, len(items), restored)
+    shown = _Progress(scope.steps.progress, name, len(items), len(results))
     spec = NodeSpec(
         node_id=node_id,
         fn=fn,
@@ -113,75 +102,83 @@ async def amap_items(
     )
     # Retries are reported by the item's note, not as run events: a cell's run has no runner to carry them.
     attempter = Attempter(scope.run_id, scope.store, scope.secret, asyncio.sleep, [])
-    batch: Batch | None = None
-    known: dict[str, dict[str, Any]] = {}
-    journal = f"{node_id}/{path}"
-    if executor is not None:
-        batch = open_batch(executor, SharedPart(fn, scope.run_id, node_id, spec.label))
-        known = await attempter.known_calls(node_journal(journal))
-        limit = max_concurrency or await items_in_flight(executor, len(todo), timeout_seconds is not None)
-    else:
-        limit = max_concurrency or LOCAL_CONCURRENCY
-    gate = asyncio.Semaphore(limit)
-    lock = asyncio.Lock()
-    failures: list[tuple[int, BaseException]] = []
-
-    async def one(index: int) -> None:
-        # An item keeps its place until it is committed, so max_concurrency bounds what a crash loses.
-        async with gate:
-            await item(index)
-
-    async def item(index: int) -> None:
-        remote = None
-        if batch is not None:
-            remote = RemoteCall(batch, journal_prefix(journal, str(index)), known.get(str(index), {}))
-        outcome = await attempter.run(spec, (items[index],), [], expect_dict=False, item_index=index, remote=remote)
-        if outcome.suspend is not None:
-            outcome.error = ConfigurationError(
-                "gate() inside a map_items item is not supported; put the gate in the cell before or after the map."
-            )
-        if outcome.error is not None:
-            failures.append((index, outcome.error))
-            await attempter.keep_calls(outcome.record_blobs, outcome.records)
-            shown.failed()
-            return
-        async with lock:
-            # One commit at a time: each names the run's head as its parent.
-            await _write_item(scope, path, index, outcome)
-        results[index] = outcome.value
-        shown.done()
-
-    tasks = [asyncio.ensure_future(one(i)) for i in todo]
+    hooks = _Items(scope, path, items, results, shown)
     try:
-        await asyncio.gather(*tasks)
+        failures = await drive_items(
+            spec,
+            attempter,
+            todo,
+            hooks,
+            executor=executor,
+            journal=f"{node_id}/{path}",
+            # Commits one at a time (each names the run's head as its parent); items that finish
+            # meanwhile share the next.
+            lock=asyncio.Lock(),
+            max_concurrency=max_concurrency,
+        )
     finally:
-        for task in tasks:
-            task.cancel()
-        if batch is not None:
-            try:
-                await asyncio.gather(*tasks, return_exceptions=True)
-            finally:
-                batch.close()
         shown.finish()
     if failures:
-        index, error = min(failures, key=lambda f: f[0])
-        error.add_note(f"(item {index} of map_items '{name}'; {len(results)} of {len(items)} items are committed)")
+        first = min(failures, key=lambda o: o.value)
+        error = first.error
+        assert error is not None
+        error.add_note(
+            f"(item {first.value} of map_items '{name}'; {len(results)} of {len(items)} items are committed)"
+        )
         raise error
     return [results[i] for i in range(len(items))]
 
 
-async def _write_item(scope: NodeScope, path: str, index: int, outcome: Outcome) -> None:
-    manifest, blobs = scope.steps.values.encode({"value": outcome.value})
-    await scope.steps.write(
-        node_id=scope.node_id,
-        item_index=index,
-        step=f"item:{index}",
-        agent_path=path,
-        node_input={"value": manifest["value"], "duration": outcome.duration, "attempts": outcome.attempts},
-        blobs=blobs + outcome.record_blobs,
-        step_type=_STEP_TYPE,
-        idempotent=outcome.records,
-    )
+class _Items:
+    """What map_items does with its items: an ``item:<i>`` checkpoint each, of the agent path ``map:<name>``."""
+
+    gate_refusal = "gate() inside a map_items item is not supported; put the gate in the cell before or after the map."
+
+    def __init__(
+        self, scope: NodeScope, path: str, items: list[Any], results: dict[int, Any], shown: _Progress
+    ) -> None:
+        self.scope = scope
+        self.path = path
+        self.items = items
+        self.results = results
+        self.shown = shown
+
+    def arguments(self, index: int, remote: bool) -> tuple[Any, ...]:
+        """Each item is the function's one argument, here or remote."""
+        return (self.items[index],)
+
+    def encode(self, index: int, value: Any) -> tuple[dict[str, str], list[Any]]:
+        """Encode an item's result as the value of its checkpoint."""
+        return self.scope.steps.values.encode({"value": value})
+
+    async def commit(self, finished: list[Finished], last: bool) -> None:
+        """Commit items that finished together, a checkpoint each, in one transaction."""
+        await self.scope.steps.write(
+            *(
+                Step(
+                    node_id=self.scope.node_id,
+                    item_index=f.index,
+                    step=f"item:{f.index}",
+                    agent_path=self.path,
+                    node_input={
+                        "value": f.delta["value"],
+                        "duration": f.outcome.duration,
+                        "attempts": f.outcome.attempts,
+                    },
+                    blobs=f.blobs + f.outcome.record_blobs,
+                    step_type=_STEP_TYPE,
+                    idempotent=f.outcome.records,
+                )
+                for f in finished
+            )
+        )
+        for f in finished:
+            self.results[f.index] = f.outcome.value
+            self.shown.done()
+
+    def failed(self, index: int) -> None:
+        """Count a failed item in the progress shown."""
+        self.shown.failed()
 
 
 class _Progress:

@@ -13,15 +13,15 @@ Three things plain pickling gets wrong for a namespace, and what this module doe
   changed, and stored as blobs of their own, written once however many times the value is.
 
 Pickling also reports what a value reaches: the ids of the mutable objects in it (two
-variables that reach a common object must be stored together), the global names its
-functions read, and the matplotlib figures it holds.
+variables that reach a common object must be stored together; which objects count is
+``pickle_reach``'s business), the global names its functions read, and the matplotlib figures
+it holds.
 """
 
 from __future__ import annotations
 
 import builtins
 import contextvars
-import enum
 import functools
 import io
 import pickle
@@ -37,30 +37,11 @@ import cloudpickle
 import xxhash
 
 from ..store.codec import refuse_open_file
+from .pickle_reach import reached
 
 __all__ = ["Pickled", "buffer_digest", "pickle_values", "restoring_into", "unpickle"]
 
 _target: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("durable_nb_restore_into", default=None)
-
-# Objects whose identity cannot matter: they cannot change, or are looked up by name on load.
-_IMMUTABLE = (
-    str,
-    bytes,
-    int,
-    float,
-    complex,
-    bool,
-    tuple,
-    frozenset,
-    range,
-    slice,
-    type,
-    types.ModuleType,
-    types.BuiltinFunctionType,
-    types.CodeType,
-    types.MethodType,
-    type(None),
-)
 
 
 @dataclass(slots=True)
@@ -280,89 +261,11 @@ class _NamespacePickler(cloudpickle.Pickler):
         return (_array_view, (bottom, offset, array.shape, array.strides, array.dtype, bool(array.flags.writeable)))
 
 
-def _type_verdict(kind: type, immutable: tuple[type, ...]) -> bool | None:
-    """What a type alone says of sharing its instances: never matters, matters, or ask the instance."""
-    if issubclass(kind, immutable):
-        return False
-    if kind is types.FunctionType:
-        return None
-    if not (kind.__hash__ is None or kind.__dictoffset__ != 0 or kind is types.CellType):
-        return False
-    # Objects pickled by name (a compiled library function, say) come back as themselves.
-    named = any("__qualname__" in vars(base) for base in kind.__mro__ if base is not object)
-    return None if named else True
-
-
-def _mutable(obj: Any, namespace: Mapping[str, Any], immutable: tuple[type, ...], verdicts: dict[type, Any]) -> bool:
-    """Tell whether two values holding ``obj`` must be stored together for a restore to keep it one object."""
-    kind = type(obj)
-    verdict = verdicts.get(kind, _UNKNOWN)
-    if verdict is _UNKNOWN:
-        verdict = verdicts[kind] = _type_verdict(kind, immutable)
-    if verdict is not None:
-        return bool(verdict)
-    if kind is types.FunctionType:
-        # A function from a module is pickled by name and comes back as itself.
-        return obj.__globals__ is namespace
-    return not _importable(obj)
-
-
-_UNKNOWN = object()
-
-
-def _importable(obj: Any) -> bool:
-    # Objects pickled by name (a compiled library function, say) come back as themselves.
-    qualname = getattr(obj, "__qualname__", None)
-    module = sys.modules.get(getattr(obj, "__module__", None) or "")
-    if not isinstance(qualname, str) or module is None:
-        return False
-    found: Any = module
-    for part in qualname.split("."):
-        found = getattr(found, part, None)
-    return found is obj
-
-
-def _immutable_types() -> tuple[type, ...]:
-    # Library types whose instances never change: sharing one between two variables needs no care.
-    extra: list[type] = [enum.Enum]
-    numpy = sys.modules.get("numpy")
-    if numpy is not None:
-        extra += [numpy.dtype, numpy.generic]
-    pandas = sys.modules.get("pandas")
-    if pandas is not None:
-        extra += [pandas.api.extensions.ExtensionDtype, pandas.Index]
-    return (*_IMMUTABLE, *extra)
-
-
 def buffer_digest(raw: memoryview) -> str:
     """Return a fast digest of a buffer's bytes and writability (to recognise it, not to sign it)."""
     hasher = xxhash.xxh3_128(raw)
     hasher.update(b"R" if raw.readonly else b"W")
     return hasher.hexdigest()
-
-
-def _reached(memo: dict[int, tuple[int, Any]], namespace: Mapping[str, Any]) -> list[int]:
-    """Return the ids of the mutable objects a pickle met, leaving out the pickler's own temporaries."""
-    found = []
-    immutable = _immutable_types()
-    verdicts: dict[type, Any] = {}
-    for key, entry in memo.items():
-        # An object only the memo holds was made while pickling (a reducer's state dict): its id
-        # is reused as soon as it is freed and must not make two values look shared.
-        if sys.getrefcount(entry[1]) > _MEMO_ONLY and _mutable(entry[1], namespace, immutable, verdicts):
-            found.append(key)
-    return found
-
-
-def _memo_only_references() -> int:
-    file = io.BytesIO()
-    pickler = pickle.Pickler(file, protocol=5)
-    pickler.dump([{}])  # the list and the dict are held by nothing but the memo once dumped
-    counts = [sys.getrefcount(entry[1]) for entry in pickler.memo.copy().values()]
-    return max(counts) - 1  # the dict is also held by the list
-
-
-_MEMO_ONLY = _memo_only_references()
 
 
 def _fingerprint(stream: bytes, digests: list[str]) -> str:
@@ -386,7 +289,7 @@ def pickle_values(values: list[Any], namespace: Mapping[str, Any]) -> Pickled:
     pickler = _NamespacePickler(file, namespace, frozenset(id(a) for a in arrays), shared)
     pickler.dump(values[0] if len(values) == 1 else tuple(values))
     memo = pickler.memo.copy()
-    ids = _reached(memo, namespace)
+    ids = reached(memo, namespace)
     ids.extend(pickler.extra_reach)
     reach = np.unique(np.fromiter(ids, dtype=np.int64, count=len(ids)))
     stream = file.getvalue()

@@ -9,63 +9,49 @@ commit before it, so the hot path costs one commit per node.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Container
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .._ids import new_id
 from ..errors import ConfigurationError, RunCancelled, StoreError
 from ..model import (
     RUN_END,
-    CheckpointDraft,
     CheckpointStatus,
-    Commit,
     Decision,
     EventType,
     NewEvent,
     RunRecord,
     RunStatus,
     RunUpdate,
-    step_name,
 )
-from ..store.protocol import Conflict, Store
+from ..store.protocol import Store
 from .agents.journal import AgentSteps
 from .attempts import Attempter, Outcome, RemoteCall, journal_prefix, node_journal
-from .cancel import CANCELLED
 from .executors import LOCAL, open_batch
 from .graph import Graph, NodeSpec
-from .node_kinds import NodeKinds
-from .ownership import lease_deadline, release_on_interrupt
+from .map_node import MapNodes
+from .ownership import lease_deadline
 from .remote import SharedPart
+from .run_commits import RunCommits, finished
+from .run_progress import RunProgress
 from .settle import release_after_failure
 from .statelog import StateLog
 from .stops import WaveStops, failure_text
+from .switch_node import Switches
 from .values import ValueCodec
 from .watch import Watch
 
 __all__ = ["Runner", "failure_text"]
 
 Sleep = Callable[[float], Awaitable[Any]]
-_RUNNING = frozenset({RunStatus.RUNNING})
 
 
-def commit_node(commit: Commit) -> str | None:
-    """Return the node a commit was about, if any (for the event that reports its failure)."""
-    return next((c.node_id for c in commit.checkpoints if c.node_id is not None), None)
+class Runner:
+    """Executes the queue of one run from a loaded checkpoint until it pauses, fails or ends.
 
-
-class _Done:
-    """Completed or skipped: membership in either, without building their union."""
-
-    def __init__(self, completed: Container[str], skipped: set[str]) -> None:
-        self.completed = completed
-        self.skipped = skipped
-
-    def __contains__(self, node: object) -> bool:
-        return node in self.completed or node in self.skipped
-
-
-class Runner(NodeKinds, WaveStops):
-    """Executes the queue of one run from a loaded checkpoint until it pauses, fails or ends."""
+    It holds its helpers: where the run stands (``progress``), its commits (``commits``), the
+    node kinds beyond a plain function (``switches``, ``maps``) and the commits of a wave that
+    failed or paused (``stops``).
+    """
 
     def __init__(
         self,
@@ -87,257 +73,99 @@ class Runner(NodeKinds, WaveStops):
     ) -> None:
         self.graph = graph
         self.executor = executor
-        self.store = store
-        self.values = values
-        self.run = run
-        self.owner = owner
-        self.state = state
-        # The values' addresses and the completed nodes, with what changed since the last checkpoint.
-        self.log = log
-        self.manifest = log.manifest
-        self.skipped = skipped
-        self.routes = routes
-        self.resumes = resumes
-        self.head = head_checkpoint_id
-        self.carry: list[NewEvent] = []
-        self.attempter = Attempter(run.run_id, store, values.secret, sleep, self.carry)
+        self.progress = RunProgress(graph, state, log, skipped, routes, resumes, head_wave_writes)
+        self.commits = RunCommits(store, values, run, owner, self.progress, head_checkpoint_id)
+        self.attempter = Attempter(run.run_id, store, values.secret, sleep, self.commits.carry)
+        self.switches = Switches(self.progress, self.commits)
+        self.maps = MapNodes(self.progress, self.commits, self.attempter, self.executor_of)
+        self.stops = WaveStops(self.progress, self.commits)
         self._tasks: set[asyncio.Future[Any]] = set()
-        self._abandoned = False
         self._ended = False
         self._stopped = False
         self._announced = False
-        # Keys written by the wave in progress, kept in checkpoints so a clash survives a resume.
-        self.wave_writes: dict[str, str] = dict(head_wave_writes or {})
-        self._lock: asyncio.Lock | None = None
-        self._watch: Watch | None = None
-        self._ready: list[str] | None = None
-        # Nodes completed or skipped since the wave was last worked out: only their dependents
-        # can join it, so the next wave costs what changed, not the size of the graph.
-        self._newly_done: list[str] = []
 
-    # -- state of the run ---------------------------------------------------------------
+    @property
+    def state(self) -> dict[str, Any]:
+        """The run's values as this runner holds them."""
+        return self.progress.state
 
-    def ready(self) -> list[str]:
-        """Return the next wave."""
-        if self._ready is None:
-            self._ready = self.graph.ready(self.log.done, self.skipped)
-        elif self._newly_done:
-            done = _Done(self.log.done, set(self.skipped))
-            self._ready = self.graph.ready_after(self._ready, self.log.done, done, self._newly_done)
-        self._newly_done = []
-        return list(self._ready)
+    @property
+    def carry(self) -> list[NewEvent]:
+        """Events to ride with the run's next commit."""
+        return self.commits.carry
 
     def abandon(self) -> None:
         """Stop at once: the run was cancelled or taken over; in-flight work is discarded."""
-        self._abandoned = True
+        self.commits.abandoned = True
         for task in list(self._tasks):
             task.cancel()
-
-    def _branch_key(self, node_id: str) -> str | None:
-        for dep in self.graph.nodes[node_id].after:
-            route = self.routes.get(dep)
-            if route is not None and node_id in route["nodes"]:
-                return str(route["key"])
-        return None
-
-    # -- committing ---------------------------------------------------------------------
-
-    def _draft(
-        self, kind: str, node_id: str | None, status: CheckpointStatus, queue: list[str], **fields: Any
-    ) -> CheckpointDraft:
-        step = fields.pop("step", None) or step_name(kind, node_id)
-        draft = CheckpointDraft(
-            checkpoint_id=new_id(),
-            step=step,
-            node_id=node_id,
-            status=status,
-            queue=queue,
-            **self.log.draft_fields(),
-            skipped=list(self.skipped),
-            routes=dict(self.routes),
-            branch_key=self._branch_key(node_id) if node_id in self.graph.nodes else None,
-            parent_checkpoint_id=self.head,
-            resumes={k: [d.to_json() for d in v] for k, v in self.resumes.items()},
-            **fields,
-        )
-        self.head = draft.checkpoint_id
-        return draft
-
-    async def _commit(self, events: list[NewEvent], **fields: Any) -> None:
-        if self._abandoned:
-            raise RunCancelled(f"Run {self.run.run_id} was cancelled; its last result was discarded.")
-        carried = list(self.carry)
-        self.carry.clear()
-        commit = Commit(
-            run_id=self.run.run_id,
-            events=carried + events,
-            expect_status=_RUNNING,
-            expect_owner=self.owner,
-            seen=self.run,
-            **fields,
-        )
-        try:
-            result = await self.store.commit(commit)
-        except StoreError as failure:
-            # Nothing of this commit was kept; the nodes in flight stop and the run is released.
-            self._abandoned = True
-            renewed = self._watch.lease_until if self._watch is not None else None
-            settled = await release_after_failure(
-                self.store, self.run, self.owner, failure, commit_node(commit), renewed
-            )
-            self.run = settled or self.run
-            raise
-        except Conflict as conflict:
-            self.run = conflict.run
-            self._abandoned = True
-            raise RunCancelled(
-                f"Run {self.run.run_id} became {conflict.run.status.value} while this process worked "
-                "on it; its last result was discarded."
-            ) from conflict
-        self.values.mark_stored(commit.blobs)
-        self.run = result.run
-
-    def _finished(self, status: RunStatus, error: str | None = None, error_type: str | None = None) -> RunUpdate:
-        return RunUpdate(status=status, error=error, error_type=error_type, owner=None, lease_until=None)
-
-    async def _commit_node(
-        self,
-        node_id: str,
-        blobs: list[Any],
-        events: list[NewEvent],
-        wave_busy: bool,
-        idempotent: list[tuple[str, str]] | None = None,
-        **fields: Any,
-    ) -> None:
-        """Commit ``after:<node>``; when the wave is done, the next wave's start (or the end) rides along."""
-        upcoming = self.ready()
-        if wave_busy:
-            fields["extra"] = {"wave_writes": dict(self.wave_writes)}
-        checkpoints = [self._draft("after", node_id, CheckpointStatus.OK, upcoming, **fields)]
-        run_update: RunUpdate | None = None
-        if not wave_busy:
-            self._announced = True
-            if upcoming:
-                events = events + [NewEvent(EventType.NODE_STARTED, n) for n in upcoming]
-                run_update = RunUpdate(lease_until=lease_deadline())
-            else:
-                checkpoints.append(self._draft(RUN_END, None, CheckpointStatus.COMPLETED, []))
-                events = [*events, NewEvent(EventType.RUN_COMPLETED)]
-                run_update = self._finished(RunStatus.COMPLETED)
-                self._ended = True
-        await self._commit(events, checkpoints=checkpoints, blobs=blobs, run=run_update, idempotent=idempotent or [])
-
-    async def _agent_step(
-        self,
-        *,
-        node_id: str,
-        item_index: int | None,
-        step: str,
-        agent_path: str,
-        node_input: dict[str, Any],
-        blobs: list[Any],
-        step_type: str,
-        idempotent: list[tuple[str, str]] | None = None,
-    ) -> None:
-        """Commit an agent's checkpoint (or a map_items item) inside a running node: the run's queue and
-        decisions carry on."""
-        async with self._guard():
-            draft = self._draft(
-                "",
-                node_id,
-                CheckpointStatus.OK,
-                self.ready(),
-                step=step,
-                agent_path=agent_path,
-                node_input=node_input,
-                item_index=item_index,
-                iteration=None,
-                extra={"step_type": step_type, "wave_writes": dict(self.wave_writes)},
-            )
-            await self._commit([], checkpoints=[draft], blobs=blobs, idempotent=idempotent or [])
-
-    # -- the run loop -------------------------------------------------------------------
-
-    async def drive(self) -> RunRecord:
-        """Run waves until the run pauses, fails or completes; return the run as it ends."""
-        self._lock = asyncio.Lock()
-        self.attempter.steps = AgentSteps(asyncio.get_running_loop(), self._agent_step, self.values)
-        try:
-            with Watch(self.store, self.run.run_id, self.owner, self.abandon) as self._watch:
-                while not (self._ended or self._stopped):
-                    wave = self.ready()
-                    if not wave:
-                        await self._end()
-                        break
-                    await self._wave(wave)
-        except RunCancelled:
-            # Someone else settled the run (a cancel, a takeover): report it as it now stands.
-            self.run = await self.store.get_run(self.run.run_id)
-        except StoreError:
-            raise  # released where the commit failed
-        except Exception as error:
-            # Never leave a run owned by a process that stopped working on it.
-            self._abandoned = True
-            self.run = await release_after_failure(self.store, self.run, self.owner, error) or self.run
-            raise
-        except asyncio.CancelledError:
-            # Interrupted (Ctrl-C, a cancelled task): record the cancel so the run stays resumable.
-            await asyncio.shield(self._record_interrupt())
-            raise
-        return self.run
-
-    async def _end(self) -> None:
-        end = self._draft(RUN_END, None, CheckpointStatus.COMPLETED, [])
-        await self._commit(
-            [NewEvent(EventType.RUN_COMPLETED)], checkpoints=[end], run=self._finished(RunStatus.COMPLETED)
-        )
-        self._ended = True
-
-    async def _record_interrupt(self) -> None:
-        # A server stopping hands the run back for the next process; Ctrl-C cancels it.
-        handed_back = release_on_interrupt.get()
-        try:
-            await self.store.commit(
-                Commit(
-                    run_id=self.run.run_id,
-                    events=[] if handed_back else [NewEvent(EventType.RUN_CANCELLED, None, {"was": "running"})],
-                    run=RunUpdate(status=RunStatus.PENDING, owner=None, lease_until=None) if handed_back else CANCELLED,
-                    expect_status=_RUNNING,
-                    expect_owner=self.owner,
-                )
-            )
-        except (Conflict, StoreError):
-            pass
-
-    def _start(self, spec: NodeSpec, alone: bool) -> asyncio.Future[Outcome]:
-        if spec.kind == "map":
-            task: asyncio.Future[Outcome] = asyncio.ensure_future(self._run_map(spec))
-        elif spec.kind == "switch":
-            task = asyncio.ensure_future(self._route(spec))
-        elif self.executor_of(spec) is not None:
-            task = asyncio.ensure_future(self._run_remote(spec))
-        else:
-            task = asyncio.ensure_future(
-                self.attempter.run(spec, (dict(self.state),), self.resumes.get(spec.node_id, []), alone=alone)
-            )
-        self._tasks.add(task)
-        return task
 
     def executor_of(self, spec: NodeSpec) -> Any:
         """Return the executor a node's function runs on, or None to run it in this process."""
         executor = spec.executor if spec.executor is not None else self.executor
         return None if executor == LOCAL else executor
 
+    # -- the run loop -------------------------------------------------------------------
+
+    async def drive(self) -> RunRecord:
+        """Run waves until the run pauses, fails or completes; return the run as it ends."""
+        commits = self.commits
+        store = commits.store
+        self.attempter.steps = AgentSteps(asyncio.get_running_loop(), commits.agent_steps, commits.values)
+        try:
+            with Watch(store, commits.run.run_id, commits.owner, self.abandon) as commits.watch:
+                while not (self._ended or self._stopped):
+                    wave = self.progress.ready()
+                    if not wave:
+                        await self._end()
+                        break
+                    await self._wave(wave)
+        except RunCancelled:
+            # Someone else settled the run (a cancel, a takeover): report it as it now stands.
+            commits.run = await store.get_run(commits.run.run_id)
+        except StoreError:
+            raise  # released where the commit failed
+        except Exception as error:
+            # Never leave a run owned by a process that stopped working on it.
+            commits.abandoned = True
+            commits.run = await release_after_failure(store, commits.run, commits.owner, error) or commits.run
+            raise
+        except asyncio.CancelledError:
+            # Interrupted (Ctrl-C, a cancelled task): record the cancel so the run stays resumable.
+            await asyncio.shield(commits.record_interrupt())
+            raise
+        return commits.run
+
+    async def _end(self) -> None:
+        end = self.commits.draft(RUN_END, None, CheckpointStatus.COMPLETED, [])
+        await self.commits.commit(
+            [NewEvent(EventType.RUN_COMPLETED)], checkpoints=[end], run=finished(RunStatus.COMPLETED)
+        )
+        self._ended = True
+
+    def _start(self, spec: NodeSpec, alone: bool) -> asyncio.Future[Outcome]:
+        if spec.kind == "map":
+            task: asyncio.Future[Outcome] = asyncio.ensure_future(self.maps.run(spec))
+        elif spec.kind == "switch":
+            task = asyncio.ensure_future(self.switches.run(spec))
+        elif self.executor_of(spec) is not None:
+            task = asyncio.ensure_future(self._run_remote(spec))
+        else:
+            decisions = self.progress.resumes.get(spec.node_id, [])
+            task = asyncio.ensure_future(self.attempter.run(spec, (dict(self.state),), decisions, alone=alone))
+        self._tasks.add(task)
+        return task
+
     async def _run_remote(self, spec: NodeSpec) -> Outcome:
         """Run a node's attempts on its executor; @idempotent results of earlier attempts go with it."""
         journal = journal_prefix(spec.node_id, "node")
-        batch = open_batch(self.executor_of(spec), SharedPart(spec.fn, self.run.run_id, spec.node_id, spec.label))
+        run_id = self.commits.run.run_id
+        batch = open_batch(self.executor_of(spec), SharedPart(spec.fn, run_id, spec.node_id, spec.label))
         try:
             known = (await self.attempter.known_calls(node_journal(spec.node_id))).get("node", {})
             remote = RemoteCall(batch, journal, known)
-            return await self.attempter.run(
-                spec, (dict(self.state),), self.resumes.get(spec.node_id, []), remote=remote
-            )
+            decisions = self.progress.resumes.get(spec.node_id, [])
+            return await self.attempter.run(spec, (dict(self.state),), decisions, remote=remote)
         finally:
             batch.close()
 
@@ -345,14 +173,14 @@ class Runner(NodeKinds, WaveStops):
         self._announced = False
         tasks = {self._start(self.graph.nodes[n], len(wave) == 1): n for n in wave}
         in_flight = set(wave)
-        written_by = self.wave_writes
+        written_by = self.progress.wave_writes
         troubled: list[Outcome] = []
         try:
             pending = set(tasks)
             while pending:
                 done, pending = await self._next_done(pending)
-                if self._abandoned:
-                    raise RunCancelled(f"Run {self.run.run_id} was cancelled mid-node; nothing of it was kept.")
+                if self.commits.abandoned:
+                    raise RunCancelled(f"Run {self.commits.run.run_id} was cancelled mid-node; nothing of it was kept.")
                 for task in sorted(done, key=lambda t: wave.index(tasks[t])):
                     outcome = task.result()
                     in_flight.discard(outcome.node_id)
@@ -366,15 +194,17 @@ class Runner(NodeKinds, WaveStops):
                 self._tasks.discard(task)
         failures = [o for o in troubled if o.error is not None]
         if failures:
-            await self._commit_failure(failures)
+            await self.stops.commit_failure(failures)
+            self._stopped = True
         elif troubled:
-            await self._commit_pause(troubled)
+            await self.stops.commit_pause(troubled)
+            self._stopped = True
         if troubled:
             return
-        self.wave_writes = {}
+        self.progress.wave_writes = {}
         if not self._announced:
             # Only routing ran (no commit to ride): the next wave's start rides with its first commit.
-            self.carry.extend(NewEvent(EventType.NODE_STARTED, n) for n in self.ready())
+            self.carry.extend(NewEvent(EventType.NODE_STARTED, n) for n in self.progress.ready())
 
     async def _next_done(self, pending: set[asyncio.Future[Outcome]]) -> tuple[set[Any], set[Any]]:
         if len(pending) > 1:
@@ -384,7 +214,7 @@ class Runner(NodeKinds, WaveStops):
         try:
             await only
         except asyncio.CancelledError:
-            if not self._abandoned:
+            if not self.commits.abandoned:
                 raise  # this run itself was interrupted
         except BaseException:  # noqa: BLE001 - read from the task by the caller, as asyncio.wait would leave it
             pass
@@ -410,7 +240,7 @@ class Runner(NodeKinds, WaveStops):
             )
             return outcome
         iteration = None
-        finished = True
+        completes = True
         if spec.kind == "loop":
             iteration = int(self.state.get(spec.loop_key, 0)) + 1
             updates[spec.loop_key] = iteration
@@ -419,10 +249,10 @@ class Runner(NodeKinds, WaveStops):
             except Exception as error:  # noqa: BLE001 - a failing condition fails the loop node
                 outcome.updates, outcome.error = None, error
                 return outcome
-            finished = not again
+            completes = not again
         fresh = {k: v for k, v in updates.items() if k not in outcome.stored}
         try:
-            delta, blobs = self.values.encode_updates(fresh, self.manifest)
+            delta, blobs = self.commits.values.encode_updates(fresh, self.progress.manifest)
         except Exception as error:  # noqa: BLE001 - any encoding failure fails the node, never the engine
             outcome.updates, outcome.error = None, error
             return outcome
@@ -431,14 +261,13 @@ class Runner(NodeKinds, WaveStops):
             blobs.extend(stored_blobs)
         written_by.update(dict.fromkeys(updates, node_id))
         # What the node changed: a value returned as it was is not written again or counted.
-        delta = {k: h for k, h in delta.items() if self.manifest.get(k) != h}
-        async with self._guard():
+        delta = {k: h for k, h in delta.items() if self.progress.manifest.get(k) != h}
+        async with self.commits.guard():
             self.state.update(updates)
-            self.log.update(delta)
-            self.resumes.pop(node_id, None)
-            if finished:
-                self.log.complete(node_id)
-                self._newly_done.append(node_id)
+            self.progress.log.update(delta)
+            self.progress.resumes.pop(node_id, None)
+            if completes:
+                self.progress.complete(node_id)
             events = [
                 NewEvent(EventType.NODE_FINISHED, node_id, {"duration": outcome.duration, "attempts": outcome.attempts})
             ]
@@ -456,6 +285,31 @@ class Runner(NodeKinds, WaveStops):
             )
         return outcome
 
-    def _guard(self) -> asyncio.Lock:
-        assert self._lock is not None
-        return self._lock
+    async def _commit_node(
+        self,
+        node_id: str,
+        blobs: list[Any],
+        events: list[NewEvent],
+        wave_busy: bool,
+        idempotent: list[tuple[str, str]] | None = None,
+        **fields: Any,
+    ) -> None:
+        """Commit ``after:<node>``; when the wave is done, the next wave's start (or the end) rides along."""
+        upcoming = self.progress.ready()
+        if wave_busy:
+            fields["extra"] = {"wave_writes": dict(self.progress.wave_writes)}
+        checkpoints = [self.commits.draft("after", node_id, CheckpointStatus.OK, upcoming, **fields)]
+        run_update: RunUpdate | None = None
+        if not wave_busy:
+            self._announced = True
+            if upcoming:
+                events = events + [NewEvent(EventType.NODE_STARTED, n) for n in upcoming]
+                run_update = RunUpdate(lease_until=lease_deadline())
+            else:
+                checkpoints.append(self.commits.draft(RUN_END, None, CheckpointStatus.COMPLETED, []))
+                events = [*events, NewEvent(EventType.RUN_COMPLETED)]
+                run_update = finished(RunStatus.COMPLETED)
+                self._ended = True
+        await self.commits.commit(
+            events, checkpoints=checkpoints, blobs=blobs, run=run_update, idempotent=idempotent or []
+        )

@@ -36,14 +36,6 @@ class StateLog:
         """The completed nodes as a read-only view (no copy)."""
         return self._completed.keys()
 
-    def is_completed(self, node: str) -> bool:
-        """Tell whether a node has completed."""
-        return node in self._completed
-
-    def count_completed(self) -> int:
-        """Return how many nodes have completed."""
-        return len(self._completed)
-
     def update(self, changes: Mapping[str, str]) -> None:
         """Set values (name to address)."""
         for name, address in changes.items():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 import traceback
-from typing import TYPE_CHECKING
 
 from ..errors import NodeFailed
 from ..model import (
@@ -18,11 +17,8 @@ from ..model import (
     RunUpdate,
 )
 from .attempts import Outcome
-
-if TYPE_CHECKING:
-    from .runner import Runner as _Runner
-else:
-    _Runner = object
+from .run_commits import RunCommits, finished
+from .run_progress import RunProgress
 
 __all__ = ["WaveStops", "failure_text"]
 
@@ -34,10 +30,16 @@ def failure_text(label: str, error: BaseException) -> str:
     return f"Node '{label}' failed: {type(error).__name__}: {error}"
 
 
-class WaveStops(_Runner):
+class WaveStops:
     """The runner's commits for a wave that failed or paused."""
 
-    async def _commit_failure(self, failures: list[Outcome]) -> None:
+    def __init__(self, progress: RunProgress, commits: RunCommits) -> None:
+        self.progress = progress
+        self.graph = progress.graph
+        self.commits = commits
+
+    async def commit_failure(self, failures: list[Outcome]) -> None:
+        """End the run as failed at the first of the wave's failed nodes; each failure is an event."""
         first = failures[0]
         spec = self.graph.nodes[first.node_id]
         error = first.error
@@ -46,10 +48,10 @@ class WaveStops(_Runner):
         error_type = getattr(error, "error_type", "") or type(error).__name__
         trace = getattr(error, "traceback", "") or "".join(traceback.format_exception(error))
         failed_ids = [f.node_id for f in failures]
-        queue = failed_ids + [n for n in self.ready() if n not in failed_ids]
+        queue = failed_ids + [n for n in self.progress.ready() if n not in failed_ids]
         item_index = first.value if spec.kind == "map" and isinstance(first.value, int) else None
         checkpoints = [
-            self._draft(
+            self.commits.draft(
                 "failed",
                 first.node_id,
                 CheckpointStatus.FAILED,
@@ -60,9 +62,9 @@ class WaveStops(_Runner):
                 duration=first.duration,
                 attempts=first.attempts,
                 item_index=item_index,
-                extra={"wave_writes": dict(self.wave_writes)},
+                extra={"wave_writes": dict(self.progress.wave_writes)},
             ),
-            self._draft(RUN_END, None, CheckpointStatus.FAILED, [], error=message, error_type=error_type),
+            self.commits.draft(RUN_END, None, CheckpointStatus.FAILED, [], error=message, error_type=error_type),
         ]
         events = [
             NewEvent(
@@ -72,33 +74,32 @@ class WaveStops(_Runner):
             if f.error is not None
         ]
         events.append(NewEvent(EventType.RUN_FAILED, first.node_id, {"error": message}))
-        self._stopped = True
-        await self._commit(events, checkpoints=checkpoints, run=self._finished(RunStatus.FAILED, message, error_type))
+        await self.commits.commit(events, checkpoints=checkpoints, run=finished(RunStatus.FAILED, message, error_type))
 
-    async def _commit_pause(self, suspends: list[Outcome]) -> None:
+    async def commit_pause(self, suspends: list[Outcome]) -> None:
+        """Pause the run at the wave's gates, a checkpoint and a pending interrupt each."""
         checkpoints: list[CheckpointDraft] = []
         interrupts: list[PendingInterrupt] = []
         events: list[NewEvent] = []
-        queue = self.ready()
+        queue = self.progress.ready()
         now = time.time()
         for outcome in suspends:
             suspend = outcome.suspend
             assert suspend is not None
-            draft = self._draft(
+            draft = self.commits.draft(
                 "gate",
                 outcome.node_id,
                 CheckpointStatus.INTERRUPTED,
                 queue,
                 interrupt=suspend.detail(outcome.node_id),
                 duration=outcome.duration,
-                extra={"wave_writes": dict(self.wave_writes)},
+                extra={"wave_writes": dict(self.progress.wave_writes)},
             )
             checkpoints.append(draft)
-            interrupts.append(suspend.pending(self.run.run_id, outcome.node_id, draft.checkpoint_id, now))
+            interrupts.append(suspend.pending(self.commits.run.run_id, outcome.node_id, draft.checkpoint_id, now))
             events.append(NewEvent(EventType.GATE_OPENED, outcome.node_id, {"reason": suspend.reason}))
         events.append(NewEvent(EventType.RUN_PAUSED, suspends[0].node_id))
-        self._stopped = True
-        await self._commit(
+        await self.commits.commit(
             events,
             checkpoints=checkpoints,
             open_interrupts=interrupts,

@@ -1,6 +1,6 @@
 """Operations on many rows at once, for both SQL backends: keyed results by prefix, runs by the
-start of their id, checkpoints found by a field of their ``extra``, and deleting checkpoints or
-whole runs.
+start of their id, checkpoints found by a field of their ``extra`` or by the node and agent that
+wrote them, and deleting checkpoints or whole runs.
 
 Each function takes a connection and runs whole through the store's ``_run`` (its lock on
 SQLite, a pooled connection on PostgreSQL), in one transaction. What differs between the
@@ -28,6 +28,7 @@ __all__ = [
     "forget_checkpoints",
     "keyed_results",
     "runs_by_id_prefix",
+    "unfinished_steps",
 ]
 
 StateAt = Callable[[Any, str, int], CheckpointState]
@@ -72,6 +73,22 @@ def _transaction(conn: Any, d: Dialect) -> Iterator[None]:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+def unfinished_steps(conn: Any, d: Dialect, run_id: str, node_id: str, agent_path: str) -> list[CheckpointRecord]:
+    """Return the checkpoints of ``agent_path`` in a node since its latest ``after:`` checkpoint, in seq order."""
+    # Both lookups walk the (run_id, node_id, seq) index: the node's rows since it last finished,
+    # found from its newest backwards, whatever the length of the run.
+    finished = (
+        f"SELECT seq FROM checkpoints WHERE run_id = {d.p} AND node_id = {d.p} AND substr(step, 1, 6) = 'after:' "
+        "ORDER BY seq DESC LIMIT 1"
+    )
+    sql = (
+        f"SELECT {rows.CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = {d.p} AND node_id = {d.p} "
+        f"AND seq > COALESCE(({finished}), 0) AND agent_path = {d.p} ORDER BY seq"
+    )
+    params = (run_id, node_id, run_id, node_id, agent_path)
+    return [rows.checkpoint_from_row(row) for row in conn.execute(sql, params).fetchall()]
 
 
 def keyed_results(conn: Any, d: Dialect, run_id: str, prefix: str) -> list[tuple[str, str]]:

@@ -86,6 +86,11 @@ class Store(Protocol):
         at or before ``max_seq``, and of the agent ``agent_path`` or its tools when given."""
         ...
 
+    async def unfinished_steps(self, run_id: str, node_id: str, agent_path: str) -> list[CheckpointRecord]:
+        """Return the checkpoints of the agent ``agent_path`` (exactly) in a node since the node last
+        finished (its latest ``after:`` checkpoint), in seq order: an indexed lookup of those rows alone."""
+        ...
+
     async def get_checkpoint(self, run_id: str, checkpoint_id: str) -> CheckpointRecord:
         """Return one checkpoint of a run; raise CheckpointNotFound."""
         ...

@@ -94,6 +94,10 @@ class SQLStore:
         at or before ``max_seq``, and of the agent ``agent_path`` or its tools when given."""
         return await self._run(self._sql._node_checkpoint, run_id, node_id, prefix, max_seq, agent_path)
 
+    async def unfinished_steps(self, run_id: str, node_id: str, agent_path: str) -> list[CheckpointRecord]:
+        """Return an agent's checkpoints in a node since the node last finished, in seq order (indexed)."""
+        return await self._run(bulk_ops.unfinished_steps, self._dialect, run_id, node_id, agent_path)
+
     async def get_checkpoint(self, run_id: str, checkpoint_id: str) -> CheckpointRecord:
         """Return one checkpoint of a run; raise CheckpointNotFound."""
         found = await self._run(self._sql._checkpoint_by_id, run_id, checkpoint_id)

@@ -15,17 +15,34 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...model import CheckpointRecord, RunRecord
 from ..scope import NodeScope
 from ..values import ValueCodec
 
-__all__ = ["AgentSteps", "Journal", "Mark"]
+__all__ = ["AgentSteps", "Journal", "Mark", "Step"]
 
-Writer = Callable[..., Awaitable[None]]
 _HISTORY = "history"
+
+
+@dataclass(slots=True)
+class Step:
+    """One checkpoint an agent (or a map_items item) commits inside its node."""
+
+    node_id: str
+    step: str
+    agent_path: str
+    node_input: dict[str, Any]
+    blobs: list[Any]
+    step_type: str
+    item_index: int | None = None
+    idempotent: list[tuple[str, str]] = field(default_factory=list)
+
+
+# Commits its steps in one transaction, a checkpoint each.
+Writer = Callable[[list[Step]], Awaitable[None]]
 
 
 class AgentSteps:
@@ -47,13 +64,13 @@ class AgentSteps:
         # Told how far a map_items call has got: (name, done, total, restored, failed, final).
         self.progress: Callable[..., None] | None = None
 
-    async def write(self, **fields: Any) -> None:
-        """Commit a checkpoint (step, agent_path, node_input, blobs, step_type) from any thread or loop."""
+    async def write(self, *steps: Step) -> None:
+        """Commit checkpoints, one per step, in one transaction, from any thread or loop."""
         if self.loop is None or asyncio.get_running_loop() is self.loop:
-            await self._write(**fields)
+            await self._write(list(steps))
             return
         # A sync node runs its agent on a loop of its own thread: the commit belongs to the runner's.
-        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._write(**fields), self.loop))
+        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._write(list(steps)), self.loop))
 
 
 @dataclass(slots=True)
@@ -147,11 +164,13 @@ class Journal:
         if mark.kind == "final":
             node_input["text"] = mark.text
         await self.steps.write(
-            node_id=self.scope.node_id,
-            item_index=self.scope.item_index,
-            step=step,
-            agent_path=tool_path or self.path,
-            node_input=node_input,
-            blobs=blobs,
-            step_type=kind,
+            Step(
+                node_id=self.scope.node_id,
+                item_index=self.scope.item_index,
+                step=step,
+                agent_path=tool_path or self.path,
+                node_input=node_input,
+                blobs=blobs,
+                step_type=kind,
+            )
         )

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..._loop import run_sync
+from ..._loop import blocking
 from ...errors import AgentFailed, ConfigurationError, NoActiveNode
 from ..scope import NodeScope, current_scope, enter_scope, leave_scope
 from .arguments import AgentCall
@@ -43,7 +43,7 @@ class AgentResult:
     turns: int = 0
 
 
-def agent(
+async def aagent(
     client: Any,
     messages: Any,
     tools: Iterable[Any] = (),
@@ -67,38 +67,6 @@ def agent(
     ``run_key`` finds again (to resume it after a crash), or ``run_id`` names (a fork made with
     ``fork_agent``, or an earlier run of this agent, to go on with). Returns an ``AgentResult``.
     """
-    return run_sync(
-        aagent(
-            client,
-            messages,
-            tools,
-            model=model,
-            name=name,
-            system=system,
-            max_turns=max_turns,
-            store=store,
-            run_key=run_key,
-            run_id=run_id,
-            **options,
-        )
-    )
-
-
-async def aagent(
-    client: Any,
-    messages: Any,
-    tools: Iterable[Any] = (),
-    *,
-    model: str | None = None,
-    name: str = "agent",
-    system: str | None = None,
-    max_turns: int = 20,
-    store: Any = None,
-    run_key: str | None = None,
-    run_id: str | None = None,
-    **options: Any,
-) -> AgentResult:
-    """The async form of ``agent``, for ``async def`` nodes."""
     call = AgentCall(client, messages, tools, model, name, system, max_turns, options)
     if current_scope() is None:
         from .standalone import arun_agent  # a workflow of its own: imported only when needed
@@ -109,6 +77,9 @@ async def aagent(
             "store=, run_key= and run_id= are for an agent run on its own; inside a node it uses the node's run."
         )
     return await _drive(_scope(), call)
+
+
+agent = blocking(aagent)
 
 
 def _scope() -> NodeScope:

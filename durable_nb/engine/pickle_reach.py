@@ -1,0 +1,117 @@
+"""Which objects a pickle reached that tie two variables together.
+
+Two variables that reach a common mutable object must be stored together, or a restore gives
+each its own copy. The pickler's memo lists everything a pickle met; this module keeps the
+objects whose identity can matter, leaving out those that cannot change, those pickled by name
+(they come back as themselves), and the pickler's own temporaries.
+"""
+
+from __future__ import annotations
+
+import enum
+import io
+import pickle
+import sys
+import types
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["reached"]
+
+# Objects whose identity cannot matter: they cannot change, or are looked up by name on load.
+_IMMUTABLE = (
+    str,
+    bytes,
+    int,
+    float,
+    complex,
+    bool,
+    tuple,
+    frozenset,
+    range,
+    slice,
+    type,
+    types.ModuleType,
+    types.BuiltinFunctionType,
+    types.CodeType,
+    types.MethodType,
+    type(None),
+)
+
+
+def _type_verdict(kind: type, immutable: tuple[type, ...]) -> bool | None:
+    """What a type alone says of sharing its instances: never matters, matters, or ask the instance."""
+    if issubclass(kind, immutable):
+        return False
+    if kind is types.FunctionType:
+        return None
+    if not (kind.__hash__ is None or kind.__dictoffset__ != 0 or kind is types.CellType):
+        return False
+    # Objects pickled by name (a compiled library function, say) come back as themselves.
+    named = any("__qualname__" in vars(base) for base in kind.__mro__ if base is not object)
+    return None if named else True
+
+
+def _mutable(obj: Any, namespace: Mapping[str, Any], immutable: tuple[type, ...], verdicts: dict[type, Any]) -> bool:
+    """Tell whether two values holding ``obj`` must be stored together for a restore to keep it one object."""
+    kind = type(obj)
+    verdict = verdicts.get(kind, _UNKNOWN)
+    if verdict is _UNKNOWN:
+        verdict = verdicts[kind] = _type_verdict(kind, immutable)
+    if verdict is not None:
+        return bool(verdict)
+    if kind is types.FunctionType:
+        # A function from a module is pickled by name and comes back as itself.
+        return obj.__globals__ is namespace
+    return not _importable(obj)
+
+
+_UNKNOWN = object()
+
+
+def _importable(obj: Any) -> bool:
+    # Objects pickled by name (a compiled library function, say) come back as themselves.
+    qualname = getattr(obj, "__qualname__", None)
+    module = sys.modules.get(getattr(obj, "__module__", None) or "")
+    if not isinstance(qualname, str) or module is None:
+        return False
+    found: Any = module
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return found is obj
+
+
+def _immutable_types() -> tuple[type, ...]:
+    # Library types whose instances never change: sharing one between two variables needs no care.
+    extra: list[type] = [enum.Enum]
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        extra += [numpy.dtype, numpy.generic]
+    pandas = sys.modules.get("pandas")
+    if pandas is not None:
+        extra += [pandas.api.extensions.ExtensionDtype, pandas.Index]
+    return (*_IMMUTABLE, *extra)
+
+
+def reached(memo: dict[int, tuple[int, Any]], namespace: Mapping[str, Any]) -> list[int]:
+    """Return the ids of the mutable objects a pickle met, leaving out the pickler's own temporaries."""
+    found = []
+    immutable = _immutable_types()
+    verdicts: dict[type, Any] = {}
+    for key, entry in memo.items():
+        # An object only the memo holds was made while pickling (a reducer's state dict): its id
+        # is reused as soon as it is freed and must not make two values look shared.
+        if sys.getrefcount(entry[1]) > _MEMO_ONLY and _mutable(entry[1], namespace, immutable, verdicts):
+            found.append(key)
+    return found
+
+
+def _memo_only_references() -> int:
+    file = io.BytesIO()
+    pickler = pickle.Pickler(file, protocol=5)
+    pickler.dump([{}])  # the list and the dict are held by nothing but the memo once dumped
+    counts = [sys.getrefcount(entry[1]) for entry in pickler.memo.copy().values()]
+    return max(counts) - 1  # the dict is also held by the list
+
+
+_MEMO_ONLY = _memo_only_references()

@@ -1,0 +1,105 @@
+"""What a caller hands the store to write (a new run, a commit and its checks) and what the
+writes return (the commit's result, what a prune deleted)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .records import Blob, CheckpointDraft, CheckpointRecord, NewEvent, PendingInterrupt, RunRecord
+from .status import RunKind, RunStatus
+
+__all__ = ["Commit", "CommitResult", "NewRun", "PruneReport", "RunUpdate", "UNCHANGED"]
+
+
+class _Unchanged:
+    """Marker for a run field a commit leaves as it is."""
+
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+UNCHANGED: Any = _Unchanged()
+
+
+@dataclass(frozen=True, slots=True)
+class NewRun:
+    """A run about to be created, with the blobs of its input."""
+
+    run_id: str
+    name: str
+    kind: RunKind
+    status: RunStatus
+    input_manifest: dict[str, str]
+    blobs: list[Blob] = field(default_factory=list)
+    idempotency_key: str | None = None
+    parent_run_id: str | None = None
+    parent_checkpoint_id: str | None = None
+    owner: str | None = None
+    lease_until: float | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    checkpoints: list[CheckpointDraft] = field(default_factory=list)
+    events: list[NewEvent] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class RunUpdate:
+    """Changes to a run row that ride in a commit; UNCHANGED fields stay."""
+
+    status: Any = UNCHANGED
+    error: Any = UNCHANGED
+    error_type: Any = UNCHANGED
+    owner: Any = UNCHANGED
+    lease_until: Any = UNCHANGED
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """Everything one transaction writes for a run.
+
+    The checks run first inside the transaction: when one fails, nothing is written.
+    ``claim`` deletes a pending interrupt (a node id, or ``"*"`` for the only one), and with
+    ``claim_gate`` only the one that gate checkpoint opened; finding none raises AlreadyResumed.
+    When no other interrupt stays pending, the run takes ``status_after_claim`` (and the owner
+    in ``run``); otherwise it stays paused, unowned.
+    ``release_interrupts`` deletes every pending interrupt of the run (cancel, failed gate).
+    ``expect_owner`` (UNCHANGED: no check) and ``expect_head_seq`` guard against a run that
+    moved on since the caller read it. ``seen`` is the run row as the caller last saw it: while
+    the stored row still matches it, a backend may update the row without reading it first.
+    """
+
+    run_id: str
+    checkpoints: list[CheckpointDraft] = field(default_factory=list)
+    blobs: list[Blob] = field(default_factory=list)
+    events: list[NewEvent] = field(default_factory=list)
+    run: RunUpdate | None = None
+    open_interrupts: list[PendingInterrupt] = field(default_factory=list)
+    claim: str | None = None
+    claim_gate: str | None = None
+    release_interrupts: bool = False
+    status_after_claim: RunStatus | None = None
+    expect_status: frozenset[RunStatus] | None = None
+    expect_owner: Any = UNCHANGED
+    expect_head_seq: int | None = None
+    idempotent: list[tuple[str, str]] = field(default_factory=list)
+    seen: RunRecord | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    """What a commit wrote: its checkpoints with their seqs, and any claimed interrupt."""
+
+    run: RunRecord
+    checkpoints: list[CheckpointRecord]
+    claimed: PendingInterrupt | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PruneReport:
+    """What prune() deleted."""
+
+    checkpoints: int = 0
+    events: int = 0
+    idempotency: int = 0
+    blobs: int = 0
+    bytes_freed: int = 0

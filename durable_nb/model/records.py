@@ -1,0 +1,218 @@
+"""The records a store reads back: runs, checkpoints, events, pending gates, the values they
+point to, and the decisions given at gates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from .status import CheckpointStatus, EventType, RunKind, RunStatus
+
+__all__ = [
+    "Blob",
+    "CheckpointDraft",
+    "CheckpointRecord",
+    "CheckpointState",
+    "Decision",
+    "EventRecord",
+    "NewEvent",
+    "PendingInterrupt",
+    "RunRecord",
+    "StatusRows",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Blob:
+    """A serialized value stored once under its content address."""
+
+    hash: str
+    codec: str
+    data: bytes
+    # (key, hex digest of the address form of ``data``) when the store hashed the bytes as it
+    # read them: loading then needs no second pass over a large value.
+    read_digest: tuple[bytes, str] | None = field(default=None, compare=False, repr=False)
+    # Addresses of other blobs this one is made of (a namespace group's array buffers): what
+    # keeps this blob alive keeps them alive too.
+    parts: tuple[str, ...] = ()
+    # A value stored under an unsigned address (before values were signed) loads only with the
+    # seal the schema upgrade gave it under the key; values stored since have none.
+    seal: str | None = field(default=None, repr=False)
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A recorded answer to a gate: who decided what, when, and why."""
+
+    approved: bool
+    value: Any = None
+    comment: str | None = None
+    by: str | None = None
+    at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the JSON form stored in checkpoints."""
+        return {
+            "approved": self.approved,
+            "value": self.value,
+            "comment": self.comment,
+            "by": self.by,
+            "at": self.at.isoformat(),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Decision:
+        """Rebuild a decision from its stored JSON form."""
+        return cls(
+            approved=bool(data["approved"]),
+            value=data.get("value"),
+            comment=data.get("comment"),
+            by=data.get("by"),
+            at=datetime.fromisoformat(data["at"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """One row of the runs table."""
+
+    run_id: str
+    name: str
+    kind: RunKind
+    status: RunStatus
+    created_at: float
+    updated_at: float
+    input_manifest: dict[str, str]
+    error: str | None = None
+    error_type: str | None = None
+    idempotency_key: str | None = None
+    parent_run_id: str | None = None
+    parent_checkpoint_id: str | None = None
+    owner: str | None = None
+    lease_until: float | None = None
+    head_seq: int = 0
+    event_seq: int = 0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointState:
+    """The state of a run at a checkpoint: its values (name to address) and completed nodes.
+
+    ``since_snapshot`` counts the checkpoints since the last one that stored the whole state.
+    """
+
+    manifest: dict[str, str]
+    completed: list[str]
+    since_snapshot: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StatusRows:
+    """What a run's status is made of, read in one call: each checkpoint's step and address
+    (step, node, branch, iteration, item), the queue at the resume point, the latest skipped
+    nodes, and the completed ones."""
+
+    steps: list[tuple[str, str | None, str | None, int | None, int | None]]
+    queue: list[str]
+    skipped: list[str]
+    completed: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointDraft:
+    """A checkpoint about to be written; the store assigns its seq and time.
+
+    A checkpoint stores what it changed: ``changes`` (name to address, None for a name
+    removed) and the nodes it added to or removed from ``completed``. Now and then it also
+    carries the whole state (``snapshot``), so that the state at any checkpoint is rebuilt from
+    a bounded number of changes (``Store.state_at``).
+    """
+
+    checkpoint_id: str
+    step: str
+    node_id: str | None
+    status: CheckpointStatus
+    queue: list[str] = field(default_factory=list)
+    changes: dict[str, str | None] = field(default_factory=dict)
+    completed_added: list[str] = field(default_factory=list)
+    completed_removed: list[str] = field(default_factory=list)
+    snapshot: CheckpointState | None = None
+    skipped: list[str] = field(default_factory=list)
+    routes: dict[str, Any] = field(default_factory=dict)
+    iteration: int | None = None
+    item_index: int | None = None
+    branch_key: str | None = None
+    parent_checkpoint_id: str | None = None
+    node_input: Any = None
+    node_output: dict[str, str] | None = None
+    error: str | None = None
+    error_type: str | None = None
+    traceback: str | None = None
+    interrupt: dict[str, Any] | None = None
+    decision: dict[str, Any] | None = None
+    resumes: dict[str, list[Any]] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=dict)
+    agent_path: str | None = None
+    duration: float | None = None
+    attempts: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointRecord(CheckpointDraft):
+    """One immutable row of the checkpoints table: a written draft with its run, seq and time."""
+
+    run_id: str
+    seq: int
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event about to be appended to a run's log."""
+
+    type: EventType
+    node_id: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """One row of a run's event log, numbered per run without gaps."""
+
+    run_id: str
+    seq: int
+    type: str
+    node_id: str | None
+    at: float
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingInterrupt:
+    """A gate waiting for a decision; claimed (deleted) exactly once."""
+
+    run_id: str
+    node_id: str
+    checkpoint_id: str
+    reason: str
+    context: Any
+    created_at: float
+    agent_path: str | None = None
+    expires_at: float | None = None
+    on_timeout: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return what a caller sees of a pending gate: reason, context, node and agent path."""
+        return {
+            "reason": self.reason,
+            "context": self.context,
+            "node_id": self.node_id,
+            "agent_path": self.agent_path,
+        }

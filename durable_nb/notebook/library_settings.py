@@ -1,0 +1,284 @@
+"""Library settings a cell can change: scikit-learn's config; numpy's legacy global random
+state, error handling and print options; pandas options; matplotlib's rcParams, registered
+styles and colormaps, unit converters and date epoch; PyTorch's random state and default dtype.
+
+Each is read only once its library is imported (by the notebook, never by this module)."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from typing import Any
+
+from .setting_changes import MISSING, Setting, changed_keys, put_changes, replaced_entries, same, whole_reading
+
+__all__ = ["LIBRARY_SETTINGS"]
+
+
+def _module(name: str) -> Any:
+    return sys.modules.get(name)
+
+
+# -- scikit-learn ---------------------------------------------------------------------------------
+
+
+def _read_sklearn() -> Any:
+    module = _module("sklearn")
+    return None if module is None else dict(module.get_config())
+
+
+def _apply_sklearn(changed: dict[str, Any]) -> None:
+    import sklearn
+
+    sklearn.set_config(**{k: v for k, v in changed.items() if v is not MISSING})
+
+
+# -- numpy ----------------------------------------------------------------------------------------
+
+
+def _read_numpy_random() -> Any:
+    numpy = _module("numpy")
+    if numpy is None:
+        return None
+    kind, keys, position, has_gauss, gauss = numpy.random.get_state(legacy=True)
+    return (kind, keys.tobytes(), position, has_gauss, gauss)
+
+
+def _apply_numpy_random(state: Any) -> None:
+    import numpy
+
+    kind, keys, position, has_gauss, gauss = state
+    numpy.random.set_state((kind, numpy.frombuffer(keys, dtype=numpy.uint32), position, has_gauss, gauss))
+
+
+def _read_numpy_options() -> Any:
+    numpy = _module("numpy")
+    if numpy is None:
+        return None
+    return {"err": numpy.geterr(), "print": numpy.get_printoptions()}
+
+
+def _apply_numpy_options(changed: dict[str, Any]) -> None:
+    import numpy
+
+    if "err" in changed:
+        numpy.seterr(**changed["err"])
+    if "print" in changed:
+        options = dict(changed["print"])
+        # get_printoptions reports 'legacy' as False or a string; set_printoptions wants the same.
+        numpy.set_printoptions(**options)
+
+
+# -- pandas ---------------------------------------------------------------------------------------
+
+
+def _option_names(options: Any, caught: list[Any], prefix: str = "") -> list[str]:
+    names = []
+    for key in dir(options):
+        before = len(caught)
+        try:
+            value = getattr(options, key)
+        except Exception:  # noqa: BLE001 - an option withdrawn with an error
+            continue
+        if type(value) is type(options):
+            names.extend(_option_names(value, caught, f"{prefix}{key}."))
+        elif len(caught) == before:
+            # A deprecated option warns when read, and setting it has no effect: left out.
+            names.append(prefix + key)
+    return names
+
+
+_pandas_names: list[str] = []
+
+
+def _live_options(pandas: Any) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        return _option_names(pandas.options, caught)
+
+
+def _read_pandas() -> Any:
+    pandas = _module("pandas")
+    if pandas is None:
+        return None
+    if not _pandas_names:
+        _pandas_names.extend(_live_options(pandas))
+    return {name: pandas.get_option(name) for name in _pandas_names}
+
+
+def _apply_pandas(changed: dict[str, Any]) -> None:
+    import pandas
+
+    for name, value in changed.items():
+        if value is not MISSING:
+            pandas.set_option(name, value)
+
+
+# -- matplotlib -----------------------------------------------------------------------------------
+
+
+def _read_rc() -> Any:
+    matplotlib = _module("matplotlib")
+    if matplotlib is None:
+        return None
+    # The backend is the kernel's business: a restore must not switch it.
+    return {k: v for k, v in dict.items(matplotlib.rcParams) if k != "backend"}
+
+
+def _apply_rc(changed: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.rcParams.update({k: v for k, v in changed.items() if v is not MISSING})
+
+
+def _read_styles() -> Any:
+    style = _module("matplotlib.style")
+    return None if style is None else dict(style.library)
+
+
+def _diff_styles(before: dict[str, Any], after: dict[str, Any]) -> Any:
+    changed = replaced_entries(before, after)
+    # Copy only what changed.
+    return None if changed is None else {name: p if p is MISSING else dict(p) for name, p in changed.items()}
+
+
+def _apply_styles(changed: dict[str, Any]) -> None:
+    from matplotlib import style
+
+    put_changes(style.library, changed)
+
+
+def _read_colormaps() -> Any:
+    matplotlib = _module("matplotlib")
+    if matplotlib is None:
+        return None
+    registry = matplotlib.colormaps
+    if not _library_colormaps:
+        # The colormaps there when matplotlib is first read are the library's: an import registers
+        # them again, so only their names are compared (a copy of each would cost every cell).
+        _library_colormaps.update(registry)
+    return {name: None if name in _library_colormaps else registry[name] for name in registry}
+
+
+_library_colormaps: set[str] = set()
+
+
+def _apply_colormaps(changed: dict[str, Any]) -> None:
+    import matplotlib
+
+    registry = matplotlib.colormaps
+    for name, colormap in changed.items():
+        if colormap is None or (name in registry and same(registry[name], colormap)):
+            continue  # the library's own, or there already
+        registry.unregister(name)  # so that registering it is not reported as overwriting
+        if colormap is not MISSING:
+            registry.register(colormap, name=name)
+
+
+def _read_units() -> Any:
+    units = _module("matplotlib.units")
+    return None if units is None else dict(units.registry)
+
+
+def _apply_units(changed: dict[Any, Any]) -> None:
+    from matplotlib import units
+
+    put_changes(units.registry, changed)
+
+
+def _read_epoch() -> Any:
+    # Only read after a cell called set_epoch: a first get_epoch fixes the epoch for good.
+    dates = _module("matplotlib.dates")
+    return None if dates is None else dates.get_epoch()
+
+
+def _apply_epoch(epoch: str) -> None:
+    from matplotlib import dates
+
+    try:
+        dates.set_epoch(epoch)
+    except RuntimeError:
+        # Fixed already (the epoch cannot change once dates were converted): fine if it is this one.
+        if dates.get_epoch() != epoch:
+            raise RuntimeError(
+                f"the date epoch is already {dates.get_epoch()!r} and matplotlib lets it be set only "
+                f"once per process, so it cannot be set to {epoch!r}"
+            ) from None
+
+
+# -- torch ----------------------------------------------------------------------------------------
+
+
+def _read_torch() -> Any:
+    torch = _module("torch")
+    if torch is None:
+        return None
+    return {"rng": torch.random.get_rng_state().numpy().tobytes(), "dtype": str(torch.get_default_dtype())}
+
+
+def _apply_torch(changed: dict[str, Any]) -> None:
+    import torch
+
+    if "rng" in changed:
+        torch.random.set_rng_state(torch.frombuffer(bytearray(changed["rng"]), dtype=torch.uint8))
+    if "dtype" in changed:
+        torch.set_default_dtype(getattr(torch, changed["dtype"].removeprefix("torch.")))
+
+
+_RC_CALLS = (
+    "matplotlib.style.use",
+    "matplotlib.interactive",
+    "matplotlib.pyplot.ion",
+    "matplotlib.pyplot.ioff",
+    # seaborn's set_theme and set_palette may also change matplotlib's named colours: not listed.
+    "seaborn.set_style",
+    "seaborn.set_context",
+)
+_TORCH_CALLS = (
+    "torch.manual_seed",
+    "torch.seed",
+    "torch.set_rng_state",
+    "torch.random.manual_seed",
+    "torch.random.seed",
+    "torch.set_default_dtype",
+)
+
+LIBRARY_SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "numpy.random",
+        _read_numpy_random,
+        whole_reading,
+        _apply_numpy_random,
+        ("numpy.random.seed", "numpy.random.set_state"),
+    ),
+    Setting(
+        "numpy", _read_numpy_options, changed_keys, _apply_numpy_options, ("numpy.seterr", "numpy.set_printoptions")
+    ),
+    Setting("pandas", _read_pandas, changed_keys, _apply_pandas, ("pandas.set_option", "pandas.reset_option")),
+    Setting("sklearn", _read_sklearn, changed_keys, _apply_sklearn, ("sklearn.set_config",)),
+    Setting("matplotlib.rcParams", _read_rc, changed_keys, _apply_rc, _RC_CALLS),
+    Setting("matplotlib.style", _read_styles, _diff_styles, _apply_styles),
+    Setting(
+        "matplotlib.colormaps",
+        _read_colormaps,
+        changed_keys,
+        _apply_colormaps,
+        ("matplotlib.colormaps.register", "matplotlib.colormaps.unregister"),
+    ),
+    Setting(
+        "matplotlib.units",
+        _read_units,
+        replaced_entries,
+        _apply_units,
+        ("pandas.plotting.register_matplotlib_converters", "pandas.plotting.deregister_matplotlib_converters"),
+    ),
+    Setting(
+        "matplotlib.dates.epoch",
+        _read_epoch,
+        whole_reading,
+        _apply_epoch,
+        ("matplotlib.dates.set_epoch",),
+        on_call=True,
+    ),
+    Setting("torch", _read_torch, changed_keys, _apply_torch, _TORCH_CALLS),
+)
