@@ -199,10 +199,9 @@ def module_cycles() -> list[list[str]]:
     return cycles
 
 
-# Classes cut across files through mixins that import their host for the type checker; being
-# recomposed from helpers they hold. Empty this once they are: no cycle may be added to it.
+# A class cut across files through a mixin that imports its host for the type checker; being
+# recomposed from helpers it holds. Empty this once it is: no cycle may be added to it.
 BEING_RECOMPOSED = [
-    ["durable_nb.engine.node_kinds", "durable_nb.engine.runner", "durable_nb.engine.stops"],
     ["durable_nb.engine.cell_lineage", "durable_nb.engine.cells"],
 ]
 
