@@ -9,7 +9,7 @@ tree) and ``cell_values`` (restores and the values forks set).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from .._ids import new_id
@@ -38,6 +38,7 @@ from .cell_writer import CellWriter
 from .fork_overrides import ForkOverrides
 from .forking import create_fork
 from .namespace import NamespaceTracker
+from .overrides import OverrideText
 from .ownership import lease_deadline, this_owner
 from .scope import NodeScope
 from .statelog import StateLog
@@ -255,14 +256,13 @@ class CellRun:
             )
         return await self.lineage.state_before(committed, node) or {}
 
-    async def values_before(self, node: str | None, names: Iterable[str]) -> dict[str, Any]:
-        """Return the named values where a fork would start: just before cell ``node`` (None: now)."""
-        manifest = await self.manifest_before(node)
-        wanted = {name: manifest[name] for name in names if name in manifest}
-        return await self.values.load(wanted) if wanted else {}
-
     async def fork_before(
-        self, node: str, overrides: dict[str, Any] | None = None, *, key: str | None = None, owned: bool = True
+        self,
+        node: str,
+        overrides: dict[str, Any] | OverrideText | None = None,
+        *,
+        key: str | None = None,
+        owned: bool = True,
     ) -> CellRun:
         """Branch a new run from the state just before ``node`` was committed; this run is untouched.
 
@@ -286,7 +286,8 @@ class CellRun:
             self.values,
             source_run.run_id,
             source_id,
-            {**carried, **(overrides or {})},
+            overrides,
+            carried=carried,
             owner=owner,
             lease_until=lease,
             idempotency_key=key,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,11 +22,11 @@ from ..model import (
 )
 from ..store.protocol import Store
 from ..store.rows import checkpoint_from_draft
-from ..store.secret import load_secret
 from .drafts import draft_after
+from .overrides import OverrideText
 from .values import ValueCodec, check_state
 
-__all__ = ["Fork", "create_fork", "values_at_fork_point"]
+__all__ = ["Fork", "create_fork"]
 
 
 @dataclass(slots=True)
@@ -44,6 +44,7 @@ async def create_fork(
     checkpoint_id: str | None = None,
     overrides: Any = None,
     *,
+    carried: Mapping[str, Any] | None = None,
     owner: str | None = None,
     lease_until: float | None = None,
     idempotency_key: str | None = None,
@@ -56,6 +57,10 @@ async def create_fork(
     ``then(source, fork_draft)`` may add checkpoints after the fork's own (and their values), written
     in the same transaction: an agent's edited turn, say. ``at_start`` branches before the run's
     first checkpoint: the fork starts from the run's input (and the overrides).
+
+    ``overrides`` are Python values (name to value), or an ``OverrideText`` a person typed: then each
+    value must keep the type it has at the fork point, read here once; InvalidInput, and no fork,
+    otherwise. ``carried`` are values the fork inherits from other forks; the overrides win over them.
     """
     source_run = await store.get_run(run_id)
     source: CheckpointRecord | None = None
@@ -70,7 +75,9 @@ async def create_fork(
             )
     else:
         source = await store.get_checkpoint(run_id, checkpoint_id)
-    changes = check_state(overrides, "Fork state overrides")
+    if isinstance(overrides, OverrideText):
+        overrides = overrides.typed(await _values_at(store, values, source_run, source, overrides.names))
+    changes = check_state({**carried, **(overrides or {})} if carried else overrides, "Fork state overrides")
     delta, blobs = values.encode(changes)
     new_run_id = new_id()
     draft = _fork_checkpoint(source, run_id, delta)
@@ -139,21 +146,18 @@ def _fork_checkpoint(source: CheckpointRecord | None, run_id: str, delta: dict[s
     )
 
 
-async def values_at_fork_point(store: Store, run_id: str, at: str | None, names: Iterable[str]) -> dict[str, Any]:
-    """Load ``names`` as they are at the checkpoint a fork branches from (``at``, else the resume point).
-
-    Overrides are checked against them: a value must keep its type, since the rest of the run was written for it.
-    """
-    await store.get_run(run_id)  # an unknown run is RunNotFound, before any checkpoint lookup
-    point = await store.resume_point(run_id) if at is None else await store.get_checkpoint(run_id, at)
-    if point is None:
-        return {}  # nothing to fork from yet: the fork itself refuses, saying so
-    manifest = (await store.state_at(run_id, point.seq)).manifest
+async def _values_at(
+    store: Store, values: ValueCodec, run: RunRecord, point: CheckpointRecord | None, names: list[str]
+) -> dict[str, Any]:
+    """Load ``names`` as they are at the checkpoint a fork branches from (None: the run's input)."""
+    if not names:
+        return {}  # nothing typed to check: no state to read
+    manifest = (await store.state_at(run.run_id, point.seq)).manifest if point is not None else run.input_manifest
     wanted = {name: manifest[name] for name in names if name in manifest}
     if not wanted:
         return {}
     try:
-        return await ValueCodec(store, load_secret()).load(wanted)
+        return await values.load(wanted)
     except DurableError:
         raise
     except Exception as error:  # e.g. a pickled class whose module this process lacks

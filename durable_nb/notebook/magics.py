@@ -11,7 +11,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from .._loop import run_sync
 from ..engine.fork_overrides import shared_with
-from ..engine.overrides import parse_overrides
+from ..engine.overrides import OverrideText
 from ..errors import DurableError
 from ..model import RunStatus
 from .handover import ATTACH_VARIABLE, Handover
@@ -208,20 +208,16 @@ class DurableMagics(Magics):
         args = parse_argstring(self._fork_args, rest)
         session = session_for(self.shell)
         cell_run = session.require()
-        typed = [str(_unquoted(text)) for text in args.overrides]
         try:
-            names = [name for name, value in parse_overrides(typed).items() if value is not None]
-            # Each value keeps the type it has where the fork starts, as in the inspector and the CLI.
-            current = run_sync(cell_run.values_before(args.at, names))
-            overrides = parse_overrides(typed, current)
-            shared = shared_with(run_sync(cell_run.manifest_before(args.at)), overrides)
+            overrides = OverrideText.parse([str(_unquoted(text)) for text in args.overrides])
+            shared = shared_with(run_sync(cell_run.manifest_before(args.at)), overrides.values)
+            # Each value keeps the type it has where the fork starts: the fork checks, and refuses.
+            if args.at:
+                run_id = run_sync(cell_run.fork_before(args.at, overrides)).run_id
+            else:
+                run_id = fork(cell_run.run_id, state=overrides, store=cell_run.store).id
         except DurableError as error:
             raise UsageError(str(error)) from None
-        if args.at:
-            forked = run_sync(cell_run.fork_before(args.at, overrides))
-            run_id = forked.run_id
-        else:
-            run_id = fork(cell_run.run_id, state=overrides, store=cell_run.store).id
         attached = session.attach(cell_run.run.name, run_id=run_id, quiet=True)
         # The fork's values (its own and those it carries from the forks above it) are this kernel's now.
         placed = session.hold_overrides(attached, quiet=True)

@@ -54,14 +54,14 @@ def connect(url: str | os.PathLike[str] | None = None, *, durability: str = "ful
 
 def disconnect(url: str | os.PathLike[str] | None = None) -> None:
     """Close and forget this process's shared stores at ``url`` (all of them when None)."""
-    from .._loop import run_sync
-
     text = None if url is None else resolve_url(url)
     with _lock:
         chosen = [k for k, s in _stores.items() if text is None or getattr(s, "url", None) == text]
         stores = [_stores.pop(k) for k in chosen]
+    # Closing is one blocking call on this thread: no event loop is needed, so the store
+    # keeps clear of the sync driver above it.
     for store in stores:
-        run_sync(store.close())
+        store.close_now()
 
 
 def _open_backend(scheme: str, url: str, path: str | None, durability: str, create: bool) -> SQLStore:

@@ -203,10 +203,14 @@ class PostgresStore(SQLStore):
 
     async def close(self) -> None:
         """Close the pool; later calls raise StoreUnavailable."""
+        await offload(self.close_now)
+
+    def close_now(self) -> None:
+        """Close the pool on this thread; later calls raise StoreUnavailable."""
         self._closed = True
         pool, self._pool = self._pool, None
         if pool is not None:
-            await offload(pool.close)
+            pool.close()
 
     async def commit(self, commit: Commit) -> CommitResult:
         """Write a commit in one transaction; a lost connection is retried without writing twice."""

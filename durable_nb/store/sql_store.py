@@ -50,6 +50,10 @@ class SQLStore:
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         raise NotImplementedError
 
+    def close_now(self) -> None:
+        """Close the store's connections on this thread; later calls raise StoreUnavailable."""
+        raise NotImplementedError
+
     async def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
         """Create a run with its first checkpoints and events, or return the keyed original."""
         return await self._run(self._sql._create_run, new, time.time())

@@ -188,9 +188,10 @@ class SQLiteStore(SQLStore):
 
     async def close(self) -> None:
         """Close the connection; later calls raise StoreUnavailable."""
-        await offload(self._close_now)
+        await offload(self.close_now)
 
-    def _close_now(self, wait: float = -1) -> None:
+    def close_now(self, wait: float = -1) -> None:
+        """Close the connection on this thread; later calls raise StoreUnavailable."""
         # Under the lock: an operation of another thread finishes with the connection first
         # (``wait`` seconds at most; -1: as long as it takes).
         if not self._lock.acquire(timeout=wait):
@@ -212,7 +213,7 @@ class SQLiteStore(SQLStore):
         """
         if self._failed:
             return
-        self._close_now(wait=5)
+        self.close_now(wait=5)
 
 
 @atexit.register

@@ -18,8 +18,7 @@ import ipywidgets as widgets
 from .._loop import run_sync
 from ..engine.calls import acancel, afork, aget_run
 from ..engine.decisions import decide, make_decision
-from ..engine.forking import values_at_fork_point
-from ..engine.overrides import parse_overrides
+from ..engine.overrides import OverrideText
 from ..errors import DurableError
 from ..model import RunStatus
 from ..store import resolve_store
@@ -224,14 +223,12 @@ class Inspector(widgets.VBox):
         if checkpoint_id is None:
             raise DurableError("Select a checkpoint to fork at.")
         point = run_sync(self.store.get_checkpoint(self.selected_run, checkpoint_id))
-        names = parse_overrides(self.overrides.value)
-        # Load only the values being overridden, to check their types at the fork point.
-        current = run_sync(values_at_fork_point(self.store, self.selected_run, checkpoint_id, names))
-        overrides = parse_overrides(self.overrides.value, current)
+        # Each value keeps the type it has at the fork point: the fork checks, and refuses.
+        overrides = OverrideText.parse(self.overrides.value)
         created = run_sync(afork(self.selected_run, checkpoint_id, overrides, store=self.store))
         self.refresh()
         self.tree.value = created.id
-        changed = ", ".join(f"{k} = {v!r}" for k, v in overrides.items()) or "no overrides"
+        changed = ", ".join(f"{k} = {v!r}" for k, v in overrides.values.items()) or "no overrides"
         self._say(f"Created fork {created.id} at {point.step} ({changed}). Switch the kernel to it to continue.")
 
     def switch(self) -> None:
