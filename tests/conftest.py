@@ -2,7 +2,9 @@
 
 Tests that take ``store_url`` (or ``store``) run against every backend: SQLite always, and
 PostgreSQL when $DURABLE_NB_TEST_POSTGRES names a reachable server (CI sets it). Tests about
-SQLite files themselves are marked ``sqlite_only``.
+SQLite files themselves are marked ``sqlite_only``. Tests that drive a real front end (a Jupyter
+kernel, a notebook runner, the service) name their backends with ``backends(...)``: SQLite for
+most, and PostgreSQL for one test per front end, the store itself being tested on both elsewhere.
 """
 
 from __future__ import annotations
@@ -33,13 +35,28 @@ NO_POSTGRES = (
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "sqlite_only: the test is about SQLite files, not store behaviour")
+    config.addinivalue_line(
+        "markers",
+        "backends(*names): the store backends the test runs on (the closest marker wins, so one test "
+        "of a module marked backends('sqlite') can be marked backends('sqlite', 'postgres'))",
+    )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     for name in ("store_url", "store"):
         if name in metafunc.fixturenames:
-            backends = ["sqlite"] if metafunc.definition.get_closest_marker("sqlite_only") else BACKENDS
-            metafunc.parametrize(name, backends, indirect=True)
+            metafunc.parametrize(name, _backends(metafunc.definition), indirect=True)
+
+
+def _backends(definition: pytest.Function) -> list[str]:
+    """The backends a test runs on: both, SQLite for ``sqlite_only``, or those its closest ``backends`` names."""
+    if definition.get_closest_marker("sqlite_only"):
+        return ["sqlite"]
+    chosen = definition.get_closest_marker("backends")
+    if chosen is None:
+        return BACKENDS
+    assert chosen.args and set(chosen.args) <= set(BACKENDS), chosen.args
+    return list(chosen.args)
 
 
 @functools.cache

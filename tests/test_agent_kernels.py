@@ -14,7 +14,8 @@ import pytest
 from agentkit import ModelServer, Script
 from kernelkit import Kernel
 
-pytestmark = pytest.mark.slow
+# Real kernels on SQLite: the kernel's PostgreSQL case is in test_kernels.py, the store's in the conformance tests.
+pytestmark = [pytest.mark.slow, pytest.mark.backends("sqlite")]
 
 
 @pytest.fixture

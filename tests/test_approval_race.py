@@ -1,8 +1,10 @@
 """Separate processes racing to approve one paused run: the claim is atomic, exactly one wins.
 
-Each trial starts a run that pauses at a gate, then starts 2 to 8 child *processes* (not
-threads) that all import the same workflow module, open the store, wait at a shared start
-signal and then approve the same run at the same instant. Exactly one child must win; every
+Each trial starts a run that pauses at a gate, then has 2 to 8 child *processes* (not
+threads) all import the same workflow module, open the store, wait at a shared start
+signal and then approve the same run at the same instant. The children are long-lived
+approvers (tests/racekit.py) started once for the module and given one trial after another:
+an interpreter start costs more than a trial. Exactly one child must win; every
 other one must get ``AlreadyResumed``; the gated node's post-gate body and the node after
 the gate must run exactly once (counted in a side-effect file the node bodies append to).
 """
@@ -10,17 +12,16 @@ the gate must run exactly once (counted in a side-effect file the node bodies ap
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
-import subprocess
-import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 from conftest import env_with_repo
+from racekit import ApproverPool
 
 import durable_nb as dnb
 
@@ -30,6 +31,7 @@ TRIALS = 20  # per variant
 START_DELAY = 0.15  # seconds between the start signal and the instant every child approves
 READY_TIMEOUT = 60.0
 CHILD_TIMEOUT = 60.0
+OUTCOMES = ("won", "already_resumed")
 
 # The workflow both the parent and every child import, so the code is identical.
 # ``{store!r}`` and ``{side!r}`` are filled in per test.
@@ -76,61 +78,21 @@ def send(state):
     return {{"sent": True}}
 '''
 
-# One racing approver. argv: mode (flow|store), run id, comment, ready file, go file.
-CHILD_SCRIPT = """\
-import json
-import os
-import sys
-import time
 
-import durable_nb as dnb
-import race_flow
-
-mode, run_id, comment, ready_file, go_file = sys.argv[1:6]
-
-# Warm up before the race: imports done, store connection open, run visible and paused.
-warm = dnb.get_run(run_id, store=race_flow.STORE)
-assert warm.status == "paused", warm.status
-race_flow.flow.get(run_id)
-
-with open(ready_file, "w") as handle:
-    handle.write(str(os.getpid()))
-
-while not os.path.exists(go_file):
-    time.sleep(0.001)
-with open(go_file) as handle:
-    go_at = float(handle.read())
-while time.time() < go_at:
-    remaining = go_at - time.time()
-    if remaining > 0.002:
-        time.sleep(remaining - 0.002)
-
-started = time.time()
-result = {"pid": os.getpid(), "comment": comment, "started": started}
-try:
-    if mode == "flow":
-        run = race_flow.flow.approve(run_id, approved=True, comment=comment)
-    else:
-        run = dnb.approve(run_id, comment=comment, store=race_flow.STORE)
-    result.update(outcome="won", status=run.status)
-except dnb.AlreadyResumed as exc:
-    result.update(outcome="already_resumed", message=str(exc))
-except BaseException as exc:  # reported to the parent, which fails the test
-    result.update(outcome="error", error=f"{type(exc).__name__}: {exc}")
-result["finished"] = time.time()
-print("RESULT " + json.dumps(result), flush=True)
-sys.exit({"won": 0, "already_resumed": 3}.get(result["outcome"], 2))
-"""
-
-EXIT_CODES = {"won": 0, "already_resumed": 3}
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApproverPool]:
+    """Approver processes shared by every trial of this module; each must end cleanly at the end."""
+    approvers = ApproverPool(tmp_path_factory.mktemp("approvers"), env_with_repo)
+    yield approvers
+    codes = approvers.close()
+    assert all(code == 0 for code in codes.values()), f"approvers did not end cleanly: {codes}"
 
 
 def load_flow(tmp_path: Path, store_url: str) -> ModuleType:
-    """Write the shared workflow module and the child script; import the module here too."""
+    """Write the shared workflow module and import it here too (the approvers load the same file)."""
     side = tmp_path / "side_effects.txt"
     module_file = tmp_path / "race_flow.py"
     module_file.write_text(FLOW_MODULE.format(store=store_url, side=str(side)))
-    (tmp_path / "race_child.py").write_text(CHILD_SCRIPT)
     # A unique module name: each test has its own store and side file baked into the module.
     name = f"race_flow_{abs(hash(str(tmp_path)))}"
     spec = importlib.util.spec_from_file_location(name, module_file)
@@ -147,62 +109,46 @@ def side_effects(tmp_path: Path) -> list[list[str]]:
     return [line.split(" ") for line in path.read_text().splitlines()]
 
 
-def race(tmp_path: Path, mode: str, run_id: str, processes: int, trial: int) -> list[dict]:
-    """Start ``processes`` approvers, release them at one instant, and return their results."""
+def race(pool: ApproverPool, tmp_path: Path, mode: str, run_id: str, processes: int, trial: int) -> list[dict]:
+    """Have ``processes`` approvers warm up, release them at one instant, and return their results."""
     work = tmp_path / f"trial-{trial}"
     work.mkdir()
     go_file = work / "go"
-    env = env_with_repo()
-    children: list[subprocess.Popen[str]] = []
+    approvers = pool.take(processes)
     try:
-        for i in range(processes):
-            children.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        str(tmp_path / "race_child.py"),
-                        mode,
-                        run_id,
-                        f"child-{i}",
-                        str(work / f"ready-{i}"),
-                        str(go_file),
-                    ],
-                    cwd=tmp_path,
-                    env=env,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                )
+        for i, approver in enumerate(approvers):
+            approver.send(
+                {
+                    "mode": mode,
+                    "module": str(tmp_path / "race_flow.py"),
+                    "run_id": run_id,
+                    "comment": f"child-{i}",
+                    "ready": str(work / f"ready-{i}"),
+                    "go": str(go_file),
+                }
             )
         deadline = time.monotonic() + READY_TIMEOUT
         while not all((work / f"ready-{i}").exists() for i in range(processes)):
-            dead = [c for c in children if c.poll() is not None]
-            if dead:
-                _, err = dead[0].communicate()
-                pytest.fail(f"a child exited before the start signal (rc={dead[0].returncode}):\n{err}")
+            early = [a for a in approvers if a.answered() or a.proc.poll() is not None]
+            if early:
+                pytest.fail(f"an approver stopped before the start signal:\n{early[0].result(1.0)}")
             if time.monotonic() > deadline:
-                pytest.fail("children did not get ready in time")
+                pytest.fail("approvers did not get ready in time")
             time.sleep(0.005)
-        # Write the start instant atomically: children never read a half-written file.
+        # Write the start instant atomically: approvers never read a half-written file.
         tmp_go = work / "go.tmp"
         tmp_go.write_text(repr(time.time() + START_DELAY))
         os.replace(tmp_go, go_file)
 
         results = []
-        for i, child in enumerate(children):
-            out, err = child.communicate(timeout=CHILD_TIMEOUT)
-            lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
-            assert len(lines) == 1, f"child {i} (rc={child.returncode}) printed no result:\n{out}\n{err}"
-            result = json.loads(lines[0][len("RESULT ") :])
-            assert result["outcome"] in EXIT_CODES, f"child {i} failed: {result.get('error')}\n{err}"
-            assert child.returncode == EXIT_CODES[result["outcome"]], (child.returncode, result, err)
+        for i, approver in enumerate(approvers):
+            result = approver.result(CHILD_TIMEOUT)
+            assert result["outcome"] in OUTCOMES, f"approver {i} failed: {result.get('error')}\n{approver.stderr()}"
             results.append(result)
         return results
-    finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
+    except BaseException:
+        pool.discard()  # workers may be mid-order: the next trial gets fresh ones
+        raise
 
 
 def check_race(results: list[dict], processes: int) -> dict:
@@ -265,7 +211,9 @@ def trial_params() -> list:
 
 
 @pytest.mark.parametrize(("trial", "processes"), trial_params())
-def test_flow_approve_race_across_processes(tmp_path: Path, store_url: str, trial: int, processes: int) -> None:
+def test_flow_approve_race_across_processes(
+    pool: ApproverPool, tmp_path: Path, store_url: str, trial: int, processes: int
+) -> None:
     """The claim of a gate is atomic across processes: of 2-8 processes calling ``flow.approve``
     on one paused run at the same instant, exactly one wins and continues the run to
     completion; all others raise AlreadyResumed; the post-gate node bodies run exactly once,
@@ -273,7 +221,7 @@ def test_flow_approve_race_across_processes(tmp_path: Path, store_url: str, tria
     module = load_flow(tmp_path, store_url)
     run_id = start_paused_run(module.flow, tmp_path, trial)
 
-    results = race(tmp_path, "flow", run_id, processes, trial)
+    results = race(pool, tmp_path, "flow", run_id, processes, trial)
 
     winner = check_race(results, processes)
     assert winner["status"] == "completed", winner
@@ -282,7 +230,9 @@ def test_flow_approve_race_across_processes(tmp_path: Path, store_url: str, tria
 
 
 @pytest.mark.parametrize(("trial", "processes"), trial_params())
-def test_store_approve_race_then_single_resume(tmp_path: Path, store_url: str, trial: int, processes: int) -> None:
+def test_store_approve_race_then_single_resume(
+    pool: ApproverPool, tmp_path: Path, store_url: str, trial: int, processes: int
+) -> None:
     """The claim is atomic across processes without the workflow's code: of 2-8 processes calling store-level
     ``dnb.approve`` on one paused run at the same instant, exactly one records its decision
     (run becomes ``pending``, no node code runs in any child) and all others raise
@@ -291,7 +241,7 @@ def test_store_approve_race_then_single_resume(tmp_path: Path, store_url: str, t
     module = load_flow(tmp_path, store_url)
     run_id = start_paused_run(module.flow, tmp_path, trial)
 
-    results = race(tmp_path, "store", run_id, processes, trial)
+    results = race(pool, tmp_path, "store", run_id, processes, trial)
 
     winner = check_race(results, processes)
     assert winner["status"] == "pending", winner

@@ -25,7 +25,8 @@ from servicekit import ADMIN, DECIDER, READER, Server, free_port
 
 import durable_nb as dnb
 
-pytestmark = pytest.mark.slow
+# Chromium on SQLite, but for one PostgreSQL case (the store is tested on both elsewhere).
+pytestmark = [pytest.mark.slow, pytest.mark.backends("sqlite")]
 
 
 @pytest.fixture
@@ -47,6 +48,7 @@ def page() -> Iterator[Any]:
         yield browser.new_page(viewport={"width": 1100, "height": 700})
 
 
+@pytest.mark.backends("sqlite", "postgres")  # the one PostgreSQL case of the approvals page
 def test_approve_a_gate_from_the_page(server: Server, page: Any, store_url: str, tmp_path: Path) -> None:
     hostile = "<script>window.pwned = 1</script>"
     run_id = server.client.run("gated", {"who": hostile})["id"]

@@ -13,8 +13,10 @@ from crashkit import CrashFlow
 
 pytestmark = pytest.mark.slow
 
-MIN_KILLS = 30
-MAX_TRIALS = 40
+# A short version of tests/stress/crash_soak.py (hundreds of kills, not run in CI): every kind of
+# kill (of a first run, of a recoverer, one to three in a row) still happens within ten.
+MIN_KILLS = 10
+MAX_TRIALS = 15
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ def check_promises(flow: CrashFlow, snapshots: list[Snapshot], label: object) ->
 
 
 def test_random_kills_lose_at_most_the_node_in_flight(tmp_path: Path) -> None:
-    """Over 30+ SIGKILLs, every run completes; committed bodies never run again; only the node
+    """Over 10+ SIGKILLs, every run completes; committed bodies never run again; only the node
     in flight at a kill may run twice; @idempotent bodies of committed nodes ran once; the file is intact."""
     rng = random.Random(20261129)
     total_kills = trial = 0

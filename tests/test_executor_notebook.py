@@ -20,7 +20,8 @@ from durable_nb._loop import run_sync
 
 distributed = pytest.importorskip("distributed", reason="the Dask executor tests need durable-nb[dask] (distributed)")
 
-pytestmark = pytest.mark.slow
+# Real kernels on SQLite: the kernel's PostgreSQL case is in test_kernels.py, the store's in the conformance tests.
+pytestmark = [pytest.mark.slow, pytest.mark.backends("sqlite")]
 
 ITEMS = 60
 KILLER = 30

@@ -17,7 +17,8 @@ from kernelkit import CellResult, Kernel
 
 import durable_nb as dnb
 
-pytestmark = pytest.mark.slow
+# Real kernels on SQLite: the kernel's PostgreSQL case is in test_kernels.py, the store's in the conformance tests.
+pytestmark = [pytest.mark.slow, pytest.mark.backends("sqlite")]
 
 SETUP = "%load_ext durable_nb\n%durable run faithful"
 

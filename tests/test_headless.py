@@ -11,7 +11,8 @@ from nbclient.exceptions import CellExecutionError, DeadKernelError
 
 import durable_nb as dnb
 
-pytestmark = pytest.mark.slow
+# Scheduled notebooks on SQLite, but for one PostgreSQL case (the store is tested on both elsewhere).
+pytestmark = [pytest.mark.slow, pytest.mark.backends("sqlite")]
 
 
 def scheduled_notebook(path: Path, counter: Path, flag: Path, store_url: str) -> Path:
@@ -43,6 +44,7 @@ def lines(path: Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
 
+@pytest.mark.backends("sqlite", "postgres")  # the one PostgreSQL case of nbclient
 def test_nbclient_rerun_after_crash_resumes(tmp_path: Path, store_url: str) -> None:
     """A notebook whose kernel dies under nbclient, run again on the same store, resumes at the cell in flight."""
     counter, flag = tmp_path / "counter.txt", tmp_path / "flag"

@@ -13,7 +13,8 @@ from kernelkit import Kernel
 
 import durable_nb as dnb
 
-pytestmark = pytest.mark.slow
+# Real kernels on SQLite, but for one PostgreSQL case (the store is tested on both elsewhere).
+pytestmark = [pytest.mark.slow, pytest.mark.backends("sqlite")]
 
 
 @pytest.fixture
@@ -57,6 +58,7 @@ def notebook(counter: Path, flag: Path) -> list[str]:
     ]
 
 
+@pytest.mark.backends("sqlite", "postgres")  # the one PostgreSQL case of a real kernel
 def test_kill_then_run_all_restores_committed_cells(kernels: list, tmp_path: Path, store_url: str) -> None:
     """After kill -9, Run All in a new kernel restores committed cells, replays outputs and runs only the rest."""
     counter, flag = tmp_path / "counter.txt", tmp_path / "flag"

@@ -430,6 +430,7 @@ def _k_end(kernel: Kernel) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.backends("sqlite")  # a real kernel: its PostgreSQL case is in test_kernels.py
 def test_every_subcommand_in_a_real_kernel(kernels: Callable[[], Kernel]) -> None:
     """In a real kernel: views are HTML tables, the inspector and the gate panel are widgets, the
     rest speak in notes; every subcommand runs there, in the order a notebook would use them."""

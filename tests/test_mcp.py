@@ -102,6 +102,7 @@ def test_start_read_and_approve_through_the_sdk_client(tmp_path: Path, store_url
     assert dnb.get_run(found["run_id"], store=store_url).state["by"] == "mcp"
 
 
+@pytest.mark.backends("sqlite")  # the MCP server over stdio: its PostgreSQL case is the first test
 def test_a_read_scope_cannot_start_or_decide(tmp_path: Path, store_url: str) -> None:
     flow = dnb.Workflow("gated", store=store_url)
 
@@ -129,6 +130,7 @@ def test_a_read_scope_cannot_start_or_decide(tmp_path: Path, store_url: str) -> 
     assert dnb.get_run(paused.id, store=store_url).status == "paused"
 
 
+@pytest.mark.backends("sqlite")  # the MCP server over stdio: its PostgreSQL case is the first test
 def test_the_tools_over_http_take_the_requests_token(tmp_path: Path, store_url: str) -> None:
     """The same tools mounted on `durable-nb serve` at /mcp/: the bearer token sets the scope and the `by`."""
     from mcp import ClientSession

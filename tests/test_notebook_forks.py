@@ -241,6 +241,7 @@ def test_the_inspector_fork_then_switch_keeps_the_override(
 
 
 @pytest.mark.slow
+@pytest.mark.backends("sqlite")  # a real kernel: its PostgreSQL case is in test_kernels.py
 def test_a_new_kernel_attached_with_id_then_run_all(kernels: Callable[[], Kernel]) -> None:
     """The issue's reproduction in real kernels: the kernel that forked is gone (killed), a fresh
     kernel attaches to the fork with --id and runs all: 'fit' computes with the override."""

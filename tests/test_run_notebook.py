@@ -25,7 +25,8 @@ from terminalkit import Terminal
 
 import durable_nb as dnb
 
-pytestmark = pytest.mark.slow
+# run-notebook on SQLite, but for one PostgreSQL case (the store is tested on both elsewhere).
+pytestmark = [pytest.mark.slow, pytest.mark.backends("sqlite")]
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -65,6 +66,7 @@ def _side(folder: Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
 
+@pytest.mark.backends("sqlite", "postgres")  # the one PostgreSQL case of run-notebook
 def test_a_failed_run_resumes_when_run_again(tmp_path: Path, store_url: str) -> None:
     path = _notebook(tmp_path)
     before = path.read_text()

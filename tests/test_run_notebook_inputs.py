@@ -23,7 +23,8 @@ from notebookkit import child_env, run, run_notebook_command, write_notebook
 
 import durable_nb as dnb
 
-pytestmark = pytest.mark.slow
+# run-notebook on SQLite: its PostgreSQL case is in test_run_notebook.py, the store's in the conformance tests.
+pytestmark = [pytest.mark.slow, pytest.mark.backends("sqlite")]
 
 MARK = "touch MARKER; open('MARKER', 'w')"
 HOSTILE = f"a b 'single' \"double\" #; $({MARK}) `{MARK}` \\ é ü 日本"

@@ -15,7 +15,8 @@ import nbformat
 import pytest
 from notebookkit import comparable, kill_when_reached, run, run_notebook_command, write_notebook
 
-pytestmark = pytest.mark.slow
+# run-notebook on SQLite: its PostgreSQL case is in test_run_notebook.py, the store's in the conformance tests.
+pytestmark = [pytest.mark.slow, pytest.mark.backends("sqlite")]
 
 QUIET = [
     "import matplotlib.pyplot as plt\n\nfig, ax = plt.subplots()\nax.plot([1, 2, 3]);",

@@ -171,6 +171,7 @@ def test_start_decide_and_watch_a_run(app_client: TestClient, store_url: str) ->
         pytest.param("GET", "/api/runs/{run}/events?after=-1", None, READER, 400, "InvalidInput", id="after-negative"),
     ],
 )
+@pytest.mark.backends("sqlite")  # the service's PostgreSQL cases are the runs above and the server tests below
 def test_refusals_are_typed_and_change_nothing(
     app_client: TestClient, method: str, path: str, body: Any, token: str | None, status: int, error: str
 ) -> None:
@@ -201,6 +202,7 @@ def test_cancel_and_fork(app_client: TestClient, store_url: str) -> None:
     assert dnb.get_run(fork_id, store=store_url).state["draft"] == "hello world"
 
 
+@pytest.mark.backends("sqlite")  # the service's PostgreSQL cases are the runs above and the server tests below
 def test_openapi_document_lists_every_endpoint(app_client: TestClient) -> None:
     paths = set(app_client.get("/openapi.json").json()["paths"])
     assert {
@@ -263,6 +265,7 @@ def _stranded_in_work(serving: Any, tmp_path: Path) -> tuple[Path, str]:
     return side, run_id
 
 
+@pytest.mark.backends("sqlite")  # a real server: its PostgreSQL case is the paused run above
 def test_a_run_killed_mid_node_is_continued_by_the_restarted_server(
     serving: Any, tmp_path: Path, store_url: str
 ) -> None:
@@ -284,6 +287,7 @@ def test_two_servers_on_one_store_continue_a_stranded_run_once(serving: Any, tmp
     assert third.client.get(run_id)["status"] == "completed"
 
 
+@pytest.mark.backends("sqlite")  # a real server: its PostgreSQL case is the paused run above
 def test_the_client_has_async_twins(serving: Any) -> None:
     import asyncio
 
@@ -306,6 +310,7 @@ def test_the_client_has_async_twins(serving: Any) -> None:
     asyncio.run(go())
 
 
+@pytest.mark.backends("sqlite")  # the service's PostgreSQL cases are the runs above and the server tests below
 def test_the_run_page_reads_like_the_notebook_views(app_client: TestClient, store_url: str) -> None:
     """Issue 27: the approvals page's run view shows times local to the second (the UTC instant on
     hover) and durations as the notebook views do, and calls a gate's checkpoint what it is."""

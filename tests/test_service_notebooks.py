@@ -40,7 +40,8 @@ from durable_nb.service.notebook_folder import NotebookFolder
 from durable_nb.service.notebook_runs import NotebookRuns
 from durable_nb.service.operations import Service
 
-pytestmark = pytest.mark.slow
+# Notebooks the service runs, on SQLite but for one PostgreSQL case (the store is tested on both elsewhere).
+pytestmark = [pytest.mark.slow, pytest.mark.backends("sqlite")]
 T = TypeVar("T")
 DEADLINE = 240.0  # seconds: kernels start slowly on a busy machine
 
@@ -141,6 +142,7 @@ def _reaches(client: TestClient, run_id: str, status: str) -> None:
 # -- running a notebook ------------------------------------------------------------------------------
 
 
+@pytest.mark.backends("sqlite", "postgres")  # the one PostgreSQL case of notebooks run by the service
 def test_a_notebook_runs_once_per_path_and_parameters(
     app_client: TestClient, notebooks: Path, tmp_path: Path, store_url: str
 ) -> None:

@@ -32,6 +32,8 @@ from servicekit import ADMIN, BASE, DECIDER, FLOWS, READER, TOKENS, Server, gate
 from durable_nb.service.app import create_app
 from durable_nb.service.page import STYLE_HASH
 
+# HTTP refusals do not depend on the store: SQLite here; the service's PostgreSQL cases are in test_service.py.
+pytestmark = pytest.mark.backends("sqlite")
 JSON = {"Content-Type": "application/json"}
 
 
