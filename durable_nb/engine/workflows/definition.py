@@ -16,10 +16,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class GraphDefinition:
-    """Registers node functions on a named graph; ``Workflow`` adds running them."""
+    """Registers node functions on a named graph it owns; ``Workflow`` adds running them."""
 
-    name: str
-    _graph: Graph
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._graph = Graph(name)
 
     @property
     def nodes(self) -> list[str]:

@@ -44,7 +44,6 @@ from ..runs.status import describe
 from ..state.statelog import StateLog
 from ..state.values import ValueCodec, check_state
 from .definition import GraphDefinition
-from .graph import Graph
 from .runner import Runner
 
 __all__ = ["Workflow"]
@@ -66,12 +65,11 @@ class Workflow(GraphDefinition):
     ) -> None:
         if not isinstance(name, str) or not name.strip():
             raise ConfigurationError(f"A workflow needs a non-empty name, not {name!r}.")
-        self.name = name
+        super().__init__(name)
         # Where nodes and map items run unless they name their own executor (None: in this process).
         self.executor = check_executor(executor)
         self._store_arg = store
         self._store: Store | None = None
-        self._graph = Graph(name)
         self._sleep = sleep
 
     def __repr__(self) -> str:
