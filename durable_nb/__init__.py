@@ -6,7 +6,10 @@ wait for a person's decision without a live process; any checkpoint can be forke
 
 from ._loop import run_blocking as _run_blocking
 from .engine.agents import AgentResult, Tool, aagent, afork_agent, agent, fork_agent, tool, worker
-from .engine.calls import (
+from .engine.execution.idempotent import idempotent
+from .engine.execution.item_map import amap_items, map_items
+from .engine.gates.gate import Resume, gate, interrupt
+from .engine.runs.calls import (
     aapprove,
     acancel,
     afork,
@@ -22,12 +25,9 @@ from .engine.calls import (
     reject,
     status,
 )
-from .engine.gates import Resume, gate, interrupt
-from .engine.idempotent import idempotent
-from .engine.item_map import amap_items, map_items
-from .engine.recovery import RecoveryReport, arecover, recover
-from .engine.run import Run
-from .engine.workflow import Workflow
+from .engine.runs.recovery import RecoveryReport, arecover, recover
+from .engine.runs.run import Run
+from .engine.workflows.workflow import Workflow
 from .errors import (
     AgentFailed,
     AlreadyResumed,

@@ -13,8 +13,8 @@ from conftest import execute_sql, new_store
 
 import durable_nb as dnb
 from durable_nb._loop import run_sync
-from durable_nb.engine.lists import MERGE_BYTES
-from durable_nb.engine.values import ValueCodec
+from durable_nb.engine.state.lists import MERGE_BYTES
+from durable_nb.engine.state.values import ValueCodec
 from durable_nb.store.secret import load_secret
 
 

@@ -32,8 +32,8 @@ from conftest import new_store
 
 import durable_nb as dnb
 from durable_nb._loop import run_sync
-from durable_nb.engine.idempotent import call_key
-from durable_nb.engine.values import ValueCodec
+from durable_nb.engine.execution.idempotent import call_key
+from durable_nb.engine.state.values import ValueCodec
 from durable_nb.store.secret import load_secret
 
 try:

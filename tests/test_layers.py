@@ -217,7 +217,7 @@ def test_the_checker_reads_a_package_init_and_type_checking_imports() -> None:
     assert targets(first("from .protocol import Store"), "durable_nb.store", is_package=True) == {
         "durable_nb.store.protocol"
     }
-    assert targets(first("from ..store import connect"), "durable_nb.engine.calls", is_package=False) == {
+    assert targets(first("from ...store import connect"), "durable_nb.engine.runs.calls", is_package=False) == {
         "durable_nb.store"
     }
     tree = ast.parse(

@@ -137,7 +137,7 @@ def test_resume_of_run_owned_by_live_process_is_refused(store_url: str, tmp_path
             textwrap.dedent(
                 """
             import sys, time
-            from durable_nb.engine.ownership import this_owner
+            from durable_nb.engine.runs.ownership import this_owner
             print(this_owner(), flush=True)
             time.sleep(30)
             """

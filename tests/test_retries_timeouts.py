@@ -7,7 +7,7 @@ import threading
 import time
 
 import durable_nb as dnb
-from durable_nb.engine.policy import backoff_seconds
+from durable_nb.engine.execution.policy import backoff_seconds
 
 
 def recorder() -> tuple[list[float], object]:

@@ -20,7 +20,7 @@ from IPython.core.interactiveshell import InteractiveShell
 import durable_nb as dnb
 import durable_nb.notebook
 from durable_nb._loop import run_sync
-from durable_nb.engine.decisions import decide, make_decision
+from durable_nb.engine.gates.decisions import decide, make_decision
 from durable_nb.notebook.session import session_for
 
 

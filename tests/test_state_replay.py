@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import durable_nb as dnb
 from durable_nb._loop import run_sync
-from durable_nb.engine.values import ValueCodec
+from durable_nb.engine.state.values import ValueCodec
 from durable_nb.store.secret import load_secret
 
 POOL: list[Any] = [0, 1, "a", "b", [1, 2], {"x": 1}, None, 2.5]

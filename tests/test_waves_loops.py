@@ -1030,7 +1030,7 @@ def test_the_next_wave_follows_from_what_finished_as_a_full_scan_would() -> None
     over random graphs and random orders of completing and skipping."""
     import random
 
-    from durable_nb.engine.graph import Graph, NodeSpec
+    from durable_nb.engine.workflows.graph import Graph, NodeSpec
 
     rng = random.Random(7)
     for trial in range(200):

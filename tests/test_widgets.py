@@ -24,7 +24,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 import durable_nb as dnb
 from durable_nb._loop import run_sync
-from durable_nb.engine.overrides import MAX_OVERRIDE_CHARS, parse_overrides
+from durable_nb.engine.forks.literals import MAX_OVERRIDE_CHARS, parse_overrides
 from durable_nb.notebook.session import KernelSession, session_for
 from durable_nb.widgets import gate_panel as gate_panel_module
 from durable_nb.widgets.gate_panel import GatePanel

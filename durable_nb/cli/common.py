@@ -12,7 +12,7 @@ from datetime import timedelta
 import durable_nb as dnb
 
 from .._loop import run_sync
-from ..engine.run_ids import complete_run_id
+from ..engine.runs.run_ids import complete_run_id
 from ..errors import InvalidInput
 from ..store import Store
 

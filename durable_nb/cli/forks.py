@@ -6,7 +6,7 @@ import argparse
 
 import durable_nb as dnb
 
-from ..engine.overrides import OverrideText
+from ..engine.forks.literals import OverrideText
 from .common import Command, add_run_argument, existing_store, run_id_of
 from .output import print_run, printable
 

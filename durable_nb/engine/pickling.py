@@ -37,7 +37,7 @@ import cloudpickle
 import xxhash
 
 from ..store.codec import refuse_open_file
-from .pickle_reach import reached
+from .cells.pickle_reach import reached
 
 __all__ = ["Pickled", "buffer_digest", "pickle_values", "restoring_into", "unpickle"]
 

@@ -227,7 +227,7 @@ def _waiting_gate(prepared: NotebookRun, run_id: str, given_store: str | None) -
 
 def _await_decision(prepared: NotebookRun, run_id: str, poll: float = 0.5) -> bool:
     """Wait until the gate is decided (polling the store); True to continue, False if it was cancelled."""
-    from ..engine.calls import get_run
+    from ..engine.runs.calls import get_run
 
     while True:
         status = get_run(run_id, store=prepared.store).status

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..engine.ownership import pid_alive
+from ..engine.runs.ownership import pid_alive
 from ..errors import ConfigurationError
 
 __all__ = ["ipc_sockets", "kernel_config"]

@@ -221,9 +221,9 @@ def fork_last_run(prepared: NotebookRun) -> str | None:
 
 
 async def _afork_last_run(prepared: NotebookRun) -> str | None:
-    from ..engine.cells import CellRun
-    from ..engine.forking import create_fork
-    from ..engine.values import ValueCodec
+    from ..engine.cells.cell_run import CellRun
+    from ..engine.forks.forking import create_fork
+    from ..engine.state.values import ValueCodec
     from ..model import RunKind
     from ..store import resolve_store
     from ..store.secret import load_secret

@@ -8,7 +8,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 
 from .._loop import run_sync
-from ..engine.decisions import decide, make_decision
+from ..engine.gates.decisions import decide, make_decision
 from ..errors import InvalidInput
 from ..store.protocol import Store
 from ..views.threads import thread_run

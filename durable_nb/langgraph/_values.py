@@ -17,7 +17,7 @@ from langgraph.checkpoint.base import WRITES_IDX_MAP, ChannelVersions, Checkpoin
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import RESUME
 
-from ..engine.values import ValueCodec
+from ..engine.state.values import ValueCodec
 from ..errors import SerializationError
 from ..model import Blob, CheckpointRecord
 from ..store import codec

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from .._loop import run_sync
-from ..engine.policy import AttemptPolicy
+from ..engine.execution.policy import AttemptPolicy
 from .cellcode import CellCode
 
 __all__ = ["run_code"]

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._loop import run_sync
-from ..engine.cells import CellRun
-from ..engine.gates import Suspend
-from ..engine.policy import AttemptPolicy, Attempts
-from ..engine.scope import enter_scope, leave_scope
+from ..engine.cells.cell_run import CellRun
+from ..engine.execution.policy import AttemptPolicy, Attempts
+from ..engine.execution.scope import enter_scope, leave_scope
+from ..engine.gates.gate import Suspend
 from ..errors import GatePending
 from ..model import CheckpointRecord
 from .capture import Capture, is_quiet

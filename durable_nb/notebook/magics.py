@@ -10,8 +10,8 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from .._loop import run_sync
-from ..engine.fork_overrides import shared_with
-from ..engine.overrides import OverrideText
+from ..engine.forks.lineage_values import shared_with
+from ..engine.forks.literals import OverrideText
 from ..errors import DurableError
 from ..model import RunStatus
 from .handover import ATTACH_VARIABLE, Handover
@@ -154,7 +154,7 @@ class DurableMagics(Magics):
         )
 
     def _status(self, rest: str) -> dict[str, Any]:
-        from ..engine.calls import status
+        from ..engine.runs.calls import status
 
         session = session_for(self.shell)
         cell_run = session.require()
@@ -203,7 +203,7 @@ class DurableMagics(Magics):
         """
 
     def _fork(self, rest: str) -> None:
-        from ..engine.calls import fork
+        from ..engine.runs.calls import fork
 
         args = parse_argstring(self._fork_args, rest)
         session = session_for(self.shell)

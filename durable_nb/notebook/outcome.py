@@ -6,7 +6,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from ..engine.cell_records import CellOutcome
+from ..engine.cells.records import CellOutcome
 from .capture import open_figure_ids
 from .cellcode import CellCode
 from .effects import attributes_set, shown_value, unrecorded_calls

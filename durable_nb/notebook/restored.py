@@ -6,7 +6,7 @@ import reprlib
 from datetime import datetime
 from typing import Any
 
-from ..engine.cell_records import HeldOverrides, Restorable
+from ..engine.cells.records import HeldOverrides, Restorable
 from ..model import format_seconds
 from .capture import close_restored_figures, replay
 from .definitions import Definitions, unstored_advice

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from .._loop import run_sync
-from ..engine.cell_plan import CellAction, CellPlan, continue_cell, open_cell
-from ..engine.cells import CellRun
-from ..engine.decisions import decide, make_decision
-from ..engine.namespace import NamespaceTracker
+from ..engine.cells.cell_run import CellRun
+from ..engine.cells.namespace import NamespaceTracker
+from ..engine.cells.plan import CellAction, CellPlan, continue_cell, open_cell
+from ..engine.gates.decisions import decide, make_decision
 from ..errors import GatePending
 from ..model import CommitResult, RunStatus
 from ..store import Store, connect

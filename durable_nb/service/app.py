@@ -30,7 +30,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import BaseModel, StrictBool
 from starlette.exceptions import HTTPException
 
-from ..engine.workflow import Workflow
+from ..engine.workflows.workflow import Workflow
 from ..errors import ConfigurationError, DurableError, InvalidDecision
 from ..model import RunStatus
 from ..store import resolve_store

@@ -25,10 +25,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
-from ..engine.cells import CellRun, new_notebook_run
-from ..engine.ownership import owner_alive
-from ..engine.settle import mark_failed
-from ..engine.values import ValueCodec
+from ..engine.cells.cell_run import CellRun, new_notebook_run
+from ..engine.runs.ownership import owner_alive
+from ..engine.runs.settle import mark_failed
+from ..engine.state.values import ValueCodec
 from ..errors import ConfigurationError, DurableError, InvalidInput
 from ..headless.inputs import check_parameters
 from ..headless.notebook_run import run_key

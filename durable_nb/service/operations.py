@@ -8,10 +8,10 @@ import logging
 from typing import Any
 
 from .. import views
-from ..engine import calls
-from ..engine.ownership import release_on_interrupt
-from ..engine.recovery import arecover
-from ..engine.workflow import Workflow
+from ..engine.runs import calls
+from ..engine.runs.ownership import release_on_interrupt
+from ..engine.runs.recovery import arecover
+from ..engine.workflows.workflow import Workflow
 from ..errors import AlreadyResumed, DurableError, NotResumable, RunOwnedElsewhere, WorkflowNotFound
 from ..model import RunKind, RunRecord, RunStatus
 from ..store import Store

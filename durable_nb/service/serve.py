@@ -6,7 +6,7 @@ import socket
 from collections.abc import Sequence
 from typing import Any
 
-from ..engine.workflow import Workflow
+from ..engine.workflows.workflow import Workflow
 from ..errors import ConfigurationError
 from .auth import ENV_TOKENS, SCOPES, Auth, Token, is_loopback, load_tokens
 

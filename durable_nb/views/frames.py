@@ -11,9 +11,9 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from .._loop import blocking
-from ..engine.decisions import current_run, expire_gates
-from ..engine.status import NODE_STATUSES, describe
-from ..engine.values import ValueCodec
+from ..engine.gates.decisions import current_run, expire_gates
+from ..engine.runs.status import NODE_STATUSES, describe
+from ..engine.state.values import ValueCodec
 from ..errors import InvalidInput
 from ..model import CheckpointStatus, EventType, RunStatus
 from ..store import resolve_store

@@ -17,7 +17,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from .._loop import run_sync
-from ..engine.decisions import decide, latest_decision, make_decision, open_gate
+from ..engine.gates.decisions import decide, latest_decision, make_decision, open_gate
 from ..errors import AlreadyResumed, GatePending
 from ..model import Decision
 from ..store.protocol import Store

@@ -16,9 +16,9 @@ from typing import Any
 import ipywidgets as widgets
 
 from .._loop import run_sync
-from ..engine.calls import acancel, afork, aget_run
-from ..engine.decisions import decide, make_decision
-from ..engine.overrides import OverrideText
+from ..engine.forks.literals import OverrideText
+from ..engine.gates.decisions import decide, make_decision
+from ..engine.runs.calls import acancel, afork, aget_run
 from ..errors import DurableError
 from ..model import RunStatus
 from ..store import resolve_store

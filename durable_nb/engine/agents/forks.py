@@ -19,9 +19,9 @@ from ...errors import InvalidInput
 from ...model import Blob, CheckpointDraft, CheckpointRecord, CheckpointStatus
 from ...store import resolve_store
 from ...store.secret import load_secret
-from ..forking import create_fork
-from ..run import Run, load_run
-from ..values import ValueCodec
+from ..forks.forking import create_fork
+from ..runs.run import Run, load_run
+from ..state.values import ValueCodec
 from .loop import tool_text
 
 __all__ = ["afork_agent", "fork_agent"]

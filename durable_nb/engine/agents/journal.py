@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...model import CheckpointRecord, RunRecord
-from ..scope import NodeScope
-from ..values import ValueCodec
+from ..execution.scope import NodeScope
+from ..state.values import ValueCodec
 
 __all__ = ["AgentSteps", "Journal", "Mark", "Step"]
 

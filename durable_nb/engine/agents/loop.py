@@ -20,7 +20,7 @@ from typing import Any
 
 from ..._loop import blocking
 from ...errors import AgentFailed, ConfigurationError, NoActiveNode
-from ..scope import NodeScope, current_scope, enter_scope, leave_scope
+from ..execution.scope import NodeScope, current_scope, enter_scope, leave_scope
 from .arguments import AgentCall
 from .journal import Journal, Mark
 from .models import Model, ToolCall

@@ -24,9 +24,9 @@ from ...errors import (
     WorkflowMismatch,
 )
 from ...model import RunStatus
-from ..ownership import owner_alive
-from ..run import Run
-from ..workflow import Workflow
+from ..runs.ownership import owner_alive
+from ..runs.run import Run
+from ..workflows.workflow import Workflow
 from .arguments import AgentCall
 from .loop import AgentResult, aagent
 

@@ -1,0 +1,354 @@
+"""Which notebook variables a cell changed, and how to store them so that shared objects stay shared.
+
+After each durable cell the tracker pickles the variables the cell could have reached: the
+names its code mentions or binds, the globals read by the functions among them, and any
+variable sharing an object with one of those (found from the ids each pickle reached).
+Variables that share objects form one unit, pickled and stored together as one group, so that
+every identity between them holds after a restore. A unit whose pickle is byte for byte what
+was stored (its fingerprint) is unchanged and costs nothing more; a changed one is stored
+again, whatever path changed it (a method call, a loop variable, an alias, a closure).
+
+Names whose values refer to one another (``fig``, ``ax``, a display object holding them) are
+found by a short walk before pickling and pickled once, together; a name a short walk misses
+joins its unit when the pickles' ids show the sharing, at the cost of one more pickle.
+Variables the cell could not reach are not pickled at all. A variable restored from the store
+is pickled once before the next cell runs (``baseline``): pickling an unpickled object need not
+give the bytes of the first pickle (strings shared by identity before may not be after), so
+what counts as unchanged is what this kernel holds right after the restore.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from ...model import Blob
+from ...store import codec
+from ..pickling import Pickled, pickle_values
+
+__all__ = ["Known", "NamespaceTracker", "StorePlan"]
+
+
+@dataclass(frozen=True, slots=True)
+class Known:
+    """What the store holds for one variable, and what its value reached when last pickled."""
+
+    address: str
+    fingerprint: str | None  # of the pickle of its whole unit (``members``, in name order)
+    reach: Any = None  # sorted ids of the mutable objects its unit reached; None until pickled here
+    uses: frozenset[str] = frozenset()
+    figures: frozenset[int] = frozenset()
+    members: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class StorePlan:
+    """What one cell's commit writes for the namespace."""
+
+    manifest: dict[str, str] = field(default_factory=dict)
+    blobs: list[Blob] = field(default_factory=list)
+    unstored: dict[str, str] = field(default_factory=dict)  # name to type
+    reasons: dict[str, str] = field(default_factory=dict)  # name to why it cannot be pickled
+    known: dict[str, Known] = field(default_factory=dict)
+
+
+class _Reach:
+    """The ids every known variable reached, to find who else holds an object."""
+
+    def __init__(self, known: Mapping[str, Known]) -> None:
+        import numpy as np
+
+        self.names = [name for name, entry in known.items() if entry.reach is not None and len(entry.reach)]
+        if self.names:
+            arrays = [known[name].reach for name in self.names]
+            self.ids = np.concatenate(arrays)
+            self.owners = np.repeat(np.arange(len(self.names)), [len(a) for a in arrays])
+        else:
+            self.ids = np.empty(0, dtype=np.int64)
+            self.owners = np.empty(0, dtype=np.int64)
+
+    def holders(self, reach: Any) -> set[str]:
+        """Return the known variables that reached any of the ids in ``reach``."""
+        import numpy as np
+
+        if not self.names or not len(reach):
+            return set()
+        hit = np.isin(self.ids, reach, assume_unique=False)
+        return {self.names[i] for i in np.unique(self.owners[hit])}
+
+
+@dataclass(slots=True)
+class _Unit:
+    """Names pickled together; ``dirty`` until their joint pickle covers every one of them."""
+
+    names: list[str]
+    pickled: Pickled
+    dirty: bool = False
+
+    def holds(self, object_id: int) -> bool:
+        import numpy as np
+
+        reach = self.pickled.reach
+        position = int(np.searchsorted(reach, object_id))
+        return position < len(reach) and int(reach[position]) == object_id
+
+
+_SCAN_SKIP = (str, bytes, int, float, complex, bool, type, ModuleType, type(None))
+
+
+def _reaches_any(value: Any, covered: set[int], namespace: Mapping[str, Any], budget: int = 256) -> int | None:
+    """Return the id of an object in ``covered`` that a short walk of ``value``'s references finds.
+
+    A cheap look before a full pickle: ``axs`` or a display object holding a figure already
+    pickled joins that figure's unit instead of walking the whole figure again. A miss only
+    costs a pickle; sharing is still found from the pickles' reach.
+    """
+    numpy = sys.modules.get("numpy")
+    ndarray = numpy.ndarray if numpy is not None else ()
+    # Breadth first: an attribute such as ``ax.figure`` is two steps away, however deep the rest goes.
+    pending = deque([value])
+    seen: set[int] = set()
+    while pending and len(seen) < budget:
+        obj = pending.popleft()
+        if id(obj) in seen or isinstance(obj, _SCAN_SKIP) or obj is namespace:
+            continue  # a function's globals are the namespace: every variable, shared with none
+        if id(obj) in covered:
+            return id(obj)
+        seen.add(id(obj))
+        referents = gc.get_referents(obj)
+        if isinstance(obj, ndarray) and obj.dtype.hasobject and obj.size <= budget:
+            referents = [*referents, *obj.flat]  # numpy does not report an object array's items
+        pending.extend(referents)
+    return None
+
+
+class _Sets:
+    """Disjoint sets of indexes 0..n-1 (union-find), each named by its smallest member."""
+
+    def __init__(self, size: int) -> None:
+        self.parent = list(range(size))
+
+    def find(self, index: int) -> int:
+        while self.parent[index] != index:
+            self.parent[index] = self.parent[self.parent[index]]
+            index = self.parent[index]
+        return index
+
+    def join(self, a: int, b: int) -> None:
+        a, b = self.find(a), self.find(b)
+        if a != b:
+            self.parent[max(a, b)] = min(a, b)
+
+
+def _likely_units(names: list[str], namespace: Mapping[str, Any]) -> list[list[str]]:
+    """Group names whose values a short walk finds referring to one another (``ax`` and ``fig``),
+    so that each group is pickled once, together; sharing a short walk misses is found later."""
+    tops = {id(namespace[n]): i for i, n in enumerate(names) if not isinstance(namespace[n], _SCAN_SKIP)}
+    sets = _Sets(len(names))
+    for index, name in enumerate(names):
+        value = namespace[name]
+        others = tops.keys() - {id(value)}
+        found = _reaches_any(value, others, namespace) if others else None
+        if found is not None:
+            sets.join(index, tops[found])
+    groups: dict[int, list[str]] = {}
+    for index, name in enumerate(names):
+        groups.setdefault(sets.find(index), []).append(name)
+    return list(groups.values())
+
+
+def _merge_sharing(units: list[_Unit]) -> list[_Unit]:
+    """Join units whose pickles reached a common mutable object (union-find over shared ids)."""
+    import numpy as np
+
+    sets = _Sets(len(units))
+    arrays = [unit.pickled.reach for unit in units]
+    if len(units) > 1 and sum(len(a) for a in arrays):
+        ids = np.concatenate(arrays)
+        owners = np.repeat(np.arange(len(units)), [len(a) for a in arrays])
+        order = np.argsort(ids, kind="stable")
+        ids, owners = ids[order], owners[order]
+        for position in np.flatnonzero(ids[1:] == ids[:-1]):
+            sets.join(int(owners[position]), int(owners[position + 1]))
+    merged: dict[int, _Unit] = {}
+    for index, unit in enumerate(units):
+        root = sets.find(index)
+        if root not in merged:
+            merged[root] = unit
+        else:
+            merged[root].names.extend(unit.names)
+            merged[root].dirty = True
+    return list(merged.values())
+
+
+def _type_name(value: Any) -> str:
+    return f"{type(value).__module__}.{type(value).__qualname__}"
+
+
+class NamespaceTracker:
+    """The variables of one notebook run as the store holds them, and what changed since."""
+
+    def __init__(self, secret: bytes) -> None:
+        self.secret = secret
+        self.known: dict[str, Known] = {}
+        self._raw_addresses: dict[str, str] = {}
+        self._stored_raw: set[str] = set()
+        self._reach: _Reach | None = None
+
+    def restored(self, name: str, address: str) -> None:
+        """Record a variable just loaded from the store."""
+        self.known[name] = Known(address, None)
+        self._reach = None
+
+    def baseline(self, namespace: Mapping[str, Any]) -> None:
+        """Pickle the variables restored since the last cell, before the next cell can change them."""
+        restored: dict[str, list[str]] = {}
+        for name, entry in list(self.known.items()):
+            if entry.reach is None:
+                if name in namespace:
+                    restored.setdefault(entry.address, []).append(name)
+                else:
+                    self.known.pop(name)
+        for address, names in restored.items():
+            names.sort()
+            try:
+                result = pickle_values([namespace[n] for n in names], namespace)
+            except Exception:  # noqa: BLE001 - no longer picklable: stored again if it can be
+                self.drop(names)
+                continue
+            for name in names:
+                self.known[name] = self._entry(address, result, names)
+        self._reach = None
+
+    def drop(self, names: Iterable[str]) -> None:
+        """Forget variables that were deleted or can no longer be stored."""
+        for name in names:
+            self.known.pop(name, None)
+        self._reach = None
+
+    def plan(
+        self,
+        namespace: Mapping[str, Any],
+        stored: Mapping[str, str],
+        touched: Iterable[str],
+        storable: Callable[[str], bool],
+        open_figures: frozenset[int] = frozenset(),
+    ) -> StorePlan:
+        """Pickle what the cell could have changed; return what must be stored, grouped.
+
+        ``stored`` is the run's manifest: a value counts as unchanged only if that is where the
+        run already holds it (after a fork or a switch the kernel may hold another run's value).
+        """
+        todo = {name for name in touched if name in namespace and storable(name)}
+        for name, entry in self.known.items():
+            if name in namespace and (entry.reach is None or entry.figures & open_figures) and storable(name):
+                todo.add(name)
+        if self._reach is None:
+            self._reach = _Reach(self.known)
+        plan = StorePlan()
+        units: list[_Unit] = []
+        covered: set[int] = set()
+        seen: set[str] = set()
+        queue: list[str] = []
+
+        def visit(result: Pickled) -> None:
+            assert self._reach is not None
+            for other in sorted(result.uses | self._reach.holders(result.reach)):
+                if other in namespace and other not in seen and storable(other):
+                    queue.append(other)
+
+        for names in _likely_units(sorted(todo), namespace):
+            seen.update(names)
+            try:
+                result = pickle_values([namespace[n] for n in names], namespace)
+            except Exception:  # noqa: BLE001 - one of them cannot be pickled: each is tried alone below
+                seen.difference_update(names)
+                queue.extend(reversed(names))
+                continue
+            units.append(_Unit(names, result))
+            covered.update(result.reach.tolist())
+            visit(result)
+        while True:
+            while queue:
+                name = queue.pop()
+                if name in seen:
+                    continue
+                seen.add(name)
+                value = namespace[name]
+                found = _reaches_any(value, covered, namespace) if covered else None
+                holder = None if found is None else next(u for u in units if u.holds(found))
+                if holder is not None:
+                    holder.names.append(name)
+                    holder.dirty = True
+                    continue
+                try:
+                    result = pickle_values([namespace[name]], namespace)
+                except Exception as error:  # noqa: BLE001 - any failure to pickle means the value cannot be stored
+                    plan.unstored[name] = _type_name(namespace[name])
+                    plan.reasons[name] = str(error) or type(error).__name__
+                    continue
+                units.append(_Unit([name], result))
+                covered.update(result.reach.tolist())
+                visit(result)
+            units = _merge_sharing(units)
+            dirty = [unit for unit in units if unit.dirty]
+            if not dirty:
+                break
+            for unit in dirty:
+                unit.names.sort()
+                unit.pickled = pickle_values([namespace[n] for n in unit.names], namespace)
+                unit.dirty = False
+                covered.update(unit.pickled.reach.tolist())
+                visit(unit.pickled)
+        for unit in units:
+            unit.names.sort()
+            self._plan_unit(unit, stored, plan)
+            unit.pickled.memo = None
+        return plan
+
+    def _plan_unit(self, unit: _Unit, stored: Mapping[str, str], plan: StorePlan) -> None:
+        members = tuple(unit.names)
+        entries = [self.known.get(name) for name in members]
+        unchanged = all(
+            entry is not None
+            and entry.members == members
+            and entry.fingerprint == unit.pickled.fingerprint
+            and entry.address == stored.get(name)
+            for name, entry in zip(members, entries, strict=True)
+        )
+        if unchanged:
+            for name, entry in zip(members, entries, strict=True):
+                assert entry is not None
+                plan.known[name] = self._entry(entry.address, unit.pickled, members)
+            return
+        group = unit.pickled
+        parts = []
+        for buffer, digest in zip(group.buffers, group.buffer_digests, strict=True):
+            raw = buffer.raw()
+            address = self._raw_addresses.get(digest)
+            if address is None:
+                address = self._raw_addresses[digest] = codec.raw_address(raw)
+            if address not in self._stored_raw and all(b.hash != address for b in plan.blobs):
+                plan.blobs.append(codec.encode_raw(raw, address))
+            parts.append(codec.GroupPart(address, raw.readonly))
+        blob = codec.encode_group(list(members), parts, group.stream, self.secret)
+        plan.blobs.append(blob)
+        for name in members:
+            plan.manifest[name] = blob.hash
+            plan.known[name] = self._entry(blob.hash, group, members)
+
+    @staticmethod
+    def _entry(address: str, pickled: Pickled, members: Iterable[str]) -> Known:
+        return Known(address, pickled.fingerprint, pickled.reach, pickled.uses, pickled.figures, tuple(members))
+
+    def committed(self, plan: StorePlan) -> None:
+        """Take a plan's view of the namespace as the stored one, once its commit succeeded."""
+        self.known.update(plan.known)
+        self.drop(plan.unstored)
+        self._stored_raw.update(b.hash for b in plan.blobs if b.codec in (codec.RAW, codec.RAW_ZSTD))
+        self._reach = None

@@ -1,0 +1,249 @@
+"""The owner side of running nodes and map items on an executor: a Dask client or any
+``concurrent.futures.Executor``.
+
+The owner stays the one that commits: an executor only computes. Calls go out as bytes (see
+``remote``); what comes back is committed by the run's owner as it arrives, one commit per item.
+Cancelling the awaiting task (a timeout, a cancelled run, an interrupted cell) cancels the
+call's future on the executor, so a queued item never starts; an item already running on a
+worker finishes there and its result is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import sys
+import threading
+import uuid
+import warnings
+from typing import Any
+
+from ...errors import ConfigurationError
+from .remote import RemoteOutcome, SharedPart, pack, run_remote, unpack
+
+__all__ = ["LOCAL", "Batch", "check_executor", "open_batch"]
+
+# A map's shared part up to this size is sent with every item rather than once to the cluster.
+INLINE_SHARED_BYTES = 1 << 20
+
+# executor="local" runs a node in this process even when its workflow's default is an executor.
+LOCAL = "local"
+
+
+def _dask_client_class() -> type | None:
+    # Dask is optional: a Client can only exist if its module was imported.
+    distributed = sys.modules.get("distributed")
+    return getattr(distributed, "Client", None)
+
+
+def is_dask_client(executor: Any) -> bool:
+    """Whether ``executor`` is a ``dask.distributed.Client``."""
+    client_class = _dask_client_class()
+    return client_class is not None and isinstance(executor, client_class)
+
+
+def check_executor(executor: Any) -> Any:
+    """Return ``executor`` if nodes can run on it (None, "local", a Dask client or an Executor)."""
+    if executor is None or executor == LOCAL:
+        return executor
+    if is_dask_client(executor):
+        if getattr(executor, "asynchronous", False):
+            raise ConfigurationError(
+                "executor= takes a synchronous dask.distributed.Client; this one was made with "
+                "asynchronous=True. Create it with Client(...) (the default) and pass that."
+            )
+        return executor
+    if isinstance(executor, concurrent.futures.Executor):
+        return executor
+    raise ConfigurationError(
+        f"executor= takes a dask.distributed.Client, a concurrent.futures.Executor (ProcessPoolExecutor, "
+        f"ThreadPoolExecutor, loky's) or 'local', not {executor!r}."
+    )
+
+
+class Batch:
+    """Calls of one node (or the items of one map) on an executor; their shared part travels once."""
+
+    def __init__(self, shared: SharedPart) -> None:
+        self.token = uuid.uuid4().hex
+        self.shared = pack(shared)
+        self.label = shared.label
+
+    async def call(self, item: bytes) -> RemoteOutcome:
+        """Run one call (its packed ``ItemPart``) and return its outcome."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Forget the shared part on the executor."""
+
+
+class _FuturesBatch(Batch):
+    def __init__(self, executor: concurrent.futures.Executor, shared: SharedPart) -> None:
+        super().__init__(shared)
+        self.executor = executor
+
+    async def call(self, item: bytes) -> RemoteOutcome:
+        try:
+            future = self.executor.submit(run_remote, self.token, self.shared, item)
+        except concurrent.futures.BrokenExecutor as broken:
+            broken.add_note(
+                "A worker process of the executor died and the pool cannot take more work: create a new "
+                "executor and resume the run (a Dask cluster replaces lost workers instead)."
+            )
+            raise
+        # Cancelling the awaiting task cancels the future: a call not yet started never runs.
+        packed = await asyncio.wrap_future(future)
+        return _outcome(packed)
+
+
+class _DaskBatch(Batch):
+    def __init__(self, client: Any, shared: SharedPart) -> None:
+        super().__init__(shared)
+        self.client = client
+        self._shared_future: Any = None
+        self._cancels: list[Any] = []
+        self._submitted = 0
+        # Finished futures waiting for their results to be fetched, and the task fetching them.
+        self._done: list[tuple[Any, asyncio.Future[bytes]]] = []
+        self._fetching: asyncio.Future[None] | None = None
+
+    def _shared_on_cluster(self) -> Any:
+        # A small shared part travels with each item: no item then prefers the worker holding it
+        # (which may be busy with a long item). A large one goes once, as the result of a task
+        # that items name: when the worker holding it dies Dask computes it again (scattered data
+        # would be lost with that worker, and every item after it with it).
+        if len(self.shared) <= INLINE_SHARED_BYTES:
+            return self.shared
+        if self._shared_future is None:
+            with warnings.catch_warnings():
+                # Dask suggests scattering large arguments, the very thing this avoids.
+                warnings.filterwarnings("ignore", message="Sending large graph")
+                self._shared_future = self.client.submit(
+                    _hold, self.shared, key=f"{self.label}-shared-{self.token}", pure=False
+                )
+        return self._shared_future
+
+    async def call(self, item: bytes) -> RemoteOutcome:
+        shared = self._shared_on_cluster()
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bytes] = loop.create_future()
+        # One task prefix for the whole map (Dask learns the items' duration from it and groups them
+        # on its dashboard); the number makes each attempt's key unique.
+        self._submitted += 1
+        key = (f"{self.label}-{self.token}", self._submitted)
+        future = self.client.submit(run_remote, self.token, shared, item, key=key, pure=False, retries=0)
+
+        def finished(done: Any) -> None:
+            # On Dask's one callback thread: only say so; the owner's loop fetches results in batches.
+            try:
+                loop.call_soon_threadsafe(self._arrived, done, waiter)
+            except RuntimeError:
+                pass  # the owner's loop is gone: nobody waits for this result any more
+
+        future.add_done_callback(finished)
+        try:
+            packed = await waiter
+        except asyncio.CancelledError:
+            self._cancel_soon(future)
+            raise
+        return _outcome(packed)
+
+    def _arrived(self, future: Any, waiter: asyncio.Future[bytes]) -> None:
+        if waiter.done():
+            return
+        self._done.append((future, waiter))
+        if self._fetching is None or self._fetching.done():
+            self._fetching = asyncio.ensure_future(self._fetch())
+
+    async def _fetch(self) -> None:
+        # Results that finish while one batch is fetched form the next: one round trip for many items.
+        while self._done:
+            batch, self._done = self._done, []
+            finished = [(f, w) for f, w in batch if not w.done() and f.status == "finished"]
+            others = [(f, w) for f, w in batch if not w.done() and f.status != "finished"]
+            if finished:
+                try:
+                    results = await asyncio.to_thread(self.client.gather, [f for f, _ in finished])
+                except Exception:  # noqa: BLE001 - one result lost with its worker: read each on its own
+                    others += finished
+                else:
+                    for (_, waiter), result in zip(finished, results, strict=True):
+                        if not waiter.done():
+                            waiter.set_result(result)
+            for future, waiter in others:
+                error = await asyncio.to_thread(_failure_of, future)
+                if not waiter.done():
+                    if error is None:
+                        waiter.set_result(await asyncio.to_thread(future.result))
+                    else:
+                        waiter.set_exception(error)
+
+    def _cancel_soon(self, future: Any) -> None:
+        if future.done():
+            # Finished: let the cluster drop its result (only scheduled; a cancel could stall a fetch).
+            future.release()
+            return
+        # A cancelled map cancels its items together: one request to the scheduler, off the loop.
+        self._cancels.append(future)
+        if len(self._cancels) == 1:
+            asyncio.get_running_loop().call_soon(self._flush_cancels)
+
+    def _flush_cancels(self) -> None:
+        doomed, self._cancels = self._cancels, []
+        if not doomed:
+            return
+        threading.Thread(target=self.client.cancel, args=(doomed,), name="durable-dask-cancel", daemon=True).start()
+
+    def close(self) -> None:
+        self._flush_cancels()  # the loop may stop before the scheduled flush runs
+        for future, _ in self._done:
+            future.release()  # fetched by nobody now
+        self._done.clear()
+        shared, self._shared_future = self._shared_future, None
+        if shared is not None:
+            shared.release()  # only schedules the release on the client's loop
+
+
+def _hold(shared: bytes) -> bytes:
+    """The task whose result is a map's shared part on the cluster."""
+    return shared
+
+
+def _failure_of(future: Any) -> BaseException | None:
+    """The error a finished Dask future ended with (a cancel, a lost worker, the task's own), or None."""
+    try:
+        if future.cancelled():
+            return concurrent.futures.CancelledError(f"Dask cancelled {future.key}")
+        return future.exception()
+    except BaseException as failure:  # noqa: BLE001 - reading the error failed: that is the call's error
+        return failure
+
+
+def _outcome(packed: Any) -> RemoteOutcome:
+    outcome = unpack(packed)
+    if not isinstance(outcome, RemoteOutcome):
+        raise TypeError(f"the executor returned {type(outcome).__name__}, not a durable_nb outcome")
+    return outcome
+
+
+async def items_in_flight(executor: Any, todo: int, timed: bool) -> int:
+    """How many items of a map to hand to ``executor`` at once when the map sets no max_concurrency.
+
+    All of them, unless the items have a time limit: the owner's clock starts when it hands an
+    item over, so an item must not wait in the executor's queue behind others; then as many as
+    the executor runs at once (a Dask cluster's threads; the machine's cores for a pool).
+    """
+    if not timed:
+        return max(todo, 1)
+    if is_dask_client(executor):
+        threads = await asyncio.to_thread(executor.nthreads)
+        return max(sum(threads.values()), 1)
+    return os.cpu_count() or 1
+
+
+def open_batch(executor: Any, shared: SharedPart) -> Batch:
+    """Start a batch of calls sharing ``shared`` on ``executor`` (checked by ``check_executor``)."""
+    if is_dask_client(executor):
+        return _DaskBatch(executor, shared)
+    return _FuturesBatch(executor, shared)
