@@ -37,6 +37,10 @@ class GraphLink:
         """The thread's run."""
         return self.run_id
 
+    def owner_for(self, run_id: str) -> str | None:
+        """None: the saver takes the thread's run when the graph resumes, not at the decision."""
+        return None
+
     def continue_after(self, decided: CommitResult) -> str:
         """Resume the graph with the recorded decision; return a note for the person."""
         self.result = self.graph.invoke(None, self.config)
