@@ -112,6 +112,14 @@ class RunCommits:
         )
         try:
             result = await self.store.commit(commit)
+        except Conflict as conflict:
+            # Before StoreError, of which it is one: a run cancelled (or taken) meanwhile is not a failed write.
+            self.run = conflict.run
+            self.abandoned = True
+            raise RunCancelled(
+                f"Run {self.run.run_id} became {conflict.run.status.value} while this process worked "
+                "on it; its last result was discarded."
+            ) from conflict
         except StoreError as failure:
             # Nothing of this commit was kept; the nodes in flight stop and the run is released.
             self.abandoned = True
@@ -121,13 +129,6 @@ class RunCommits:
             )
             self.run = settled or self.run
             raise
-        except Conflict as conflict:
-            self.run = conflict.run
-            self.abandoned = True
-            raise RunCancelled(
-                f"Run {self.run.run_id} became {conflict.run.status.value} while this process worked "
-                "on it; its last result was discarded."
-            ) from conflict
         self.values.mark_stored(commit.blobs)
         self.run = result.run
 
