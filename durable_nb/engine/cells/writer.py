@@ -30,7 +30,7 @@ from ...store.protocol import Conflict, Store
 from ..gates.decisions import current_run, decisions_of
 from ..gates.gate import Suspend
 from ..runs.cancel import CANCELLED
-from ..runs.ownership import gave_up_on, lease_deadline, owner_alive, taken_back, this_owner
+from ..runs.ownership import gave_up_on, owner_alive, taken_back, taking_over, this_owner
 from ..runs.settle import release_after_failure
 from ..state.statelog import StateLog
 
@@ -103,13 +103,7 @@ class CellWriter:
             result = await self.store.commit(
                 Commit(
                     run_id=run.run_id,
-                    run=RunUpdate(
-                        status=RunStatus.RUNNING,
-                        owner=self.owner,
-                        lease_until=lease_deadline(),
-                        error=None,
-                        error_type=None,
-                    ),
+                    run=taking_over(self.owner),
                     expect_status=frozenset({run.status}),
                     expect_owner=run.owner,
                 )

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from ..._ids import host_name, owner_token, parse_owner
+from ...model import RunStatus, RunUpdate
 
 __all__ = [
     "LEASE_SECONDS",
@@ -23,6 +24,7 @@ __all__ = [
     "pid_alive",
     "release_on_interrupt",
     "taken_back",
+    "taking_over",
     "this_owner",
 ]
 
@@ -58,6 +60,11 @@ def this_owner() -> str:
 def lease_deadline() -> float:
     """Return the lease expiry for a run taken or renewed now."""
     return time.time() + LEASE_SECONDS
+
+
+def taking_over(owner: str) -> RunUpdate:
+    """The run update of ``owner`` taking a run to work on it: running, leased, its last error cleared."""
+    return RunUpdate(status=RunStatus.RUNNING, owner=owner, lease_until=lease_deadline(), error=None, error_type=None)
 
 
 class active:

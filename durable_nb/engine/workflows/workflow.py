@@ -27,7 +27,6 @@ from ...model import (
     RunKind,
     RunRecord,
     RunStatus,
-    RunUpdate,
 )
 from ...store import resolve_store
 from ...store.protocol import Conflict, Store
@@ -38,7 +37,7 @@ from ..gates.decisions import current_run, decide, decisions_of, make_decision
 from ..gates.gate import Resume
 from ..runs.cancel import cancel_run
 from ..runs.keys import refuse_other_input
-from ..runs.ownership import active, lease_deadline, owner_alive, this_owner
+from ..runs.ownership import active, lease_deadline, owner_alive, taking_over, this_owner
 from ..runs.run import Run, load_run
 from ..runs.status import describe
 from ..state.statelog import StateLog
@@ -183,13 +182,7 @@ class Workflow(GraphDefinition):
                     Commit(
                         run_id=run_id,
                         events=[NewEvent(EventType.NODE_STARTED, n) for n in wave],
-                        run=RunUpdate(
-                            status=RunStatus.RUNNING,
-                            owner=owner,
-                            lease_until=lease_deadline(),
-                            error=None,
-                            error_type=None,
-                        ),
+                        run=taking_over(owner),
                         expect_status=frozenset({run.status}),
                         expect_owner=run.owner,
                     )
