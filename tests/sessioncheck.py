@@ -105,6 +105,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_FINDINGS] = []
 
 
+# Last, after every other plugin's session finish: under pytest-xdist the controller's workers are
+# its children, and xdist stops them in its own. (Each worker makes its own token in its
+# pytest_configure, so it checks only what its tests started.)
+@pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     if _START not in config.stash or not Path("/proc").is_dir():

@@ -37,13 +37,13 @@ def _repository(tmp_path: Path, test_source: str) -> Path:
     return repo
 
 
-def _session(repo: Path) -> subprocess.CompletedProcess[str]:
+def _session(repo: Path, *options: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(TESTS) + os.pathsep + env.get("PYTHONPATH", "")
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # only the session check: a quick session
     env[GRACE_ENV] = "0"  # the leaked process sleeps for 10 minutes: no need to wait for it
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "sessioncheck", "-p", "no:cacheprovider", "-q", "test_one.py"],
+        [sys.executable, "-m", "pytest", "-p", "sessioncheck", "-p", "no:cacheprovider", "-q", *options, "test_one.py"],
         cwd=repo,
         env=env,
         capture_output=True,
@@ -67,6 +67,26 @@ def test_a_clean_session_passes(tmp_path: Path) -> None:
     done = _session(repo)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "left behind" not in done.stdout
+
+
+def test_a_clean_session_on_two_workers_passes(tmp_path: Path) -> None:
+    """Under pytest-xdist the workers are the session's own children: they are not counted as left
+    behind, because the check runs after xdist has stopped them."""
+    repo = _repository(
+        tmp_path,
+        """
+        import subprocess
+
+        def test_one():
+            subprocess.run(["true"], check=True)
+
+        def test_two():
+            subprocess.run(["true"], check=True)
+        """,
+    )
+    done = _session(repo, "-p", "xdist.plugin", "-n", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 passed" in done.stdout and "left behind" not in done.stdout
 
 
 def test_a_session_that_rewrites_a_tracked_file_fails(tmp_path: Path) -> None:
