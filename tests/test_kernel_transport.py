@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +49,17 @@ def _check_ipc(reported: dict[str, Any], under: Path) -> None:
     assert not Path(reported["ip"]).parent.exists()  # removed with the kernel
 
 
-def test_run_notebook_kernels_listen_on_unix_sockets(tmp_path: Path) -> None:
+@pytest.fixture
+def sockets() -> Iterator[Path]:
+    """A folder of this test's own, short enough for sockets wherever pytest keeps its temporary
+    folders (a worker's are deeper): a longer one would fall back to /tmp, shared with other tests."""
+    folder = Path(tempfile.mkdtemp(prefix="dnbt-", dir="/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_run_notebook_kernels_listen_on_unix_sockets(tmp_path: Path, sockets: Path) -> None:
     write_notebook(tmp_path / "where.ipynb", [nbformat.v4.new_code_cell(REPORT)])
-    sockets = tmp_path / "tmp"
-    sockets.mkdir()
     command = run_notebook_command("where.ipynb", "--store", f"sqlite:///{tmp_path}/runs.db")
     done = run(command, tmp_path, TMPDIR=str(sockets))
     assert done.returncode == 0, done.stdout + done.stderr
@@ -68,11 +78,9 @@ def test_a_temporary_folder_too_long_for_sockets_falls_back_to_tmp(tmp_path: Pat
     _check_ipc(_reported(tmp_path), Path("/tmp"))
 
 
-def test_the_papermill_engines_kernels_listen_on_unix_sockets(tmp_path: Path) -> None:
+def test_the_papermill_engines_kernels_listen_on_unix_sockets(tmp_path: Path, sockets: Path) -> None:
     pytest.importorskip("papermill", reason="the engine needs papermill")
     write_notebook(tmp_path / "where.ipynb", [nbformat.v4.new_code_cell(REPORT)])
-    sockets = tmp_path / "tmp"
-    sockets.mkdir()
     command = [
         sys.executable,
         "-m",
@@ -90,12 +98,10 @@ def test_the_papermill_engines_kernels_listen_on_unix_sockets(tmp_path: Path) ->
 
 
 def test_the_demos_and_the_tests_kernels_listen_on_unix_sockets(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, sockets: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from durable_nb.demo.run import _Kernel
 
-    sockets = tmp_path / "tmp"
-    sockets.mkdir()
     monkeypatch.setenv("TMPDIR", str(sockets))
     monkeypatch.setattr("tempfile.tempdir", None)  # read $TMPDIR again
     for start in (lambda: Kernel(tmp_path), lambda: _Kernel(tmp_path, dict(os.environ))):
@@ -107,12 +113,10 @@ def test_the_demos_and_the_tests_kernels_listen_on_unix_sockets(
         _check_ipc(_reported(tmp_path), sockets)
 
 
-def test_socket_folders_of_killed_processes_are_removed_by_the_next_run(tmp_path: Path) -> None:
+def test_socket_folders_of_killed_processes_are_removed_by_the_next_run(tmp_path: Path, sockets: Path) -> None:
     """A process killed before it removed its sockets' folder leaves it; the next kernel started there
     removes it, and leaves alone the folders of processes still alive."""
     write_notebook(tmp_path / "where.ipynb", [nbformat.v4.new_code_cell(REPORT)])
-    sockets = tmp_path / "tmp"
-    sockets.mkdir()
     ended = subprocess.Popen([sys.executable, "-c", "pass"])
     ended.wait()  # reaped: its pid is gone
     abandoned = sockets / f"dnb-{ended.pid}-abandoned"
