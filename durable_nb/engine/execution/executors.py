@@ -147,6 +147,9 @@ class _DaskBatch(Batch):
         except asyncio.CancelledError:
             self._cancel_soon(future)
             raise
+        # Released now, not when garbage collected: a result the cluster still holds is one it
+        # computes again (running the item's body twice) if its worker dies before the release.
+        future.release()
         return _outcome(packed)
 
     def _arrived(self, future: Any, waiter: asyncio.Future[bytes]) -> None:
