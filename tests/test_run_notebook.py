@@ -274,8 +274,9 @@ def test_a_terminal_gets_a_progress_bar(tmp_path: Path, store_url: str) -> None:
 
 
 def test_cell_names_are_stable_and_never_repeat() -> None:
-    """Issue 18 item 1: names from tags (the parameters cells by their role), else position and
-    source digest; a tag met twice names only its first cell, so no two cells share a checkpoint."""
+    """Issue 18 item 1, issue 29 item 1: names from tags (the parameters cells by their role), else
+    the notebook's cell id, else position and source digest; a tag met twice names only its first
+    cell, so no two cells share a checkpoint."""
     from durable_nb.headless.notebook_run import cell_names
 
     cells = [
@@ -285,10 +286,13 @@ def test_cell_names_are_stable_and_never_repeat() -> None:
         nbformat.v4.new_code_cell("y = x", metadata={"tags": ["load"]}),
         nbformat.v4.new_code_cell("z = x", metadata={"tags": ["load"]}),
         nbformat.v4.new_code_cell("print(z)"),
+        nbformat.v4.new_code_cell("print(x)"),
     ]
+    del cells[6]["id"]  # as in a notebook saved before nbformat 4.5
     names = cell_names(cells)
     assert names[1] == "parameters" and names[2] == "injected-parameters" and names[3] == "load"
-    assert names[4].startswith("cell4_") and names[5].startswith("cell5_") and 0 not in names
+    assert names[4].startswith("cell4_") and names[5] == f"cell-{cells[5].id}" and 0 not in names
+    assert names[6].startswith("cell6_")
     assert cell_names(cells) == names  # stable
 
 
@@ -330,7 +334,7 @@ def test_json_describes_the_outcome_and_a_gate_says_how_to_decide_headless(tmp_p
     assert found["status"] == "paused" and found["exit_code"] == 3 and found["error"] is None
     gate = found["gate"]
     assert isinstance(gate, dict) and (gate["reason"], gate["decide"]) == ("publish?", decide)
-    assert str(gate["node"]).startswith("cell2_")  # the third cell, named by its position and source
+    assert gate["node"] == f"cell-{notebook.cells[2].id}"  # the third cell, named by its cell id
 
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     command = _cli(*shlex.split(decide)[1:])

@@ -14,6 +14,7 @@ from ..engine.forks.lineage_values import shared_with
 from ..engine.forks.literals import OverrideText
 from ..errors import DurableError
 from ..model import RunStatus
+from .cell_names import is_node_name
 from .handover import ATTACH_VARIABLE, Handover
 from .session import CellOptions, session_for
 
@@ -32,6 +33,7 @@ SUBCOMMANDS = (
     "approve",
     "reject",
     "notes",
+    "off",
 )
 
 
@@ -79,7 +81,7 @@ class DurableMagics(Magics):
         """
         __tracebackhide__ = True
         args = parse_argstring(self.durable, line)
-        if not args.node.replace("-", "_").replace(":", "_").replace("/", "_").isidentifier():
+        if not is_node_name(args.node):
             raise UsageError(f"A cell's node name is a short word like 'load' or 'train', not {args.node!r}.")
         if args.retries < 0:
             raise UsageError("--retries takes a whole number >= 0.")
@@ -100,7 +102,8 @@ class DurableMagics(Magics):
 
         Usage::
 
-            %durable run NAME [--new] [--id RUN] [--key K] [--store URL]
+            %durable run NAME [--all] [--new] [--id RUN] [--key K] [--store URL]
+            %durable off            (stop --all: later cells run as written)
             %durable status | history | runs | forks | end
             %durable fork [--at NODE] [--set name=literal ...]
             %durable switch RUN
@@ -125,6 +128,13 @@ class DurableMagics(Magics):
     @argument("--key", default=None, help="Idempotency key: a repeated key attaches to the same run.")
     @argument("--store", default=None, help="Store URL (default: $DURABLE_NB_STORE or .durable_nb/runs.db).")
     @argument(
+        "--all",
+        dest="all_cells",
+        action="store_true",
+        help="Make every later code cell durable without a %%%%durable line (named by its tag, else its cell id, "
+        "else its position); cells tagged not-durable, empty cells and other cell magics run as written.",
+    )
+    @argument(
         "--from-env",
         action="store_true",
         help=f"Take the name, key and store from ${ATTACH_VARIABLE} (set by run-notebook for its kernels).",
@@ -132,7 +142,8 @@ class DurableMagics(Magics):
     def _run_args(self, line: str) -> None:
         """%durable run NAME: attach to the latest unfinished run of NAME, or start one.
 
-        Example: %durable run sales-report
+        Examples: %durable run sales-report
+                  %durable run sales-report --all   (every later cell durable; %durable off stops)
         """
 
     def _run(self, rest: str) -> None:
@@ -140,18 +151,44 @@ class DurableMagics(Magics):
         if args.from_env:
             if any(given is not None for given in (args.name, args.key, args.store, args.run_id)) or args.new:
                 raise UsageError("%durable run --from-env takes the name, key and store from the environment only.")
+            if args.all_cells:
+                raise UsageError("%durable run --from-env runs cells that carry their own %%durable lines; drop --all.")
             handover = Handover.take()
             session_for(self.shell).attach(handover.name, key=handover.key, store=handover.store)
             return
         if args.name is None:
-            raise UsageError("%durable run needs the run's name, e.g. %durable run sales-report.")
-        session_for(self.shell).attach(
+            example = "%durable run sales-report" + (" --all" if args.all_cells else "")
+            raise UsageError(f"%durable run needs the run's name, e.g. {example}.")
+        session = session_for(self.shell)
+        session.attach(
             str(_unquoted(args.name)),
             new=args.new,
             run_id=_unquoted(args.run_id),
             key=_unquoted(args.key),
             store=_unquoted(args.store),
         )
+        if args.all_cells:
+            already = session.all_cells.enabled
+            session.all_cells.start()
+            if not already:
+                session.notes.say(
+                    "every code cell from here on runs durably, no %%durable line needed "
+                    "(tag a cell not-durable to run it as written; %durable off stops)",
+                    "all",
+                )
+
+    def _off(self, rest: str) -> None:
+        """%durable off: stop --all (later cells run as written); the kernel stays attached."""
+        if rest.strip():
+            raise UsageError("%durable off takes nothing after it.")
+        session = session_for(self.shell)
+        if not session.all_cells.enabled:
+            raise UsageError(
+                "%durable off stops what %durable run NAME --all started, and it is not on in this kernel. "
+                "Cells run durably only with a %%durable NODE line."
+            )
+        session.all_cells.stop()
+        session.notes.say("cells from here on run as written (%durable run NAME --all makes them durable again)", "off")
 
     def _status(self, rest: str) -> dict[str, Any]:
         from ..engine.runs.calls import status
@@ -184,6 +221,7 @@ class DurableMagics(Magics):
     def _end(self, rest: str) -> None:
         session = session_for(self.shell)
         cell_run = session.require()
+        session.all_cells.stop()  # no run to commit later cells to
         if run_sync(cell_run.refresh()).status is RunStatus.COMPLETED:
             # Run All of a finished notebook restores every cell and reaches this line again.
             session.notes.say(f"run {cell_run.run_id} '{cell_run.run.name}' is already completed", "completed")

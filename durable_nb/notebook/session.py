@@ -16,6 +16,7 @@ from ..engine.gates.decisions import decide, make_decision
 from ..errors import GatePending
 from ..model import CommitResult, RunStatus
 from ..store import Store, connect
+from .all_cells import AllCells
 from .capture import is_quiet, open_figure_ids
 from .cellcode import CellCode, analyze
 from .definitions import Definitions
@@ -39,6 +40,7 @@ class KernelSession:
         self.notes = Notes(shell)
         # Looked up at each pause: a test or an extension may replace how this session shows gates.
         self.executor = CellExecutor(shell, self.notes, self.definitions, lambda *gate: self.show_gate(*gate))
+        self.all_cells = AllCells(shell)
         shell.events.register("pre_run_cell", self.notes.new_cell)
         atexit.register(self._release_at_exit)
 
@@ -91,6 +93,13 @@ class KernelSession:
         if run.parent_run_id:
             text += f"; forked from {run.parent_run_id}"
         return text
+
+    def note_cell_info(self, cell_id: str, tags: list[str]) -> None:
+        """Remember a notebook cell's tags, sent by the front end just before the cell runs.
+
+        In ``--all`` mode a cell's first tag that is a name names it, and ``not-durable`` runs it as written.
+        """
+        self.all_cells.note_cell_info(cell_id, tags)
 
     def require(self) -> CellRun:
         """Return the attached run, attaching to one named after the notebook if possible."""
