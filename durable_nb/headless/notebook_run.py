@@ -22,6 +22,7 @@ from typing import Any
 from .._loop import run_sync
 from ..errors import ConfigurationError, InvalidNotebookRun
 from ..notebook import cell_names as names
+from ..notebook.all_cells import runs_durably
 from ..notebook.cell_names import INJECTED_TAG, PARAMETERS_TAG, PLAIN_TAG
 from ..notebook.handover import ATTACH_CODE, Handover
 from ..store.url import parse_url, resolve_url
@@ -66,9 +67,10 @@ def durable_source(cell: Any, name: str) -> str:
     """Return the source a code cell runs with: behind a ``%%durable NAME`` line unless it must run as written."""
     tags = list(cell.get("metadata", {}).get("tags", []))
     text = str(cell.source)
-    stripped = text.lstrip()
-    if PLAIN_TAG in tags or not stripped or stripped.startswith("%%"):
-        return text  # marked plain, empty, already durable, or owned by another cell magic
+    if PLAIN_TAG in tags or not runs_durably(text):
+        # Marked plain, empty, already durable, owned by another cell magic, or driving durable_nb itself
+        # (the notebook's own %durable run NAME --all line): as a kernel in --all mode runs them.
+        return text
     return f"%%durable {name}\n{text}"
 
 

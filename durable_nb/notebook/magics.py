@@ -154,14 +154,28 @@ class DurableMagics(Magics):
             if args.all_cells:
                 raise UsageError("%durable run --from-env runs cells that carry their own %%durable lines; drop --all.")
             handover = Handover.take()
-            session_for(self.shell).attach(handover.name, key=handover.key, store=handover.store)
+            session = session_for(self.shell)
+            session.attach(handover.name, key=handover.key, store=handover.store)
+            session.handed_over = True
             return
         if args.name is None:
             example = "%durable run sales-report" + (" --all" if args.all_cells else "")
             raise UsageError(f"%durable run needs the run's name, e.g. {example}.")
+        name = str(_unquoted(args.name))
+        if not name.strip() or not name.isprintable():
+            raise UsageError(
+                f"{name!r} cannot name a run: give one line of text, e.g. %durable run sales-report"
+                + (" --all." if args.all_cells else ".")
+            )
         session = session_for(self.shell)
+        if session.handed_over:
+            # The notebook's own attach line, met in a kernel run-notebook started: its cells carry their names.
+            session.notes.say(
+                f"run-notebook attached this kernel to run {session.require().run_id} already", "attached"
+            )
+            return
         session.attach(
-            str(_unquoted(args.name)),
+            name,
             new=args.new,
             run_id=_unquoted(args.run_id),
             key=_unquoted(args.key),

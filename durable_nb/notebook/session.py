@@ -41,6 +41,7 @@ class KernelSession:
         # Looked up at each pause: a test or an extension may replace how this session shows gates.
         self.executor = CellExecutor(shell, self.notes, self.definitions, lambda *gate: self.show_gate(*gate))
         self.all_cells = AllCells(shell)
+        self.handed_over = False  # attached by run-notebook (%durable run --from-env): the notebook's own line waits
         shell.events.register("pre_run_cell", self.notes.new_cell)
         atexit.register(self._release_at_exit)
 
