@@ -157,7 +157,7 @@ def start(started: list[Kernel], folder: Path, store_url: str, notebook: Path | 
 
 def nodes(store_url: str, run_id: str) -> set[str]:
     history = dnb.history(run_id, store=store_url)
-    return {str(node) for node in history["node"].dropna()}
+    return {str(node) for node in history["node_id"].dropna()}
 
 
 @pytest.mark.slow
