@@ -7,6 +7,7 @@ the two. Real IPython shells and real kernels; no mocks.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -274,3 +275,49 @@ def test_a_headless_run_continues_in_a_kernel(started: list[Kernel], tmp_path: P
     assert [r.status for r in results] == ["ok"] * len(sources), [r.text for r in results]
     assert "published" in results[3].text
     assert counts(counter) == {"load": 1, "review": 2}  # a gate's cell runs again from its top once decided
+
+
+@pytest.mark.slow
+def test_a_kernel_run_continues_headless_then_restores_in_a_kernel(
+    started: list[Kernel], tmp_path: Path, store_url: str
+) -> None:
+    """The reverse: a run begun in a kernel with --all (keyed by its notebook file, as run-notebook keys it)
+    is continued by run-notebook, which restores the kernel's cells; a new kernel then restores them all."""
+    from durable_nb.headless import run_notebook
+
+    counter, fixed = tmp_path / "counter.txt", tmp_path / "fixed"
+    bump = f"open({str(counter)!r}, 'a').write('{{}}\\n')"
+    sources = [
+        "%load_ext durable_nb\n%durable run report --all",
+        f"{bump.format('load')}\nrows = [1, 2, 3]\nprint('loaded', len(rows))",
+        f"{bump.format('check')}\nimport os\nif not os.path.exists({str(fixed)!r}):\n"
+        "    raise RuntimeError('not yet')\ntotal = sum(rows)",
+        "print('total', total)",
+        "%durable end",
+    ]
+    path = tmp_path / "report.ipynb"
+    notebook = write_notebook(path, sources)
+    kernel = start(started, tmp_path, store_url, path)
+    results = run_all(kernel, notebook)
+    assert [r.status for r in results] == ["ok", "ok", "error"] and results[2].error == "RuntimeError"
+    failed = results[2].outputs[-1]
+    assert failed["type"] == "error"
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", "".join(failed["traceback"]))
+    assert "run_cell_magic" not in shown and "hidden" not in shown, shown
+    assert "Cell In[3], line 4" in shown  # as a plain cell's traceback reads
+    run_id = str(dnb.runs("report", store=store_url)["run_id"].iloc[0])
+    kernel.close()
+    started.remove(kernel)
+
+    fixed.touch()
+    outcome = run_notebook(path, store=store_url, say=lambda line: None)
+    assert outcome.exit_code == 0 and outcome.run is not None and outcome.run.run_id == run_id
+    assert outcome.tally is not None and outcome.tally.restored == 1
+    assert counts(counter) == {"load": 1, "check": 2}
+
+    again = start(started, tmp_path, store_url, path)
+    results = run_all(again, notebook)
+    assert [r.status for r in results] == ["ok"] * len(sources), [r.text for r in results]
+    assert run_id in results[0].text and "completed" in results[0].text
+    assert "total 6" in results[3].text and "restored" in results[3].text
+    assert counts(counter) == {"load": 1, "check": 2}

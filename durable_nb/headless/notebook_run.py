@@ -12,8 +12,6 @@ original sources.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +22,7 @@ from ..errors import ConfigurationError, InvalidNotebookRun
 from ..notebook import cell_names as names
 from ..notebook.all_cells import runs_durably
 from ..notebook.cell_names import INJECTED_TAG, PARAMETERS_TAG, PLAIN_TAG
-from ..notebook.handover import ATTACH_CODE, Handover
+from ..notebook.handover import ATTACH_CODE, Handover, run_key
 from ..store.url import parse_url, resolve_url
 from .inputs import check_parameters, check_run_name, read_notebook
 
@@ -87,12 +85,6 @@ def kernel_store(store: str | None) -> str:
     if parsed.scheme == "sqlite" and parsed.path is not None:
         return "sqlite:///" + os.path.abspath(parsed.path)
     return url
-
-
-def run_key(path: Path, parameters: dict[str, Any]) -> str:
-    """The key a notebook's run is found by: its path and its parameters."""
-    identity = json.dumps([str(path), parameters], sort_keys=True, default=repr)
-    return hashlib.sha256(identity.encode()).hexdigest()[:24]
 
 
 def _tagged(cells: list[Any], tag: str) -> int:

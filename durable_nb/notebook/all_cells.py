@@ -153,6 +153,29 @@ class AllCells:
 
     # -- while cells run --------------------------------------------------------------------
 
+    def show_plainly(self, node: str, error: BaseException) -> None:
+        """Make the traceback of a cell this mode made durable start at the cell's code, as a plain cell's does.
+
+        Without this it would start at the ``run_cell_magic`` call the cell was turned into, then skip
+        durable_nb's own frames. ``_render_traceback_`` is how IPython lets an exception render itself.
+        """
+        if node != self._made:
+            return  # an explicit %%durable cell: shown as it always was
+        tb = error.__traceback__
+        while tb is not None and tb.tb_frame.f_globals is not self.shell.user_ns:
+            tb = tb.tb_next
+        if tb is None:
+            return
+        shell = self.shell
+
+        def render() -> list[str]:
+            return list(shell.InteractiveTB.structured_traceback(type(error), error, tb, tb_offset=0))
+
+        try:
+            error._render_traceback_ = render  # type: ignore[attr-defined]
+        except AttributeError:
+            pass  # an exception without attributes of its own: IPython's usual traceback
+
     def _pre_execute(self) -> None:
         self._depth += 1
 

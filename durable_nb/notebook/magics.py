@@ -12,10 +12,11 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from .._loop import run_sync
 from ..engine.forks.lineage_values import shared_with
 from ..engine.forks.literals import OverrideText
-from ..errors import DurableError
+from ..errors import DurableError, GatePending
 from ..model import RunStatus
 from .cell_names import is_node_name
-from .handover import ATTACH_VARIABLE, Handover
+from .handover import ATTACH_VARIABLE, Handover, run_key
+from .notebook_tags import notebook_path
 from .session import CellOptions, session_for
 
 __all__ = ["DurableMagics"]
@@ -94,7 +95,14 @@ class DurableMagics(Magics):
             exclude=_names(args.exclude),
             replay=args.replay,
         )
-        return session_for(self.shell).run_cell(args.node, cell, options)
+        session = session_for(self.shell)
+        try:
+            return session.run_cell(args.node, cell, options)
+        except GatePending:
+            raise  # shown as a note, not a traceback
+        except Exception as error:
+            session.all_cells.show_plainly(args.node, error)
+            raise
 
     @line_magic("durable")
     def durable_line(self, line: str) -> Any:
@@ -180,6 +188,7 @@ class DurableMagics(Magics):
             run_id=_unquoted(args.run_id),
             key=_unquoted(args.key),
             store=_unquoted(args.store),
+            new_key=self._notebook_key() if args.all_cells else None,
         )
         if args.all_cells:
             already = session.all_cells.enabled
@@ -190,6 +199,11 @@ class DurableMagics(Magics):
                     "(tag a cell not-durable to run it as written; %durable off stops)",
                     "all",
                 )
+
+    def _notebook_key(self) -> str | None:
+        """The key run-notebook finds this kernel's notebook file by (no parameters), so that it continues the run."""
+        path = notebook_path(self.shell.user_ns)
+        return run_key(path.resolve(), {}) if path is not None else None
 
     def _off(self, rest: str) -> None:
         """%durable off: stop --all (later cells run as written); the kernel stays attached."""
@@ -234,6 +248,8 @@ class DurableMagics(Magics):
 
     def _end(self, rest: str) -> None:
         session = session_for(self.shell)
+        if session.cell_run is None and session.handed_over:
+            return  # run-notebook's own last line, after the notebook's %durable end completed the run
         cell_run = session.require()
         session.all_cells.stop()  # no run to commit later cells to
         if run_sync(cell_run.refresh()).status is RunStatus.COMPLETED:

@@ -56,10 +56,12 @@ class KernelSession:
         key: str | None = None,
         store: str | None = None,
         quiet: bool = False,
+        new_key: str | None = None,
     ) -> CellRun:
         """Attach the kernel to a run and print one line saying what can be restored.
 
-        The kernel's variables stay as they are; the run's cells restore when they run.
+        The kernel's variables stay as they are; the run's cells restore when they run. ``new_key``:
+        with no unfinished run of ``name``, the run of that key (as ``CellRun.attach`` says).
         """
         if store is not None or self.store is None:
             self.store = connect(store)
@@ -69,7 +71,9 @@ class KernelSession:
         # The kernel's namespace as the store holds it follows the kernel from run to run (same store).
         values = self.cell_run.values if self.cell_run is not None and self.tracker is not None else None
         self.cell_run = run_sync(
-            CellRun.attach(self.store, values, name, new=new, run_id=run_id, key=key, tracker=self.tracker)
+            CellRun.attach(
+                self.store, values, name, new=new, run_id=run_id, key=key, tracker=self.tracker, new_key=new_key
+            )
         )
         self.tracker = self.cell_run.tracker
         if not quiet:
