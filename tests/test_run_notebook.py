@@ -79,7 +79,8 @@ def test_a_failed_run_resumes_when_run_again(tmp_path: Path, store_url: str) -> 
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
     assert "completed run report" in done.stdout
     # Not a terminal: one line per cell, saying how it got its outputs (issue 18 item 4).
-    assert re.search(r"^\[\d+/\d+\] cell\d+_\w{6} restored from checkpoint$", done.stdout, re.M), done.stdout
+    load = f"cell-{nbformat.read(str(path), as_version=4).cells[2].id}"  # named by its cell id
+    assert re.search(rf"^\[\d+/\d+\] {load} restored from checkpoint$", done.stdout, re.M), done.stdout
     assert re.search(r"^\[\d+/\d+\] \S+ executed in \d.*s$", done.stdout, re.M), done.stdout
     assert dnb.runs("report", store=store_url)["status"].tolist() == ["completed"]  # ended, not left running
     # 'load' committed before the failure: restored, not run again; the failed cell ran again.
