@@ -57,7 +57,7 @@ class AllCells:
         self._positions: dict[str, int] = {}
         self._tag_owners: dict[str, str | None] = {}
         self._made: str | None = None
-        self._plain = False
+        self._plain_code: str | None = None
 
     # -- on and off ------------------------------------------------------------------------
 
@@ -97,7 +97,7 @@ class AllCells:
 
     def __call__(self, lines: list[str]) -> list[str]:
         """Put ``%%durable NODE`` above a cell that runs durably in this mode."""
-        if not self.enabled or self._depth or self._plain or not lines:
+        if not self.enabled or self._depth or not lines:
             return lines
         request = self._request()
         if request is None:
@@ -153,6 +153,11 @@ class AllCells:
 
     # -- while cells run --------------------------------------------------------------------
 
+    def transformed(self, node: str, code: str) -> None:
+        """Note the cell's code as IPython transformed it for the magic: what ``In[n]`` shows of it."""
+        if node == self._made:
+            self._plain_code = code
+
     def show_plainly(self, node: str, error: BaseException) -> None:
         """Make the traceback of a cell this mode made durable start at the cell's code, as a plain cell's does.
 
@@ -185,20 +190,17 @@ class AllCells:
     def _post_run_cell(self, result: Any) -> None:
         """Keep ``In[n]`` as a plain cell has it: the cell's own code, not the magic call made of it."""
         node, self._made = self._made, None
+        plain, self._plain_code = self._plain_code, None
         info = getattr(result, "info", None)
         count = getattr(result, "execution_count", None)
         history = getattr(self.shell, "history_manager", None)
-        if node is None or info is None or not count or history is None or not info.store_history:
+        if node is None or plain is None or info is None or not count or history is None or not info.store_history:
             return
         parsed = history.input_hist_parsed
         made = f"get_ipython().run_cell_magic('durable', {node!r}, "
         if len(parsed) <= count or not parsed[count].startswith(made):
             return
-        self._plain = True
-        try:
-            plain = self.shell.transform_cell(info.raw_cell).rstrip("\n")
-        finally:
-            self._plain = False
+        plain = plain.rstrip("\n")
         parsed[count] = plain
         with history.db_input_cache_lock:
             cache = history.db_input_cache

@@ -100,7 +100,7 @@ class DurableMagics(Magics):
             return session.run_cell(args.node, cell, options)
         except GatePending:
             raise  # shown as a note, not a traceback
-        except Exception as error:
+        except (Exception, KeyboardInterrupt) as error:
             session.all_cells.show_plainly(args.node, error)
             raise
 

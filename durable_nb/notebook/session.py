@@ -134,6 +134,7 @@ class KernelSession:
         __tracebackhide__ = True
         cell_run = self.require()
         source = self.shell.transform_cell(raw_source)
+        self.all_cells.transformed(node, source)
         cell = analyze(source)
         figures = open_figure_ids()
         plan = run_sync(
