@@ -208,19 +208,29 @@ def test_kill_then_run_all_restores_cells_named_by_id_and_tag(
 
 @pytest.mark.slow
 def test_tags_sent_by_the_front_end_name_the_cell(started: list[Kernel], tmp_path: Path, store_url: str) -> None:
-    """KernelSession.note_cell_info (what the cell-info comm message calls) gives a cell its tags."""
-    kernel = start(started, tmp_path, store_url)
+    """KernelSession.note_cell_info (what the cell-info comm message calls) gives a cell its tags, else the
+    notebook file does; a tag another cell has names only that cell."""
+    path = tmp_path / "tagged.ipynb"
+    notebook = write_notebook(path, ["a = 1", "b = 2"], {0: ["alpha"]})
+    kernel = start(started, tmp_path, store_url, path)
     assert kernel.run("%load_ext durable_nb\n%durable run tagged --all").status == "ok"
     # Silent, as a comm handler's work is: it is not a cell of the run.
     note = "from durable_nb.notebook.session import session_for\n"
     note += "session_for(get_ipython()).note_cell_info('c-2', ['train', 'x'])\n"
-    note += "session_for(get_ipython()).note_cell_info('c-3', ['not-durable'])"
+    note += "session_for(get_ipython()).note_cell_info('c-3', ['not-durable'])\n"
+    note += "session_for(get_ipython()).note_cell_info('c-5', ['train'])"
     kernel.client.execute(note, silent=True)
     assert kernel.run("model = 'fitted'", cell_id="c-2").status == "ok"
     assert kernel.run("scratch = 1", cell_id="c-3").status == "ok"
     assert kernel.run("score = 0.9", cell_id="c-4").status == "ok"
+    assert kernel.run("again = 'fitted'", cell_id="c-5").status == "ok"  # 'train' is c-2's: named by its id
+    # Without tags sent, the notebook file's: read again once the file changed.
+    assert kernel.run("a = 1", cell_id=notebook.cells[0].id).status == "ok"
+    notebook.cells[1].metadata["tags"] = ["beta"]
+    nbformat.write(notebook, str(path))
+    assert kernel.run("b = 2", cell_id=notebook.cells[1].id).status == "ok"
     run_id = str(dnb.runs("tagged", store=store_url)["run_id"].iloc[0])
-    assert nodes(store_url, run_id) == {"train", "cell-c-4"}
+    assert nodes(store_url, run_id) == {"train", "cell-c-4", "cell-c-5", "alpha", "beta"}
 
 
 @pytest.mark.slow
