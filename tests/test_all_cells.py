@@ -247,6 +247,10 @@ def test_editing_a_cell_forks_and_a_gate_pauses(started: list[Kernel], tmp_path:
     runs = dnb.runs("edits", store=store_url)
     fork = runs[runs["run_id"] != original].iloc[0]
     assert fork["parent_run_id"] == original
+    broken = kernel.run("if rate:\nprint(rate)", cell_id="broken")  # shown as a plain cell's syntax error
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", "".join(broken.outputs[-1]["traceback"]))
+    assert broken.status == "error" and "IndentationError: expected an indented block" in shown, shown
+    assert "Cell In[" in shown and "run_cell_magic" not in shown and "File " not in shown, shown
     gated = kernel.run("decision = dnb.gate('ship?', {'rate': rate})\nshipped = decision.approved", cell_id="ship")
     assert gated.status == "error" and gated.error == "GatePending"
     assert "Traceback" not in gated.text

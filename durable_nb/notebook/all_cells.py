@@ -21,7 +21,7 @@ from typing import Any
 from .cell_names import PLAIN_TAG, id_name, is_node_name, positional_name, tag_name
 from .notebook_tags import NotebookTags, notebook_path
 
-__all__ = ["AllCells", "runs_durably"]
+__all__ = ["AllCells", "CellSyntaxError", "runs_durably", "show_syntax_error"]
 
 # A cell that controls durable_nb itself (attaching, ending, deciding) is not work to commit.
 _CONTROL = re.compile(r"^\s*(%durable\b|%(re)?load_ext\s+durable_nb\b)", re.MULTILINE)
@@ -36,6 +36,19 @@ def runs_durably(text: str) -> bool:
     if next(line for line in lines if line).startswith("%%"):
         return False  # an explicit %%durable NODE, or another cell magic: the cell runs as written
     return _CONTROL.search(text) is None
+
+
+class CellSyntaxError(SyntaxError):
+    """A syntax error in a cell that ``--all`` made durable, shown as IPython shows a plain cell's."""
+
+    kind: type[SyntaxError] = SyntaxError
+
+
+def show_syntax_error(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: int | None = None) -> None:
+    """Show a cell's syntax error without frames, as IPython does for a plain cell (a custom exception handler)."""
+    kind = getattr(value, "kind", SyntaxError)
+    stb = shell.SyntaxTB.structured_traceback(kind, value, [])
+    shell._showtraceback(kind, value, stb)  # IPython's own display step, which ipykernel sends as 'error'
 
 
 class AllCells:
@@ -158,19 +171,27 @@ class AllCells:
         if node == self._made:
             self._plain_code = code
 
-    def show_plainly(self, node: str, error: BaseException) -> None:
-        """Make the traceback of a cell this mode made durable start at the cell's code, as a plain cell's does.
+    def plain_error(self, node: str, error: BaseException) -> BaseException | None:
+        """Make the error of a cell this mode made durable read as a plain cell's; return one to raise instead.
 
-        Without this it would start at the ``run_cell_magic`` call the cell was turned into, then skip
-        durable_nb's own frames. ``_render_traceback_`` is how IPython lets an exception render itself.
+        A traceback starts at the cell's code, not at the ``run_cell_magic`` call the cell was turned
+        into followed by durable_nb's own frames (``_render_traceback_`` is how IPython lets an
+        exception render itself); a syntax error is shown alone, as IPython shows a plain cell's.
         """
         if node != self._made:
-            return  # an explicit %%durable cell: shown as it always was
+            return None  # an explicit %%durable cell: shown as it always was
+        if isinstance(error, SyntaxError) and self._plain_code is not None:
+            # Named as IPython names the cell, so that the error reads 'Cell In[n], line …'.
+            filename = self.shell.compile.cache(self._plain_code, max(self.shell.execution_count - 1, 0))
+            where = (filename, error.lineno, error.offset, error.text, error.end_lineno, error.end_offset)
+            shown = CellSyntaxError(error.msg, where)
+            shown.kind = type(error)  # an IndentationError reads as one
+            return shown
         tb = error.__traceback__
         while tb is not None and tb.tb_frame.f_globals is not self.shell.user_ns:
             tb = tb.tb_next
         if tb is None:
-            return
+            return None
         shell = self.shell
 
         def render() -> list[str]:
@@ -180,6 +201,7 @@ class AllCells:
             error._render_traceback_ = render  # type: ignore[attr-defined]
         except AttributeError:
             pass  # an exception without attributes of its own: IPython's usual traceback
+        return None
 
     def _pre_execute(self) -> None:
         self._depth += 1

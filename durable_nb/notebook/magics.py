@@ -101,7 +101,9 @@ class DurableMagics(Magics):
         except GatePending:
             raise  # shown as a note, not a traceback
         except (Exception, KeyboardInterrupt) as error:
-            session.all_cells.show_plainly(args.node, error)
+            plain = session.all_cells.plain_error(args.node, error)
+            if plain is not None:
+                raise plain from None
             raise
 
     @line_magic("durable")
