@@ -111,6 +111,26 @@ def test_bad_input_gets_a_clear_message(shell: InteractiveShell, store_url: str)
     assert not session_for(shell).all_cells.enabled
 
 
+def test_which_cells_run_durably_and_what_they_are_called() -> None:
+    """The rules both --all and run-notebook follow: what runs as written, and a name from tag, id or position."""
+    from durable_nb.notebook.all_cells import runs_durably
+    from durable_nb.notebook.cell_names import cell_name, is_node_name
+
+    assert runs_durably("x = 1") and runs_durably("!ls\nfiles = 1") and runs_durably("%matplotlib inline\nplot()")
+    for plain in ("", "  \n", "# a comment\n\n# another", "%%time\nx = 1", "\n%%bash\nls", "%%durable load\nx = 1"):
+        assert not runs_durably(plain), plain
+    for control in ("%load_ext durable_nb\n%durable run demo --all", "%durable off", "x = 1\n%durable end"):
+        assert not runs_durably(control), control
+    assert cell_name(3, "x = 1", ["slow", "load.v2"]) == "slow"
+    assert cell_name(3, "x = 1", ["not-durable?", "parameters"], "abc") == "parameters"
+    assert cell_name(3, "x = 1", ["a b"], "3f9a-0c_1") == "cell-3f9a-0c_1"
+    # An id that is not nbformat's (a VS Code cell URI) is no name: position and digest.
+    assert cell_name(3, "x = 1", [], "vscode-notebook-cell:/a.ipynb#W1") == cell_name(3, "x = 1", [])
+    assert cell_name(3, "x = 1", []).startswith("cell3_") and cell_name(3, "x = 2", []) != cell_name(3, "x = 1", [])
+    assert all(is_node_name(n) for n in ("load.v2", "cell-" + "a" * 64, "cell3_9f2c1a"))
+    assert not any(is_node_name(n) for n in ("two words", "x'); import os; ('", ""))
+
+
 # -- real kernels, cells sent with their ids as JupyterLab sends them -------------------------------
 
 

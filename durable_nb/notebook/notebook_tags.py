@@ -20,7 +20,8 @@ _MAX_BYTES = 16 * 1024 * 1024
 
 def notebook_path(namespace: dict[str, Any]) -> Path | None:
     """The notebook file the kernel runs, when the front end said which and it exists."""
-    given = namespace.get("__session__") or os.environ.get("JPY_SESSION_NAME")
+    # Jupyter's server names it (ipykernel copies it into __session__); VS Code sets __vsc_ipynb_file__.
+    given = namespace.get("__session__") or os.environ.get("JPY_SESSION_NAME") or namespace.get("__vsc_ipynb_file__")
     if not given or not str(given).endswith(".ipynb"):
         return None
     path = Path(str(given))
