@@ -21,7 +21,7 @@ from kernelkit import CellResult, Kernel
 import durable_nb as dnb
 from durable_nb.notebook.session import session_for
 
-pytestmark = pytest.mark.backends("sqlite")
+pytestmark = pytest.mark.backends("sqlite")  # the store is tested on both elsewhere; one PostgreSQL case here
 
 
 @pytest.fixture
@@ -51,6 +51,7 @@ def committed(ip: InteractiveShell) -> list[str]:
     return list(session_for(ip).require().completed)
 
 
+@pytest.mark.backends("sqlite", "postgres")
 def test_every_later_cell_is_durable_named_by_position(shell: InteractiveShell, store_url: str) -> None:
     """Without cell ids (a plain shell), cells are named by the order they were first seen and a digest;
     an explicit %%durable NODE wins; the --all cell itself, empty cells and other cell magics run as written."""
@@ -255,8 +256,8 @@ def test_tags_sent_by_the_front_end_name_the_cell(started: list[Kernel], tmp_pat
 
 @pytest.mark.slow
 def test_editing_a_cell_forks_and_a_gate_pauses(started: list[Kernel], tmp_path: Path, store_url: str) -> None:
-    """A cell keeps its name (its id) when edited: running the edit forks the run. A gate stops Run All
-    without a traceback, as with %%durable."""
+    """A cell keeps its name (its id) when edited: running the edit forks the run, undoing it goes back.
+    A syntax error reads as a plain cell's; a gate stops Run All without a traceback, as with %%durable."""
     kernel = start(started, tmp_path, store_url)
     assert kernel.run("%load_ext durable_nb\nimport durable_nb as dnb\n%durable run edits --all").status == "ok"
     assert kernel.run("rate = 0.1", cell_id="rate").status == "ok"
@@ -267,6 +268,9 @@ def test_editing_a_cell_forks_and_a_gate_pauses(started: list[Kernel], tmp_path:
     runs = dnb.runs("edits", store=store_url)
     fork = runs[runs["run_id"] != original].iloc[0]
     assert fork["parent_run_id"] == original
+    back = kernel.run("rate = 0.1", cell_id="rate")  # the edit undone: back to the run that ran this code
+    assert back.status == "ok" and f"continuing there (switch back with %durable switch {fork['run_id']})" in back.text
+    kernel.run("rate = 0.2", cell_id="rate")  # and forward again, to the fork
     broken = kernel.run("if rate:\nprint(rate)", cell_id="broken")  # shown as a plain cell's syntax error
     shown = re.sub(r"\x1b\[[0-9;]*m", "", "".join(broken.outputs[-1]["traceback"]))
     assert broken.status == "error" and "IndentationError: expected an indented block" in shown, shown
