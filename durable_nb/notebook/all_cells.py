@@ -10,7 +10,7 @@ The cell id: ipykernel hands the front end's ``cellId`` to ``run_cell`` as ``cel
 gives it to ``pre_run_cell`` callbacks as ``ExecutionInfo.cell_id``; but IPython transforms a cell
 before that event, so the transformer reads it from the execute request being handled
 (``shell.get_parent()``, the message ipykernel takes it from). A shell without one (a plain
-IPython shell) names cells by their tag or position.
+IPython shell) names cells by position (tags are found by cell id).
 """
 
 from __future__ import annotations
