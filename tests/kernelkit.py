@@ -65,8 +65,11 @@ class Kernel:
     def pid(self) -> int:
         return self.manager.provisioner.process.pid  # type: ignore[union-attr]
 
-    def run(self, code: str, timeout: float = 120) -> CellResult:
-        """Execute one cell and collect its outputs; a dead kernel reads as status 'dead'."""
+    def run(self, code: str, timeout: float = 120, cell_id: str | None = None) -> CellResult:
+        """Execute one cell and collect its outputs; a dead kernel reads as status 'dead'.
+
+        ``cell_id``: sent as JupyterLab does, in the request's metadata (``cellId``).
+        """
         result = CellResult("ok")
 
         def hook(message: dict[str, Any]) -> None:
@@ -95,7 +98,15 @@ class Kernel:
                     }
                 )
 
-        msg_id = self.client.execute(code)
+        if cell_id is None:
+            msg_id = self.client.execute(code)
+        else:
+            # jupyter_client's execute() sends no metadata: build the request as JupyterLab sends it.
+            content = {"code": code, "silent": False, "store_history": True, "user_expressions": {}}
+            content.update({"allow_stdin": False, "stop_on_error": True})
+            request = self.client.session.msg("execute_request", content, metadata={"cellId": cell_id})
+            self.client.shell_channel.send(request)
+            msg_id = request["header"]["msg_id"]
         deadline = time.monotonic() + timeout
         idle = False
         while not idle:

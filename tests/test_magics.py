@@ -64,7 +64,7 @@ def shell(store_url: str) -> Iterator[Shell]:
 # -- the subcommands ----------------------------------------------------------------------------
 
 
-@exercise("run", "--new", "--id", "--key", "--store", "--from-env")
+@exercise("run", "--new", "--id", "--key", "--store", "--from-env", "--all")
 def _run(shell: Shell, out: Out, folder: Path) -> None:
     first = shell.run_id
     shell.ok("%durable run magics")  # the latest unfinished run of that name: the same one
@@ -84,6 +84,10 @@ def _run(shell: Shell, out: Out, folder: Path) -> None:
     other = f"sqlite:///{folder}/other store.db"
     shell.ok(f'%durable run elsewhere --store "{other}"')
     assert (folder / "other store.db").exists() and len(dnb.runs(store=other)) == 1
+    shell.ok("%durable run magics --all")  # every later cell durable, without a %%durable line
+    shell.ok("every = 1")
+    assert shell.session.require().completed[-1].startswith("cell1_")
+    shell.ok("%durable off")
     # As run-notebook starts a kernel: the run handed over as data in the environment, then removed.
     handed = f"sqlite:///{folder}/handed.db"
     os.environ.update(Handover("handed; over", key="k-2", store=handed).environment({}))
@@ -199,6 +203,16 @@ def _decide(shell: Shell, out: Out, verb: str, approved: bool) -> None:
     assert (decided["approved"], decided["comment"], decided["by"]) == (approved, "numbers checked", "dana")
     shell.ok(f"%durable {verb}")  # Run All reaches it again: nothing left to decide
     assert "already decided" in said(out)
+
+
+@exercise("off")
+def _off(shell: Shell, out: Out, folder: Path) -> None:
+    shell.ok("%durable run magics --all")
+    shell.ok("kept = 1")
+    shell.ok("%durable off")
+    shell.ok("scratch = 2")
+    assert len(shell.session.require().completed) == 1 and shell.session.cell_run is not None
+    assert "it is not on in this kernel" in _refused(shell, "%durable off", out)
 
 
 @exercise("notes")
@@ -424,6 +438,14 @@ def _k_notes(kernel: Kernel) -> None:
     _ok(kernel, "%durable notes on")
 
 
+@in_kernel("off")
+def _k_off(kernel: Kernel) -> None:
+    assert "every code cell from here on runs durably" in _notes(_ok(kernel, "%durable run views --all"))
+    _ok(kernel, "every = 1")
+    assert "restored 'cell" in _notes(_ok(kernel, "every = 1"))  # the same cell again: restored
+    assert "run as written" in _notes(_ok(kernel, "%durable off"))
+
+
 @in_kernel("end")
 def _k_end(kernel: Kernel) -> None:
     assert "completed" in _notes(_ok(kernel, "%durable end"))
@@ -438,7 +460,7 @@ def test_every_subcommand_in_a_real_kernel(kernels: Callable[[], Kernel]) -> Non
     kernel = kernels()
     _ok(kernel, "%load_ext durable_nb\nimport durable_nb as dnb")
     order = ["run", "status", "history", "runs", "forks", "inspect", "approve", "reject", "fork", "switch"]
-    order += ["notes", "end"]
+    order += ["notes", "off", "end"]
     assert sorted(order) == sorted(SUBCOMMANDS)
     KERNEL_CHECKS["run"](kernel)
     _ok(kernel, LOAD)

@@ -79,7 +79,8 @@ def test_a_failed_run_resumes_when_run_again(tmp_path: Path, store_url: str) -> 
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
     assert "completed run report" in done.stdout
     # Not a terminal: one line per cell, saying how it got its outputs (issue 18 item 4).
-    assert re.search(r"^\[\d+/\d+\] cell\d+_\w{6} restored from checkpoint$", done.stdout, re.M), done.stdout
+    load = f"cell-{nbformat.read(str(path), as_version=4).cells[2].id}"  # named by its cell id
+    assert re.search(rf"^\[\d+/\d+\] {load} restored from checkpoint$", done.stdout, re.M), done.stdout
     assert re.search(r"^\[\d+/\d+\] \S+ executed in \d.*s$", done.stdout, re.M), done.stdout
     assert dnb.runs("report", store=store_url)["status"].tolist() == ["completed"]  # ended, not left running
     # 'load' committed before the failure: restored, not run again; the failed cell ran again.
@@ -274,8 +275,9 @@ def test_a_terminal_gets_a_progress_bar(tmp_path: Path, store_url: str) -> None:
 
 
 def test_cell_names_are_stable_and_never_repeat() -> None:
-    """Issue 18 item 1: names from tags (the parameters cells by their role), else position and
-    source digest; a tag met twice names only its first cell, so no two cells share a checkpoint."""
+    """Issue 18 item 1, issue 29 item 1: names from tags (the parameters cells by their role), else
+    the notebook's cell id, else position and source digest; a tag met twice names only its first
+    cell, so no two cells share a checkpoint."""
     from durable_nb.headless.notebook_run import cell_names
 
     cells = [
@@ -285,10 +287,13 @@ def test_cell_names_are_stable_and_never_repeat() -> None:
         nbformat.v4.new_code_cell("y = x", metadata={"tags": ["load"]}),
         nbformat.v4.new_code_cell("z = x", metadata={"tags": ["load"]}),
         nbformat.v4.new_code_cell("print(z)"),
+        nbformat.v4.new_code_cell("print(x)"),
     ]
+    del cells[6]["id"]  # as in a notebook saved before nbformat 4.5
     names = cell_names(cells)
     assert names[1] == "parameters" and names[2] == "injected-parameters" and names[3] == "load"
-    assert names[4].startswith("cell4_") and names[5].startswith("cell5_") and 0 not in names
+    assert names[4].startswith("cell4_") and names[5] == f"cell-{cells[5].id}" and 0 not in names
+    assert names[6].startswith("cell6_")
     assert cell_names(cells) == names  # stable
 
 
@@ -330,7 +335,7 @@ def test_json_describes_the_outcome_and_a_gate_says_how_to_decide_headless(tmp_p
     assert found["status"] == "paused" and found["exit_code"] == 3 and found["error"] is None
     gate = found["gate"]
     assert isinstance(gate, dict) and (gate["reason"], gate["decide"]) == ("publish?", decide)
-    assert str(gate["node"]).startswith("cell2_")  # the third cell, named by its position and source
+    assert gate["node"] == f"cell-{notebook.cells[2].id}"  # the third cell, named by its cell id
 
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     command = _cli(*shlex.split(decide)[1:])

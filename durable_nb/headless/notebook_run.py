@@ -12,17 +12,17 @@ original sources.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .._loop import run_sync
 from ..errors import ConfigurationError, InvalidNotebookRun
-from ..notebook.handover import ATTACH_CODE, Handover
+from ..notebook import cell_names as names
+from ..notebook.all_cells import runs_durably
+from ..notebook.cell_names import INJECTED_TAG, PARAMETERS_TAG, PLAIN_TAG
+from ..notebook.handover import ATTACH_CODE, Handover, run_key
 from ..store.url import parse_url, resolve_url
 from .inputs import check_parameters, check_run_name, read_notebook
 
@@ -38,49 +38,37 @@ __all__ = [
 ]
 
 END_CODE = "%durable end"
-PLAIN_TAG, PARAMETERS_TAG, INJECTED_TAG = "not-durable", "parameters", "injected-parameters"
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
-_RESERVED_TAGS = {PLAIN_TAG, PARAMETERS_TAG, INJECTED_TAG}
 
 
-def cell_name(index: int, source: str, tags: list[str]) -> str:
-    """A cell's stable name: its first tag that is a name, else its position and a digest of its source.
+def cell_name(index: int, source: str, tags: list[str], cell_id: object = None) -> str:
+    """A cell's stable name: its first tag that is a name, else its cell id, else its position and a digest.
 
-    The parameters cells are named for what they are, so that a fork finds them in another run.
+    The parameters cells are named for what they are, so that a fork finds them in another run. A
+    kernel in ``%durable run NAME --all`` names cells the same way, so one run moves between the two.
     """
-    for tag in tags:
-        if tag not in _RESERVED_TAGS and _NAME.match(tag):
-            return tag
-    for tag in (INJECTED_TAG, PARAMETERS_TAG):
-        if tag in tags:
-            return tag
-    return _positional(index, source)
-
-
-def _positional(index: int, source: str) -> str:
-    digest = hashlib.sha256(source.encode("utf-8")).hexdigest()[:6]
-    return f"cell{index}_{digest}"
+    return names.cell_name(index, source, tags, cell_id)
 
 
 def cell_names(cells: list[Any]) -> dict[int, str]:
     """The name of each code cell, by position; a name met again falls back to position and digest."""
-    names: dict[int, str] = {}
+    found: dict[int, str] = {}
     for index, cell in enumerate(cells):
         if cell.cell_type != "code":
             continue
         source = str(cell.source)
-        name = cell_name(index, source, list(cell.get("metadata", {}).get("tags", [])))
-        names[index] = _positional(index, source) if name in names.values() else name
-    return names
+        name = cell_name(index, source, list(cell.get("metadata", {}).get("tags", [])), cell.get("id"))
+        found[index] = names.positional_name(index, source) if name in found.values() else name
+    return found
 
 
 def durable_source(cell: Any, name: str) -> str:
     """Return the source a code cell runs with: behind a ``%%durable NAME`` line unless it must run as written."""
     tags = list(cell.get("metadata", {}).get("tags", []))
     text = str(cell.source)
-    stripped = text.lstrip()
-    if PLAIN_TAG in tags or not stripped or stripped.startswith("%%"):
-        return text  # marked plain, empty, already durable, or owned by another cell magic
+    if PLAIN_TAG in tags or not runs_durably(text):
+        # Marked plain, empty, already durable, owned by another cell magic, or driving durable_nb itself
+        # (the notebook's own %durable run NAME --all line): as a kernel in --all mode runs them.
+        return text
     return f"%%durable {name}\n{text}"
 
 
@@ -97,12 +85,6 @@ def kernel_store(store: str | None) -> str:
     if parsed.scheme == "sqlite" and parsed.path is not None:
         return "sqlite:///" + os.path.abspath(parsed.path)
     return url
-
-
-def run_key(path: Path, parameters: dict[str, Any]) -> str:
-    """The key a notebook's run is found by: its path and its parameters."""
-    identity = json.dumps([str(path), parameters], sort_keys=True, default=repr)
-    return hashlib.sha256(identity.encode()).hexdigest()[:24]
 
 
 def _tagged(cells: list[Any], tag: str) -> int:
@@ -244,4 +226,3 @@ async def _afork_last_run(prepared: NotebookRun) -> str | None:
     # Nothing committed from the parameters on (a fork made above them, say): branch where it is.
     fork = await create_fork(store, values, last.run_id, idempotency_key=prepared.run_key)
     return fork.run.run_id
-

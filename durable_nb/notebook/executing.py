@@ -67,7 +67,8 @@ class CellExecutor:
     ) -> None:
         """Run the cell's code (retrying as ``options`` say) and commit it; a gate pauses the run."""
         __tracebackhide__ = True
-        filename = self.shell.compile.cache(source)
+        # Numbered as the cell running it, so a traceback reads 'Cell In[n]' as for a plain cell.
+        filename = self.shell.compile.cache(source, max(self.shell.execution_count - 1, 0))
         flags = getattr(self.shell.compile, "flags", 0)
         started = time.perf_counter()
         attempts = Attempts(AttemptPolicy(options.retries, options.timeout), node)

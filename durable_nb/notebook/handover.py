@@ -8,14 +8,17 @@ kernel runs the fixed line ``%durable run --from-env``, which reads it back as d
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from ..errors import InvalidInput
 
-__all__ = ["ATTACH_CODE", "ATTACH_VARIABLE", "Handover"]
+__all__ = ["ATTACH_CODE", "ATTACH_VARIABLE", "Handover", "run_key"]
 
 ATTACH_VARIABLE = "DURABLE_NB_ATTACH"
 # Always this text, whatever the run is called: the run's name, key and store travel as data.
@@ -54,3 +57,13 @@ class Handover:
         if not all(isinstance(v, str) for v in (handover.name, handover.key or "", handover.store or "")):
             raise InvalidInput(f"${ATTACH_VARIABLE} holds a name, key or store that is not text.")
         return handover
+
+
+def run_key(path: Path, parameters: dict[str, Any]) -> str:
+    """The key a notebook's run is found by: its path and its parameters.
+
+    ``run-notebook`` finds its run by it; a kernel in ``--all`` mode keys a new run of its notebook
+    file the same way (no parameters), so that ``run-notebook`` continues it.
+    """
+    identity = json.dumps([str(path), parameters], sort_keys=True, default=repr)
+    return hashlib.sha256(identity.encode()).hexdigest()[:24]

@@ -12,9 +12,11 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from .._loop import run_sync
 from ..engine.forks.lineage_values import shared_with
 from ..engine.forks.literals import OverrideText
-from ..errors import DurableError
+from ..errors import DurableError, GatePending
 from ..model import RunStatus
-from .handover import ATTACH_VARIABLE, Handover
+from .cell_names import is_node_name
+from .handover import ATTACH_VARIABLE, Handover, run_key
+from .notebook_tags import notebook_path
 from .session import CellOptions, session_for
 
 __all__ = ["DurableMagics"]
@@ -32,6 +34,7 @@ SUBCOMMANDS = (
     "approve",
     "reject",
     "notes",
+    "off",
 )
 
 
@@ -79,7 +82,7 @@ class DurableMagics(Magics):
         """
         __tracebackhide__ = True
         args = parse_argstring(self.durable, line)
-        if not args.node.replace("-", "_").replace(":", "_").replace("/", "_").isidentifier():
+        if not is_node_name(args.node):
             raise UsageError(f"A cell's node name is a short word like 'load' or 'train', not {args.node!r}.")
         if args.retries < 0:
             raise UsageError("--retries takes a whole number >= 0.")
@@ -92,7 +95,16 @@ class DurableMagics(Magics):
             exclude=_names(args.exclude),
             replay=args.replay,
         )
-        return session_for(self.shell).run_cell(args.node, cell, options)
+        session = session_for(self.shell)
+        try:
+            return session.run_cell(args.node, cell, options)
+        except GatePending:
+            raise  # shown as a note, not a traceback
+        except (Exception, KeyboardInterrupt) as error:
+            plain = session.all_cells.plain_error(args.node, error)
+            if plain is not None:
+                raise plain from None
+            raise
 
     @line_magic("durable")
     def durable_line(self, line: str) -> Any:
@@ -100,7 +112,8 @@ class DurableMagics(Magics):
 
         Usage::
 
-            %durable run NAME [--new] [--id RUN] [--key K] [--store URL]
+            %durable run NAME [--all] [--new] [--id RUN] [--key K] [--store URL]
+            %durable off            (stop --all: later cells run as written)
             %durable status | history | runs | forks | end
             %durable fork [--at NODE] [--set name=literal ...]
             %durable switch RUN
@@ -125,6 +138,13 @@ class DurableMagics(Magics):
     @argument("--key", default=None, help="Idempotency key: a repeated key attaches to the same run.")
     @argument("--store", default=None, help="Store URL (default: $DURABLE_NB_STORE or .durable_nb/runs.db).")
     @argument(
+        "--all",
+        dest="all_cells",
+        action="store_true",
+        help="Make every later code cell durable without a %%%%durable line (named by its tag, else its cell id, "
+        "else its position); cells tagged not-durable, empty cells and other cell magics run as written.",
+    )
+    @argument(
         "--from-env",
         action="store_true",
         help=f"Take the name, key and store from ${ATTACH_VARIABLE} (set by run-notebook for its kernels).",
@@ -132,7 +152,8 @@ class DurableMagics(Magics):
     def _run_args(self, line: str) -> None:
         """%durable run NAME: attach to the latest unfinished run of NAME, or start one.
 
-        Example: %durable run sales-report
+        Examples: %durable run sales-report
+                  %durable run sales-report --all   (every later cell durable; %durable off stops)
         """
 
     def _run(self, rest: str) -> None:
@@ -140,18 +161,64 @@ class DurableMagics(Magics):
         if args.from_env:
             if any(given is not None for given in (args.name, args.key, args.store, args.run_id)) or args.new:
                 raise UsageError("%durable run --from-env takes the name, key and store from the environment only.")
+            if args.all_cells:
+                raise UsageError("%durable run --from-env runs cells that carry their own %%durable lines; drop --all.")
             handover = Handover.take()
-            session_for(self.shell).attach(handover.name, key=handover.key, store=handover.store)
+            session = session_for(self.shell)
+            session.attach(handover.name, key=handover.key, store=handover.store)
+            session.handed_over = True
             return
         if args.name is None:
-            raise UsageError("%durable run needs the run's name, e.g. %durable run sales-report.")
-        session_for(self.shell).attach(
-            str(_unquoted(args.name)),
+            example = "%durable run sales-report" + (" --all" if args.all_cells else "")
+            raise UsageError(f"%durable run needs the run's name, e.g. {example}.")
+        name = str(_unquoted(args.name))
+        if not name.strip() or not name.isprintable():
+            raise UsageError(
+                f"{name!r} cannot name a run: give one line of text, e.g. %durable run sales-report"
+                + (" --all." if args.all_cells else ".")
+            )
+        session = session_for(self.shell)
+        if session.handed_over:
+            # The notebook's own attach line, met in a kernel run-notebook started: its cells carry their names.
+            session.notes.say(
+                f"run-notebook attached this kernel to run {session.require().run_id} already", "attached"
+            )
+            return
+        session.attach(
+            name,
             new=args.new,
             run_id=_unquoted(args.run_id),
             key=_unquoted(args.key),
             store=_unquoted(args.store),
+            new_key=self._notebook_key() if args.all_cells else None,
         )
+        if args.all_cells:
+            already = session.all_cells.enabled
+            session.all_cells.start()
+            if not already:
+                session.notes.say(
+                    "every code cell from here on runs durably, no %%durable line needed "
+                    "(tag a cell not-durable to run it as written; %durable off stops)",
+                    "all",
+                )
+
+    def _notebook_key(self) -> str | None:
+        """The key run-notebook finds this kernel's notebook file by (no parameters), so that it continues the run."""
+        path = notebook_path(self.shell.user_ns)
+        return run_key(path.resolve(), {}) if path is not None else None
+
+    def _off(self, rest: str) -> None:
+        """%durable off: stop --all (later cells run as written); the kernel stays attached."""
+        if rest.strip():
+            raise UsageError("%durable off takes nothing after it.")
+        session = session_for(self.shell)
+        if not session.all_cells.enabled:
+            raise UsageError(
+                "%durable off stops what %durable run NAME --all started, and it is not on in this kernel. "
+                "Cells run durably only with a %%durable NODE line."
+            )
+        session.all_cells.stop()
+        session.notes.say("cells from here on run as written (%durable run NAME --all makes them durable again)", "off")
 
     def _status(self, rest: str) -> dict[str, Any]:
         from ..engine.runs.calls import status
@@ -183,7 +250,10 @@ class DurableMagics(Magics):
 
     def _end(self, rest: str) -> None:
         session = session_for(self.shell)
+        if session.cell_run is None and session.handed_over:
+            return  # run-notebook's own last line, after the notebook's %durable end completed the run
         cell_run = session.require()
+        session.all_cells.stop()  # no run to commit later cells to
         if run_sync(cell_run.refresh()).status is RunStatus.COMPLETED:
             # Run All of a finished notebook restores every cell and reaches this line again.
             session.notes.say(f"run {cell_run.run_id} '{cell_run.run.name}' is already completed", "completed")

@@ -16,6 +16,7 @@ from ..engine.gates.decisions import decide, make_decision
 from ..errors import GatePending
 from ..model import CommitResult, RunStatus
 from ..store import Store, connect
+from .all_cells import AllCells
 from .capture import is_quiet, open_figure_ids
 from .cellcode import CellCode, analyze
 from .definitions import Definitions
@@ -39,6 +40,8 @@ class KernelSession:
         self.notes = Notes(shell)
         # Looked up at each pause: a test or an extension may replace how this session shows gates.
         self.executor = CellExecutor(shell, self.notes, self.definitions, lambda *gate: self.show_gate(*gate))
+        self.all_cells = AllCells(shell)
+        self.handed_over = False  # attached by run-notebook (%durable run --from-env): the notebook's own line waits
         shell.events.register("pre_run_cell", self.notes.new_cell)
         atexit.register(self._release_at_exit)
 
@@ -53,10 +56,12 @@ class KernelSession:
         key: str | None = None,
         store: str | None = None,
         quiet: bool = False,
+        new_key: str | None = None,
     ) -> CellRun:
         """Attach the kernel to a run and print one line saying what can be restored.
 
-        The kernel's variables stay as they are; the run's cells restore when they run.
+        The kernel's variables stay as they are; the run's cells restore when they run. ``new_key``:
+        with no unfinished run of ``name``, the run of that key (as ``CellRun.attach`` says).
         """
         if store is not None or self.store is None:
             self.store = connect(store)
@@ -66,7 +71,9 @@ class KernelSession:
         # The kernel's namespace as the store holds it follows the kernel from run to run (same store).
         values = self.cell_run.values if self.cell_run is not None and self.tracker is not None else None
         self.cell_run = run_sync(
-            CellRun.attach(self.store, values, name, new=new, run_id=run_id, key=key, tracker=self.tracker)
+            CellRun.attach(
+                self.store, values, name, new=new, run_id=run_id, key=key, tracker=self.tracker, new_key=new_key
+            )
         )
         self.tracker = self.cell_run.tracker
         if not quiet:
@@ -91,6 +98,13 @@ class KernelSession:
         if run.parent_run_id:
             text += f"; forked from {run.parent_run_id}"
         return text
+
+    def note_cell_info(self, cell_id: str, tags: list[str]) -> None:
+        """Remember a notebook cell's tags, sent by the front end just before the cell runs.
+
+        In ``--all`` mode a cell's first tag that is a name names it, and ``not-durable`` runs it as written.
+        """
+        self.all_cells.note_cell_info(cell_id, tags)
 
     def require(self) -> CellRun:
         """Return the attached run, attaching to one named after the notebook if possible."""
@@ -120,6 +134,7 @@ class KernelSession:
         __tracebackhide__ = True
         cell_run = self.require()
         source = self.shell.transform_cell(raw_source)
+        self.all_cells.transformed(node, source)
         cell = analyze(source)
         figures = open_figure_ids()
         plan = run_sync(

@@ -152,10 +152,12 @@ class CellRun:
         run_id: str | None = None,
         key: str | None = None,
         tracker: NamespaceTracker | None = None,
+        new_key: str | None = None,
     ) -> CellRun:
         """Attach to ``run_id``, else the latest unfinished run of ``name``, else a new run.
 
-        ``values`` None: values signed with this machine's key.
+        ``values`` None: values signed with this machine's key. ``new_key``: when no unfinished run
+        is found, the run of ``name`` with that idempotency key (made if there is none).
         """
         values = values if values is not None else ValueCodec(store, load_secret())
         run: RunRecord | None = None
@@ -165,7 +167,7 @@ class CellRun:
             candidates = await store.list_runs(name, statuses=_UNFINISHED)
             run = candidates[0] if candidates else None
         if run is None:
-            run, _ = await store.create_run(new_notebook_run(name, key))
+            run, _ = await store.create_run(new_notebook_run(name, key if key is not None or new else new_key))
         cell_run = await cls.open(store, values, run, tracker)
         if run.status in (RunStatus.RUNNING, RunStatus.PENDING, RunStatus.FAILED, RunStatus.CANCELLED):
             await cell_run.take()
