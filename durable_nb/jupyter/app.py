@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
+from jupyter_core.paths import jupyter_runtime_dir
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Unicode, default
 
@@ -35,7 +37,9 @@ class DurableNB(ExtensionApp):
     def initialize_settings(self) -> None:
         assert self.serverapp is not None
         kernels = self.serverapp.kernel_manager
-        self.catalog = StoreCatalog(self.store or None, kernels.list_kernel_ids)
+        # Where this server's kernels keep their connection files, and so their registry entries.
+        runtime = Path(getattr(kernels, "connection_dir", "") or jupyter_runtime_dir())
+        self.catalog = StoreCatalog(self.store or None, kernels.list_kernel_ids, runtime)
         self.settings[api.CATALOG] = self.catalog
 
     def initialize_handlers(self) -> None:
@@ -44,4 +48,5 @@ class DurableNB(ExtensionApp):
 
     async def stop_extension(self) -> None:
         """Close the stores the server opened."""
-        self.catalog.close()
+        closed = self.catalog.close()
+        self.log.info("durable_nb: closed %d store%s", closed, "" if closed == 1 else "s")

@@ -78,8 +78,9 @@ class StoreCatalog:
             store = self._open[served.key] = connect(served.url, create=False)
         return served, store
 
-    def close(self) -> None:
-        """Close every store this catalog opened."""
+    def close(self) -> int:
+        """Close every store this catalog opened; return how many."""
         opened, self._open = self._open, {}
         for store in opened.values():
             disconnect(store.url)
+        return len(opened)

@@ -1,8 +1,9 @@
 """Which run and store each kernel of a Jupyter server is attached to: one small file per kernel.
 
-A kernel a Jupyter server started (ipykernel, connection file ``kernel-<id>.json``) writes
-``<runtime dir>/durable-nb-kernel-<id>.json`` = ``{"kernel_id", "run_id", "store", "pid"}`` when
-it attaches to a run, and removes it when it exits. The server reads the files of the kernels
+A kernel a Jupyter server started (ipykernel, connection file ``kernel-<id>.json`` in the
+server's runtime folder) writes ``durable-nb-kernel-<id>.json`` = ``{"kernel_id", "run_id",
+"store", "pid"}`` beside its connection file when it attaches to a run, and removes it when it
+exits. The server reads the files of the kernels
 its own kernel manager runs, and no other: a file naming another kernel, or written by a
 process that is not the kernel's, is ignored.
 """
@@ -49,8 +50,9 @@ def _entry_path(kernel_id: str, runtime_dir: Path | None = None) -> Path:
     return (runtime_dir or _runtime_dir()) / f"durable-nb-kernel-{kernel_id}.json"
 
 
-def _this_kernel_id() -> str | None:
-    """The id a Jupyter server gave the ipykernel this process is, or None outside one."""
+def _this_kernel() -> tuple[str, Path] | None:
+    """The id a Jupyter server gave the ipykernel this process is, and the folder of its connection
+    file (the server's runtime folder); None outside one."""
     # Only look if this process is a kernel already: importing ipykernel here would cost an attach.
     if "ipykernel.kernelapp" not in sys.modules:
         return None
@@ -58,17 +60,19 @@ def _this_kernel_id() -> str | None:
 
     if not IPKernelApp.initialized():
         return None
-    found = _KERNEL_FILE.match(os.path.basename(str(IPKernelApp.instance().connection_file or "")))
-    return found.group(1) if found else None
+    connection = Path(IPKernelApp.instance().abs_connection_file or "")
+    found = _KERNEL_FILE.match(connection.name)
+    return (found.group(1), connection.parent) if found else None
 
 
 def write_kernel_entry(run_id: str, store_url: str) -> None:
     """Record that this kernel is attached to ``run_id`` in ``store_url`` (atomic, mode 0600); a no-op
     outside a kernel a Jupyter server started."""
-    kernel_id = _this_kernel_id()
-    if kernel_id is None:
+    kernel = _this_kernel()
+    if kernel is None:
         return
-    target = _entry_path(kernel_id)
+    kernel_id, folder = kernel
+    target = _entry_path(kernel_id, folder)
     entry = {"kernel_id": kernel_id, "run_id": run_id, "store": resolved_url(store_url), "pid": os.getpid()}
     target.parent.mkdir(parents=True, exist_ok=True)
     # mkstemp creates the file 0600; the rename replaces the old entry whole, never half written.
@@ -85,10 +89,11 @@ def write_kernel_entry(run_id: str, store_url: str) -> None:
 
 def remove_kernel_entry() -> None:
     """Remove this kernel's entry, if this process wrote it; a no-op outside a Jupyter-started kernel."""
-    kernel_id = _this_kernel_id()
-    if kernel_id is None:
+    kernel = _this_kernel()
+    if kernel is None:
         return
-    target = _entry_path(kernel_id)
+    kernel_id, folder = kernel
+    target = _entry_path(kernel_id, folder)
     # A restarted kernel keeps its id: the entry may be its successor's by now.
     found = read_kernel_entry(kernel_id, pid=os.getpid(), runtime_dir=target.parent)
     if found is not None:
