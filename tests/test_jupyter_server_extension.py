@@ -247,6 +247,12 @@ def test_a_kernel_of_this_server_names_its_run_and_store(served: tuple[JupyterSe
         ).json()["stores"]
         shown = server.get(api(run_id), params={"store": store_key(other)}).json()
         assert shown["gates"][0]["reason"] == "kernel's gate?"
+        # At exit the kernel removes its entry: the server then serves neither its run nor its store.
+        _run_in(server, kernel_id, "from durable_nb.jupyter.registry import remove_kernel_entry\nremove_kernel_entry()")
+        assert not entry.exists()
+        assert server.get(f"/durable/api/kernels/{kernel_id}").status_code == 404
+        _run_in(server, kernel_id, code)
+        assert entry.exists()
     finally:
         assert server.client.delete(f"/api/kernels/{kernel_id}").status_code == 204
     assert server.get(f"/durable/api/kernels/{kernel_id}").status_code == 404
@@ -281,6 +287,21 @@ def test_a_registry_entry_of_a_kernel_the_server_does_not_run_is_ignored(
     finally:
         server.client.delete(f"/api/kernels/{kernel_id}")
     disconnect(planted)
+
+
+def test_the_registry_writer_does_nothing_outside_a_jupyter_kernel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outside a kernel a Jupyter server started (here: pytest), writing and removing an entry are no-ops."""
+    from durable_nb.jupyter.registry import read_kernel_entry, remove_kernel_entry, write_kernel_entry
+
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
+    write_kernel_entry("some-run", f"sqlite:///{tmp_path}/runs.db")
+    remove_kernel_entry()
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "durable-nb-kernel-k1.json").write_text('{"kernel_id": "k1", "run_id": "r", "store": "s", "pid": true}')
+    assert read_kernel_entry("k1", runtime_dir=tmp_path) is None
+    assert read_kernel_entry("../k1", runtime_dir=tmp_path) is None
 
 
 # -- as an attacker -----------------------------------------------------------------------------
