@@ -107,8 +107,16 @@ def test_a_decision_is_recorded_once_and_the_second_is_refused(served: tuple[Jup
     server, url = served
     run_id = paused_run(url)
     me = server.get("/api/me").json()["identity"]
+    gate = server.get(api(run_id), params={"store": store_key(url)}).json()["gates"][0]["checkpoint_id"]
+    wrong = server.post(
+        api(run_id, "/gates/publish"), params={"store": store_key(url)}, json={"approved": True, "checkpoint_id": "x"}
+    )
+    assert wrong.status_code in (404, 409), wrong.text  # not the gate that waits: nothing decided
+    assert decisions(url, run_id) == []
     first = server.post(
-        api(run_id, "/gates/publish"), params={"store": store_key(url)}, json={"approved": True, "comment": "fine"}
+        api(run_id, "/gates/publish"),
+        params={"store": store_key(url)},
+        json={"approved": True, "comment": "fine", "checkpoint_id": gate},
     )
     assert first.status_code == 200, first.text
     assert first.json()["approved"] is True

@@ -32,6 +32,8 @@ __all__ = ["CATALOG", "HANDLERS", "MAX_BODY", "json_body", "user_name"]
 CATALOG = "durable_nb_catalog"
 # A decision is a few words; the stale cells of an edit, a few cells' code.
 MAX_BODY = 1 << 20
+# What a decision from the panel may say.
+_DECISION_FIELDS = frozenset({"approved", "comment", "checkpoint_id"})
 
 
 def json_body(body: bytes, limit: int = MAX_BODY) -> Any:
@@ -146,11 +148,18 @@ class GateHandler(DurableHandler):
     async def post(self, run_id: str, node: str) -> None:
         _, store = self.store()
         body = json_body(self.request.body)
-        if not isinstance(body, dict) or "approved" not in body or not set(body) <= {"approved", "comment"}:
-            raise InvalidDecision('Send {"approved": true|false, "comment": text|null} and nothing else.')
+        if not isinstance(body, dict) or "approved" not in body or not set(body) <= _DECISION_FIELDS:
+            raise InvalidDecision(
+                'Send {"approved": true|false, "comment": text|null} (and optionally "checkpoint_id", the gate\'s, '
+                "as the run gave it) and nothing else."
+            )
+        gate = body.get("checkpoint_id")
+        if gate is not None and not isinstance(gate, str):
+            raise InvalidDecision(f"checkpoint_id names the gate's checkpoint (text), not {gate!r}.")
         decision = make_decision(body["approved"], None, body.get("comment"), by=user_name(self.current_user))
-        # The one decision path: exactly one decider wins; the others get AlreadyResumed (409).
-        result = await decide(store, self.run_id(run_id), decision, node)
+        # The one decision path: exactly one decider wins; the others get AlreadyResumed (409). With the
+        # gate's checkpoint, a later gate of the same node is never decided by a click on this one.
+        result = await decide(store, self.run_id(run_id), decision, node, gate=gate)
         self.finish(
             {
                 "run_id": result.run.run_id,
