@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from jupyterkit import JupyterServer
+from jupyterkit import TOKEN, JupyterServer
 
 import durable_nb as dnb
 from durable_nb._loop import run_sync
@@ -499,3 +499,36 @@ def test_the_server_stops_cleanly_and_closes_its_stores(tmp_path: Path) -> None:
     assert server.process.returncode == 0
     assert "durable_nb: closed 1 store" in server.output()
     disconnect(url)
+
+
+# -- in a browser ---------------------------------------------------------------------------------
+
+
+def test_approve_from_the_approvals_page_in_a_browser(served: tuple[JupyterServer, str], tmp_path: Path) -> None:
+    """Chromium: sign in to Jupyter with its token, open /durable/approvals, Approve; the page's style
+    applies under its policy, hostile context stays text, and the decision is recorded once."""
+    pytest.importorskip("playwright", reason="browser tests need Playwright for Python (pip install playwright)")
+    from browserkit import CHROMIUM, chromium, screenshot_path
+
+    if CHROMIUM is None:
+        pytest.skip("browser tests need Debian's chromium (apt-get install chromium)")
+    server, url = served
+    hostile = "<script>window.pwned = 1</script>"
+    run_id = paused_run(url, "ship the report?", {"summary": hostile})
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1100, "height": 700})
+        page.goto(f"{server.url}/durable/approvals")
+        assert "/login" in page.url  # no sign-in, no page
+        page.goto(f"{server.url}/durable/approvals?token={TOKEN}")
+        gate = page.locator(f"section.gate[data-run='{run_id}']")
+        gate.wait_for()
+        assert "ship the report?" in gate.inner_text() and hostile in gate.inner_text()
+        assert page.evaluate("window.pwned") is None
+        approve = gate.get_by_role("button", name="Approve")
+        assert approve.evaluate("b => getComputedStyle(b).backgroundColor") == "rgb(31, 122, 61)"
+        page.screenshot(path=screenshot_path(tmp_path, "jupyter-approvals-page.png"), full_page=True)
+        gate.locator("textarea").fill("looks right")
+        approve.click()
+        page.get_by_text(f"Approved run {run_id}").wait_for()
+    recorded = decisions(url, run_id)
+    assert [(d["approved"], d["comment"]) for d in recorded] == [(True, "looks right")]

@@ -72,6 +72,7 @@ class _PageHandler(JupyterHandler):
             action=lambda _: url_path_join(self.base_url, "durable/approvals/decide"),
             csrf_field="_xsrf",
             csrf_value=self.xsrf_token.decode("ascii"),
+            deciders="anyone signed in to this Jupyter server",
         )
         return approvals_html(await self.gates(), forms, note, error)
 

@@ -94,12 +94,13 @@ class WaitingGate:
 @dataclass(frozen=True, slots=True)
 class PageForms:
     """How the page's forms reach the server that renders it: where each posts, the CSRF field it
-    carries (name and value), and where a run's history is shown (None: nowhere)."""
+    carries (name and value), where a run's history is shown (None: nowhere), and who may decide."""
 
     action: Callable[[WaitingGate], str]
     csrf_field: str
     csrf_value: str
     run_link: Callable[[str], str] | None = None
+    deciders: str = "anyone with the decide scope"
 
 
 def _hidden(name: str, value: str) -> str:
@@ -122,7 +123,7 @@ def _gate(waiting: WaitingGate, forms: PageForms) -> str:
         f"<section class='gate' data-run='{_e(gate.run_id)}'>"
         f"<h2>{_e(gate.reason)}</h2>"
         f"<div class='meta'>{_e(waiting.kind)} <b>{_e(waiting.name)}</b> · run {run}"
-        f" · node {_e(gate.node_id)} · asked of anyone with the decide scope</div>"
+        f" · node {_e(gate.node_id)} · asked of {_e(forms.deciders)}</div>"
         f"<div class='meta'>waiting {_e(waited)} (since {_time(gate.created_at)}) · {deadline}</div>{path}"
         f"<pre>{_e(context)}</pre>"
         f"<form method='post' action='{_e(forms.action(waiting))}'>"
