@@ -532,3 +532,24 @@ def test_approve_from_the_approvals_page_in_a_browser(served: tuple[JupyterServe
         page.get_by_text(f"Approved run {run_id}").wait_for()
     recorded = decisions(url, run_id)
     assert [(d["approved"], d["comment"]) for d in recorded] == [(True, "looks right")]
+
+
+def test_installing_enables_the_extension_and_ships_the_front_end() -> None:
+    """Packaging: the wheel's server config enables the module Jupyter finds the extension in, and its
+    shared data puts the prebuilt front end where JupyterLab looks for durable-nb."""
+    import tomllib
+
+    from durable_nb.jupyter import _jupyter_server_extension_points
+
+    root = Path(__file__).resolve().parent.parent
+    config = json.loads((root / "jupyter-config/server-config/durable_nb.json").read_text())
+    module = _jupyter_server_extension_points()[0]["module"]
+    assert config == {"ServerApp": {"jpserver_extensions": {module: True}}}
+    project = tomllib.loads((root / "pyproject.toml").read_text())
+    shared = project["tool"]["hatch"]["build"]["targets"]["wheel"]["shared-data"]
+    assert shared["jupyter-config/server-config"] == "etc/jupyter/jupyter_server_config.d"
+    assert shared["durable_nb/labextension"] == "share/jupyter/labextensions/durable-nb"
+    assert json.loads((root / "install.json").read_text())["packageName"] == project["project"]["name"]
+    builder = project["tool"]["hatch"]["build"]["hooks"]["jupyter-builder"]
+    assert builder["optional-editable-build"] is True
+    assert builder["build-kwargs"]["path"] == "labextension"
