@@ -184,6 +184,32 @@ def test_edited_cells_are_stale_when_their_code_differs_from_the_commit(tmp_path
         server.stop()
 
 
+def test_a_notebook_cell_paused_at_a_gate_continues_after_a_panel_decision(tmp_path: Path, store_url: str) -> None:
+    """A cell of a real kernel pauses at a gate; the panel's POST decides it; the same kernel runs the
+    cell again and continues with that decision, by the Jupyter user."""
+    from kernelkit import Kernel
+
+    kernel = Kernel(tmp_path, env={"DURABLE_NB_STORE": store_url})
+    server = JupyterServer(tmp_path, env={"DURABLE_NB_STORE": store_url})
+    try:
+        assert kernel.run("%load_ext durable_nb\nimport durable_nb as dnb\n%durable run gated").error is None
+        cell = "%%durable review\nd = dnb.gate('ship?', {'n': 3})\nshipped, who = d.approved, d.by"
+        assert kernel.run(cell).error == "GatePending"
+        run_id = kernel.run("print(dnb.runs().iloc[0]['run_id'])").text.strip()
+        key = store_key(store_url)
+        shown = server.get(api(run_id), params={"store": key}).json()
+        assert [(g["node"], g["reason"], g["context"]) for g in shown["gates"]] == [("review", "ship?", {"n": 3})]
+        decided = server.post(api(run_id, "/gates/review"), params={"store": key}, json={"approved": True})
+        assert decided.status_code == 200, decided.text
+        continued = kernel.run(cell)
+        assert continued.error is None, continued.text
+        assert f"True {decided.json()['by']}" in kernel.run("print(shipped, who)").text
+        assert server.get(api(run_id), params={"store": key}).json()["gates"] == []
+    finally:
+        server.stop()
+        kernel.close()
+
+
 def test_the_approvals_page_decides_with_jupyters_xsrf_token(served: tuple[JupyterServer, str]) -> None:
     """/durable/approvals: the gate's form carries Jupyter's _xsrf, its store's key and its run; posting
     it records the decision once and shows the outcome."""
