@@ -20,11 +20,11 @@ from ..engine.gates.decisions import decide, make_decision
 from ..errors import DurableError, InvalidDecision, InvalidInput
 from ..store.protocol import Store
 from ..store.rules import check_run_id
-from .catalog import StoreCatalog
+from .catalog import ServedStore, StoreCatalog
 from .errors import KernelNotAttached, status_of
 from .shapes import run_detail, run_version
 from .stale import read_cells, stale_cells
-from .stores import ServedStore, store_key
+from .stores import store_key
 
 __all__ = ["CATALOG", "HANDLERS", "MAX_BODY", "json_body", "user_name"]
 

@@ -4,14 +4,29 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..store import connect, disconnect
 from ..store.protocol import Store
 from .registry import KernelEntry, read_kernel_entry
-from .stores import ServedStore, StoreNotServed, resolved_url, store_key
+from .stores import StoreNotServed, resolved_url, store_key, store_label
 
-__all__ = ["StoreCatalog"]
+__all__ = ["ServedStore", "StoreCatalog"]
+
+
+@dataclass(frozen=True, slots=True)
+class ServedStore:
+    """A store the server serves: its key, URL, and where the server found it."""
+
+    key: str
+    url: str
+    # "config" (c.DurableNB.store or $DURABLE_NB_STORE), "default", or "kernel".
+    source: str
+
+    def describe(self) -> dict[str, str]:
+        """Return what the browser sees of it: key, label (no password) and source."""
+        return {"key": self.key, "label": store_label(self.url), "source": self.source}
 
 
 def _alive(pid: int) -> bool:

@@ -15,7 +15,6 @@ import json
 import os
 import re
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,6 +74,8 @@ def write_kernel_entry(run_id: str, store_url: str) -> None:
     target = _entry_path(kernel_id, folder)
     entry = {"kernel_id": kernel_id, "run_id": run_id, "store": resolved_url(store_url), "pid": os.getpid()}
     target.parent.mkdir(parents=True, exist_ok=True)
+    import tempfile  # here: only a kernel a Jupyter server started writes an entry
+
     # mkstemp creates the file 0600; the rename replaces the old entry whole, never half written.
     handle, temporary = tempfile.mkstemp(prefix=".durable-nb-", dir=target.parent)
     try:

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..errors import DurableError
 from ..store.url import parse_url, resolve_url
 
-__all__ = ["ServedStore", "StoreNotServed", "resolved_url", "store_key", "store_label"]
+__all__ = ["StoreNotServed", "resolved_url", "store_key", "store_label"]
 
 
 class StoreNotServed(DurableError, LookupError):
@@ -50,17 +49,3 @@ def store_label(url: str) -> str:
         netloc = f"{user.split(':', 1)[0]}@{host}"
     query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "password"])
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-@dataclass(frozen=True, slots=True)
-class ServedStore:
-    """A store the server serves: its key, URL, and where the server found it."""
-
-    key: str
-    url: str
-    # "config" (c.DurableNB.store or $DURABLE_NB_STORE), "default", or "kernel".
-    source: str
-
-    def describe(self) -> dict[str, str]:
-        """Return what the browser sees of it: key, label (no password) and source."""
-        return {"key": self.key, "label": store_label(self.url), "source": self.source}
