@@ -17,7 +17,7 @@ ALLOWED = {
     "engine": {"base", "store", "driver"},
     "views": {"base", "store", "engine", "driver"},
     "widgets": {"base", "store", "engine", "views", "driver"},
-    "notebook": {"base", "store", "engine", "views", "widgets", "driver"},
+    "notebook": {"base", "store", "engine", "views", "widgets", "jupyter.kernel", "driver"},
     # The command line, a front end (one module a group of commands): it starts the demo, the
     # service and headless notebook runs as their own commands.
     "cli": {"base", "store", "engine", "views", "demo", "service", "headless", "driver"},
@@ -29,6 +29,11 @@ ALLOWED = {
     "demo": {"base", "store", "engine", "views", "notebook", "headless", "driver"},
     # A LangGraph checkpointer over the store and the engine's values; LangGraph is imported only here.
     "langgraph": {"base", "store", "engine", "views", "driver"},
+    # The Jupyter server extension: the service's approvals page and the notebook's code hashing,
+    # over the views and the engine's decisions.
+    "jupyter": {"base", "store", "engine", "views", "service", "notebook", "jupyter.kernel", "driver"},
+    # What kernels import of it (store keys, the registry file): nothing of Jupyter's server.
+    "jupyter.kernel": {"base", "store"},
     "driver": set(),
 }
 
@@ -43,6 +48,8 @@ def layer_of(module: str) -> str | None:
         return "base"
     if head == "_loop":
         return "driver"
+    if head == "jupyter" and len(parts) > 2 and parts[2] in ("stores", "registry"):
+        return "jupyter.kernel"
     return head
 
 

@@ -15,6 +15,8 @@ import hashlib
 import html
 import json
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..model import STATUS_COLOURS, PendingInterrupt, RunStatus, format_seconds
@@ -22,7 +24,17 @@ from ..store import Store
 from ..views import ahistory
 from ..views.render import LABEL_COLOURS, checkpoint_labels, human_duration, local_time
 
-__all__ = ["COOKIE", "STYLE_HASH", "approvals_page", "history_page", "refusal_page"]
+__all__ = [
+    "COOKIE",
+    "STYLE_HASH",
+    "PageForms",
+    "WaitingGate",
+    "approvals_html",
+    "approvals_page",
+    "history_page",
+    "refusal_page",
+    "waiting_gates",
+]
 
 COOKIE = "durable_nb_token"
 
@@ -68,23 +80,54 @@ def _page(title: str, body: str) -> str:
     )
 
 
-def _gate(kind: str, name: str, gate: PendingInterrupt, csrf: str) -> str:
+@dataclass(frozen=True, slots=True)
+class WaitingGate:
+    """An open gate as the page lists it: its run's kind and name, the gate, and the hidden fields
+    its form carries besides the node (which store and run it is in, where one server has many)."""
+
+    kind: str
+    name: str
+    gate: PendingInterrupt
+    fields: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PageForms:
+    """How the page's forms reach the server that renders it: where each posts, the CSRF field it
+    carries (name and value), where a run's history is shown (None: nowhere), and who may decide."""
+
+    action: Callable[[WaitingGate], str]
+    csrf_field: str
+    csrf_value: str
+    run_link: Callable[[str], str] | None = None
+    deciders: str = "anyone with the decide scope"
+
+
+def _hidden(name: str, value: str) -> str:
+    return f"<input type='hidden' name='{_e(name)}' value='{_e(value)}'>"
+
+
+def _gate(waiting: WaitingGate, forms: PageForms) -> str:
+    gate = waiting.gate
     context = json.dumps(gate.context, indent=2, ensure_ascii=False, default=str)
     path = f"<div class='meta'>agent path {_e(gate.agent_path)}</div>" if gate.agent_path else ""
     waited = format_seconds(max(0, int(time.time() - gate.created_at)))
     deadline = "no deadline"
     if gate.expires_at is not None:
         deadline = f"deadline {_time(gate.expires_at)} then {_e(gate.on_timeout)}"
+    run = _e(gate.run_id)
+    if forms.run_link is not None:
+        run = f"<a href='{_e(forms.run_link(gate.run_id))}'>{run}</a>"
+    fields = "".join(_hidden(name, value) for name, value in waiting.fields)
     return (
         f"<section class='gate' data-run='{_e(gate.run_id)}'>"
         f"<h2>{_e(gate.reason)}</h2>"
-        f"<div class='meta'>{_e(kind)} <b>{_e(name)}</b> · run <a href='/runs/{_e(gate.run_id)}'>{_e(gate.run_id)}</a>"
-        f" · node {_e(gate.node_id)} · asked of anyone with the decide scope</div>"
+        f"<div class='meta'>{_e(waiting.kind)} <b>{_e(waiting.name)}</b> · run {run}"
+        f" · node {_e(gate.node_id)} · asked of {_e(forms.deciders)}</div>"
         f"<div class='meta'>waiting {_e(waited)} (since {_time(gate.created_at)}) · {deadline}</div>{path}"
         f"<pre>{_e(context)}</pre>"
-        f"<form method='post' action='/runs/{_e(gate.run_id)}/decide'>"
-        f"<input type='hidden' name='csrf' value='{_e(csrf)}'>"
-        f"<input type='hidden' name='node' value='{_e(gate.node_id)}'>"
+        f"<form method='post' action='{_e(forms.action(waiting))}'>"
+        f"{_hidden(forms.csrf_field, forms.csrf_value)}{fields}{_hidden('node', gate.node_id)}"
         "<label>Comment <textarea name='comment'></textarea></label>"
         "<button class='approve' name='approved' value='true'>Approve</button>"
         "<button class='reject' name='approved' value='false'>Reject</button>"
@@ -92,16 +135,33 @@ def _gate(kind: str, name: str, gate: PendingInterrupt, csrf: str) -> str:
     )
 
 
-async def approvals_page(store: Store, csrf: str, note: str | None = None, error: bool = False) -> str:
-    """Return the page of every open gate, oldest first, its forms carrying ``csrf`` (``note``: the
-    outcome of the last decision)."""
-    gates: list[tuple[str, str, PendingInterrupt]] = []
+async def waiting_gates(store: Store, fields: tuple[tuple[str, str], ...] = ()) -> list[WaitingGate]:
+    """Return every open gate of a store, each form carrying ``fields`` as well."""
+    gates: list[WaitingGate] = []
     for run in await store.list_runs(statuses=[RunStatus.PAUSED]):
-        gates += [(run.kind.value, run.name, gate) for gate in await store.pending_interrupts(run.run_id)]
-    gates.sort(key=lambda found: found[2].created_at)
+        gates += [WaitingGate(run.kind.value, run.name, g, fields) for g in await store.pending_interrupts(run.run_id)]
+    return gates
+
+
+def approvals_html(gates: list[WaitingGate], forms: PageForms, note: str | None = None, error: bool = False) -> str:
+    """Return the page of ``gates``, oldest first, its forms made by ``forms`` (``note``: the outcome
+    of the last decision)."""
+    ordered = sorted(gates, key=lambda waiting: waiting.gate.created_at)
     told = f"<p class='note{' error' if error else ''}'>{_e(note)}</p>" if note else ""
-    listed = "".join(_gate(*found, csrf) for found in gates) or "<p>No gate is waiting for a decision.</p>"
-    return _page("Approvals · durable_nb", f"<h1>Waiting for a decision ({len(gates)})</h1>{told}{listed}")
+    listed = "".join(_gate(w, forms) for w in ordered) or "<p>No gate is waiting for a decision.</p>"
+    return _page("Approvals · durable_nb", f"<h1>Waiting for a decision ({len(ordered)})</h1>{told}{listed}")
+
+
+async def approvals_page(store: Store, csrf: str, note: str | None = None, error: bool = False) -> str:
+    """Return the service's page of every open gate, oldest first, its forms carrying ``csrf`` (``note``:
+    the outcome of the last decision)."""
+    forms = PageForms(
+        action=lambda waiting: f"/runs/{waiting.gate.run_id}/decide",
+        csrf_field="csrf",
+        csrf_value=csrf,
+        run_link=lambda run_id: f"/runs/{run_id}",
+    )
+    return approvals_html(await waiting_gates(store), forms, note, error)
 
 
 async def history_page(store: Store, run_id: str) -> str:

@@ -1,0 +1,77 @@
+"""What the panel reads of a run: the run, its checkpoints, its fork tree, its open gates, its version.
+
+Every part comes from the views and the engine the notebook uses (``ahistory``, ``aforks``,
+``current_run``), in the JSON shapes of the service; nothing is computed here that they do not.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..engine.gates.decisions import current_run
+from ..model import PendingInterrupt, RunRecord, RunStatus
+from ..service.shapes import history_json, run_json
+from ..store.protocol import Store
+from ..views import aforks, ahistory
+
+__all__ = ["gate_json", "run_detail", "run_version"]
+
+
+def _plain(value: Any) -> Any:
+    """A gate's context as JSON data (it is stored as JSON; anything else is shown as text)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def gate_json(gate: PendingInterrupt) -> dict[str, Any]:
+    """One open gate: its node, reason, frozen context, when it opened and expires, its checkpoint."""
+    return {
+        "node": gate.node_id,
+        "reason": gate.reason,
+        "context": _plain(gate.context),
+        "created_at": gate.created_at,
+        "expires_at": gate.expires_at,
+        "checkpoint_id": gate.checkpoint_id,
+    }
+
+
+def run_version(run: RunRecord) -> str:
+    """Return a text that changes whenever the run does: a commit, an event, a status, an owner."""
+    return f"{run.head_seq}.{run.event_seq}.{run.status.value}.{run.updated_at!r}"
+
+
+def _tree(frame: Any) -> list[dict[str, Any]]:
+    """The fork tree's rows as nested nodes, each with its forks as ``children``."""
+    nodes: dict[str, dict[str, Any]] = {}
+    roots: list[dict[str, Any]] = []
+    # The view lists a parent before its forks (ids sort by creation).
+    for row in frame.astype(object).where(frame.notna(), None).to_dict("records"):
+        node = {
+            "run_id": row["run_id"],
+            "parent_run_id": row["parent_run_id"],
+            "status": row["status"],
+            "fork_step": row["fork_step"],
+            "fork_seq": row["fork_seq"],
+            "overrides": sorted(row["overrides"] or {}),
+            "created_at": row["created_at"].isoformat() if row["created_at"] is not None else None,
+            "checkpoints": row["checkpoints"],
+            "children": [],
+        }
+        nodes[node["run_id"]] = node
+        parent = nodes.get(row["parent_run_id"] or "")
+        (parent["children"] if parent is not None else roots).append(node)
+    return roots
+
+
+async def run_detail(store: Store, run_id: str, key: str) -> dict[str, Any]:
+    """Return a run as the panel shows it: run, checkpoints, fork tree, open gates and version."""
+    run = await current_run(store, run_id)
+    gates = await store.pending_interrupts(run_id) if run.status is RunStatus.PAUSED else []
+    history = history_json(await ahistory(run_id, store=store))
+    return {
+        "run": {**run_json(run), "store_key": key},
+        "checkpoints": history,
+        "forks": _tree(await aforks(run_id, store=store)),
+        "gates": [gate_json(g) for g in sorted(gates, key=lambda g: g.created_at)],
+        "version": run_version(run),
+    }
