@@ -6,6 +6,7 @@ import os
 import queue
 import signal
 import time
+import uuid
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,20 +51,35 @@ class CellResult:
 class Kernel:
     """One real ipykernel process working in ``folder``."""
 
-    def __init__(self, folder: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, folder: Path, env: dict[str, str] | None = None, connection_file: Path | None = None) -> None:
         # On Unix sockets in a private folder, as durable_nb starts its own kernels (never TCP).
         self.sockets = ExitStack()
         self.manager = KernelManager(kernel_name="python3", **self.sockets.enter_context(ipc_sockets()))
+        if connection_file is not None:
+            # Named kernel-<id>.json in a runtime folder, as a Jupyter server names its kernels' files.
+            self.manager.connection_file = str(connection_file)
         kernel_env = dict(os.environ)
         kernel_env.update(env or {})
         self.manager.start_kernel(cwd=str(folder), env=kernel_env)
         self.client = self.manager.client()
         self.client.start_channels()
         self.client.wait_for_ready(timeout=60)
+        # The data of every comm message the kernel sent while a cell ran, in order (see open_comm).
+        self.comm_messages: list[dict[str, Any]] = []
 
     @property
     def pid(self) -> int:
         return self.manager.provisioner.process.pid  # type: ignore[union-attr]
+
+    def open_comm(self, target: str, data: dict[str, Any]) -> str:
+        """Open a comm to ``target`` as a front end does; its messages land in ``comm_messages``."""
+        msg = self.client.session.msg("comm_open", {"comm_id": uuid.uuid4().hex, "target_name": target, "data": data})
+        self.client.shell_channel.send(msg)
+        return str(msg["content"]["comm_id"])
+
+    def send_comm(self, comm_id: str, data: dict[str, Any]) -> None:
+        """Send a comm message to the kernel, as a front end does."""
+        self.client.shell_channel.send(self.client.session.msg("comm_msg", {"comm_id": comm_id, "data": data}))
 
     def run(self, code: str, timeout: float = 120, cell_id: str | None = None) -> CellResult:
         """Execute one cell and collect its outputs; a dead kernel reads as status 'dead'.
@@ -119,6 +135,8 @@ class Kernel:
                     result.status = "dead"
                     return result
                 continue
+            if message["msg_type"] == "comm_msg":
+                self.comm_messages.append(message["content"]["data"])
             if message["parent_header"].get("msg_id") != msg_id:
                 continue
             if message["msg_type"] == "status" and message["content"]["execution_state"] == "idle":

@@ -21,10 +21,12 @@ def _quiet_gate(shell: Any, etype: type, value: BaseException, tb: Any, tb_offse
 
 
 def load_ipython_extension(ip: Any) -> None:
-    """Register the magics and the quiet display of paused cells."""
+    """Register the magics, the quiet display of paused cells and the JupyterLab comm target."""
     from ..errors import GatePending
     from .all_cells import CellSyntaxError
+    from .frontend import register_comm_target
     from .magics import DurableMagics
 
     ip.register_magics(DurableMagics)
     ip.set_custom_exc((GatePending, CellSyntaxError), _quiet_gate)
+    register_comm_target(ip)

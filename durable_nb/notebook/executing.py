@@ -64,8 +64,10 @@ class CellExecutor:
         only_if_changed: bool = False,
         replayed: CheckpointRecord | None = None,
         lost: bool = False,
-    ) -> None:
-        """Run the cell's code (retrying as ``options`` say) and commit it; a gate pauses the run."""
+    ) -> CheckpointRecord | None:
+        """Run the cell's code (retrying as ``options`` say) and commit it; a gate pauses the run.
+
+        Return the checkpoint written (None when ``only_if_changed`` found nothing changed)."""
         __tracebackhide__ = True
         # Numbered as the cell running it, so a traceback reads 'Cell In[n]' as for a plain cell.
         filename = self.shell.compile.cache(source, max(self.shell.execution_count - 1, 0))
@@ -143,7 +145,7 @@ class CellExecutor:
             checkpoint = run_sync(cell_run.commit_cell(outcome, only_if_changed=only_if_changed))
             if checkpoint is not None:
                 self._say_committed(node, checkpoint)
-            return
+            return checkpoint
         raise AssertionError("unreachable")
 
     def _kept_overrides(self, cell_run: CellRun, node: str, before: dict[str, int]) -> None:

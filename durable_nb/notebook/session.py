@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import time
 import weakref
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from .cellcode import CellCode, analyze
 from .definitions import Definitions
 from .execute import run_code
 from .executing import CellExecutor, CellOptions
+from .frontend import FrontendLink
 from .notes import Notes
 from .restored import say_held, show_restored, warn_shared
 
@@ -34,16 +36,28 @@ class KernelSession:
     def __init__(self, shell: Any) -> None:
         self.shell = shell
         self.store: Store | None = None
-        self.cell_run: CellRun | None = None
+        self.frontend = FrontendLink(shell, self)
+        self._cell_run: CellRun | None = None
         self.tracker: NamespaceTracker | None = None
         self.definitions = Definitions()
         self.notes = Notes(shell)
         # Looked up at each pause: a test or an extension may replace how this session shows gates.
-        self.executor = CellExecutor(shell, self.notes, self.definitions, lambda *gate: self.show_gate(*gate))
+        self.executor = CellExecutor(shell, self.notes, self.definitions, lambda *gate: self._pause(*gate))
         self.all_cells = AllCells(shell)
         self.handed_over = False  # attached by run-notebook (%durable run --from-env): the notebook's own line waits
         shell.events.register("pre_run_cell", self.notes.new_cell)
         atexit.register(self._release_at_exit)
+
+    @property
+    def cell_run(self) -> CellRun | None:
+        """The run this kernel works in (None before the first attach and after the end)."""
+        return self._cell_run
+
+    @cell_run.setter
+    def cell_run(self, cell_run: CellRun | None) -> None:
+        # Every attach, switch, fork and end passes here: the one place front ends hear of it.
+        self._cell_run = cell_run
+        self.frontend.run_changed(cell_run)
 
     # -- attaching -----------------------------------------------------------------------
 
@@ -156,13 +170,34 @@ class KernelSession:
             show_restored(
                 self.shell, self.notes, self.definitions, plan.restored, options.exclude, figures, quiet=quiet
             )
+            self.frontend.restored(plan.cell_run.run_id, node, plan.restored.checkpoint)
             return None
         if plan.action is CellAction.PAUSED:
             return self._while_paused(plan, node)
         if plan.action is CellAction.REPLAY:
             return self._replay_cell(plan, node, source, cell, options)
-        self.executor.run(plan.cell_run, node, source, cell, options, lost=plan.lost)
+        self._execute(plan.cell_run, node, source, cell, options, lost=plan.lost)
         return None
+
+    def _execute(
+        self, cell_run: CellRun, node: str, source: str, cell: CellCode, options: CellOptions, **how: Any
+    ) -> None:
+        """Run the cell's code and commit it, telling the front ends when it starts and how it ends."""
+        __tracebackhide__ = True
+        self.frontend.started(cell_run.run_id, node)
+        started = time.perf_counter()
+        try:
+            checkpoint = self.executor.run(cell_run, node, source, cell, options, **how)
+        except GatePending:
+            raise  # the front ends heard of the pause from _pause
+        except BaseException:
+            self.frontend.failed(cell_run.run_id, node, time.perf_counter() - started)
+            raise
+        self.frontend.finished(cell_run, node, checkpoint)
+
+    def _pause(self, run_id: str, node: str, reason: str, context: Any, gate: str | None = None) -> None:
+        self.frontend.paused(run_id, node, reason)
+        self.show_gate(run_id, node, reason, context, gate)
 
     def _moved(self, plan: CellPlan, node: str) -> None:
         """Follow the plan to another run (a fork, or back to where this code ran) and say so."""
@@ -193,7 +228,7 @@ class KernelSession:
                 node_id=node,
             )
         gate = plan.gate
-        self.show_gate(run_id, node, gate.reason, gate.context, gate.checkpoint_id)
+        self._pause(run_id, node, gate.reason, gate.context, gate.checkpoint_id)
         raise GatePending(
             f"Waiting at gate '{gate.reason}': decide in the panel, then run this cell again.",
             run_id=run_id,
@@ -212,11 +247,12 @@ class KernelSession:
             value = run_code(cell, self.shell.user_ns, filename, timeout=options.timeout, node=node)
             run_sync(cell_run.reapply_overrides(committed, self.shell.user_ns, options.exclude))
             self.notes.say(f"replayed '{node}' (not committed: the run waits at a gate)", "replayed")
+            self.frontend.restored(cell_run.run_id, node, committed)
             if value is not None and not is_quiet(self.shell, source):
                 self.shell.displayhook(value)
             return None
         self.notes.say(f"replaying '{node}' (--replay)", "replaying")
-        self.executor.run(cell_run, node, source, cell, options, only_if_changed=True, replayed=committed)
+        self._execute(cell_run, node, source, cell, options, only_if_changed=True, replayed=committed)
         return None
 
     # -- a fork's overrides ---------------------------------------------------------------------
@@ -293,7 +329,7 @@ class KernelSession:
             return "Decision recorded. Run the cell again to continue."
         node = decided.claimed.node_id
         say_held(self.notes, plan.held, cell_run.run_id)
-        self.executor.run(cell_run, node, plan.source, analyze(plan.source), CellOptions())
+        self._execute(cell_run, node, plan.source, analyze(plan.source), CellOptions())
         return f"Decision recorded and cell '{node}' continued. Run the cells below (Run All restores the rest)."
 
 

@@ -94,6 +94,8 @@ class CellRun:
             tracker if tracker is not None else NamespaceTracker(values.secret),
             forks if forks is not None else ForkOverrides(),
         )
+        # The bytes the latest commit_cell wrote (what a front end shows beside the cell).
+        self.stored_bytes: int | None = None
 
     @property
     def tracker(self) -> NamespaceTracker:
@@ -345,6 +347,7 @@ class CellRun:
         self.tracker.committed(plan)
         self.tracker.drop(outcome.deleted)
         self.values.mark_stored(blobs)
+        self.stored_bytes = sum(blob.size for blob in blobs)
         return result.checkpoints[-1]
 
     def agent_steps(self, observer: Callable[[str], None] | None = None) -> AgentSteps:

@@ -1,0 +1,383 @@
+/**
+ * The Durable side panel: the current notebook's run, its checkpoints, fork tree and waiting gates.
+ */
+import { INotebookTracker, NotebookActions, NotebookPanel } from '@jupyterlab/notebook';
+import { Message } from '@lumino/messaging';
+import { Widget } from '@lumino/widgets';
+
+import { decide, DurableRequestError, getRun, getVersion } from './api';
+import { size, took, when } from './cells';
+import { NotebookDurable } from './notebook';
+import { IForkNode, IGate, IRunDetail } from './types';
+
+/** How often the panel asks whether its run changed, while it is visible. */
+const POLL_MS = 1500;
+
+function element<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  className: string,
+  text?: string
+): HTMLElementTagNameMap[K] {
+  const node = document.createElement(tag);
+  node.className = className;
+  if (text !== undefined) {
+    // textContent only: everything shown here is data.
+    node.textContent = text;
+  }
+  return node;
+}
+
+function shown(value: unknown): string {
+  if (typeof value === 'string') {
+    return value;
+  }
+  try {
+    return JSON.stringify(value, null, 2) ?? String(value);
+  } catch {
+    return String(value);
+  }
+}
+
+function seconds(value: unknown): number | null {
+  if (typeof value === 'number') {
+    return value;
+  }
+  if (typeof value === 'string' && value) {
+    const parsed = Date.parse(value);
+    return isNaN(parsed) ? null : parsed / 1000;
+  }
+  return null;
+}
+
+/** The panel, following the notebook in focus. */
+export class DurablePanel extends Widget {
+  constructor(
+    private readonly tracker: INotebookTracker,
+    private readonly durableOf: (panel: NotebookPanel) => NotebookDurable
+  ) {
+    super();
+    this.id = 'durable-nb-panel';
+    this.addClass('durable-nb-panel');
+    this.title.caption = 'Durable: the run this notebook works in, its forks and gates';
+    this._header = element('div', 'durable-nb-panel-header');
+    this._message = element('div', 'durable-nb-panel-message');
+    this._body = element('div', 'durable-nb-panel-body');
+    this.node.append(element('h2', 'durable-nb-panel-title', 'Durable'), this._header, this._message, this._body);
+    tracker.currentChanged.connect(this._follow, this);
+    this._follow();
+  }
+
+  /** The notebook's durable link the panel shows now. */
+  get durable(): NotebookDurable | null {
+    return this._durable;
+  }
+
+  /** Fetch the run again and show it (one request at a time: calls meanwhile make one more after it). */
+  async refresh(): Promise<void> {
+    if (this._refreshing) {
+      this._again = true;
+      return this._refreshing;
+    }
+    this._refreshing = this._fetch();
+    try {
+      await this._refreshing;
+    } finally {
+      this._refreshing = null;
+    }
+    if (this._again) {
+      this._again = false;
+      await this.refresh();
+    }
+  }
+
+  private async _fetch(): Promise<void> {
+    const durable = this._durable;
+    const found = durable ? await durable.findRun() : null;
+    if (durable !== this._durable) {
+      return;
+    }
+    this._target = found ? { runId: found.run_id, store: found.store_key } : null;
+    if (!this._target) {
+      this._detail = null;
+      this._version = null;
+      this._render();
+      return;
+    }
+    try {
+      const detail = await getRun(this._target.runId, this._target.store);
+      if (durable !== this._durable || !this._target || detail.run.run_id !== this._target.runId) {
+        return;
+      }
+      this._detail = detail;
+      this._version = String(detail.version);
+      this._failure = '';
+    } catch (error) {
+      this._failure = error instanceof Error ? error.message : String(error);
+    }
+    this._render();
+  }
+
+  protected onAfterShow(_: Message): void {
+    void this.refresh();
+    this._poll();
+  }
+
+  protected onBeforeHide(_: Message): void {
+    window.clearTimeout(this._timer);
+  }
+
+  dispose(): void {
+    window.clearTimeout(this._timer);
+    super.dispose();
+  }
+
+  // -- following the notebook and its run --------------------------------------------------------
+
+  private _follow(): void {
+    this._durable?.changed.disconnect(this._onChanged, this);
+    this._durable?.errors.disconnect(this._onError, this);
+    const panel = this.tracker.currentWidget;
+    this._durable = panel ? this.durableOf(panel) : null;
+    this._durable?.changed.connect(this._onChanged, this);
+    this._durable?.errors.connect(this._onError, this);
+    this._detail = null;
+    this._version = null;
+    this._note = '';
+    this._render();
+    if (this.isVisible) {
+      void this.refresh();
+    }
+  }
+
+  private _onChanged(): void {
+    if (this.isVisible) {
+      void this.refresh();
+    }
+  }
+
+  private _onError(_: NotebookDurable, message: string): void {
+    this._note = message;
+    this._render();
+  }
+
+  private _poll(): void {
+    window.clearTimeout(this._timer);
+    this._timer = window.setTimeout(async () => {
+      if (!this.isVisible || this.isDisposed) {
+        return;
+      }
+      const target = this._target;
+      if (!target) {
+        await this.refresh();
+      } else {
+        try {
+          const version = await getVersion(target.runId, target.store);
+          if (version !== this._version) {
+            await this.refresh();
+          }
+        } catch {
+          // the next poll tries again
+        }
+      }
+      this._poll();
+    }, POLL_MS);
+  }
+
+  // -- showing it ------------------------------------------------------------------------------------
+
+  private _render(): void {
+    const durable = this._durable;
+    const detail = this._detail;
+    this._header.replaceChildren();
+    this._body.replaceChildren();
+    this._message.textContent = this._note || this._failure;
+    this._message.hidden = !this._message.textContent;
+    if (!durable) {
+      this._header.append(element('p', 'durable-nb-empty', 'Open a notebook to see its durable run.'));
+      return;
+    }
+    if (!this._target) {
+      this._header.append(
+        element(
+          'p',
+          'durable-nb-empty',
+          "This notebook's kernel works in no durable run yet. Run %load_ext durable_nb and %durable run NAME."
+        )
+      );
+      return;
+    }
+    const run = detail?.run;
+    const status = String(run?.status ?? durable.lastRun?.status ?? '');
+    const name = String(run?.name ?? durable.lastRun?.name ?? '');
+    const title = element('div', 'durable-nb-run');
+    title.append(element('span', 'durable-nb-run-name', name), element('span', 'durable-nb-status', status));
+    title.dataset.durableStatus = status;
+    const id = element('div', 'durable-nb-run-id', `run ${this._target.runId}`);
+    this._header.append(title, id);
+    if (durable.all) {
+      this._header.append(element('div', 'durable-nb-hint', 'every cell runs durably (--all)'));
+    }
+    if (!durable.run && durable.lastRun) {
+      this._header.append(element('div', 'durable-nb-hint', 'the kernel left this run'));
+    }
+    if (!detail) {
+      return;
+    }
+    this._body.append(this._gates(detail), this._checkpoints(detail), this._forks(detail));
+  }
+
+  private _gates(detail: IRunDetail): HTMLElement {
+    const section = element('section', 'durable-nb-gates');
+    section.append(element('h3', '', `Waiting gates (${detail.gates.length})`));
+    if (!detail.gates.length) {
+      section.append(element('p', 'durable-nb-empty', 'No gate is waiting.'));
+    }
+    for (const gate of detail.gates) {
+      section.append(this._gate(detail, gate));
+    }
+    return section;
+  }
+
+  private _gate(detail: IRunDetail, gate: IGate): HTMLElement {
+    const box = element('div', 'durable-nb-gate');
+    box.dataset.durableNode = gate.node;
+    box.append(
+      element('div', 'durable-nb-gate-reason', gate.reason),
+      element('div', 'durable-nb-gate-where', `cell '${gate.node}' · since ${when(seconds(gate.created_at))}`)
+    );
+    if (gate.expires_at !== null && gate.expires_at !== undefined) {
+      box.append(element('div', 'durable-nb-gate-where', `expires ${when(seconds(gate.expires_at))}`));
+    }
+    if (gate.context !== null && gate.context !== undefined) {
+      box.append(element('pre', 'durable-nb-gate-context', shown(gate.context)));
+    }
+    const comment = element('textarea', 'durable-nb-comment');
+    comment.placeholder = 'Comment (optional)';
+    comment.rows = 2;
+    comment.value = this._comments.get(gate.node) ?? '';
+    comment.addEventListener('input', () => this._comments.set(gate.node, comment.value));
+    const buttons = element('div', 'durable-nb-actions');
+    for (const [action, label] of [
+      ['approve', 'Approve'],
+      ['reject', 'Reject']
+    ] as const) {
+      const button = element('button', `jp-Button durable-nb-button durable-nb-${action}`, label);
+      button.dataset.durableAction = action;
+      button.addEventListener('click', () => void this._decide(detail.run.run_id, gate.node, action === 'approve', box));
+      buttons.append(button);
+    }
+    box.append(comment, buttons);
+    return box;
+  }
+
+  private async _decide(runId: string, node: string, approved: boolean, box: HTMLElement): Promise<void> {
+    const target = this._target;
+    if (!target) {
+      return;
+    }
+    box.querySelectorAll('button').forEach(button => ((button as HTMLButtonElement).disabled = true));
+    const comment = (this._comments.get(node) ?? '').trim();
+    try {
+      await decide(runId, target.store, node, approved, comment || null);
+      this._comments.delete(node);
+      this._note = `${approved ? 'Approved' : 'Rejected'} the gate of cell '${node}'. Run the notebook again (Run All) to continue: committed cells restore.`;
+      this._offerRunAll = true;
+    } catch (error) {
+      this._note =
+        error instanceof DurableRequestError && error.status === 409
+          ? `Already decided: ${error.message}`
+          : `Could not record the decision: ${error instanceof Error ? error.message : String(error)}`;
+    }
+    await this.refresh();
+  }
+
+  private _checkpoints(detail: IRunDetail): HTMLElement {
+    const section = element('section', 'durable-nb-checkpoints');
+    section.append(element('h3', '', `Checkpoints (${detail.checkpoints.length})`));
+    const list = element('ol', 'durable-nb-list');
+    for (const checkpoint of detail.checkpoints) {
+      const step = String(checkpoint.step ?? checkpoint.node_id ?? checkpoint.checkpoint_id ?? '');
+      const item = element('li', 'durable-nb-checkpoint');
+      const details = [
+        when(seconds(checkpoint.created_at)),
+        took(typeof checkpoint.duration === 'number' ? checkpoint.duration : null),
+        typeof checkpoint.bytes === 'number' ? size(checkpoint.bytes) : ''
+      ].filter(Boolean);
+      item.append(element('span', 'durable-nb-step', step), element('span', 'durable-nb-meta', details.join(' · ')));
+      list.append(item);
+    }
+    section.append(list);
+    if (this._offerRunAll && this._durable) {
+      const again = element('button', 'jp-Button durable-nb-button', 'Run All to continue');
+      again.dataset.durableAction = 'run-all';
+      const panel = this._durable.panel;
+      again.addEventListener('click', () => {
+        this._offerRunAll = false;
+        void NotebookActions.runAll(panel.content, panel.sessionContext);
+      });
+      section.prepend(again);
+    }
+    return section;
+  }
+
+  private _forks(detail: IRunDetail): HTMLElement {
+    const section = element('section', 'durable-nb-forks');
+    section.append(element('h3', '', 'Fork tree'));
+    const current = this._durable?.run?.run_id ?? null;
+    const tree = (nodes: IForkNode[]): HTMLElement => {
+      const list = element('ul', 'durable-nb-tree');
+      for (const node of nodes) {
+        const item = element('li', 'durable-nb-fork');
+        const button = element(
+          'button',
+          'durable-nb-fork-button',
+          [
+            node.name,
+            node.run_id,
+            node.status,
+            typeof node.fork_step === 'string' && node.fork_step ? `from ${node.fork_step}` : ''
+          ]
+            .filter(Boolean)
+            .join(' · ')
+        );
+        button.dataset.durableRun = node.run_id;
+        if (node.run_id === current) {
+          button.classList.add('durable-nb-current');
+          button.disabled = true;
+          button.title = 'The kernel works in this run';
+        } else {
+          button.title = 'Switch the kernel to this run: its cells restore from it when they run';
+          button.addEventListener('click', () => {
+            if (!this._durable?.switchTo(node.run_id)) {
+              this._note = 'The kernel is not connected: run %load_ext durable_nb in it first.';
+              this._render();
+            }
+          });
+        }
+        item.append(button);
+        if (Array.isArray(node.children) && node.children.length) {
+          item.append(tree(node.children));
+        }
+        list.append(item);
+      }
+      return list;
+    };
+    section.append(tree(Array.isArray(detail.forks) ? detail.forks : []));
+    return section;
+  }
+
+  private _refreshing: Promise<void> | null = null;
+  private _again = false;
+  private _durable: NotebookDurable | null = null;
+  private _target: { runId: string; store: string } | null = null;
+  private _detail: IRunDetail | null = null;
+  private _version: string | null = null;
+  private _failure = '';
+  private _note = '';
+  private _offerRunAll = false;
+  private _comments = new Map<string, string>();
+  private _timer = 0;
+  private readonly _header: HTMLElement;
+  private readonly _message: HTMLElement;
+  private readonly _body: HTMLElement;
+}

@@ -1,0 +1,328 @@
+"""The JupyterLab extension in real JupyterLab and headless Chromium: cell states and the Durable panel.
+
+Each durable cell's DOM node reads ``data-durable-state`` (committed, restored, running, paused,
+failed, stale); the Durable panel (``#durable-nb-panel``) shows the notebook's run, its gates with
+Approve / Reject, and follows decisions made elsewhere. The built front end is shown to JupyterLab
+through a data folder on ``$JUPYTER_PATH`` (labkit); with no build and no Node, the tests skip.
+docs/refresh-screenshots runs them with $DURABLE_NB_SCREENSHOTS=docs to refresh the README's images.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from browserkit import CHROMIUM, chromium, screenshot_path
+from labkit import jupyterlab
+from test_browser import open_notebook, run_all, wait_for_run
+
+import durable_nb as dnb
+
+pytestmark = pytest.mark.slow
+
+STATES = "window.jupyterapp.shell.currentWidget.content.widgets.map(c => c.node.dataset.durableState || null)"
+# Each cell's outputs, without durable_nb's own notes (a restore adds one saying so).
+OUTPUTS = (
+    "window.jupyterapp.shell.currentWidget.content.widgets.map(c => c.model.type === 'code'"
+    " ? JSON.stringify(c.model.outputs.toJSON().map(o => [o.output_type, o.text, o.data && o.data['text/plain']])"
+    ".filter(o => !String(o[2] || '').startsWith('durable_nb:'))) : '')"
+)
+KERNEL_ID = "window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.id"
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """JupyterLab with durable_nb's front end and server extension, on a store of its own."""
+    if CHROMIUM is None:
+        pytest.skip("browser tests need Debian's chromium (apt-get install chromium); .ci/run installs it")
+    pytest.importorskip("playwright", reason="browser tests need Playwright for Python (pip install playwright)")
+    pytest.importorskip("jupyterlab", reason="browser tests need JupyterLab (pip install jupyterlab)")
+    folder = tmp_path_factory.mktemp("lab-extension")
+    store = f"sqlite:///{folder}/.durable_nb/runs.db"
+    with jupyterlab(folder, store, tmp_path_factory.getbasetemp() / "config") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def browser(lab: dict[str, Any]) -> Iterator[Any]:
+    with chromium() as browser:
+        yield browser
+
+
+def write_notebook(lab: dict[str, Any], name: str, run: str, cells: list[str]) -> str:
+    """A notebook whose first cell loads durable_nb and attaches to ``run``; ids as JupyterLab gives them."""
+    setup = f"%load_ext durable_nb\n%durable run {run} --store {lab['store']}"
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in [setup, *cells]])
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(notebook, str(Path(lab["folder"]) / f"{name}.ipynb"))
+    return f"{name}.ipynb"
+
+
+def wait_states(page: Any, expected: list[str | None], what: str) -> None:
+    """Wait until the cells read ``expected`` (None: no state); fail with what they read instead."""
+    try:
+        wanted = json.dumps(json.dumps(expected, separators=(",", ":")))
+        page.wait_for_function(f"JSON.stringify({STATES}) === {wanted}", timeout=90_000)
+    except Exception:  # noqa: BLE001 - report what the cells read
+        raise AssertionError(f"{what}: the cells read {page.evaluate(STATES)}, not {expected}") from None
+
+
+def badge(page: Any, index: int) -> str:
+    return str(
+        page.evaluate(
+            "i => { const b = window.jupyterapp.shell.currentWidget.content.widgets[i].node"
+            ".querySelector('.durable-nb-badge'); return b ? b.textContent : ''; }",
+            index,
+        )
+    )
+
+
+def start_run_all(page: Any) -> None:
+    """Run All without waiting for it to end (a cell of the test waits for the test), and make sure it started."""
+    page.evaluate(
+        "(() => { const w = window.jupyterapp.shell.currentWidget; w.content.activeCellIndex = 0;"
+        " window.__ran = w.content.widgets[0].model.executionCount; })()"
+    )
+    for _ in range(5):
+        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+        try:
+            page.wait_for_function(
+                "window.jupyterapp.shell.currentWidget.content.widgets[0].model.executionCount > (window.__ran || 0)",
+                timeout=15_000,
+            )
+            return
+        except Exception:  # noqa: BLE001 - try again: the notebook was not ready for the command
+            continue
+    raise AssertionError("Run All never started")
+
+
+def open_panel(page: Any) -> Any:
+    page.evaluate("window.jupyterapp.shell.activateById('durable-nb-panel')")
+    panel = page.locator("#durable-nb-panel")
+    panel.wait_for(state="visible", timeout=30_000)
+    return panel
+
+
+def kill_kernel(page: Any, lab: dict[str, Any], run_id: str) -> None:
+    """SIGKILL the notebook's kernel (its pid from its registry entry) and wait until JupyterLab restarted it."""
+    kernel_id = page.evaluate(KERNEL_ID)
+    entry = json.loads((Path(lab["runtime"]) / f"durable-nb-kernel-{kernel_id}.json").read_text())
+    assert entry["run_id"] == run_id and entry["store"] == lab["store"]
+    page.evaluate(
+        "(() => { window.__statuses = [];"
+        " window.jupyterapp.shell.currentWidget.sessionContext.statusChanged.connect("
+        "(_, s) => window.__statuses.push(s)); })()"
+    )
+    os.kill(entry["pid"], signal.SIGKILL)
+    page.wait_for_function(
+        "window.__statuses.some(s => s === 'autorestarting' || s === 'restarting' || s === 'dead')"
+        " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle'",
+        timeout=90_000,
+    )
+    # JupyterLab says the kernel restarted in a dialog: close it, as a person would.
+    dialog = page.locator(".jp-Dialog button.jp-mod-accept")
+    if dialog.count():
+        dialog.first.click()
+
+
+def test_cells_read_committed_then_restored_after_a_kill_then_stale_when_edited(
+    browser: Any, lab: dict[str, Any]
+) -> None:
+    """Run All commits every %%durable cell; after SIGKILL and Run All they read restored with the same
+    outputs; an edited cell reads stale (and goes back when the edit is undone); running it forks."""
+    cells = [
+        "%%durable load\nrows = list(range(5))\nprint(f'loaded {len(rows)} rows')",
+        "%%durable total\ntotal = sum(rows)\nprint('total', total)",
+        "%%durable report\nreport = f'{total} over {len(rows)} rows'\nreport",
+    ]
+    page = open_notebook(browser, lab, write_notebook(lab, "cells", "cells", cells))
+    run_all(page)
+    wait_states(page, [None, "committed", "committed", "committed"], "after Run All")
+    assert badge(page, 1).startswith("committed · ") and "stored" in badge(page, 1), badge(page, 1)
+    run_id = wait_for_run(lab["store"], "cells", "running")
+    first = page.evaluate(OUTPUTS)
+    assert "loaded 5 rows" in first[1] and "10 over 5 rows" in first[3], first
+    page.locator(".jp-Notebook").first.screenshot(path=screenshot_path(Path(lab["folder"]), "jupyterlab-cells.png"))
+
+    kill_kernel(page, lab, run_id)
+    page.evaluate("window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs')")
+    page.wait_for_function(f"{OUTPUTS}.every(o => o === '' || o === '[]')", timeout=30_000)
+    run_all(page)
+    wait_states(page, [None, "restored", "restored", "restored"], "after the kill and Run All")
+    again = page.evaluate(OUTPUTS)
+    assert [again[i] for i in (1, 2, 3)] == [first[i] for i in (1, 2, 3)]
+    assert badge(page, 2).startswith("restored · from "), badge(page, 2)
+
+    edited = "%%durable total\ntotal = sum(rows) * 2\nprint('total', total)"
+    page.evaluate(
+        f"window.jupyterapp.shell.currentWidget.content.widgets[2].model.sharedModel.setSource({json.dumps(edited)})"
+    )
+    wait_states(page, [None, "restored", "stale", "restored"], "after editing the total cell")
+    page.locator(".jp-Notebook").first.screenshot(
+        path=screenshot_path(Path(lab["folder"]), "jupyterlab-cells-stale.png")
+    )
+    page.evaluate(
+        f"window.jupyterapp.shell.currentWidget.content.widgets[2].model.sharedModel.setSource({json.dumps(cells[1])})"
+    )
+    wait_states(page, [None, "restored", "restored", "restored"], "after undoing the edit")
+
+    page.evaluate(
+        f"window.jupyterapp.shell.currentWidget.content.widgets[2].model.sharedModel.setSource({json.dumps(edited)})"
+    )
+    wait_states(page, [None, "restored", "stale", "restored"], "after editing again")
+    page.evaluate(
+        "(() => { const w = window.jupyterapp.shell.currentWidget; w.content.activeCellIndex = 2;"
+        " window.jupyterapp.commands.execute('notebook:run-cell'); })()"
+    )
+    wait_states(page, [None, "restored", "committed", "restored"], "after running the edited cell")
+    runs = dnb.runs("cells", store=lab["store"])
+    fork = runs[runs["run_id"] != run_id]
+    assert len(fork) == 1 and fork["parent_run_id"].iloc[0] == run_id
+    panel = open_panel(page)
+    panel.locator(f"text=run {fork['run_id'].iloc[0]}").wait_for(timeout=30_000)
+    # The fork tree: clicking the original run switches the kernel back to it.
+    panel.locator(f"[data-durable-run='{run_id}']").click()
+    panel.locator(f"text=run {run_id}").wait_for(timeout=30_000)
+    assert panel.locator(f"[data-durable-run='{fork['run_id'].iloc[0]}']").is_enabled()
+    page.close()
+
+
+def test_a_notebook_made_durable_by_one_line_shows_running_committed_restored_and_stale(
+    browser: Any, lab: dict[str, Any]
+) -> None:
+    """`%durable run NAME --all` and no %%durable line: a cell reads running while it runs (first Run All
+    included); killed in flight, Run All restores the cells before it with the same outputs and runs it
+    again; after a kill when idle every cell reads restored; an edited cell reads stale, and running it forks."""
+    folder = Path(lab["folder"])
+    release = folder / "release-all"
+    cells = [
+        "rows = list(range(5))\nprint(f'loaded {len(rows)} rows')",
+        "import pathlib, time\n"
+        "while not pathlib.Path('release-all').exists():  # the test lets it finish\n"
+        "    time.sleep(0.05)\n"
+        "total = sum(rows)\nprint('total', total)",
+        "report = f'{total} over {len(rows)} rows'\nreport",
+    ]
+    name = write_notebook(lab, "whole", "whole", cells).replace(".ipynb", "")
+    path = folder / f"{name}.ipynb"
+    text = path.read_text().replace("--store", "--all --store")
+    path.write_text(text)
+    page = open_notebook(browser, lab, f"{name}.ipynb")
+    start_run_all(page)
+    wait_states(page, [None, "committed", "running", None], "while the second cell runs")
+    run_id = wait_for_run(lab["store"], "whole", "running")
+    kill_kernel(page, lab, run_id)
+    first = page.evaluate(OUTPUTS)
+    release.write_text("go")
+    page.evaluate("window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs')")
+    page.wait_for_function(f"{OUTPUTS}.every(o => o === '' || o === '[]')", timeout=30_000)
+    run_all(page)
+    wait_states(page, [None, "restored", "committed", "committed"], "after the kill in flight and Run All")
+    second = page.evaluate(OUTPUTS)
+    assert second[1] == first[1] and "loaded 5 rows" in second[1], (first, second)
+    assert "total 10" in second[2] and "10 over 5 rows" in second[3], second
+
+    kill_kernel(page, lab, run_id)
+    page.evaluate("window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs')")
+    page.wait_for_function(f"{OUTPUTS}.every(o => o === '' || o === '[]')", timeout=30_000)
+    run_all(page)
+    wait_states(page, [None, "restored", "restored", "restored"], "after a kill when idle and Run All")
+    assert page.evaluate(OUTPUTS)[1:] == second[1:]
+
+    edited = "report = f'{total} in {len(rows)} rows'\nreport"
+    page.evaluate(
+        f"window.jupyterapp.shell.currentWidget.content.widgets[3].model.sharedModel.setSource({json.dumps(edited)})"
+    )
+    wait_states(page, [None, "restored", "restored", "stale"], "after editing the last cell")
+    page.evaluate(
+        "(() => { const w = window.jupyterapp.shell.currentWidget; w.content.activeCellIndex = 3;"
+        " window.jupyterapp.commands.execute('notebook:run-cell'); })()"
+    )
+    wait_states(page, [None, "restored", "restored", "committed"], "after running the edited cell")
+    assert "10 in 5 rows" in page.evaluate(OUTPUTS)[3]
+    runs = dnb.runs("whole", store=lab["store"])
+    assert len(runs) == 2 and set(runs["parent_run_id"].dropna()) == {run_id}
+    page.close()
+
+
+GATE_CELLS = [
+    "%%durable load\nrows = list(range(3))\nprint('loaded', len(rows))",
+    "%%durable review\nimport durable_nb as dnb\ndecision = dnb.gate('publish the numbers?', {'rows': len(rows)})",
+    "%%durable publish\nprint('published', len(rows))",
+    "%durable end",
+]
+
+
+def test_approve_in_the_panel_completes_the_run(browser: Any, lab: dict[str, Any]) -> None:
+    """Run All stops at the gate (paused); the panel shows it with its context; Approve there records the
+    decision; Run All again completes the run."""
+    page = open_notebook(browser, lab, write_notebook(lab, "review", "review", GATE_CELLS))
+    panel = open_panel(page)
+    run_all(page)
+    wait_states(page, [None, "committed", "paused", None, None], "at the gate")
+    assert badge(page, 2) == "paused at gate · publish the numbers?"
+    run_id = wait_for_run(lab["store"], "review", "paused")
+    gate = panel.locator(".durable-nb-gate")
+    gate.wait_for(timeout=60_000)
+    assert "publish the numbers?" in gate.inner_text()
+    assert '"rows": 3' in gate.locator(".durable-nb-gate-context").inner_text()
+    panel.locator(f"text=run {run_id}").wait_for(timeout=30_000)
+    gate.locator(".durable-nb-comment").fill("Numbers checked in the panel")
+    page.screenshot(path=screenshot_path(Path(lab["folder"]), "jupyterlab-panel.png"))
+    gate.locator("[data-durable-action='approve']").click()
+    panel.locator("text=Approved the gate of cell 'review'").wait_for(timeout=60_000)
+    assert panel.locator("[data-durable-action='approve']").count() == 0
+    history = dnb.history(run_id, store=lab["store"])
+    assert "approved:review" in set(history["step"])
+    run_all(page)
+    assert wait_for_run(lab["store"], "review", "completed") == run_id
+    wait_states(page, [None, "restored", "committed", "committed", None], "after Run All completed the run")
+    panel.locator(".durable-nb-status:text-is('completed')").wait_for(timeout=60_000)
+    page.close()
+
+
+def test_a_decision_from_the_command_line_shows_in_the_panel_without_a_reload(
+    browser: Any, lab: dict[str, Any]
+) -> None:
+    """The panel follows the run: `durable-nb approve` in another process removes the gate from it."""
+    page = open_notebook(browser, lab, write_notebook(lab, "elsewhere", "elsewhere", GATE_CELLS))
+    panel = open_panel(page)
+    run_all(page)
+    wait_states(page, [None, "committed", "paused", None, None], "at the gate")
+    run_id = wait_for_run(lab["store"], "elsewhere", "paused")
+    panel.locator("[data-durable-action='approve']").wait_for(timeout=60_000)
+    page.evaluate("window.__notReloaded = true")
+    done = subprocess.run(
+        [sys.executable, "-m", "durable_nb.cli", "approve", run_id, "--store", lab["store"], "--by", "cli"],
+        env=lab["env"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    panel.locator("[data-durable-action='approve']").wait_for(state="detached", timeout=60_000)
+    assert page.evaluate("window.__notReloaded") is True
+    assert panel.locator(".durable-nb-status").inner_text() != "paused"
+    page.close()
+
+
+def test_the_panel_says_what_to_do_for_a_notebook_without_a_run(browser: Any, lab: dict[str, Any]) -> None:
+    """A notebook whose kernel never attached shows how to start, and no cell carries a state."""
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(notebook, str(Path(lab["folder"]) / "plain.ipynb"))
+    page = open_notebook(browser, lab, "plain.ipynb")
+    panel = open_panel(page)
+    panel.locator("text=%durable run NAME").wait_for(timeout=30_000)
+    run_all(page)
+    page.wait_for_function("window.jupyterapp.shell.currentWidget.content.widgets[0].model.executionCount === 1")
+    assert page.evaluate(STATES) == [None]
+    page.close()
