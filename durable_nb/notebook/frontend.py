@@ -10,25 +10,20 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import hashlib
-import json
-import os
-import re
 import threading
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..store.url import parse_url
+from ..jupyter.registry import remove_kernel_entry, write_kernel_entry
+from ..jupyter.stores import store_key
 
 if TYPE_CHECKING:
     from ..engine.cells.cell_run import CellRun
     from ..model import CheckpointRecord
 
-__all__ = ["TARGET", "FrontendLink", "register_comm_target", "resolved_store_url", "store_key_of"]
+__all__ = ["TARGET", "FrontendLink", "register_comm_target"]
 
 TARGET = "durable_nb"
-_KERNEL_FILE = re.compile(r"^kernel-(?P<id>[A-Za-z0-9_-]{1,128})\.json$")
 
 
 def register_comm_target(shell: Any) -> None:
@@ -43,24 +38,6 @@ def register_comm_target(shell: Any) -> None:
         session_for(shell).frontend.opened(channel, message)
 
     comm.get_comm_manager().register_target(TARGET, opened)
-
-
-def resolved_store_url(url: str) -> str:
-    """Return a store URL that means the same store from any working folder (SQLite paths made absolute)."""
-    parsed = parse_url(url)
-    if parsed.scheme == "sqlite" and parsed.path and not parsed.is_memory:
-        return "sqlite:///" + os.path.abspath(parsed.path)
-    return url
-
-
-def store_key_of(url: str) -> str:
-    """The opaque key the Jupyter server extension knows this store by."""
-    try:
-        from ..jupyter.stores import store_key
-    except ImportError:
-        # The server extension's own definition: first 16 hex of SHA-256 of the resolved URL.
-        return hashlib.sha256(resolved_store_url(url).encode()).hexdigest()[:16]
-    return store_key(url)
 
 
 class FrontendLink:
@@ -115,7 +92,7 @@ class FrontendLink:
         url = cell_run.store.url
         key = self._keys.get(url)
         if key is None:
-            key = self._keys[url] = store_key_of(url)
+            key = self._keys[url] = store_key(url)
         return {
             "run_id": run.run_id,
             "name": run.name,
@@ -276,54 +253,9 @@ _removal_registered = False
 
 
 def _write_entry(run_id: str, store_url: str) -> None:
-    """Write this kernel's registry entry (the server extension's writer when installed), removed at exit."""
+    """Write this kernel's registry entry for the Jupyter server, removed when the kernel exits."""
     global _removal_registered
-    try:
-        from ..jupyter.registry import remove_kernel_entry, write_kernel_entry
-    except ImportError:
-        path = _own_entry_path()
-        if path is None:
-            return
-        write, remove = (lambda: _write_own_entry(path, run_id, store_url)), (lambda: _remove(path))
-    else:
-        write, remove = (lambda: write_kernel_entry(run_id, store_url)), remove_kernel_entry
-    write()
+    write_kernel_entry(run_id, store_url)
     if not _removal_registered:
         _removal_registered = True
-        atexit.register(remove)
-
-
-def _own_entry_path() -> Path | None:
-    """``<runtime dir>/durable-nb-kernel-<id>.json`` for a kernel a Jupyter server started, else None."""
-    try:
-        from ipykernel.connect import get_connection_file
-
-        connection = Path(get_connection_file())
-    except Exception:  # noqa: BLE001 - not an ipykernel kernel: no server to tell
-        return None
-    match = _KERNEL_FILE.match(connection.name)
-    if match is None:
-        return None
-    # A server's kernels keep their connection files in its runtime folder, where it reads the entries.
-    return connection.parent / f"durable-nb-kernel-{match['id']}.json"
-
-
-def _write_own_entry(path: Path, run_id: str, store_url: str) -> None:
-    """Write the entry per the contract: atomically (write, then rename), readable by its owner only."""
-    kernel_id = path.name.removeprefix("durable-nb-kernel-").removesuffix(".json")
-    body = json.dumps(
-        {"kernel_id": kernel_id, "run_id": run_id, "store": resolved_store_url(store_url), "pid": os.getpid()}
-    )
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with os.fdopen(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
-            handle.write(body)
-        os.replace(temporary, path)
-    finally:
-        with contextlib.suppress(OSError):
-            temporary.unlink()
-
-
-def _remove(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        path.unlink()
+        atexit.register(remove_kernel_entry)
