@@ -40,6 +40,8 @@ from durable_nb.cli import COMMANDS
 pytestmark = pytest.mark.slow
 
 READ = read_readme()
+
+
 # Sections whose snippets other items of issue 27 fix at the same time (the service's curl examples,
 # the LangGraph saver's history): not run until those land; remove an entry when its fix does.
 def _slug(text: str) -> str:
@@ -54,10 +56,7 @@ def _python_cases() -> list[object]:
 
 
 def _shell_cases() -> list[object]:
-    return [
-        pytest.param(block, id=f"{_slug(block.section)}-L{block.line}")
-        for block in READ.of("bash")
-    ]
+    return [pytest.param(block, id=f"{_slug(block.section)}-L{block.line}") for block in READ.of("bash")]
 
 
 @pytest.mark.parametrize(("section", "blocks"), _python_cases())

@@ -1052,4 +1052,3 @@ def test_the_next_wave_follows_from_what_finished_as_a_full_scan_would() -> None
             done = set(completed) | skipped
             wave = graph.ready_after(wave, completed, done, finished)
             assert wave == graph.ready(completed, skipped), (trial, finished)
-
