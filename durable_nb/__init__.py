@@ -4,7 +4,8 @@ Every finished node commits a checkpoint; a crash loses at most the node in flig
 wait for a person's decision without a live process; any checkpoint can be forked.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
 from ._loop import run_blocking as _run_blocking
 from .errors import (
@@ -42,7 +43,7 @@ from .errors import (
 )
 from .store.offload import use_offload as _use_offload
 
-if TYPE_CHECKING:
+if _TYPE_CHECKING:
     from .engine.agents import AgentResult, Tool, aagent, afork_agent, agent, fork_agent, tool, worker
     from .engine.execution.idempotent import idempotent
     from .engine.execution.item_map import amap_items, map_items
@@ -158,7 +159,7 @@ def inspect(run: object = None, *, store: object = None) -> object:
     return Inspector(run, store=store, link=session)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     """Import a public name's module the first time the name is used."""
     module = _LAZY.get(name)
     if module is None:

@@ -37,10 +37,11 @@ def _apply_sklearn(changed: dict[str, Any]) -> None:
 
 
 def _read_numpy_random() -> Any:
-    numpy = _module("numpy")
-    if numpy is None:
+    # numpy imports numpy.random on first use: reading it before the notebook does would import it.
+    random = _module("numpy.random")
+    if random is None:
         return None
-    kind, keys, position, has_gauss, gauss = numpy.random.get_state(legacy=True)
+    kind, keys, position, has_gauss, gauss = random.get_state(legacy=True)
     return (kind, keys.tobytes(), position, has_gauss, gauss)
 
 

@@ -30,6 +30,7 @@ from typing import Any
 from ...model import Blob
 from ...store import codec
 from ..pickling import Pickled, pickle_values
+from .unchanged import Witness, holds, witness
 
 __all__ = ["Known", "NamespaceTracker", "StorePlan"]
 
@@ -44,6 +45,9 @@ class Known:
     uses: frozenset[str] = frozenset()
     figures: frozenset[int] = frozenset()
     members: tuple[str, ...] = ()
+    # Proof, for figures and fitted models, that the unit still pickles as it did (no pickle needed).
+    witness: Witness | None = None
+    held: Any = None  # the objects ``reach`` names, alive as long as it is (their ids stay theirs)
 
 
 @dataclass(slots=True)
@@ -84,11 +88,16 @@ class _Reach:
 
 @dataclass(slots=True)
 class _Unit:
-    """Names pickled together; ``dirty`` until their joint pickle covers every one of them."""
+    """Names pickled together; ``dirty`` until their joint pickle covers every one of them.
+
+    ``witness`` is set when the unit was not pickled because its witness held: ``pickled`` then
+    only carries what the last pickle reached, its stream is not there.
+    """
 
     names: list[str]
     pickled: Pickled
     dirty: bool = False
+    witness: Witness | None = None
 
     def holds(self, object_id: int) -> bool:
         import numpy as np
@@ -221,8 +230,9 @@ class NamespaceTracker:
             except Exception:  # noqa: BLE001 - no longer picklable: stored again if it can be
                 self.drop(names)
                 continue
+            proof = witness([namespace[n] for n in names], result.buffers, result.buffer_digests)
             for name in names:
-                self.known[name] = self._entry(address, result, names)
+                self.known[name] = self._entry(address, result, names, proof)
         self._reach = None
 
     def drop(self, names: Iterable[str]) -> None:
@@ -262,7 +272,17 @@ class NamespaceTracker:
                 if other in namespace and other not in seen and storable(other):
                     queue.append(other)
 
-        for names in _likely_units(sorted(todo), namespace):
+        for group in _likely_units(sorted(todo), namespace):
+            names = [name for name in group if name not in seen]  # some came with a unit kept whole
+            if not names:
+                continue
+            kept = self._unchanged(names, namespace, stored, storable)
+            if kept is not None:
+                seen.update(kept.names)
+                units.append(kept)
+                covered.update(kept.pickled.reach.tolist())
+                visit(kept.pickled)
+                continue
             seen.update(names)
             try:
                 result = pickle_values([namespace[n] for n in names], namespace)
@@ -286,6 +306,13 @@ class NamespaceTracker:
                     holder.names.append(name)
                     holder.dirty = True
                     continue
+                kept = self._unchanged([name], namespace, stored, storable)
+                if kept is not None:
+                    seen.update(kept.names)
+                    units.append(kept)
+                    covered.update(kept.pickled.reach.tolist())
+                    visit(kept.pickled)
+                    continue
                 try:
                     result = pickle_values([namespace[name]], namespace)
                 except Exception as error:  # noqa: BLE001 - any failure to pickle means the value cannot be stored
@@ -303,16 +330,42 @@ class NamespaceTracker:
                 unit.names.sort()
                 unit.pickled = pickle_values([namespace[n] for n in unit.names], namespace)
                 unit.dirty = False
+                unit.witness = None
                 covered.update(unit.pickled.reach.tolist())
                 visit(unit.pickled)
         for unit in units:
             unit.names.sort()
-            self._plan_unit(unit, stored, plan)
+            self._plan_unit(unit, namespace, stored, plan)
             unit.pickled.memo = None
         return plan
 
-    def _plan_unit(self, unit: _Unit, stored: Mapping[str, str], plan: StorePlan) -> None:
+    def _unchanged(
+        self, names: list[str], namespace: Mapping[str, Any], stored: Mapping[str, str], storable: Callable[[str], bool]
+    ) -> _Unit | None:
+        """The whole unit ``names`` belong to, as last pickled, if its witness shows it unchanged (no pickle
+        needed); a cell that names ``fig`` alone keeps ``fig, ax`` whole."""
+        first = self.known.get(names[0])
+        if first is None or first.witness is None or first.reach is None or first.fingerprint is None:
+            return None
+        members = first.members
+        if not set(names) <= set(members) or not all(m in namespace and storable(m) for m in members):
+            return None
+        entries = [self.known.get(name) for name in members]
+        for name, entry in zip(members, entries, strict=True):
+            if entry is None or entry.witness is not first.witness or entry.members != members:
+                return None
+            if entry.address != stored.get(name):
+                return None
+        if not holds(first.witness, [namespace[n] for n in members]):
+            return None
+        last = Pickled(b"", [], first.reach, first.uses, first.figures, first.fingerprint, [], held=first.held)
+        return _Unit(list(members), last, witness=first.witness)
+
+    def _plan_unit(self, unit: _Unit, namespace: Mapping[str, Any], stored: Mapping[str, str], plan: StorePlan) -> None:
         members = tuple(unit.names)
+        proof = unit.witness
+        if proof is None:
+            proof = witness([namespace[n] for n in members], unit.pickled.buffers, unit.pickled.buffer_digests)
         entries = [self.known.get(name) for name in members]
         unchanged = all(
             entry is not None
@@ -324,7 +377,7 @@ class NamespaceTracker:
         if unchanged:
             for name, entry in zip(members, entries, strict=True):
                 assert entry is not None
-                plan.known[name] = self._entry(entry.address, unit.pickled, members)
+                plan.known[name] = self._entry(entry.address, unit.pickled, members, proof)
             return
         group = unit.pickled
         parts = []
@@ -340,11 +393,12 @@ class NamespaceTracker:
         plan.blobs.append(blob)
         for name in members:
             plan.manifest[name] = blob.hash
-            plan.known[name] = self._entry(blob.hash, group, members)
+            plan.known[name] = self._entry(blob.hash, group, members, proof)
 
     @staticmethod
-    def _entry(address: str, pickled: Pickled, members: Iterable[str]) -> Known:
-        return Known(address, pickled.fingerprint, pickled.reach, pickled.uses, pickled.figures, tuple(members))
+    def _entry(address: str, pickled: Pickled, members: Iterable[str], proof: Witness | None = None) -> Known:
+        fields = (pickled.reach, pickled.uses, pickled.figures, tuple(members), proof, pickled.held)
+        return Known(address, pickled.fingerprint, *fields)
 
     def committed(self, plan: StorePlan) -> None:
         """Take a plan's view of the namespace as the stored one, once its commit succeeded."""

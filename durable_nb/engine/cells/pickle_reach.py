@@ -9,11 +9,13 @@ objects whose identity can matter, leaving out those that cannot change, those p
 from __future__ import annotations
 
 import enum
+import gc
 import io
 import pickle
 import sys
 import types
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = ["reached"]
@@ -93,15 +95,25 @@ def _immutable_types() -> tuple[type, ...]:
     return (*_IMMUTABLE, *extra)
 
 
-def reached(memo: dict[int, tuple[int, Any]], namespace: Mapping[str, Any]) -> list[int]:
-    """Return the ids of the mutable objects a pickle met, leaving out the pickler's own temporaries."""
+def _made_while_pickling(memo: dict[int, tuple[int, Any]], buffers: Sequence[Any]) -> set[int]:
+    """The ids of objects held by the memo (and the out-of-band ``buffers``) only: made while pickling.
+
+    A reducer's state dict is held by the memo alone. Freed once the pickle is done, its id is
+    reused by anything and must never make two values look shared.
+    """
+    exported = Counter(map(id, gc.get_referents(*buffers)))
+    return {key for key, entry in memo.items() if sys.getrefcount(entry[1]) - _MEMO_ONLY - exported[key] <= 0}
+
+
+def reached(memo: dict[int, tuple[int, Any]], namespace: Mapping[str, Any], buffers: Sequence[Any] = ()) -> list[int]:
+    """Return the ids of the mutable objects a pickle met, leaving out the pickler's own temporaries
+    (``buffers``: the pickle's out-of-band buffers, which hold the arrays they were taken from)."""
     found = []
     immutable = _immutable_types()
     verdicts: dict[type, Any] = {}
+    made = _made_while_pickling(memo, buffers)
     for key, entry in memo.items():
-        # An object only the memo holds was made while pickling (a reducer's state dict): its id
-        # is reused as soon as it is freed and must not make two values look shared.
-        if sys.getrefcount(entry[1]) > _MEMO_ONLY and _mutable(entry[1], namespace, immutable, verdicts):
+        if key not in made and _mutable(entry[1], namespace, immutable, verdicts):
             found.append(key)
     return found
 

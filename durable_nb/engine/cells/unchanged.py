@@ -1,0 +1,306 @@
+"""Tell that a figure or a fitted model is unchanged without pickling it again.
+
+After each cell the tracker must know whether the values a cell could reach changed. Pickling
+answers for any value, but a figure with a few plots takes a tenth of a second to pickle and a
+fitted forest tens of milliseconds, paid again after every cell that merely uses them. For
+these two kinds a cheaper witness is taken when their unit is pickled (``witness``); while it
+still holds (``holds``), the pickle is known to be what it was.
+
+- A matplotlib figure (and its axes): every change made through matplotlib marks the artist
+  stale, which reaches the figure's ``stale_callback``; a counter wrapped around that callback
+  sees each one, also when a later draw clears the flag. Beside it, what the API does not mark:
+  the array buffers the pickle wrote (hashed again, byte for byte), the attributes of the figure
+  and its axes (one level: an attribute set or replaced by hand), and animated artists (which
+  do not report changes) make the witness refuse.
+- A scikit-learn estimator: its state (``__dict__``, nested estimators, lists, dicts, arrays
+  hashed with xxhash, fitted trees through their own state) is digested in one walk; anything
+  else inside (a callable, a random generator, an object of another library) makes it refuse.
+
+A witness that cannot vouch for a value returns None, and the value is pickled as before:
+unsure means pickle again, never "unchanged".
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import xxhash
+
+__all__ = ["Witness", "holds", "witness"]
+
+# Depth and size limits of an estimator walk: beyond them the walk refuses (the value is pickled).
+_MAX_DEPTH = 40
+_MAX_ITEMS = 200_000
+
+
+class _Refuse(Exception):
+    """Raised inside a walk that cannot vouch for what it met."""
+
+
+class _FigureWatch:
+    """Wraps a figure's ``stale_callback``: counts the changes matplotlib reports, then passes them on."""
+
+    __slots__ = ("changes", "inner")
+
+    def __init__(self, inner: Callable[..., Any] | None) -> None:
+        self.inner = inner
+        self.changes = 0
+
+    def __call__(self, artist: Any, value: Any) -> None:
+        self.changes += 1
+        if self.inner is not None:
+            self.inner(artist, value)
+
+
+def _watch_of(figure: Any) -> _FigureWatch:
+    callback = figure.stale_callback
+    if isinstance(callback, _FigureWatch):
+        return callback
+    watch = _FigureWatch(callback)
+    figure.stale_callback = watch
+    return watch
+
+
+def _scalar_or_id(value: Any) -> Any:
+    """An attribute's value for a shallow comparison: immutable scalars by value, others by identity."""
+    if value is None or isinstance(value, bool | int | float | complex | str | bytes):
+        return (type(value), value)
+    return id(value)
+
+
+def _shallow(obj: Any) -> tuple[Any, ...]:
+    # Identities are compared while the objects are held alive by the witness (no reuse of ids).
+    return tuple((key, _scalar_or_id(value)) for key, value in vars(obj).items())
+
+
+def _animated(figure: Any) -> bool:
+    # Animated artists do not report their changes (matplotlib leaves them to the blitting code).
+    # Two levels only (the figure, its axes and what they hold): deeper down, an axis makes its
+    # ticks when asked for them, and reading must not change what the pickle holds.
+    artists = [figure, *figure.get_children()]
+    artists += [child for ax in figure.axes for child in ax.get_children()]
+    return any(artist.get_animated() for artist in artists if hasattr(artist, "get_animated"))
+
+
+class _FigureWitness:
+    """What one figure was when its unit was pickled."""
+
+    __slots__ = ("axes", "changes", "figure", "shallow", "watch")
+
+    def __init__(self, figure: Any) -> None:
+        self.figure = weakref.ref(figure)
+        self.watch = _watch_of(figure)
+        self.changes = self.watch.changes
+        self.axes = tuple(figure.axes)  # held: their identities are compared
+        self.shallow = (_shallow(figure), *(_shallow(ax) for ax in self.axes))
+
+    def holds(self) -> bool:
+        figure = self.figure()
+        if figure is None or figure.stale_callback is not self.watch or self.watch.changes != self.changes:
+            return False
+        if tuple(figure.axes) != self.axes:
+            return False
+        return (_shallow(figure), *(_shallow(ax) for ax in self.axes)) == self.shallow
+
+
+class Witness:
+    """Proof that a unit's values pickle as they did: figures watched, estimators digested, buffers hashed."""
+
+    __slots__ = ("buffers", "digest", "figures", "values")
+
+    def __init__(
+        self, values: list[Any], figures: list[_FigureWitness], digest: str, buffers: list[Any], hashes: list[str]
+    ) -> None:
+        self.values = [weakref.ref(v) if _weakrefable(v) else v for v in values]
+        self.figures = figures
+        self.digest = digest
+        self.buffers = list(zip(buffers, hashes, strict=True))
+
+
+def _weakrefable(value: Any) -> bool:
+    try:
+        weakref.ref(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _resolve(held: Any) -> Any:
+    return held() if isinstance(held, weakref.ref) else held
+
+
+class _Digest:
+    """One walk over figures, axes and estimators, digesting what is not watched."""
+
+    def __init__(self) -> None:
+        self.hasher = xxhash.xxh3_128()
+        self.seen: dict[int, int] = {}
+        self.keep: list[Any] = []  # what the walk met stays alive while it runs (no id reuse)
+        self.figures: dict[int, Any] = {}
+        self.items = 0
+        self.made = 0  # > 0 inside objects the walk itself made (a tree's state)
+        numpy = sys.modules.get("numpy")
+        self.ndarray: Any = numpy.ndarray if numpy is not None else None
+        self.generic: Any = numpy.generic if numpy is not None else None
+        self.figure_type: Any = getattr(sys.modules.get("matplotlib.figure"), "FigureBase", None)
+        self.axes_type: Any = getattr(sys.modules.get("matplotlib.axes"), "Axes", None)
+        base = sys.modules.get("sklearn.base")
+        self.estimator: Any = getattr(base, "BaseEstimator", None)
+        tree = sys.modules.get("sklearn.tree._tree")
+        self.tree: Any = getattr(tree, "Tree", None)
+
+    def add(self, *parts: Any) -> None:
+        for part in parts:
+            self.hasher.update(repr(part).encode())
+
+    def walk(self, value: Any, depth: int = 0) -> None:
+        """Digest ``value``; raise _Refuse for anything a digest cannot vouch for."""
+        self.items += 1
+        if depth > _MAX_DEPTH or self.items > _MAX_ITEMS:
+            raise _Refuse
+        kind = type(value)
+        if value is None or kind in (bool, int, float, complex, str, bytes):
+            self.add(kind.__name__, value)
+            return
+        key = id(value)
+        if key in self.seen:  # the same object again: its position, as a pickle's memo would
+            self.add("again", self.seen[key])
+            return
+        self.seen[key] = len(self.seen)
+        self.keep.append(value)
+        if not self.made:
+            # Which object, not only what it holds: a pickle's reach (sharing between variables) is by identity.
+            self.add(key)
+        if self.generic is not None and isinstance(value, self.generic):
+            self.add(kind.__name__, value.dtype.str, value.tobytes())
+        elif self.ndarray is not None and kind is self.ndarray:
+            self._array(value, depth)
+        elif kind in (list, tuple):
+            self.add(kind.__name__, len(value))
+            for item in value:
+                self.walk(item, depth + 1)
+        elif kind is dict:
+            self.add("dict", len(value))
+            for name, item in value.items():
+                self.walk(name, depth + 1)
+                self.walk(item, depth + 1)
+        elif self.figure_type is not None and isinstance(value, self.figure_type):
+            self._figure(value)
+        elif self.axes_type is not None and isinstance(value, self.axes_type):
+            self._figure(value.get_figure(root=True) if _has_root(value) else value.figure)
+            self.add("axes", id(value))
+        elif self.estimator is not None and isinstance(value, self.estimator):
+            self._estimator(value, depth)
+        elif self.tree is not None and kind is self.tree:
+            self.add("tree", value.n_features, repr(value.n_classes), value.n_outputs)
+            # Its state is made anew at each call: what it holds counts, not which objects.
+            self.made += 1
+            try:
+                self.walk(value.__getstate__(), depth + 1)
+            finally:
+                self.made -= 1
+        else:
+            raise _Refuse
+
+    def _array(self, array: Any, depth: int) -> None:
+        self.add("ndarray", array.dtype.str, array.shape, array.flags.writeable)
+        if array.dtype.hasobject:
+            for item in array.ravel(order="K"):
+                self.walk(item, depth + 1)
+            return
+        if array.dtype.fields is not None and any(f[0].hasobject for f in array.dtype.fields.values()):
+            raise _Refuse
+        numpy = sys.modules["numpy"]
+        self.hasher.update(memoryview(numpy.ascontiguousarray(array)).cast("B"))
+
+    def _figure(self, figure: Any) -> None:
+        if figure is None:
+            raise _Refuse
+        figure = figure.get_figure(root=True) if _has_root(figure) else figure
+        if id(figure) not in self.figures:
+            if _animated(figure):
+                raise _Refuse
+            self.figures[id(figure)] = figure
+        self.add("figure", id(figure))
+
+    def _estimator(self, estimator: Any, depth: int) -> None:
+        kind = type(estimator)
+        # A class of its own making pickles what its own __getstate__ or __reduce__ says: not read here.
+        if kind.__getstate__ is not self.estimator.__getstate__ or kind.__reduce_ex__ is not object.__reduce_ex__:
+            raise _Refuse
+        if getattr(kind, "__slots__", None) or not kind.__module__.startswith("sklearn."):
+            raise _Refuse
+        self.add("estimator", kind.__module__, kind.__qualname__)
+        self.walk(vars(estimator), depth + 1)
+
+
+def _has_root(artist: Any) -> bool:
+    try:
+        artist.get_figure(root=True)
+    except TypeError:  # matplotlib before 3.10
+        return False
+    return True
+
+
+def witness(values: list[Any], buffers: list[Any], hashes: list[str]) -> Witness | None:
+    """Take a witness of a unit's values just pickled (``buffers``, ``hashes``: its out-of-band buffers,
+    kept and hashed again only for figures, whose arrays the walk does not read).
+
+    None when a value is neither a figure, its axes nor a scikit-learn estimator (or holds
+    something else): such a unit is pickled each time to compare.
+    """
+    digest = _Digest()
+    if digest.figure_type is None and digest.estimator is None:
+        return None
+    try:
+        for value in values:
+            if not _watchable(value, digest):
+                return None
+            digest.walk(value)
+        figures = [_FigureWitness(figure) for figure in digest.figures.values()]
+    except _Refuse:
+        return None
+    except Exception:  # noqa: BLE001 - a library object that fails to describe itself is simply pickled
+        return None
+    if not figures:
+        buffers, hashes = [], []
+    return Witness(values, figures, digest.hasher.hexdigest(), buffers, hashes)
+
+
+def _watchable(value: Any, digest: _Digest) -> bool:
+    """Only figures, axes, arrays of axes and estimators are worth a witness (anything else is cheap to pickle)."""
+    kinds = tuple(k for k in (digest.figure_type, digest.axes_type, digest.estimator) if k is not None)
+    if isinstance(value, kinds):
+        return True
+    ndarray = digest.ndarray
+    return (
+        ndarray is not None
+        and type(value) is ndarray
+        and value.dtype.hasobject
+        and value.size > 0
+        and all(isinstance(item, kinds) for item in value.flat)
+    )
+
+
+def holds(held: Witness, values: list[Any]) -> bool:
+    """True if ``values`` are the objects the witness was taken of, and none of them changed since."""
+    if len(values) != len(held.values) or any(_resolve(h) is not v for h, v in zip(held.values, values, strict=True)):
+        return False
+    if not all(figure.holds() for figure in held.figures):
+        return False
+    for buffer, digest in held.buffers:
+        raw = buffer.raw()
+        hasher = xxhash.xxh3_128(raw)
+        hasher.update(b"R" if raw.readonly else b"W")
+        if hasher.hexdigest() != digest:
+            return False
+    again = _Digest()
+    try:
+        for value in values:
+            again.walk(value)
+    except Exception:  # noqa: BLE001 - it no longer describes itself: pickled again
+        return False
+    return again.hasher.hexdigest() == held.digest
