@@ -20,6 +20,7 @@ it holds.
 
 from __future__ import annotations
 
+import array
 import builtins
 import contextvars
 import functools
@@ -51,7 +52,7 @@ class Pickled:
 
     stream: bytes
     buffers: list[pickle.PickleBuffer]
-    reach: Any  # sorted numpy int64 array of the ids of the mutable objects reached
+    reach: array.array[int]  # the ids of the mutable objects reached, sorted, each once
     uses: frozenset[str]
     figures: frozenset[int]
     fingerprint: str
@@ -285,11 +286,11 @@ def pickle_values(values: list[Any], namespace: Mapping[str, Any]) -> Pickled:
 
     Raises what pickling raises when a value cannot be pickled.
     """
-    import numpy as np
-
+    numpy = sys.modules.get("numpy")  # no numpy array can be among values before numpy is imported
+    ndarray = numpy.ndarray if numpy is not None else None
     file = io.BytesIO()
-    arrays = [v for v in values if type(v) is np.ndarray]
-    bottoms = Counter(id(_bottom(a, np.ndarray)) for a in arrays if a.base is not None)
+    arrays = [v for v in values if ndarray is not None and type(v) is ndarray]
+    bottoms = Counter(id(_bottom(a, ndarray)) for a in arrays if a.base is not None)
     shared = frozenset(key for key, count in bottoms.items() if count > 1)
     pickler = _NamespacePickler(file, namespace, frozenset(id(a) for a in arrays), shared)
     # Pickling a figure allocates tens of thousands of objects: left on, the collector walks the
@@ -306,7 +307,7 @@ def pickle_values(values: list[Any], namespace: Mapping[str, Any]) -> Pickled:
     held = [memo[key][1] for key in ids]
     held.extend(pickler.extra_reach)
     ids.extend(id(bottom) for bottom in pickler.extra_reach)
-    reach = np.unique(np.fromiter(ids, dtype=np.int64, count=len(ids)))
+    reach = array.array("q", sorted(set(ids)))
     stream = file.getvalue()
     digests = [buffer_digest(buffer.raw()) for buffer in pickler.buffers]
     return Pickled(
