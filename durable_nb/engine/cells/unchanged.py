@@ -34,6 +34,7 @@ __all__ = ["Witness", "holds", "witness"]
 # Depth and size limits of an estimator walk: beyond them the walk refuses (the value is pickled).
 _MAX_DEPTH = 40
 _MAX_ITEMS = 200_000
+_SCALARS = frozenset({type(None), bool, int, float, complex, str, bytes})
 
 
 class _Refuse(Exception):
@@ -136,7 +137,8 @@ class _Digest:
     """One walk over figures, axes and estimators, digesting what is not watched."""
 
     def __init__(self) -> None:
-        self.hasher = xxhash.xxh3_128()
+        self.hasher = xxhash.xxh3_128()  # array bytes, as they come
+        self.parts: list[Any] = []  # everything else, in order
         self.seen: dict[int, int] = {}
         self.keep: list[Any] = []  # what the walk met stays alive while it runs (no id reuse)
         self.figures: dict[int, Any] = {}
@@ -153,8 +155,14 @@ class _Digest:
         self.tree: Any = getattr(tree, "Tree", None)
 
     def add(self, *parts: Any) -> None:
-        for part in parts:
-            self.hasher.update(repr(part).encode())
+        # Written out once, at the end (one repr in C): hashing part by part cost more than pickling.
+        self.parts.extend(parts)
+
+    def hexdigest(self) -> str:
+        """The digest of everything the walk met."""
+        hasher = self.hasher.copy()
+        hasher.update(repr(self.parts).encode())
+        return hasher.hexdigest()
 
     def walk(self, value: Any, depth: int = 0) -> None:
         """Digest ``value``; raise _Refuse for anything a digest cannot vouch for."""
@@ -162,8 +170,8 @@ class _Digest:
         if depth > _MAX_DEPTH or self.items > _MAX_ITEMS:
             raise _Refuse
         kind = type(value)
-        if value is None or kind in (bool, int, float, complex, str, bytes):
-            self.add(kind.__name__, value)
+        if kind in _SCALARS:
+            self.parts.append(value)  # its repr tells its type too: 1, 1.0, True, '1', b'1'
             return
         key = id(value)
         if key in self.seen:  # the same object again: its position, as a pickle's memo would
@@ -173,20 +181,23 @@ class _Digest:
         self.keep.append(value)
         if not self.made:
             # Which object, not only what it holds: a pickle's reach (sharing between variables) is by identity.
-            self.add(key)
+            self.parts.append(key)
         if self.generic is not None and isinstance(value, self.generic):
             self.add(kind.__name__, value.dtype.str, value.tobytes())
         elif self.ndarray is not None and kind is self.ndarray:
             self._array(value, depth)
-        elif kind in (list, tuple):
+        elif kind is list or kind is tuple:
             self.add(kind.__name__, len(value))
             for item in value:
-                self.walk(item, depth + 1)
+                if type(item) in _SCALARS:
+                    self.parts.append(item)
+                else:
+                    self.walk(item, depth + 1)
         elif kind is dict:
             self.add("dict", len(value))
             for name, item in value.items():
-                self.walk(name, depth + 1)
-                self.walk(item, depth + 1)
+                self.parts.append(name) if type(name) in _SCALARS else self.walk(name, depth + 1)
+                self.parts.append(item) if type(item) in _SCALARS else self.walk(item, depth + 1)
         elif self.figure_type is not None and isinstance(value, self.figure_type):
             self._figure(value)
         elif self.axes_type is not None and isinstance(value, self.axes_type):
@@ -195,10 +206,11 @@ class _Digest:
         elif self.estimator is not None and isinstance(value, self.estimator):
             self._estimator(value, depth)
         elif self.tree is not None and kind is self.tree:
-            self.add("tree", value.n_features, repr(value.n_classes), value.n_outputs)
+            self.add("tree", value.n_features, value.n_outputs)
             # Its state is made anew at each call: what it holds counts, not which objects.
             self.made += 1
             try:
+                self.walk(value.n_classes, depth + 1)
                 self.walk(value.__getstate__(), depth + 1)
             finally:
                 self.made -= 1
@@ -206,13 +218,12 @@ class _Digest:
             raise _Refuse
 
     def _array(self, array: Any, depth: int) -> None:
-        self.add("ndarray", array.dtype.str, array.shape, array.flags.writeable)
-        if array.dtype.hasobject:
+        dtype = array.dtype
+        self.add("ndarray", dtype.descr if dtype.fields is not None else dtype.str, array.shape, array.flags.writeable)
+        if dtype.hasobject:
             for item in array.ravel(order="K"):
                 self.walk(item, depth + 1)
             return
-        if array.dtype.fields is not None and any(f[0].hasobject for f in array.dtype.fields.values()):
-            raise _Refuse
         numpy = sys.modules["numpy"]
         self.hasher.update(memoryview(numpy.ascontiguousarray(array)).cast("B"))
 
@@ -267,7 +278,7 @@ def witness(values: list[Any], buffers: list[Any], hashes: list[str]) -> Witness
         return None
     if not figures:
         buffers, hashes = [], []
-    return Witness(values, figures, digest.hasher.hexdigest(), buffers, hashes)
+    return Witness(values, figures, digest.hexdigest(), buffers, hashes)
 
 
 def _watchable(value: Any, digest: _Digest) -> bool:
@@ -303,4 +314,4 @@ def holds(held: Witness, values: list[Any]) -> bool:
             again.walk(value)
     except Exception:  # noqa: BLE001 - it no longer describes itself: pickled again
         return False
-    return again.hasher.hexdigest() == held.digest
+    return again.hexdigest() == held.digest
