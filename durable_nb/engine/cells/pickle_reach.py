@@ -96,13 +96,31 @@ def _immutable_types() -> tuple[type, ...]:
 
 
 def _made_while_pickling(memo: dict[int, tuple[int, Any]], buffers: Sequence[Any]) -> set[int]:
-    """The ids of objects held by the memo (and the out-of-band ``buffers``) only: made while pickling.
+    """The ids of objects made while pickling: held by the memo (and the out-of-band ``buffers``) only,
+    and large arrays held by nothing else than such objects.
 
     A reducer's state dict is held by the memo alone. Freed once the pickle is done, its id is
-    reused by anything and must never make two values look shared.
+    reused by anything and must never make two values look shared. The tracker keeps what a
+    pickle reached alive (so that its ids stay its own): a large array a reducer copied into its
+    state must not be kept with it, so those are looked for too (smaller ones cost little to keep).
     """
     exported = Counter(map(id, gc.get_referents(*buffers)))
-    return {key for key, entry in memo.items() if sys.getrefcount(entry[1]) - _MEMO_ONLY - exported[key] <= 0}
+    extra = {key: sys.getrefcount(entry[1]) - _MEMO_ONLY - exported[key] for key, entry in memo.items()}
+    made = {key for key, count in extra.items() if count <= 0}
+    large = {key for key, count in extra.items() if count == 1 and _large_array(memo[key][1])}
+    if large and made:
+        for referent in gc.get_referents(*(memo[key][1] for key in made)):
+            if id(referent) in large:
+                made.add(id(referent))
+    return made
+
+
+def _large_array(obj: Any) -> bool:
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and type(obj) is numpy.ndarray and obj.base is None and obj.nbytes >= _LARGE
+
+
+_LARGE = 1 << 20
 
 
 def reached(memo: dict[int, tuple[int, Any]], namespace: Mapping[str, Any], buffers: Sequence[Any] = ()) -> list[int]:
