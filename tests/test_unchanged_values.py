@@ -171,3 +171,15 @@ def test_restored_figures_and_models_are_not_pickled_again_by_cells_that_use_the
     second.cell("%%durable again\nagain = model.score(X, y)\nsize = fig.get_size_inches()")
     assert ns["again"] == expected
     assert not held(second.cell("%%durable twice\ntwice = model.score(X, y) + fig.get_dpi()"), ns["model"], ns["fig"])
+
+
+def test_artists_kept_in_variables_are_not_pickled_again_until_changed(shell: Shell) -> None:
+    """Lines and a histogram's bars kept in variables: read, they are not pickled; recoloured, stored again."""
+    ns = shell.shell.user_ns
+    shell.cell(
+        "%%durable artists\nlines = axs[0, 0].plot([3, 2, 1])\nbars = axs[0, 1].hist([1, 2, 2, 3])\nfig.canvas.draw()"
+    )
+    pickled = shell.cell("%%durable read\ncolor = lines[0].get_color()\nheights = [b.get_height() for b in bars[2]]")
+    assert not held(pickled, ns["lines"], ns["bars"], ns["fig"])
+    shell.cell("%%durable recolour\nlines[0].set_color('red')")
+    assert {"fig", "lines"} <= set(shell.changed("recolour"))

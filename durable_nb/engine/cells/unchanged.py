@@ -65,16 +65,29 @@ def _watch_of(figure: Any) -> _FigureWatch:
     return watch
 
 
-def _scalar_or_id(value: Any) -> Any:
-    """An attribute's value for a shallow comparison: immutable scalars by value, others by identity."""
-    if value is None or isinstance(value, bool | int | float | complex | str | bytes):
-        return (type(value), value)
-    return id(value)
+class _Attributes:
+    """An object's attributes as they were: the values themselves, held (so no id is reused meanwhile)."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, obj: Any) -> None:
+        self.items = tuple(vars(obj).items())
+
+    def same(self, obj: Any) -> bool:
+        """True if ``obj`` has the same attributes, each the same object (or an equal number or text)."""
+        now = vars(obj)
+        if len(now) != len(self.items):
+            return False
+        for key, value in self.items:
+            current = now.get(key, _MISSING)
+            if current is not value and not (
+                type(value) in _SCALARS and type(current) is type(value) and current == value
+            ):
+                return False
+        return True
 
 
-def _shallow(obj: Any) -> tuple[Any, ...]:
-    # Identities are compared while the objects are held alive by the witness (no reuse of ids).
-    return tuple((key, _scalar_or_id(value)) for key, value in vars(obj).items())
+_MISSING = object()
 
 
 def _animated(figure: Any) -> bool:
@@ -89,14 +102,14 @@ def _animated(figure: Any) -> bool:
 class _FigureWitness:
     """What one figure was when its unit was pickled."""
 
-    __slots__ = ("axes", "changes", "figure", "shallow", "watch")
+    __slots__ = ("attributes", "axes", "changes", "figure", "watch")
 
     def __init__(self, figure: Any) -> None:
         self.figure = weakref.ref(figure)
         self.watch = _watch_of(figure)
         self.changes = self.watch.changes
         self.axes = tuple(figure.axes)  # held: their identities are compared
-        self.shallow = (_shallow(figure), *(_shallow(ax) for ax in self.axes))
+        self.attributes = [_Attributes(figure), *(_Attributes(ax) for ax in self.axes)]
 
     def holds(self) -> bool:
         figure = self.figure()
@@ -104,20 +117,26 @@ class _FigureWitness:
             return False
         if tuple(figure.axes) != self.axes:
             return False
-        return (_shallow(figure), *(_shallow(ax) for ax in self.axes)) == self.shallow
+        return all(held.same(obj) for held, obj in zip(self.attributes, (figure, *self.axes), strict=True))
 
 
 class Witness:
     """Proof that a unit's values pickle as they did: figures watched, estimators digested, buffers hashed."""
 
-    __slots__ = ("buffers", "digest", "figures", "values")
+    __slots__ = ("buffers", "digest", "figures", "kept", "values")
 
     def __init__(
-        self, values: list[Any], figures: list[_FigureWitness], digest: str, buffers: list[Any], hashes: list[str]
+        self,
+        values: list[Any],
+        figures: list[_FigureWitness],
+        digest: _Digest,
+        buffers: list[Any],
+        hashes: list[str],
     ) -> None:
         self.values = [weakref.ref(v) if _weakrefable(v) else v for v in values]
+        self.kept = digest.keep  # the objects whose identities the digest holds: none is freed and its id reused
         self.figures = figures
-        self.digest = digest
+        self.digest = digest.hexdigest()
         self.buffers = list(zip(buffers, hashes, strict=True))
 
 
@@ -149,6 +168,8 @@ class _Digest:
         self.generic: Any = numpy.generic if numpy is not None else None
         self.figure_type: Any = getattr(sys.modules.get("matplotlib.figure"), "FigureBase", None)
         self.axes_type: Any = getattr(sys.modules.get("matplotlib.axes"), "Axes", None)
+        self.artist_type: Any = getattr(sys.modules.get("matplotlib.artist"), "Artist", None)
+        self.container_type: Any = getattr(sys.modules.get("matplotlib.container"), "Container", None)
         base = sys.modules.get("sklearn.base")
         self.estimator: Any = getattr(base, "BaseEstimator", None)
         tree = sys.modules.get("sklearn.tree._tree")
@@ -203,6 +224,14 @@ class _Digest:
         elif self.axes_type is not None and isinstance(value, self.axes_type):
             self._figure(value.get_figure(root=True) if _has_root(value) else value.figure)
             self.add("axes", id(value))
+        elif self.artist_type is not None and isinstance(value, self.artist_type):
+            self._artist(value)
+        elif self.container_type is not None and isinstance(value, self.container_type):
+            # What ax.bar and ax.hist return: a tuple of artists, with attributes.
+            self.add("container", kind.__qualname__, len(value))
+            for item in value:
+                self.walk(item, depth + 1)
+            self._attributes(value)
         elif self.estimator is not None and isinstance(value, self.estimator):
             self._estimator(value, depth)
         elif self.tree is not None and kind is self.tree:
@@ -236,6 +265,24 @@ class _Digest:
                 raise _Refuse
             self.figures[id(figure)] = figure
         self.add("figure", id(figure))
+
+    def _artist(self, artist: Any) -> None:
+        # A line, a collection, a legend…: matplotlib reports its changes to its figure, as for
+        # axes; what is set on it by hand shows in its attributes.
+        figure = artist.get_figure(root=True) if _has_root(artist) else artist.figure
+        if figure is None or artist.get_animated():
+            raise _Refuse
+        self._figure(figure)
+        self.add("artist", type(artist).__qualname__)
+        self._attributes(artist)
+
+    def _attributes(self, obj: Any) -> None:
+        for name, value in vars(obj).items():
+            if type(value) in _SCALARS:
+                self.add(name, value)
+            else:
+                self.add(name, id(value))
+                self.keep.append(value)  # held by the witness: the id stays this object's
 
     def _estimator(self, estimator: Any, depth: int) -> None:
         kind = type(estimator)
@@ -278,22 +325,26 @@ def witness(values: list[Any], buffers: list[Any], hashes: list[str]) -> Witness
         return None
     if not figures:
         buffers, hashes = [], []
-    return Witness(values, figures, digest.hexdigest(), buffers, hashes)
+    return Witness(values, figures, digest, buffers, hashes)
 
 
-def _watchable(value: Any, digest: _Digest) -> bool:
-    """Only figures, axes, arrays of axes and estimators are worth a witness (anything else is cheap to pickle)."""
-    kinds = tuple(k for k in (digest.figure_type, digest.axes_type, digest.estimator) if k is not None)
-    if isinstance(value, kinds):
+def _watchable(value: Any, digest: _Digest, depth: int = 0) -> bool:
+    """Only what holds figures, their artists or estimators is worth a witness: those values (or
+    lists, tuples and object arrays of them, beside plain arrays) are costly to pickle; anything
+    else is cheap to pickle."""
+    kinds = (digest.figure_type, digest.axes_type, digest.artist_type, digest.container_type, digest.estimator)
+    found = tuple(k for k in kinds if k is not None)
+    if isinstance(value, found):
         return True
     ndarray = digest.ndarray
-    return (
-        ndarray is not None
-        and type(value) is ndarray
-        and value.dtype.hasobject
-        and value.size > 0
-        and all(isinstance(item, kinds) for item in value.flat)
-    )
+    if ndarray is not None and type(value) is ndarray:
+        return bool(value.dtype.hasobject and value.size and all(isinstance(i, found) for i in value.flat))
+    if type(value) in (list, tuple) and value and depth == 0:
+        plain = (ndarray,) if ndarray is not None else ()
+        return any(_watchable(item, digest, 1) for item in value) and all(
+            _watchable(item, digest, 1) or isinstance(item, plain) or type(item) in _SCALARS for item in value
+        )
+    return False
 
 
 def holds(held: Witness, values: list[Any]) -> bool:
