@@ -104,10 +104,16 @@ def _made_while_pickling(memo: dict[int, tuple[int, Any]], buffers: Sequence[Any
     pickle reached alive (so that its ids stay its own): a large array a reducer copied into its
     state must not be kept with it, so those are looked for too (smaller ones cost little to keep).
     """
-    exported = Counter(map(id, gc.get_referents(*buffers)))
-    extra = {key: sys.getrefcount(entry[1]) - _MEMO_ONLY - exported[key] for key, entry in memo.items()}
+    exported = Counter(map(id, gc.get_referents(*buffers))).get  # dict.get: a Counter's [] runs Python
+    extra = {key: sys.getrefcount(entry[1]) - _MEMO_ONLY - exported(key, 0) for key, entry in memo.items()}
     made = {key for key, count in extra.items() if count <= 0}
-    large = {key for key, count in extra.items() if count == 1 and _large_array(memo[key][1])}
+    numpy = sys.modules.get("numpy")
+    ndarray = numpy.ndarray if numpy is not None else None
+    large = {
+        key
+        for key, count in extra.items()
+        if count == 1 and type(memo[key][1]) is ndarray and _large_array(memo[key][1])
+    }
     if large and made:
         for referent in gc.get_referents(*(memo[key][1] for key in made)):
             if id(referent) in large:
