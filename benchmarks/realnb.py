@@ -283,6 +283,7 @@ class CellResult:
     images: list[str] = field(default_factory=list)  # base64 PNGs, in order
     error: str | None = None
     text: str = ""
+    cpu: float = 0.0  # CPU seconds the kernel process used meanwhile (all its threads)
 
     @property
     def restored(self) -> list[str]:
@@ -308,8 +309,27 @@ class Kernel:
         self.client.start_channels()
         self.client.wait_for_ready(timeout=120)
 
+    def cpu(self) -> float:
+        """CPU seconds the kernel process has used so far (0 once it is gone).
+
+        Less disturbed than wall time by other work on the machine: a benchmark on a shared
+        machine compares these too."""
+        try:
+            process = self.manager.provisioner.process  # type: ignore[union-attr]
+            fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, AttributeError, IndexError):
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
     def execute(self, code: str, kill_after: float | None = None, timeout: float = CELL_TIMEOUT) -> CellResult:
         """Run one cell and collect its output; with ``kill_after``, SIGKILL the kernel that long after it starts."""
+        before = self.cpu()
+        result = self._execute(code, kill_after, timeout)
+        after = self.cpu()
+        result.cpu = max(after - before, 0.0) if after else 0.0
+        return result
+
+    def _execute(self, code: str, kill_after: float | None, timeout: float) -> CellResult:
         started = time.perf_counter()
         msg_id = self.client.execute(code, store_history=True, allow_stdin=False)
         text: list[str] = []
@@ -387,6 +407,7 @@ class NotebookRun:
     variables: dict[str, Any] | None
     total_s: float = 0.0
     setup: CellResult | None = None  # a durable notebook's first cell (%load_ext, %durable run)
+    cpu_s: float = 0.0  # the kernel's CPU seconds over the cells (setup cell included)
 
     @property
     def stopped(self) -> str | None:
@@ -400,7 +421,9 @@ class NotebookRun:
 
     def without_setup(self) -> NotebookRun:
         """The same run with its first (setup) cell apart, so that cell i is c<i+1> again."""
-        return NotebookRun(self.cells[1:], self.variables, self.total_s, self.cells[0] if self.cells else None)
+        return NotebookRun(
+            self.cells[1:], self.variables, self.total_s, self.cells[0] if self.cells else None, self.cpu_s
+        )
 
 
 def run_notebook(
@@ -421,7 +444,7 @@ def run_notebook(
         variables = kernel.fingerprints() if alive else None
     finally:
         kernel.close()
-    return NotebookRun(results, variables, sum(r.seconds for r in results))
+    return NotebookRun(results, variables, sum(r.seconds for r in results), cpu_s=sum(r.cpu for r in results))
 
 
 # -- comparing runs ------------------------------------------------------------------------------
@@ -676,6 +699,8 @@ def measure_notebook(path: str, source: str, reps: int, work: Path) -> dict[str,
     found = sorted(p.name for p in data_folder.rglob("*")) if data_folder.exists() else []
     plain_total = _median([p.total_s for p in plains])
     durable_total = _median([d.total_s for d in durables])
+    plain_cpu = _median([p.cpu_s for p in plains])
+    durable_cpu = _median([d.cpu_s for d in durables])
     restored_all = [node for r in restores for c in r.cells for node in c.restored]
     return {
         "notebook": name,
@@ -702,6 +727,8 @@ def measure_notebook(path: str, source: str, reps: int, work: Path) -> dict[str,
             "store_bytes": int(statistics.median(store_bytes)),
         },
         "overhead_pct": round((durable_total / plain_total - 1) * 100, 1) if plain_total else None,
+        "cpu": {"plain_s": plain_cpu, "durable_s": durable_cpu},
+        "overhead_cpu_pct": round((durable_cpu / plain_cpu - 1) * 100, 1) if plain_cpu else None,
         "restore_all": {
             "total_s": _median([r.total_s for r in restores]),
             "restored_per_run": round(len(restored_all) / reps, 1),
@@ -838,16 +865,17 @@ def render_realnb(result: dict[str, Any]) -> str:
         f"**{result['scenario']}** (scikit-learn {result['scikit_learn']}, {result['reps']} interleaved plain/durable "
         f"runs each, medians; {result['wall_s']:.0f} s in all)",
         "",
-        "| notebook | cells | plain s | durable s | overhead % | store MB | restore-all s | re-run s | imports s "
-        "| faithful after restore | faithful after kill+Run All |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "| notebook | cells | plain s | durable s | overhead % | overhead CPU % | store MB | restore-all s | re-run s "
+        "| imports s | faithful after restore | faithful after kill+Run All |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for nb in result["notebooks"]:
         restore = _with_own_run(nb["faithful"]["restore_all"], nb["faithful"]["restore_all_vs_its_run"])
         overhead = "" if nb["overhead_pct"] is None else f"{nb['overhead_pct']:+.1f}"
+        cpu = "" if nb.get("overhead_cpu_pct") is None else f"{nb['overhead_cpu_pct']:+.1f}"
         lines.append(
             f"| {nb['notebook']} | {nb['cells']} | {nb['plain']['total_s']:.2f} | {nb['durable']['total_s']:.2f} "
-            f"| {overhead} | {nb['durable']['store_bytes'] / 1e6:.2f} | {nb['restore_all']['total_s']:.2f} "
+            f"| {overhead} | {cpu} | {nb['durable']['store_bytes'] / 1e6:.2f} | {nb['restore_all']['total_s']:.2f} "
             f"| {nb['kill']['rerun_s']:.2f} | {nb['imports']['total_s']:.2f} | {_verdict(restore)} "
             f"| {_verdict(nb['faithful']['kill_rerun'])} |"
         )

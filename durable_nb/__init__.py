@@ -4,30 +4,10 @@ Every finished node commits a checkpoint; a crash loses at most the node in flig
 wait for a person's decision without a live process; any checkpoint can be forked.
 """
 
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
+
 from ._loop import run_blocking as _run_blocking
-from .engine.agents import AgentResult, Tool, aagent, afork_agent, agent, fork_agent, tool, worker
-from .engine.execution.idempotent import idempotent
-from .engine.execution.item_map import amap_items, map_items
-from .engine.gates.gate import Resume, gate, interrupt
-from .engine.runs.calls import (
-    aapprove,
-    acancel,
-    afork,
-    aget_run,
-    approve,
-    aprune,
-    areject,
-    astatus,
-    cancel,
-    fork,
-    get_run,
-    prune,
-    reject,
-    status,
-)
-from .engine.runs.recovery import RecoveryReport, arecover, recover
-from .engine.runs.run import Run
-from .engine.workflows.workflow import Workflow
 from .errors import (
     AgentFailed,
     AlreadyResumed,
@@ -61,11 +41,91 @@ from .errors import (
     WorkflowMismatch,
     WorkflowNotFound,
 )
-from .model import Decision, EventType, PruneReport, RunStatus
-from .service import Client
-from .store import Store, connect
 from .store.offload import use_offload as _use_offload
-from .views import acompare, aevents, aforks, ahistory, aruns, compare, events, forks, history, runs
+
+if _TYPE_CHECKING:
+    from .engine.agents import AgentResult, Tool, aagent, afork_agent, agent, fork_agent, tool, worker
+    from .engine.execution.idempotent import idempotent
+    from .engine.execution.item_map import amap_items, map_items
+    from .engine.gates.gate import Resume, gate, interrupt
+    from .engine.runs.calls import (
+        aapprove,
+        acancel,
+        afork,
+        aget_run,
+        approve,
+        aprune,
+        areject,
+        astatus,
+        cancel,
+        fork,
+        get_run,
+        prune,
+        reject,
+        status,
+    )
+    from .engine.runs.recovery import RecoveryReport, arecover, recover
+    from .engine.runs.run import Run
+    from .engine.workflows.workflow import Workflow
+    from .model import Decision, EventType, PruneReport, RunStatus
+    from .service import Client
+    from .store import Store, connect
+    from .views import acompare, aevents, aforks, ahistory, aruns, compare, events, forks, history, runs
+
+# Everything else is imported on first use: `%load_ext durable_nb` in a kernel, or a script that
+# only needs a store, must not pay for the agents, the views and the service client.
+_LAZY: dict[str, str] = {
+    "AgentResult": ".engine.agents",
+    "Tool": ".engine.agents",
+    "aagent": ".engine.agents",
+    "afork_agent": ".engine.agents",
+    "agent": ".engine.agents",
+    "fork_agent": ".engine.agents",
+    "tool": ".engine.agents",
+    "worker": ".engine.agents",
+    "idempotent": ".engine.execution.idempotent",
+    "amap_items": ".engine.execution.item_map",
+    "map_items": ".engine.execution.item_map",
+    "Resume": ".engine.gates.gate",
+    "gate": ".engine.gates.gate",
+    "interrupt": ".engine.gates.gate",
+    "aapprove": ".engine.runs.calls",
+    "acancel": ".engine.runs.calls",
+    "afork": ".engine.runs.calls",
+    "aget_run": ".engine.runs.calls",
+    "approve": ".engine.runs.calls",
+    "aprune": ".engine.runs.calls",
+    "areject": ".engine.runs.calls",
+    "astatus": ".engine.runs.calls",
+    "cancel": ".engine.runs.calls",
+    "fork": ".engine.runs.calls",
+    "get_run": ".engine.runs.calls",
+    "prune": ".engine.runs.calls",
+    "reject": ".engine.runs.calls",
+    "status": ".engine.runs.calls",
+    "RecoveryReport": ".engine.runs.recovery",
+    "arecover": ".engine.runs.recovery",
+    "recover": ".engine.runs.recovery",
+    "Run": ".engine.runs.run",
+    "Workflow": ".engine.workflows.workflow",
+    "Decision": ".model",
+    "EventType": ".model",
+    "PruneReport": ".model",
+    "RunStatus": ".model",
+    "Client": ".service",
+    "Store": ".store",
+    "connect": ".store",
+    "acompare": ".views",
+    "aevents": ".views",
+    "aforks": ".views",
+    "ahistory": ".views",
+    "aruns": ".views",
+    "compare": ".views",
+    "events": ".views",
+    "forks": ".views",
+    "history": ".views",
+    "runs": ".views",
+}
 
 __version__ = "0.1.0"
 
@@ -97,6 +157,22 @@ def inspect(run: object = None, *, store: object = None) -> object:
     elif store is None and session is not None:
         store = session.store
     return Inspector(run, store=store, link=session)
+
+
+def __getattr__(name: str) -> _Any:
+    """Import a public name's module the first time the name is used."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'durable_nb' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def load_ipython_extension(ip: object) -> None:

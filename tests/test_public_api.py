@@ -18,7 +18,8 @@ FRONT_END_ONLY = {"IPython", "ipywidgets", "pandas", "ipykernel"}
 
 def test_all_matches_exports() -> None:
     """__all__ lists exactly the public names the package exports."""
-    public = {name for name in vars(dnb) if not name.startswith("_") and not inspect.ismodule(getattr(dnb, name))}
+    # dir(): most names are imported on first use, so they are not in vars() until then.
+    public = {name for name in dir(dnb) if not name.startswith("_") and not inspect.ismodule(getattr(dnb, name))}
     assert set(dnb.__all__) - {"__version__"} == public
     assert len(dnb.__all__) == len(set(dnb.__all__))
 
@@ -71,6 +72,23 @@ def test_import_is_light() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, env=env_with_repo(), check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_loading_the_extension_and_attaching_import_only_what_a_cell_needs(tmp_path: Path) -> None:
+    """`%load_ext durable_nb` and `%durable run` load no agents, views, service client, numpy or pandas:
+    a kernel pays for them only when it uses them."""
+    code = (
+        "import sys\nfrom IPython.core.interactiveshell import InteractiveShell\n"
+        "shell = InteractiveShell()\nshell.run_line_magic('load_ext', 'durable_nb')\n"
+        "assert shell.run_cell(f'%durable run light --store sqlite:///{sys.argv[1]}/runs.db').success\n"
+        "heavy = ('durable_nb.engine.agents.loop', 'durable_nb.views', 'durable_nb.service.client',\n"
+        "         'durable_nb.engine.forks.forking', 'durable_nb.widgets', 'numpy', 'pandas')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=env_with_repo(), check=True
+    )
+    assert result.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_typed_marker_ships() -> None:

@@ -20,9 +20,11 @@ it holds.
 
 from __future__ import annotations
 
+import array
 import builtins
 import contextvars
 import functools
+import gc
 import io
 import pickle
 import sys
@@ -50,7 +52,7 @@ class Pickled:
 
     stream: bytes
     buffers: list[pickle.PickleBuffer]
-    reach: Any  # sorted numpy int64 array of the ids of the mutable objects reached
+    reach: array.array[int]  # the ids of the mutable objects reached, sorted, each once
     uses: frozenset[str]
     figures: frozenset[int]
     fingerprint: str
@@ -58,6 +60,10 @@ class Pickled:
     # The pickler's memo, kept while a plan compares pickles: objects made while pickling stay
     # alive, so no two pickles of one plan can see the same id for different objects.
     memo: Any = None
+    # The objects ``reach`` names, kept as long as the reach is: an object made while pickling
+    # that the memo test misses (a compiled object's state arrays) keeps its id, never reused by
+    # another value's object to make the two look shared.
+    held: list[Any] | None = None
 
 
 # -- what a restore calls ---------------------------------------------------------------------
@@ -199,7 +205,7 @@ class _NamespacePickler(cloudpickle.Pickler):
         self.shared = shared
         self.uses: set[str] = set()
         self.figures: set[int] = set()
-        self.extra_reach: list[int] = []
+        self.extra_reach: list[Any] = []
         self._closure_cells: set[int] = set()
         numpy = sys.modules.get("numpy")
         self._ndarray: type | None = numpy.ndarray if numpy is not None else None
@@ -250,7 +256,7 @@ class _NamespacePickler(cloudpickle.Pickler):
     def _reduce_view(self, array: Any) -> Any:
         bottom = _bottom(array, self._ndarray)  # type: ignore[arg-type]
         # Two values viewing the same memory share it: they must be stored together.
-        self.extra_reach.append(id(bottom))
+        self.extra_reach.append(bottom)
         # Rebuilt as a view when the memory is a variable's, or when two variables view it.
         kept = id(bottom) in self.arrays or (id(array) in self.arrays and id(bottom) in self.shared)
         if not kept or type(bottom) is not self._ndarray or array.dtype.hasobject:
@@ -280,18 +286,28 @@ def pickle_values(values: list[Any], namespace: Mapping[str, Any]) -> Pickled:
 
     Raises what pickling raises when a value cannot be pickled.
     """
-    import numpy as np
-
+    numpy = sys.modules.get("numpy")  # no numpy array can be among values before numpy is imported
+    ndarray = numpy.ndarray if numpy is not None else None
     file = io.BytesIO()
-    arrays = [v for v in values if type(v) is np.ndarray]
-    bottoms = Counter(id(_bottom(a, np.ndarray)) for a in arrays if a.base is not None)
+    arrays = [v for v in values if ndarray is not None and type(v) is ndarray]
+    bottoms = Counter(id(_bottom(a, ndarray)) for a in arrays if a.base is not None)
     shared = frozenset(key for key, count in bottoms.items() if count > 1)
     pickler = _NamespacePickler(file, namespace, frozenset(id(a) for a in arrays), shared)
-    pickler.dump(values[0] if len(values) == 1 else tuple(values))
-    memo = pickler.memo.copy()
-    ids = reached(memo, namespace)
-    ids.extend(pickler.extra_reach)
-    reach = np.unique(np.fromiter(ids, dtype=np.int64, count=len(ids)))
+    # Pickling a figure allocates tens of thousands of objects: left on, the collector walks the
+    # whole notebook's heap again and again meanwhile (several times the pickle's own cost).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        pickler.dump(values[0] if len(values) == 1 else tuple(values))
+        memo = pickler.memo.copy()
+        ids = reached(memo, namespace, pickler.buffers)
+    finally:
+        if collecting:
+            gc.enable()
+    held = [memo[key][1] for key in ids]
+    held.extend(pickler.extra_reach)
+    ids.extend(id(bottom) for bottom in pickler.extra_reach)
+    reach = array.array("q", sorted(set(ids)))
     stream = file.getvalue()
     digests = [buffer_digest(buffer.raw()) for buffer in pickler.buffers]
     return Pickled(
@@ -303,4 +319,5 @@ def pickle_values(values: list[Any], namespace: Mapping[str, Any]) -> Pickled:
         fingerprint=_fingerprint(stream, digests),
         buffer_digests=digests,
         memo=memo,
+        held=held,
     )

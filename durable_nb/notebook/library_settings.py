@@ -37,10 +37,11 @@ def _apply_sklearn(changed: dict[str, Any]) -> None:
 
 
 def _read_numpy_random() -> Any:
-    numpy = _module("numpy")
-    if numpy is None:
+    # numpy imports numpy.random on first use: reading it before the notebook does would import it.
+    random = _module("numpy.random")
+    if random is None:
         return None
-    kind, keys, position, has_gauss, gauss = numpy.random.get_state(legacy=True)
+    kind, keys, position, has_gauss, gauss = random.get_state(legacy=True)
     return (kind, keys.tobytes(), position, has_gauss, gauss)
 
 
@@ -103,7 +104,30 @@ def _read_pandas() -> Any:
         return None
     if not _pandas_names:
         _pandas_names.extend(_live_options(pandas))
-    return {name: pandas.get_option(name) for name in _pandas_names}
+    found = _read_pandas_store(_module("pandas._config.config"))
+    return found if found is not None else {name: pandas.get_option(name) for name in _pandas_names}
+
+
+def _read_pandas_store(config: Any) -> dict[str, Any] | None:
+    """The options as pandas keeps them (what ``get_option`` returns), read without its key matching.
+
+    ``get_option`` matches each name against every option: read before and after every cell, it
+    cost a millisecond. None when pandas keeps them some other way (then ``get_option`` is asked).
+    """
+    store = getattr(config, "_global_config", None)
+    if not isinstance(store, dict):
+        return None
+    found = {}
+    try:
+        for name in _pandas_names:
+            *path, key = name.split(".")
+            level = store
+            for part in path:
+                level = level[part]
+            found[name] = level[key]
+    except (KeyError, TypeError):
+        return None
+    return found
 
 
 def _apply_pandas(changed: dict[str, Any]) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
+from types import ModuleType
 from typing import Any
 
 from .library_settings import LIBRARY_SETTINGS
@@ -40,7 +41,12 @@ def _public(path: str) -> Any:
     root, *rest = path.split(".")
     found = sys.modules.get(root)
     for name in rest:
-        found = getattr(found, name, None)
+        if isinstance(found, ModuleType):
+            # A submodule a library loads on first use (numpy.random) is only looked up if loaded:
+            # asking the module for it would import it, and the cell cannot have called into it.
+            found = vars(found).get(name) or sys.modules.get(f"{found.__name__}.{name}")
+        else:
+            found = getattr(found, name, None)
     return found
 
 

@@ -77,12 +77,21 @@ class _MessageHook:
         return message
 
     def start(self) -> None:
-        self.stream.flush()  # what was written before the cell is not the cell's
-        _on_io_thread(self.stream, lambda: self.stream.register_hook(self))
+        """On the IO thread: send what the cell did not write, then keep what it sends."""
+        self.stream.flush()  # what was written before the cell is not the cell's (direct on this thread)
+        self.stream.register_hook(self)
 
     def stop(self) -> None:
-        self.stream.flush()  # as at the end of a cell: what is buffered is sent now, and kept
-        _on_io_thread(self.stream, lambda: self.stream.unregister_hook(self))
+        """On the IO thread: send what is buffered (kept, as at the end of a cell), then stop keeping."""
+        self.stream.flush()
+        self.stream.unregister_hook(self)
+
+
+def _on_io_thread_each(hooks: list[_MessageHook], step: Callable[[_MessageHook], None]) -> None:
+    # One trip to the IO thread for both streams (they share it): each trip is a thread switch
+    # and a wait, paid twice per cell.
+    if hooks:
+        _on_io_thread(hooks[0].stream, lambda: [step(hook) for hook in hooks])
 
 
 class StreamRecorder:
@@ -98,12 +107,11 @@ class StreamRecorder:
         for name in _NAMES:
             stream = getattr(sys, name)
             if _kernel_stream(stream):
-                hook = _MessageHook(stream, self.sink)
-                hook.start()
-                self._hooks.append(hook)
+                self._hooks.append(_MessageHook(stream, self.sink))
             else:
                 self._replaced[name] = stream
                 setattr(sys, name, _Tee(name, stream, self.sink))
+        _on_io_thread_each(self._hooks, _MessageHook.start)
 
     def flush(self) -> None:
         """Send what the streams hold (before a display, as ipykernel does), so that it is recorded first."""
@@ -126,8 +134,7 @@ class StreamRecorder:
 
     def stop(self) -> None:
         """Record what is still buffered and stop recording."""
-        for hook in self._hooks:
-            hook.stop()
+        _on_io_thread_each(self._hooks, _MessageHook.stop)
         for name, stream in self._replaced.items():
             setattr(sys, name, stream)
         self._hooks.clear()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from .forks import afork_agent, fork_agent
-from .loop import AgentResult, aagent, agent
-from .models import AnthropicMessages, CallableModel, Model, OpenAIChat
-from .tools import Tool, tool
-from .workers import worker
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .forks import afork_agent, fork_agent
+    from .loop import AgentResult, aagent, agent
+    from .models import AnthropicMessages, CallableModel, Model, OpenAIChat
+    from .tools import Tool, tool
+    from .workers import worker
 
 __all__ = [
     "AgentResult",
@@ -22,3 +25,36 @@ __all__ = [
     "tool",
     "worker",
 ]
+
+# Imported on first use: a notebook cell's commit reaches ``journal`` through this package and
+# must not pay for the agent loop, its models and its forks.
+_LAZY = {
+    "afork_agent": ".forks",
+    "fork_agent": ".forks",
+    "AgentResult": ".loop",
+    "aagent": ".loop",
+    "agent": ".loop",
+    "AnthropicMessages": ".models",
+    "CallableModel": ".models",
+    "Model": ".models",
+    "OpenAIChat": ".models",
+    "Tool": ".tools",
+    "tool": ".tools",
+    "worker": ".workers",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module the first time the name is used."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -31,7 +31,6 @@ from ...store.protocol import Store
 from ...store.secret import load_secret
 from ..agents.journal import AgentSteps, Step
 from ..execution.scope import NodeScope
-from ..forks.forking import create_fork
 from ..forks.lineage_values import ForkOverrides
 from ..forks.literals import OverrideText
 from ..runs.ownership import lease_deadline, this_owner
@@ -284,6 +283,9 @@ class CellRun:
             source_id = await self.lineage.before(committed, node)
             over = self.forks.over(committed.run_id)
             carried = await self.values.load(over) if over else {}
+        # Forking is rare next to committing: attaching a kernel does not import it.
+        from ..forks.forking import create_fork
+
         owner, lease = (self.owner, lease_deadline()) if owned else (None, None)
         fork = await create_fork(
             self.store,

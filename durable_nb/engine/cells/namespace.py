@@ -19,6 +19,7 @@ what counts as unchanged is what this kernel holds right after the restore.
 
 from __future__ import annotations
 
+import bisect
 import gc
 import sys
 from collections import deque
@@ -30,6 +31,7 @@ from typing import Any
 from ...model import Blob
 from ...store import codec
 from ..pickling import Pickled, pickle_values
+from .unchanged import Witness, holds, witness
 
 __all__ = ["Known", "NamespaceTracker", "StorePlan"]
 
@@ -44,6 +46,9 @@ class Known:
     uses: frozenset[str] = frozenset()
     figures: frozenset[int] = frozenset()
     members: tuple[str, ...] = ()
+    # Proof, for figures and fitted models, that the unit still pickles as it did (no pickle needed).
+    witness: Witness | None = None
+    held: Any = None  # the objects ``reach`` names, alive as long as it is (their ids stay theirs)
 
 
 @dataclass(slots=True)
@@ -58,44 +63,50 @@ class StorePlan:
 
 
 class _Reach:
-    """The ids every known variable reached, to find who else holds an object."""
+    """Which known variables reached each object id, kept up to date as the known entries change.
 
-    def __init__(self, known: Mapping[str, Known]) -> None:
-        import numpy as np
+    Plain Python (the tracker must not import numpy into a notebook that does not use it), and
+    updated entry by entry: rebuilding it after every cell would cost as much as a cell.
+    """
 
-        self.names = [name for name, entry in known.items() if entry.reach is not None and len(entry.reach)]
-        if self.names:
-            arrays = [known[name].reach for name in self.names]
-            self.ids = np.concatenate(arrays)
-            self.owners = np.repeat(np.arange(len(self.names)), [len(a) for a in arrays])
-        else:
-            self.ids = np.empty(0, dtype=np.int64)
-            self.owners = np.empty(0, dtype=np.int64)
+    def __init__(self) -> None:
+        self.owners: dict[int, set[str]] = {}
 
-    def holders(self, reach: Any) -> set[str]:
+    def add(self, name: str, reach: Iterable[int]) -> None:
+        for object_id in reach:
+            self.owners.setdefault(object_id, set()).add(name)
+
+    def remove(self, name: str, reach: Iterable[int]) -> None:
+        for object_id in reach:
+            names = self.owners.get(object_id)
+            if names is not None:
+                names.discard(name)
+                if not names:
+                    del self.owners[object_id]
+
+    def holders(self, reach: Iterable[int]) -> set[str]:
         """Return the known variables that reached any of the ids in ``reach``."""
-        import numpy as np
-
-        if not self.names or not len(reach):
-            return set()
-        hit = np.isin(self.ids, reach, assume_unique=False)
-        return {self.names[i] for i in np.unique(self.owners[hit])}
+        owners = self.owners
+        return {name for object_id in reach if object_id in owners for name in owners[object_id]}
 
 
 @dataclass(slots=True)
 class _Unit:
-    """Names pickled together; ``dirty`` until their joint pickle covers every one of them."""
+    """Names pickled together; ``dirty`` until their joint pickle covers every one of them.
+
+    ``witness`` is set when the unit was not pickled because its witness held: ``pickled`` then
+    only carries what the last pickle reached, its stream is not there.
+    """
 
     names: list[str]
     pickled: Pickled
     dirty: bool = False
+    witness: Witness | None = None
 
     def holds(self, object_id: int) -> bool:
-        import numpy as np
-
         reach = self.pickled.reach
-        position = int(np.searchsorted(reach, object_id))
-        return position < len(reach) and int(reach[position]) == object_id
+        position = bisect.bisect_left(reach, object_id)
+        return position < len(reach) and reach[position] == object_id
 
 
 _SCAN_SKIP = (str, bytes, int, float, complex, bool, type, ModuleType, type(None))
@@ -164,17 +175,14 @@ def _likely_units(names: list[str], namespace: Mapping[str, Any]) -> list[list[s
 
 def _merge_sharing(units: list[_Unit]) -> list[_Unit]:
     """Join units whose pickles reached a common mutable object (union-find over shared ids)."""
-    import numpy as np
-
     sets = _Sets(len(units))
-    arrays = [unit.pickled.reach for unit in units]
-    if len(units) > 1 and sum(len(a) for a in arrays):
-        ids = np.concatenate(arrays)
-        owners = np.repeat(np.arange(len(units)), [len(a) for a in arrays])
-        order = np.argsort(ids, kind="stable")
-        ids, owners = ids[order], owners[order]
-        for position in np.flatnonzero(ids[1:] == ids[:-1]):
-            sets.join(int(owners[position]), int(owners[position + 1]))
+    if len(units) > 1:
+        first: dict[int, int] = {}
+        for index, unit in enumerate(units):
+            for object_id in unit.pickled.reach:
+                owner = first.setdefault(object_id, index)
+                if owner != index:
+                    sets.join(owner, index)
     merged: dict[int, _Unit] = {}
     for index, unit in enumerate(units):
         root = sets.find(index)
@@ -198,12 +206,11 @@ class NamespaceTracker:
         self.known: dict[str, Known] = {}
         self._raw_addresses: dict[str, str] = {}
         self._stored_raw: set[str] = set()
-        self._reach: _Reach | None = None
+        self._reach = _Reach()
 
     def restored(self, name: str, address: str) -> None:
         """Record a variable just loaded from the store."""
-        self.known[name] = Known(address, None)
-        self._reach = None
+        self._set(name, Known(address, None))
 
     def baseline(self, namespace: Mapping[str, Any]) -> None:
         """Pickle the variables restored since the last cell, before the next cell can change them."""
@@ -213,7 +220,7 @@ class NamespaceTracker:
                 if name in namespace:
                     restored.setdefault(entry.address, []).append(name)
                 else:
-                    self.known.pop(name)
+                    self._pop(name)
         for address, names in restored.items():
             names.sort()
             try:
@@ -221,15 +228,27 @@ class NamespaceTracker:
             except Exception:  # noqa: BLE001 - no longer picklable: stored again if it can be
                 self.drop(names)
                 continue
+            proof = witness([namespace[n] for n in names], result.buffers, result.buffer_digests)
             for name in names:
-                self.known[name] = self._entry(address, result, names)
-        self._reach = None
+                self._set(name, self._entry(address, result, names, proof))
+
+    def _set(self, name: str, entry: Known) -> None:
+        old = self.known.get(name)
+        if old is not None and old.reach is not None and old.reach is not entry.reach:
+            self._reach.remove(name, old.reach)
+        self.known[name] = entry
+        if entry.reach is not None and (old is None or old.reach is not entry.reach):
+            self._reach.add(name, entry.reach)
+
+    def _pop(self, name: str) -> None:
+        old = self.known.pop(name, None)
+        if old is not None and old.reach is not None:
+            self._reach.remove(name, old.reach)
 
     def drop(self, names: Iterable[str]) -> None:
         """Forget variables that were deleted or can no longer be stored."""
         for name in names:
-            self.known.pop(name, None)
-        self._reach = None
+            self._pop(name)
 
     def plan(
         self,
@@ -248,8 +267,6 @@ class NamespaceTracker:
         for name, entry in self.known.items():
             if name in namespace and (entry.reach is None or entry.figures & open_figures) and storable(name):
                 todo.add(name)
-        if self._reach is None:
-            self._reach = _Reach(self.known)
         plan = StorePlan()
         units: list[_Unit] = []
         covered: set[int] = set()
@@ -257,12 +274,21 @@ class NamespaceTracker:
         queue: list[str] = []
 
         def visit(result: Pickled) -> None:
-            assert self._reach is not None
             for other in sorted(result.uses | self._reach.holders(result.reach)):
                 if other in namespace and other not in seen and storable(other):
                     queue.append(other)
 
-        for names in _likely_units(sorted(todo), namespace):
+        for group in _likely_units(sorted(todo), namespace):
+            names = [name for name in group if name not in seen]  # some came with a unit kept whole
+            if not names:
+                continue
+            kept = self._unchanged(names, namespace, stored, storable)
+            if kept is not None:
+                seen.update(kept.names)
+                units.append(kept)
+                covered.update(kept.pickled.reach.tolist())
+                visit(kept.pickled)
+                continue
             seen.update(names)
             try:
                 result = pickle_values([namespace[n] for n in names], namespace)
@@ -286,6 +312,13 @@ class NamespaceTracker:
                     holder.names.append(name)
                     holder.dirty = True
                     continue
+                kept = self._unchanged([name], namespace, stored, storable)
+                if kept is not None:
+                    seen.update(kept.names)
+                    units.append(kept)
+                    covered.update(kept.pickled.reach.tolist())
+                    visit(kept.pickled)
+                    continue
                 try:
                     result = pickle_values([namespace[name]], namespace)
                 except Exception as error:  # noqa: BLE001 - any failure to pickle means the value cannot be stored
@@ -303,16 +336,42 @@ class NamespaceTracker:
                 unit.names.sort()
                 unit.pickled = pickle_values([namespace[n] for n in unit.names], namespace)
                 unit.dirty = False
+                unit.witness = None
                 covered.update(unit.pickled.reach.tolist())
                 visit(unit.pickled)
         for unit in units:
             unit.names.sort()
-            self._plan_unit(unit, stored, plan)
+            self._plan_unit(unit, namespace, stored, plan)
             unit.pickled.memo = None
         return plan
 
-    def _plan_unit(self, unit: _Unit, stored: Mapping[str, str], plan: StorePlan) -> None:
+    def _unchanged(
+        self, names: list[str], namespace: Mapping[str, Any], stored: Mapping[str, str], storable: Callable[[str], bool]
+    ) -> _Unit | None:
+        """The whole unit ``names`` belong to, as last pickled, if its witness shows it unchanged (no pickle
+        needed); a cell that names ``fig`` alone keeps ``fig, ax`` whole."""
+        first = self.known.get(names[0])
+        if first is None or first.witness is None or first.reach is None or first.fingerprint is None:
+            return None
+        members = first.members
+        if not set(names) <= set(members) or not all(m in namespace and storable(m) for m in members):
+            return None
+        entries = [self.known.get(name) for name in members]
+        for name, entry in zip(members, entries, strict=True):
+            if entry is None or entry.witness is not first.witness or entry.members != members:
+                return None
+            if entry.address != stored.get(name):
+                return None
+        if not holds(first.witness, [namespace[n] for n in members]):
+            return None
+        last = Pickled(b"", [], first.reach, first.uses, first.figures, first.fingerprint, [], held=first.held)
+        return _Unit(list(members), last, witness=first.witness)
+
+    def _plan_unit(self, unit: _Unit, namespace: Mapping[str, Any], stored: Mapping[str, str], plan: StorePlan) -> None:
         members = tuple(unit.names)
+        proof = unit.witness
+        if proof is None:
+            proof = witness([namespace[n] for n in members], unit.pickled.buffers, unit.pickled.buffer_digests)
         entries = [self.known.get(name) for name in members]
         unchanged = all(
             entry is not None
@@ -324,7 +383,7 @@ class NamespaceTracker:
         if unchanged:
             for name, entry in zip(members, entries, strict=True):
                 assert entry is not None
-                plan.known[name] = self._entry(entry.address, unit.pickled, members)
+                plan.known[name] = self._entry(entry.address, unit.pickled, members, proof)
             return
         group = unit.pickled
         parts = []
@@ -340,15 +399,16 @@ class NamespaceTracker:
         plan.blobs.append(blob)
         for name in members:
             plan.manifest[name] = blob.hash
-            plan.known[name] = self._entry(blob.hash, group, members)
+            plan.known[name] = self._entry(blob.hash, group, members, proof)
 
     @staticmethod
-    def _entry(address: str, pickled: Pickled, members: Iterable[str]) -> Known:
-        return Known(address, pickled.fingerprint, pickled.reach, pickled.uses, pickled.figures, tuple(members))
+    def _entry(address: str, pickled: Pickled, members: Iterable[str], proof: Witness | None = None) -> Known:
+        fields = (pickled.reach, pickled.uses, pickled.figures, tuple(members), proof, pickled.held)
+        return Known(address, pickled.fingerprint, *fields)
 
     def committed(self, plan: StorePlan) -> None:
         """Take a plan's view of the namespace as the stored one, once its commit succeeded."""
-        self.known.update(plan.known)
+        for name, entry in plan.known.items():
+            self._set(name, entry)
         self.drop(plan.unstored)
         self._stored_raw.update(b.hash for b in plan.blobs if b.codec in (codec.RAW, codec.RAW_ZSTD))
-        self._reach = None

@@ -9,11 +9,13 @@ objects whose identity can matter, leaving out those that cannot change, those p
 from __future__ import annotations
 
 import enum
+import gc
 import io
 import pickle
 import sys
 import types
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = ["reached"]
@@ -93,15 +95,49 @@ def _immutable_types() -> tuple[type, ...]:
     return (*_IMMUTABLE, *extra)
 
 
-def reached(memo: dict[int, tuple[int, Any]], namespace: Mapping[str, Any]) -> list[int]:
-    """Return the ids of the mutable objects a pickle met, leaving out the pickler's own temporaries."""
+def _made_while_pickling(memo: dict[int, tuple[int, Any]], buffers: Sequence[Any]) -> set[int]:
+    """The ids of objects made while pickling: held by the memo (and the out-of-band ``buffers``) only,
+    and large arrays held by nothing else than such objects.
+
+    A reducer's state dict is held by the memo alone. Freed once the pickle is done, its id is
+    reused by anything and must never make two values look shared. The tracker keeps what a
+    pickle reached alive (so that its ids stay its own): a large array a reducer copied into its
+    state must not be kept with it, so those are looked for too (smaller ones cost little to keep).
+    """
+    exported = Counter(map(id, gc.get_referents(*buffers))).get  # dict.get: a Counter's [] runs Python
+    extra = {key: sys.getrefcount(entry[1]) - _MEMO_ONLY - exported(key, 0) for key, entry in memo.items()}
+    made = {key for key, count in extra.items() if count <= 0}
+    numpy = sys.modules.get("numpy")
+    ndarray = numpy.ndarray if numpy is not None else None
+    large = {
+        key
+        for key, count in extra.items()
+        if count == 1 and type(memo[key][1]) is ndarray and _large_array(memo[key][1])
+    }
+    if large and made:
+        for referent in gc.get_referents(*(memo[key][1] for key in made)):
+            if id(referent) in large:
+                made.add(id(referent))
+    return made
+
+
+def _large_array(obj: Any) -> bool:
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and type(obj) is numpy.ndarray and obj.base is None and obj.nbytes >= _LARGE
+
+
+_LARGE = 1 << 20
+
+
+def reached(memo: dict[int, tuple[int, Any]], namespace: Mapping[str, Any], buffers: Sequence[Any] = ()) -> list[int]:
+    """Return the ids of the mutable objects a pickle met, leaving out the pickler's own temporaries
+    (``buffers``: the pickle's out-of-band buffers, which hold the arrays they were taken from)."""
     found = []
     immutable = _immutable_types()
     verdicts: dict[type, Any] = {}
+    made = _made_while_pickling(memo, buffers)
     for key, entry in memo.items():
-        # An object only the memo holds was made while pickling (a reducer's state dict): its id
-        # is reused as soon as it is freed and must not make two values look shared.
-        if sys.getrefcount(entry[1]) > _MEMO_ONLY and _mutable(entry[1], namespace, immutable, verdicts):
+        if key not in made and _mutable(entry[1], namespace, immutable, verdicts):
             found.append(key)
     return found
 

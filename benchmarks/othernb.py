@@ -1,0 +1,117 @@
+"""Another library's example notebooks, run plain and durable as ``realnb`` runs scikit-learn's.
+
+``python -m benchmarks.othernb [--reps N] [--only NAME] [--json PATH]``
+
+A second measurement set that durable_nb was not tuned on: statsmodels' own example notebooks
+(``examples/notebooks/*.ipynb`` in its source archive, fetched from the package index pip is
+configured with and cached, never built), for the installed statsmodels. Their code cells become
+the notebook's cells (IPython magics and shell lines left out: ipykernel's inline backend is the
+default already); each notebook is then measured exactly as ``realnb`` measures a gallery
+example: plain and durable interleaved, restore-all, imports alone, kill + Run All, and every
+variable and image compared with the plain run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .realnb import _say, fetch_sdist, measure_notebook, render_realnb
+
+# Examples on data statsmodels ships (nothing downloaded), with fitted models and figures.
+NOTEBOOKS = (
+    "ols",
+    "glm",
+    "wls",
+    "regression_plots",
+    "robust_models_0",
+    "quantile_regression",
+    "kernel_density",
+    "tsa_arma_0",
+)
+
+
+def read_notebooks(archive: Path, names: list[str]) -> dict[str, str]:
+    """Each ``examples/notebooks/<name>.ipynb`` of a source archive as a percent-format script."""
+    found: dict[str, str] = {}
+    with tarfile.open(archive) as tar:
+        for member in tar.getmembers():
+            path = Path(member.name)
+            if path.parent.name == "notebooks" and path.suffix == ".ipynb" and path.stem in names:
+                handle = tar.extractfile(member)
+                if handle is not None:
+                    found[path.stem] = as_script(json.loads(handle.read()))
+    missing = set(names) - set(found)
+    if missing:
+        raise RuntimeError(f"{archive.name} has no examples/notebooks/{', '.join(sorted(missing))}.ipynb")
+    return found
+
+
+def as_script(notebook: dict[str, Any]) -> str:
+    """The code cells of a notebook, ``# %%`` between them, without IPython magics or shell lines."""
+    cells = []
+    for cell in notebook.get("cells", []):
+        if cell.get("cell_type") != "code":
+            continue
+        source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+        lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
+        if any(line.strip() for line in lines):
+            cells.append("\n".join(lines))
+    return "".join(f"# %%\n{text}\n" for text in cells)
+
+
+def othernb_scenario(reps: int, notebooks: list[str] | None = None) -> dict[str, Any]:
+    """Run statsmodels' example notebooks plain and durable; the realnb measurements for each."""
+    from importlib.metadata import version
+
+    statsmodels_version = version("statsmodels")
+    archive = fetch_sdist("statsmodels", statsmodels_version)
+    chosen = [n for n in NOTEBOOKS if notebooks is None or n in notebooks]
+    sources = read_notebooks(archive, chosen)
+    work = Path(tempfile.mkdtemp(prefix="durable-nb-othernb-"))
+    started = time.perf_counter()
+    results = []
+    try:
+        for name in chosen:
+            _say(f"{name}:")
+            results.append(measure_notebook(f"{name}.ipynb", sources[name], reps, work))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {
+        "scenario": "statsmodels example notebooks",
+        # render_realnb names the library's version under this key.
+        "scikit_learn": f"statsmodels {statsmodels_version}",
+        "archive": archive.name,
+        "reps": reps,
+        "wall_s": round(time.perf_counter() - started, 1),
+        "notebooks": results,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the othernb scenario, print its table and write the results as JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=3, help="interleaved plain/durable runs per notebook")
+    parser.add_argument("--only", default=None, help="comma-separated notebook names, e.g. ols,glm")
+    parser.add_argument("--json", default="benchmarks/othernb.json", help="where to write the results")
+    args = parser.parse_args(argv)
+    if args.reps < 1:
+        parser.error("--reps takes a whole number >= 1")
+    unknown = set(args.only.split(",")) - set(NOTEBOOKS) if args.only else set()
+    if unknown:
+        parser.error(f"unknown notebook(s) {sorted(unknown)}; choose from {', '.join(NOTEBOOKS)}")
+    result = othernb_scenario(args.reps, args.only.split(",") if args.only else None)
+    print(render_realnb(result))
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,368 @@
+"""Tell that a figure or a fitted model is unchanged without pickling it again.
+
+After each cell the tracker must know whether the values a cell could reach changed. Pickling
+answers for any value, but a figure with a few plots takes a tenth of a second to pickle and a
+fitted forest tens of milliseconds, paid again after every cell that merely uses them. For
+these two kinds a cheaper witness is taken when their unit is pickled (``witness``); while it
+still holds (``holds``), the pickle is known to be what it was.
+
+- A matplotlib figure (and its axes): every change made through matplotlib marks the artist
+  stale, which reaches the figure's ``stale_callback``; a counter wrapped around that callback
+  sees each one, also when a later draw clears the flag. Beside it, what the API does not mark:
+  the array buffers the pickle wrote (hashed again, byte for byte), the attributes of the figure
+  and its axes (one level: an attribute set or replaced by hand), and animated artists (which
+  do not report changes) make the witness refuse.
+- A scikit-learn estimator: its state (``__dict__``, nested estimators, lists, dicts, arrays
+  hashed with xxhash, fitted trees through their own state) is digested in one walk; anything
+  else inside (a callable, a random generator, an object of another library) makes it refuse.
+
+A witness that cannot vouch for a value returns None, and the value is pickled as before:
+unsure means pickle again, never "unchanged".
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import xxhash
+
+__all__ = ["Witness", "holds", "witness"]
+
+# Depth and size limits of an estimator walk: beyond them the walk refuses (the value is pickled).
+_MAX_DEPTH = 40
+_MAX_ITEMS = 200_000
+_SCALARS = frozenset({type(None), bool, int, float, complex, str, bytes})
+
+
+class _Refuse(Exception):
+    """Raised inside a walk that cannot vouch for what it met."""
+
+
+class _FigureWatch:
+    """Wraps a figure's ``stale_callback``: counts the changes matplotlib reports, then passes them on."""
+
+    __slots__ = ("changes", "inner")
+
+    def __init__(self, inner: Callable[..., Any] | None) -> None:
+        self.inner = inner
+        self.changes = 0
+
+    def __call__(self, artist: Any, value: Any) -> None:
+        self.changes += 1
+        if self.inner is not None:
+            self.inner(artist, value)
+
+
+def _watch_of(figure: Any) -> _FigureWatch:
+    callback = figure.stale_callback
+    if isinstance(callback, _FigureWatch):
+        return callback
+    watch = _FigureWatch(callback)
+    figure.stale_callback = watch
+    return watch
+
+
+class _Attributes:
+    """An object's attributes as they were: the values themselves, held (so no id is reused meanwhile)."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, obj: Any) -> None:
+        self.items = tuple(vars(obj).items())
+
+    def same(self, obj: Any) -> bool:
+        """True if ``obj`` has the same attributes, each the same object (or an equal number or text)."""
+        now = vars(obj)
+        if len(now) != len(self.items):
+            return False
+        for key, value in self.items:
+            current = now.get(key, _MISSING)
+            if current is not value and not (
+                type(value) in _SCALARS and type(current) is type(value) and current == value
+            ):
+                return False
+        return True
+
+
+_MISSING = object()
+
+
+def _animated(figure: Any) -> bool:
+    # Animated artists do not report their changes (matplotlib leaves them to the blitting code).
+    # Two levels only (the figure, its axes and what they hold): deeper down, an axis makes its
+    # ticks when asked for them, and reading must not change what the pickle holds.
+    artists = [figure, *figure.get_children()]
+    artists += [child for ax in figure.axes for child in ax.get_children()]
+    return any(artist.get_animated() for artist in artists if hasattr(artist, "get_animated"))
+
+
+class _FigureWitness:
+    """What one figure was when its unit was pickled."""
+
+    __slots__ = ("attributes", "axes", "changes", "figure", "watch")
+
+    def __init__(self, figure: Any) -> None:
+        self.figure = weakref.ref(figure)
+        self.watch = _watch_of(figure)
+        self.changes = self.watch.changes
+        self.axes = tuple(figure.axes)  # held: their identities are compared
+        self.attributes = [_Attributes(figure), *(_Attributes(ax) for ax in self.axes)]
+
+    def holds(self) -> bool:
+        figure = self.figure()
+        if figure is None or figure.stale_callback is not self.watch or self.watch.changes != self.changes:
+            return False
+        if tuple(figure.axes) != self.axes:
+            return False
+        return all(held.same(obj) for held, obj in zip(self.attributes, (figure, *self.axes), strict=True))
+
+
+class Witness:
+    """Proof that a unit's values pickle as they did: figures watched, estimators digested, buffers hashed."""
+
+    __slots__ = ("buffers", "digest", "figures", "kept", "values")
+
+    def __init__(
+        self,
+        values: list[Any],
+        figures: list[_FigureWitness],
+        digest: _Digest,
+        buffers: list[Any],
+        hashes: list[str],
+    ) -> None:
+        self.values = [weakref.ref(v) if _weakrefable(v) else v for v in values]
+        self.kept = digest.keep  # the objects whose identities the digest holds: none is freed and its id reused
+        self.figures = figures
+        self.digest = digest.hexdigest()
+        self.buffers = list(zip(buffers, hashes, strict=True))
+
+
+def _weakrefable(value: Any) -> bool:
+    try:
+        weakref.ref(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _resolve(held: Any) -> Any:
+    return held() if isinstance(held, weakref.ref) else held
+
+
+class _Digest:
+    """One walk over figures, axes and estimators, digesting what is not watched."""
+
+    def __init__(self) -> None:
+        self.hasher = xxhash.xxh3_128()  # array bytes, as they come
+        self.parts: list[Any] = []  # everything else, in order
+        self.seen: dict[int, int] = {}
+        self.keep: list[Any] = []  # what the walk met stays alive while it runs (no id reuse)
+        self.figures: dict[int, Any] = {}
+        self.items = 0
+        self.made = 0  # > 0 inside objects the walk itself made (a tree's state)
+        numpy = sys.modules.get("numpy")
+        self.ndarray: Any = numpy.ndarray if numpy is not None else None
+        self.generic: Any = numpy.generic if numpy is not None else None
+        self.figure_type: Any = getattr(sys.modules.get("matplotlib.figure"), "FigureBase", None)
+        self.axes_type: Any = getattr(sys.modules.get("matplotlib.axes"), "Axes", None)
+        self.artist_type: Any = getattr(sys.modules.get("matplotlib.artist"), "Artist", None)
+        self.container_type: Any = getattr(sys.modules.get("matplotlib.container"), "Container", None)
+        base = sys.modules.get("sklearn.base")
+        self.estimator: Any = getattr(base, "BaseEstimator", None)
+        tree = sys.modules.get("sklearn.tree._tree")
+        self.tree: Any = getattr(tree, "Tree", None)
+
+    def add(self, *parts: Any) -> None:
+        # Written out once, at the end (one repr in C): hashing part by part cost more than pickling.
+        self.parts.extend(parts)
+
+    def hexdigest(self) -> str:
+        """The digest of everything the walk met."""
+        hasher = self.hasher.copy()
+        hasher.update(repr(self.parts).encode())
+        return hasher.hexdigest()
+
+    def walk(self, value: Any, depth: int = 0) -> None:
+        """Digest ``value``; raise _Refuse for anything a digest cannot vouch for."""
+        self.items += 1
+        if depth > _MAX_DEPTH or self.items > _MAX_ITEMS:
+            raise _Refuse
+        kind = type(value)
+        if kind in _SCALARS:
+            self.parts.append(value)  # its repr tells its type too: 1, 1.0, True, '1', b'1'
+            return
+        key = id(value)
+        if key in self.seen:  # the same object again: its position, as a pickle's memo would
+            self.add("again", self.seen[key])
+            return
+        self.seen[key] = len(self.seen)
+        self.keep.append(value)
+        if not self.made:
+            # Which object, not only what it holds: a pickle's reach (sharing between variables) is by identity.
+            self.parts.append(key)
+        if self.generic is not None and isinstance(value, self.generic):
+            self.add(kind.__name__, value.dtype.str, value.tobytes())
+        elif self.ndarray is not None and kind is self.ndarray:
+            self._array(value, depth)
+        elif kind is list or kind is tuple:
+            self.add(kind.__name__, len(value))
+            for item in value:
+                if type(item) in _SCALARS:
+                    self.parts.append(item)
+                else:
+                    self.walk(item, depth + 1)
+        elif kind is dict:
+            self.add("dict", len(value))
+            for name, item in value.items():
+                self.parts.append(name) if type(name) in _SCALARS else self.walk(name, depth + 1)
+                self.parts.append(item) if type(item) in _SCALARS else self.walk(item, depth + 1)
+        elif self.figure_type is not None and isinstance(value, self.figure_type):
+            self._figure(value)
+        elif self.axes_type is not None and isinstance(value, self.axes_type):
+            self._figure(value.get_figure(root=True) if _has_root(value) else value.figure)
+            self.add("axes", id(value))
+        elif self.artist_type is not None and isinstance(value, self.artist_type):
+            self._artist(value)
+        elif self.container_type is not None and isinstance(value, self.container_type):
+            # What ax.bar and ax.hist return: a tuple of artists, with attributes.
+            self.add("container", kind.__qualname__, len(value))
+            for item in value:
+                self.walk(item, depth + 1)
+            self._attributes(value)
+        elif self.estimator is not None and isinstance(value, self.estimator):
+            self._estimator(value, depth)
+        elif self.tree is not None and kind is self.tree:
+            self.add("tree", value.n_features, value.n_outputs)
+            # Its state is made anew at each call: what it holds counts, not which objects.
+            self.made += 1
+            try:
+                self.walk(value.n_classes, depth + 1)
+                self.walk(value.__getstate__(), depth + 1)
+            finally:
+                self.made -= 1
+        else:
+            raise _Refuse
+
+    def _array(self, array: Any, depth: int) -> None:
+        dtype = array.dtype
+        self.add("ndarray", dtype.descr if dtype.fields is not None else dtype.str, array.shape, array.flags.writeable)
+        if dtype.hasobject:
+            for item in array.ravel(order="K"):
+                self.walk(item, depth + 1)
+            return
+        numpy = sys.modules["numpy"]
+        self.hasher.update(memoryview(numpy.ascontiguousarray(array)).cast("B"))
+
+    def _figure(self, figure: Any) -> None:
+        if figure is None:
+            raise _Refuse
+        figure = figure.get_figure(root=True) if _has_root(figure) else figure
+        if id(figure) not in self.figures:
+            if _animated(figure):
+                raise _Refuse
+            self.figures[id(figure)] = figure
+        self.add("figure", id(figure))
+
+    def _artist(self, artist: Any) -> None:
+        # A line, a collection, a legend…: matplotlib reports its changes to its figure, as for
+        # axes; what is set on it by hand shows in its attributes.
+        figure = artist.get_figure(root=True) if _has_root(artist) else artist.figure
+        if figure is None or artist.get_animated():
+            raise _Refuse
+        self._figure(figure)
+        self.add("artist", type(artist).__qualname__)
+        self._attributes(artist)
+
+    def _attributes(self, obj: Any) -> None:
+        for name, value in vars(obj).items():
+            if type(value) in _SCALARS:
+                self.add(name, value)
+            else:
+                self.add(name, id(value))
+                self.keep.append(value)  # held by the witness: the id stays this object's
+
+    def _estimator(self, estimator: Any, depth: int) -> None:
+        kind = type(estimator)
+        # A class of its own making pickles what its own __getstate__ or __reduce__ says: not read here.
+        if kind.__getstate__ is not self.estimator.__getstate__ or kind.__reduce_ex__ is not object.__reduce_ex__:
+            raise _Refuse
+        if getattr(kind, "__slots__", None) or not kind.__module__.startswith("sklearn."):
+            raise _Refuse
+        self.add("estimator", kind.__module__, kind.__qualname__)
+        self.walk(vars(estimator), depth + 1)
+
+
+def _has_root(artist: Any) -> bool:
+    try:
+        artist.get_figure(root=True)
+    except TypeError:  # matplotlib before 3.10
+        return False
+    return True
+
+
+def witness(values: list[Any], buffers: list[Any], hashes: list[str]) -> Witness | None:
+    """Take a witness of a unit's values just pickled (``buffers``, ``hashes``: its out-of-band buffers,
+    kept and hashed again only for figures, whose arrays the walk does not read).
+
+    None when a value is neither a figure, its axes nor a scikit-learn estimator (or holds
+    something else): such a unit is pickled each time to compare.
+    """
+    digest = _Digest()
+    if digest.figure_type is None and digest.estimator is None:
+        return None
+    try:
+        for value in values:
+            if not _watchable(value, digest):
+                return None
+            digest.walk(value)
+        figures = [_FigureWitness(figure) for figure in digest.figures.values()]
+    except _Refuse:
+        return None
+    except Exception:  # noqa: BLE001 - a library object that fails to describe itself is simply pickled
+        return None
+    if not figures:
+        buffers, hashes = [], []
+    return Witness(values, figures, digest, buffers, hashes)
+
+
+def _watchable(value: Any, digest: _Digest, depth: int = 0) -> bool:
+    """Only what holds figures, their artists or estimators is worth a witness: those values (or
+    lists, tuples and object arrays of them, beside plain arrays) are costly to pickle; anything
+    else is cheap to pickle."""
+    kinds = (digest.figure_type, digest.axes_type, digest.artist_type, digest.container_type, digest.estimator)
+    found = tuple(k for k in kinds if k is not None)
+    if isinstance(value, found):
+        return True
+    ndarray = digest.ndarray
+    if ndarray is not None and type(value) is ndarray:
+        return bool(value.dtype.hasobject and value.size and all(isinstance(i, found) for i in value.flat))
+    if type(value) in (list, tuple) and value and depth == 0:
+        plain = (ndarray,) if ndarray is not None else ()
+        return any(_watchable(item, digest, 1) for item in value) and all(
+            _watchable(item, digest, 1) or isinstance(item, plain) or type(item) in _SCALARS for item in value
+        )
+    return False
+
+
+def holds(held: Witness, values: list[Any]) -> bool:
+    """True if ``values`` are the objects the witness was taken of, and none of them changed since."""
+    if len(values) != len(held.values) or any(_resolve(h) is not v for h, v in zip(held.values, values, strict=True)):
+        return False
+    if not all(figure.holds() for figure in held.figures):
+        return False
+    for buffer, digest in held.buffers:
+        raw = buffer.raw()
+        hasher = xxhash.xxh3_128(raw)
+        hasher.update(b"R" if raw.readonly else b"W")
+        if hasher.hexdigest() != digest:
+            return False
+    again = _Digest()
+    try:
+        for value in values:
+            again.walk(value)
+    except Exception:  # noqa: BLE001 - it no longer describes itself: pickled again
+        return False
+    return again.hexdigest() == held.digest

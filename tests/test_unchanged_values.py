@@ -1,0 +1,185 @@
+"""Figures and fitted models that a cell leaves alone are not pickled again; changed ones are stored.
+
+A cell that only uses a figure or a model (reads its size, scores it) must not pay for pickling
+it to find out that it did not change. Every way of changing one still stores it again: through
+matplotlib or scikit-learn, drawn afterwards, by hand, in place in its arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+import durable_nb as dnb
+from durable_nb._loop import run_sync
+from durable_nb.engine.cells import namespace
+
+pytestmark = pytest.mark.backends("sqlite")
+
+SETUP = (
+    "%%durable setup\nimport matplotlib\nmatplotlib.use('agg')\nimport matplotlib.pyplot as plt\n"
+    "import numpy as np\nfrom sklearn.ensemble import RandomForestClassifier\n"
+    "from sklearn.linear_model import LogisticRegression\n"
+    "X = np.random.RandomState(0).rand(200, 4)\ny = (X[:, 0] > 0.5).astype(int)"
+)
+# Drawn as the inline backend draws a figure at the end of its cell.
+FIGURE = "%%durable figure\nfig, axs = plt.subplots(2, 2)\nfor a in axs.flat:\n    a.plot([1, 2, 3])\nfig.canvas.draw()"
+MODELS = (
+    "%%durable models\nmodel = LogisticRegression().fit(X, y)\n"
+    "forest = RandomForestClassifier(n_estimators=5, random_state=0).fit(X, y)"
+)
+
+
+class Shell:
+    """An IPython shell attached to a run, which records every value the tracker pickles."""
+
+    def __init__(self, store_url: str, pickled: list[list[Any]]) -> None:
+        self.shell = InteractiveShell()
+        self.pickled = pickled
+        self.shell.run_line_magic("load_ext", "durable_nb")
+        self.ok(f"%durable run unchanged --store {store_url}")
+        self.store_url = store_url
+
+    def ok(self, source: str) -> None:
+        result = self.shell.run_cell(source)
+        assert result.success, result.error_in_exec or result.error_before_exec
+
+    def cell(self, source: str) -> list[Any]:
+        """Run a cell; return the values pickled after it."""
+        self.pickled.clear()
+        self.ok(source)
+        return [value for values in self.pickled for value in values]
+
+    def changed(self, node: str) -> list[str]:
+        run_id = dnb.runs("unchanged", store=self.store_url)["run_id"].iloc[0]
+        return sorted(dnb.history(run_id, store=self.store_url).set_index("step")["changed"][f"after:{node}"])
+
+    def release(self) -> None:
+        from durable_nb.notebook.session import session_for
+
+        session = session_for(self.shell)
+        if session.cell_run is not None:
+            run_sync(session.cell_run.release())
+
+
+@pytest.fixture
+def shell(store_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Shell]:
+    pickled: list[list[Any]] = []
+    real = namespace.pickle_values
+
+    def recording(values: list[Any], names: Any) -> Any:
+        pickled.append(list(values))
+        return real(values, names)
+
+    monkeypatch.setattr(namespace, "pickle_values", recording)
+    made = Shell(store_url, pickled)
+    for cell in (SETUP, FIGURE, MODELS):
+        made.ok(cell)
+    yield made
+    made.release()
+
+
+def held(pickled: list[Any], *values: Any) -> bool:
+    return any(any(p is v for v in values) for p in pickled)
+
+
+def test_a_figure_a_cell_only_reads_is_not_pickled_again(shell: Shell) -> None:
+    """Reading a figure (its size, its axes' limits) pickles neither it nor its axes, and stores nothing."""
+    ns = shell.shell.user_ns
+    pickled = shell.cell("%%durable read\nsize = fig.get_size_inches()\nlimits = axs[0, 0].get_xlim()")
+    assert not held(pickled, ns["fig"], ns["axs"])
+    assert shell.changed("read") == ["limits", "size"]
+    # pyplot keeps the figure open (a file backend): a cell that does not name it leaves it alone too.
+    assert not held(shell.cell("%%durable other\nn = 1"), ns["fig"])
+
+
+def test_a_figure_changed_through_matplotlib_is_stored_again(shell: Shell) -> None:
+    """A title set through the axes, or through pyplot's current figure, stores the figure again."""
+    ns = shell.shell.user_ns
+    assert held(shell.cell("%%durable title\naxs[0, 0].set_title('set')"), ns["fig"])
+    assert shell.changed("title") == ["a", "axs", "fig"]
+    shell.cell("%%durable pyplot\nplt.xlabel('through pyplot')")
+    assert shell.changed("pyplot") == ["a", "axs", "fig"]
+
+
+def test_a_figure_changed_then_drawn_is_stored_again(shell: Shell) -> None:
+    """Drawing clears matplotlib's stale flag: the change it hid is still seen."""
+    shell.cell("%%durable drawn\naxs[0, 1].set_ylabel('y')\nfig.canvas.draw()")
+    assert {"a", "axs", "fig"} <= set(shell.changed("drawn"))
+
+
+def test_a_figure_changed_by_hand_is_stored_again(shell: Shell) -> None:
+    """Changes matplotlib does not report: an attribute set on the figure, plotted data edited in place."""
+    shell.cell("%%durable attribute\nfig.note = 'by hand'")
+    assert shell.changed("attribute") == ["a", "axs", "fig"]
+    shell.cell("%%durable data\naxs[1, 0].lines[0].get_xdata()[0] = 99")
+    assert shell.changed("data") == ["a", "axs", "fig"]
+
+
+def test_a_fitted_model_a_cell_only_uses_is_not_pickled_again(shell: Shell) -> None:
+    """Scoring models pickles neither of them, and stores only the score."""
+    ns = shell.shell.user_ns
+    pickled = shell.cell("%%durable score\nscore = model.score(X, y) + forest.score(X, y)")
+    assert not held(pickled, ns["model"], ns["forest"])
+    assert shell.changed("score") == ["score"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "model.fit(X[:100], y[:100])",
+        "model.set_params(C=0.5)",
+        "model.coef_[0, 0] = 5.0",
+        "model.note = 'by hand'",
+    ],
+)
+def test_a_model_changed_in_place_is_stored_again(shell: Shell, change: str) -> None:
+    """Refitted, reparametrised, its fitted arrays edited in place, or given an attribute: stored again."""
+    shell.cell(f"%%durable change\n{change}")
+    assert shell.changed("change") == ["model"]
+
+
+def test_a_forest_refitted_in_place_is_stored_again(shell: Shell) -> None:
+    """A forest's trees live in compiled objects: refitting it on other data stores it again."""
+    shell.cell("%%durable refit\nforest.fit(X[:120], y[:120])")
+    assert shell.changed("refit") == ["forest"]
+
+
+def test_restored_figures_and_models_are_not_pickled_again_by_cells_that_use_them(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a restart, a model and a figure restored from the store are pickled once (to know them), not by
+    every later cell that uses them; the restored model scores as the original did."""
+    pickled: list[list[Any]] = []
+    real = namespace.pickle_values
+    monkeypatch.setattr(
+        namespace, "pickle_values", lambda values, names: pickled.append(list(values)) or real(values, names)
+    )
+    first = Shell(store_url, pickled)
+    for cell in (SETUP, FIGURE, MODELS):
+        first.ok(cell)
+    first.ok("%%durable score\nscore = model.score(X, y)")
+    expected = first.shell.user_ns["score"]
+    first.release()
+    second = Shell(store_url, pickled)
+    for cell in (SETUP, FIGURE, MODELS):
+        second.ok(cell)
+    ns = second.shell.user_ns
+    second.cell("%%durable again\nagain = model.score(X, y)\nsize = fig.get_size_inches()")
+    assert ns["again"] == expected
+    assert not held(second.cell("%%durable twice\ntwice = model.score(X, y) + fig.get_dpi()"), ns["model"], ns["fig"])
+
+
+def test_artists_kept_in_variables_are_not_pickled_again_until_changed(shell: Shell) -> None:
+    """Lines and a histogram's bars kept in variables: read, they are not pickled; recoloured, stored again."""
+    ns = shell.shell.user_ns
+    shell.cell(
+        "%%durable artists\nlines = axs[0, 0].plot([3, 2, 1])\nbars = axs[0, 1].hist([1, 2, 2, 3])\nfig.canvas.draw()"
+    )
+    pickled = shell.cell("%%durable read\ncolor = lines[0].get_color()\nheights = [b.get_height() for b in bars[2]]")
+    assert not held(pickled, ns["lines"], ns["bars"], ns["fig"])
+    shell.cell("%%durable recolour\nlines[0].set_color('red')")
+    assert {"fig", "lines"} <= set(shell.changed("recolour"))
