@@ -302,7 +302,7 @@ def test_approve_in_the_panel_completes_the_run(browser: Any, lab: dict[str, Any
     assert panel.locator("[data-durable-action='approve']").count() == 0
     assert panel.locator("[data-durable-action='run-all']").count() == 0
     history = dnb.history(run_id, store=lab["store"])
-    assert {"approved:review", "publish"} <= set(history["step"])
+    assert {"approved:review", "after:publish"} <= set(history["step"])
     panel.locator(".durable-nb-status:text-is('completed')").wait_for(timeout=60_000)
     page.close()
 
