@@ -255,15 +255,30 @@ def test_a_notebook_made_durable_by_one_line_shows_running_committed_restored_an
 
 GATE_CELLS = [
     "%%durable load\nrows = list(range(3))\nprint('loaded', len(rows))",
-    "%%durable review\nimport durable_nb as dnb\ndecision = dnb.gate('publish the numbers?', {'rows': len(rows)})",
-    "%%durable publish\nprint('published', len(rows))",
+    "%%durable review\nimport durable_nb as dnb\ndecision = dnb.gate('publish the numbers?', {'rows': len(rows)})\n"
+    "print('approved' if decision.approved else 'rejected', decision.comment)",
+    "%%durable publish\nprint('published' if decision.approved else 'not published', len(rows))",
     "%durable end",
 ]
 
 
+def decide_in_the_panel(page: Any, lab: dict[str, Any], run: str, action: str, comment: str) -> str:
+    """Run All up to the gate, then click ``action`` in the panel with ``comment``; return the run's id."""
+    panel = open_panel(page)
+    run_all(page)
+    wait_states(page, [None, "committed", "paused", None, None], "at the gate")
+    run_id = wait_for_run(lab["store"], run, "paused")
+    gate = panel.locator(".durable-nb-gate")
+    gate.wait_for(timeout=60_000)
+    panel.locator(f"text=run {run_id}").wait_for(timeout=30_000)
+    gate.locator(".durable-nb-comment").fill(comment)
+    gate.locator(f"[data-durable-action='{action}']").click()
+    return run_id
+
+
 def test_approve_in_the_panel_completes_the_run(browser: Any, lab: dict[str, Any]) -> None:
     """Run All stops at the gate (paused); the panel shows it with its context; Approve there records the
-    decision; Run All again completes the run."""
+    decision and continues the notebook from the gated cell: the run completes with no second Run All."""
     page = open_notebook(browser, lab, write_notebook(lab, "review", "review", GATE_CELLS))
     panel = open_panel(page)
     run_all(page)
@@ -279,13 +294,30 @@ def test_approve_in_the_panel_completes_the_run(browser: Any, lab: dict[str, Any
     page.screenshot(path=screenshot_path(Path(lab["folder"]), "jupyterlab-panel.png"))
     gate.locator("[data-durable-action='approve']").click()
     panel.locator("text=Approved the gate of cell 'review'").wait_for(timeout=60_000)
-    assert panel.locator("[data-durable-action='approve']").count() == 0
-    history = dnb.history(run_id, store=lab["store"])
-    assert "approved:review" in set(history["step"])
-    run_all(page)
     assert wait_for_run(lab["store"], "review", "completed") == run_id
-    wait_states(page, [None, "restored", "committed", "committed", None], "after Run All completed the run")
+    wait_states(page, [None, "committed", "committed", "committed", None], "after Approve continued the notebook")
+    outputs = page.evaluate(OUTPUTS)
+    assert "approved Numbers checked in the panel" in outputs[2]
+    assert "published 3" in outputs[3] and "not published" not in outputs[3]
+    assert panel.locator("[data-durable-action='approve']").count() == 0
+    assert panel.locator("[data-durable-action='run-all']").count() == 0
+    history = dnb.history(run_id, store=lab["store"])
+    assert {"approved:review", "after:publish"} <= set(history["step"])
     panel.locator(".durable-nb-status:text-is('completed')").wait_for(timeout=60_000)
+    page.close()
+
+
+def test_reject_in_the_panel_runs_the_gated_cell_again_with_the_rejection(browser: Any, lab: dict[str, Any]) -> None:
+    """Reject in the panel records the decision and re-runs the gated cell, which sees the rejection and
+    its comment; the cells below run as Run All would and the run ends as the notebook says."""
+    page = open_notebook(browser, lab, write_notebook(lab, "refuse", "refuse", GATE_CELLS))
+    run_id = decide_in_the_panel(page, lab, "refuse", "reject", "Numbers look wrong")
+    page.locator("#durable-nb-panel >> text=Rejected the gate of cell 'review'").wait_for(timeout=60_000)
+    assert wait_for_run(lab["store"], "refuse", "completed") == run_id
+    wait_states(page, [None, "committed", "committed", "committed", None], "after Reject continued the notebook")
+    outputs = page.evaluate(OUTPUTS)
+    assert "rejected Numbers look wrong" in outputs[2]
+    assert "not published 3" in outputs[3]
     page.close()
 
 
@@ -310,6 +342,10 @@ def test_a_decision_from_the_command_line_shows_in_the_panel_without_a_reload(
     assert done.returncode == 0, done.stderr
     panel.locator("[data-durable-action='approve']").wait_for(state="detached", timeout=60_000)
     assert page.evaluate("window.__notReloaded") is True
+    # Only a click in this browser's panel runs cells: the gated cell still waits for a Run All.
+    assert page.evaluate(STATES)[2] == "paused"
+    assert page.evaluate("window.jupyterapp.shell.currentWidget.content.widgets[3].model.executionCount") is None
+    assert panel.locator("[data-durable-action='run-all']").count() == 0
     assert panel.locator(".durable-nb-status").inner_text() != "paused"
     page.close()
 

@@ -114,6 +114,29 @@ export class NotebookDurable implements IDisposable {
     this._dropComm();
   }
 
+  /**
+   * Run the cell paused at a run's gate again, then the cells below it, as Run All would from there.
+   * Only when this notebook's kernel works in that run and is idle; says whether it started.
+   */
+  continueAt(runId: string, store: string, node: string): boolean {
+    const kernel = this.panel.sessionContext.session?.kernel;
+    if (this._run?.run_id !== runId || this._run.store_key !== store || kernel?.status !== 'idle') {
+      return false;
+    }
+    const notebook = this.panel.content;
+    const index = notebook.widgets.findIndex(widget => {
+      const cell = this._states.get(widget.model.id);
+      return cell?.state === 'paused' && cell.node === node && cell.run_id === runId;
+    });
+    if (index < 0) {
+      return false;
+    }
+    notebook.activeCellIndex = index;
+    notebook.deselectAll();
+    void NotebookActions.runAllBelow(notebook, this.panel.sessionContext);
+    return true;
+  }
+
   /** Ask the kernel to work in another run (a fork), as `%durable switch RUN` does. */
   switchTo(runId: string): boolean {
     return this._send({ type: 'switch', run_id: runId });

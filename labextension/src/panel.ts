@@ -272,7 +272,8 @@ export class DurablePanel extends Widget {
 
   private async _decide(runId: string, node: string, approved: boolean, box: HTMLElement): Promise<void> {
     const target = this._target;
-    if (!target) {
+    const durable = this._durable;
+    if (!target || !durable) {
       return;
     }
     box.querySelectorAll('button').forEach(button => ((button as HTMLButtonElement).disabled = true));
@@ -280,8 +281,15 @@ export class DurablePanel extends Widget {
     try {
       await decide(runId, target.store, node, approved, comment || null);
       this._comments.delete(node);
-      this._note = `${approved ? 'Approved' : 'Rejected'} the gate of cell '${node}'. Run the notebook again (Run All) to continue: committed cells restore.`;
-      this._offerRunAll = true;
+      const verdict = `${approved ? 'Approved' : 'Rejected'} the gate of cell '${node}'.`;
+      // Only this click continues the notebook (a decision made elsewhere never runs cells here),
+      // and only in the notebook whose idle kernel works in that run: the cell sees the decision.
+      if (durable === this._durable && durable.continueAt(runId, target.store, node)) {
+        this._note = `${verdict} Continuing the notebook from that cell.`;
+      } else {
+        this._note = `${verdict} Run the notebook again (Run All) to continue: committed cells restore.`;
+        this._offerRunAll = true;
+      }
     } catch (error) {
       this._note =
         error instanceof DurableRequestError && error.status === 409
