@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..engine.runs.ownership import pid_alive
 from ..store import connect, disconnect
 from ..store.protocol import Store
 from .registry import KernelEntry, read_kernel_entry
@@ -27,16 +27,6 @@ class ServedStore:
     def describe(self) -> dict[str, str]:
         """Return what the browser sees of it: key, label (no password) and source."""
         return {"key": self.key, "label": store_label(self.url), "source": self.source}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class StoreCatalog:
@@ -61,7 +51,7 @@ class StoreCatalog:
         if kernel_id not in set(self.kernel_ids()):
             return None
         entry = read_kernel_entry(kernel_id, runtime_dir=self.runtime_dir)
-        return entry if entry is not None and _alive(entry.pid) else None
+        return entry if entry is not None and pid_alive(entry.pid) else None
 
     def served(self) -> list[ServedStore]:
         """Return every store served, each once: the configured one, the default, then the kernels'."""
