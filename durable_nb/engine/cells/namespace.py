@@ -278,16 +278,22 @@ class NamespaceTracker:
                 if other in namespace and other not in seen and storable(other):
                     queue.append(other)
 
+        def keep_unchanged(names: list[str]) -> bool:
+            # A group known unchanged is kept as it was stored, without pickling it again.
+            kept = self._unchanged(names, namespace, stored, storable)
+            if kept is None:
+                return False
+            seen.update(kept.names)
+            units.append(kept)
+            covered.update(kept.pickled.reach.tolist())
+            visit(kept.pickled)
+            return True
+
         for group in _likely_units(sorted(todo), namespace):
             names = [name for name in group if name not in seen]  # some came with a unit kept whole
             if not names:
                 continue
-            kept = self._unchanged(names, namespace, stored, storable)
-            if kept is not None:
-                seen.update(kept.names)
-                units.append(kept)
-                covered.update(kept.pickled.reach.tolist())
-                visit(kept.pickled)
+            if keep_unchanged(names):
                 continue
             seen.update(names)
             try:
@@ -312,12 +318,7 @@ class NamespaceTracker:
                     holder.names.append(name)
                     holder.dirty = True
                     continue
-                kept = self._unchanged([name], namespace, stored, storable)
-                if kept is not None:
-                    seen.update(kept.names)
-                    units.append(kept)
-                    covered.update(kept.pickled.reach.tolist())
-                    visit(kept.pickled)
+                if keep_unchanged([name]):
                     continue
                 try:
                     result = pickle_values([namespace[name]], namespace)
