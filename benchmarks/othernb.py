@@ -13,7 +13,6 @@ variable and image compared with the plain run.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import tarfile
@@ -22,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .realnb import _say, fetch_sdist, measure_notebook, render_realnb
+from .realnb import _say, fetch_sdist, measure_notebook, notebooks_cli
 
 # Examples on data statsmodels ships (nothing downloaded), with fitted models and figures.
 NOTEBOOKS = (
@@ -96,21 +95,15 @@ def othernb_scenario(reps: int, notebooks: list[str] | None = None) -> dict[str,
 
 def main(argv: list[str] | None = None) -> int:
     """Run the othernb scenario, print its table and write the results as JSON."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=3, help="interleaved plain/durable runs per notebook")
-    parser.add_argument("--only", default=None, help="comma-separated notebook names, e.g. ols,glm")
-    parser.add_argument("--json", default="benchmarks/othernb.json", help="where to write the results")
-    args = parser.parse_args(argv)
-    if args.reps < 1:
-        parser.error("--reps takes a whole number >= 1")
-    unknown = set(args.only.split(",")) - set(NOTEBOOKS) if args.only else set()
-    if unknown:
-        parser.error(f"unknown notebook(s) {sorted(unknown)}; choose from {', '.join(NOTEBOOKS)}")
-    result = othernb_scenario(args.reps, args.only.split(",") if args.only else None)
-    print(render_realnb(result))
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(result, indent=2, default=str))
-    return 0
+    return notebooks_cli(
+        argv,
+        description=__doc__.splitlines()[0],
+        known=list(NOTEBOOKS),
+        scenario=othernb_scenario,
+        reps=3,
+        example="ols,glm",
+        json_path="benchmarks/othernb.json",
+    )
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -889,24 +890,45 @@ def render_realnb(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the realnb scenario, print its table and write the results as JSON."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=5, help="interleaved plain/durable runs per notebook")
-    parser.add_argument("--only", default=None, help="comma-separated notebook names, e.g. plot_roc")
-    parser.add_argument("--json", default="benchmarks/realnb.json", help="where to write the results")
+def notebooks_cli(
+    argv: list[str] | None,
+    *,
+    description: str,
+    known: list[str],
+    scenario: Callable[[int, list[str] | None], dict[str, Any]],
+    reps: int,
+    example: str,
+    json_path: str,
+) -> int:
+    """Parse --reps/--only/--json, run a notebook scenario, print its table and write its JSON."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--reps", type=int, default=reps, help="interleaved plain/durable runs per notebook")
+    parser.add_argument("--only", default=None, help=f"comma-separated notebook names, e.g. {example}")
+    parser.add_argument("--json", default=json_path, help="where to write the results")
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error("--reps takes a whole number >= 1")
-    known = {Path(p).stem for p in NOTEBOOKS}
-    unknown = set(args.only.split(",")) - known if args.only else set()
+    unknown = set(args.only.split(",")) - set(known) if args.only else set()
     if unknown:
         parser.error(f"unknown notebook(s) {sorted(unknown)}; choose from {', '.join(sorted(known))}")
-    result = realnb_scenario(args.reps, args.only.split(",") if args.only else None)
+    result = scenario(args.reps, args.only.split(",") if args.only else None)
     print(render_realnb(result))
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(result, indent=2, default=str))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the realnb scenario, print its table and write the results as JSON."""
+    return notebooks_cli(
+        argv,
+        description=__doc__.splitlines()[0],
+        known=[Path(p).stem for p in NOTEBOOKS],
+        scenario=realnb_scenario,
+        reps=5,
+        example="plot_roc",
+        json_path="benchmarks/realnb.json",
+    )
 
 
 if __name__ == "__main__":
