@@ -36,11 +36,16 @@ def _apply_sklearn(changed: dict[str, Any]) -> None:
 # -- numpy ----------------------------------------------------------------------------------------
 
 
+# numpy loads numpy.random on first use. Until then its state is the fresh one it will start with,
+# so a cell that loads it (np.random.seed, or a first draw) has changed it from this reading.
+NUMPY_RANDOM_NOT_LOADED = "numpy.random not loaded yet"
+
+
 def _read_numpy_random() -> Any:
-    # numpy imports numpy.random on first use: reading it before the notebook does would import it.
+    # Reading the state before the notebook uses numpy.random would load it: say it is not loaded.
     random = _module("numpy.random")
     if random is None:
-        return None
+        return None if _module("numpy") is None else NUMPY_RANDOM_NOT_LOADED
     kind, keys, position, has_gauss, gauss = random.get_state(legacy=True)
     return (kind, keys.tobytes(), position, has_gauss, gauss)
 
@@ -104,30 +109,7 @@ def _read_pandas() -> Any:
         return None
     if not _pandas_names:
         _pandas_names.extend(_live_options(pandas))
-    found = _read_pandas_store(_module("pandas._config.config"))
-    return found if found is not None else {name: pandas.get_option(name) for name in _pandas_names}
-
-
-def _read_pandas_store(config: Any) -> dict[str, Any] | None:
-    """The options as pandas keeps them (what ``get_option`` returns), read without its key matching.
-
-    ``get_option`` matches each name against every option: read before and after every cell, it
-    cost a millisecond. None when pandas keeps them some other way (then ``get_option`` is asked).
-    """
-    store = getattr(config, "_global_config", None)
-    if not isinstance(store, dict):
-        return None
-    found = {}
-    try:
-        for name in _pandas_names:
-            *path, key = name.split(".")
-            level = store
-            for part in path:
-                level = level[part]
-            found[name] = level[key]
-    except (KeyError, TypeError):
-        return None
-    return found
+    return {name: pandas.get_option(name) for name in _pandas_names}
 
 
 def _apply_pandas(changed: dict[str, Any]) -> None:
