@@ -1,4 +1,4 @@
-"""How the extension's answers carry errors: ``{"error": <class name>, "message"}`` with 400, 404, 409 or 503.
+"""How the extension's answers carry errors: ``{"error": <class name>, "message"}`` with the statuses the service gives.
 
 DurableError
  ├── StoreNotServed      a store key this server does not serve (404; stores.py)
@@ -7,16 +7,8 @@ DurableError
 
 from __future__ import annotations
 
-from ..errors import (
-    AlreadyResumed,
-    CheckpointNotFound,
-    DurableError,
-    RunNotFound,
-    RunOwnedElsewhere,
-    StoreError,
-    StoreNotFound,
-    UnknownGate,
-)
+from ..errors import DurableError
+from ..service.errors import LIBRARY_STATUS, status_in
 from .stores import StoreNotServed
 
 __all__ = ["KernelNotAttached", "StoreNotServed", "status_of"]
@@ -26,20 +18,14 @@ class KernelNotAttached(DurableError, LookupError):
     """A kernel this Jupyter server does not run, or one that is attached to no durable run."""
 
 
-# The first class an error is an instance of gives its status; anything else the caller sent is a 400.
+# The extension's own errors first, then the library's, as the service maps them.
 _STATUS: tuple[tuple[type[DurableError], int], ...] = (
     (StoreNotServed, 404),
     (KernelNotAttached, 404),
-    (RunNotFound, 404),
-    (CheckpointNotFound, 404),
-    (UnknownGate, 404),
-    (StoreNotFound, 404),
-    (AlreadyResumed, 409),
-    (RunOwnedElsewhere, 409),
-    (StoreError, 503),
+    *LIBRARY_STATUS,
 )
 
 
 def status_of(error: DurableError) -> int:
     """Return the HTTP status of a library error in the extension's answers."""
-    return next((status for kind, status in _STATUS if isinstance(error, kind)), 400)
+    return status_in(_STATUS, error)

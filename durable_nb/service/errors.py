@@ -30,7 +30,9 @@ from ..errors import (
     NotResumable,
     RunNotFound,
     RunOwnedElsewhere,
+    StoreError,
     StoreFailed,
+    StoreNotFound,
     StoreUnavailable,
     UnknownGate,
     WorkflowMismatch,
@@ -43,12 +45,14 @@ __all__ = [
     "CrossSiteRequest",
     "HostNotAllowed",
     "JsonTooDeep",
+    "LIBRARY_STATUS",
     "NotebookNotFound",
     "NotebookPathRefused",
     "NotebooksNotServed",
     "UnsupportedMediaType",
     "error_body",
     "error_from",
+    "status_in",
     "status_of",
 ]
 
@@ -101,19 +105,14 @@ _OWN = {
     )
 }
 
-# The first class an error is an instance of gives its status.
-_STATUS: tuple[tuple[type[DurableError], int], ...] = (
-    (Unauthorized, 401),
-    (Forbidden, 403),
-    (CrossSiteRequest, 403),
-    (HostNotAllowed, 400),
-    (UnsupportedMediaType, 415),
-    (BodyTooLarge, 413),
+# What each library error means over HTTP, for every server durable_nb runs (this service and the
+# Jupyter server extension): the first class an error is an instance of gives its status.
+LIBRARY_STATUS: tuple[tuple[type[DurableError], int], ...] = (
     (RunNotFound, 404),
     (CheckpointNotFound, 404),
     (WorkflowNotFound, 404),
-    (NotebookNotFound, 404),
     (UnknownGate, 404),
+    (StoreNotFound, 404),
     (AlreadyResumed, 409),
     (RunOwnedElsewhere, 409),
     (NotResumable, 400),
@@ -123,12 +122,31 @@ _STATUS: tuple[tuple[type[DurableError], int], ...] = (
     (InvalidInput, 400),
     (StoreUnavailable, 503),
     (StoreFailed, 503),
+    # Any other store trouble (a newer schema, a value that cannot be read back) is the server's, not the caller's.
+    (StoreError, 503),
 )
+
+# The service's own refusals come first: they are more precise than the library's classes they extend.
+_STATUS: tuple[tuple[type[DurableError], int], ...] = (
+    (Unauthorized, 401),
+    (Forbidden, 403),
+    (CrossSiteRequest, 403),
+    (HostNotAllowed, 400),
+    (UnsupportedMediaType, 415),
+    (BodyTooLarge, 413),
+    (NotebookNotFound, 404),
+    *LIBRARY_STATUS,
+)
+
+
+def status_in(table: tuple[tuple[type[DurableError], int], ...], error: DurableError) -> int:
+    """Return the status the first class of ``table`` that ``error`` is an instance of gives (400 if none)."""
+    return next((status for kind, status in table if isinstance(error, kind)), 400)
 
 
 def status_of(error: DurableError) -> int:
     """Return the HTTP status of a library error (400 when nothing more precise applies)."""
-    return next((status for kind, status in _STATUS if isinstance(error, kind)), 400)
+    return status_in(_STATUS, error)
 
 
 def error_body(error: BaseException) -> dict[str, Any]:
