@@ -26,7 +26,6 @@ from ..store import codec
 from ..store.protocol import Store
 from ..store.rules import check_run_id
 from ..store.secret import load_secret
-from .threads import is_thread_config
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -206,12 +205,12 @@ def _cell(checkpoint: CheckpointRecord, inherited_from: str | None, overrides: d
 
 async def _resolve_runs(runs: Any, reader: _Reader) -> list[str]:
     """Return the ids to compare: those given, or for one run, it and the forks made from it."""
-    if isinstance(runs, str) or not isinstance(runs, Iterable) or is_thread_config(runs):
-        if is_thread_config(runs) or runs is None or isinstance(runs, int | float | bytes | Mapping):
-            raise InvalidInput(
-                f"compare_cells takes a list of runs (ids or the objects durable_nb returns), not {runs!r}: "
-                "e.g. dnb.compare_cells([run, *forks])."
-            )
+    if runs is None or isinstance(runs, int | float | bytes | Mapping):
+        raise InvalidInput(
+            f"compare_cells takes a list of runs (ids or the objects durable_nb returns), not {runs!r}: "
+            "e.g. dnb.compare_cells([run, *forks])."
+        )
+    if isinstance(runs, str) or not isinstance(runs, Iterable):
         first = _given_id(runs)
         await reader.run(first)
         tree = await reader.store.fork_tree(first)
