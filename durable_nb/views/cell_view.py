@@ -158,16 +158,18 @@ def _output(output: Any) -> str:
     data = output.get("data")
     if not isinstance(data, Mapping):
         return ""
+    metadata = output.get("metadata") if isinstance(output.get("metadata"), Mapping) else {}
     for mime in _PREFERRED:
         if mime in data:
-            shown = _bundle_part(mime, data[mime], data)
+            shown = _bundle_part(mime, data[mime], data, metadata.get(mime))
             if shown is not None:
                 return shown
     others = ", ".join(sorted(str(m) for m in data))
     return f'<div class="durable-nb-meta">[{html.escape(others)} output, not shown here]</div>'
 
 
-def _bundle_part(mime: str, value: Any, data: Mapping[str, Any]) -> str | None:
+def _bundle_part(mime: str, value: Any, data: Mapping[str, Any], metadata: Any) -> str | None:
+    size = _size(metadata)
     if mime in _IMAGES:
         encoded = re.sub(r"\s+", "", _joined(value))
         if not encoded or not _BASE64.fullmatch(encoded):
@@ -176,11 +178,11 @@ def _bundle_part(mime: str, value: Any, data: Mapping[str, Any]) -> str | None:
             base64.b64decode(encoded, validate=True)
         except (binascii.Error, ValueError):
             return None
-        return f'<img src="data:{mime};base64,{encoded}" alt="{html.escape(mime)} output">'
+        return f'<img src="data:{mime};base64,{encoded}" alt="{html.escape(mime)} output"{size}>'
     if mime == "image/svg+xml":
         # Loaded as an image, an SVG runs no script and reaches nothing outside itself.
         encoded = base64.b64encode(_joined(value).encode("utf-8", "replace")).decode("ascii")
-        return f'<img src="data:image/svg+xml;base64,{encoded}" alt="SVG output">'
+        return f'<img src="data:image/svg+xml;base64,{encoded}" alt="SVG output"{size}>'
     if mime == "text/html":
         source = _joined(value)
         rows = source.count("<tr")
@@ -195,6 +197,14 @@ def _bundle_part(mime: str, value: Any, data: Mapping[str, Any]) -> str | None:
     if mime == "application/json":
         return _pre(json.dumps(value, indent=1, ensure_ascii=False, default=str))
     return _pre(_joined(value))
+
+
+def _size(metadata: Any) -> str:
+    """The width and height an image's metadata asks for, as attributes (whole numbers only)."""
+    if not isinstance(metadata, Mapping):
+        return ""
+    found = [(k, metadata.get(k)) for k in ("width", "height")]
+    return "".join(f' {k}="{int(v)}"' for k, v in found if isinstance(v, int | float) and 0 < v < 10_000)
 
 
 def _joined(value: Any) -> str:
