@@ -13,10 +13,12 @@ import asyncio
 import base64
 import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pandas as pd
 import pytest
 from flows import pricing
+from kernelkit import Kernel
 from shellkit import Shell
 from test_widgets import OutputProbe
 
@@ -249,3 +251,30 @@ def test_workflow_runs_compare_node_by_node(store_url: str) -> None:
     assert list(dict.fromkeys(frame["cell"])) == ["load", "discount", "total"]
     assert list(forked["status"]) == ["inherited", "ok", "ok"]
     assert forked.loc["total", "differing"] == ["total"] and frame["output_digest"].isna().all()
+
+
+@pytest.mark.backends("sqlite")
+def test_a_real_kernels_figures_sit_next_to_each_other(tmp_path: Path, store_url: str) -> None:
+    """In a real kernel (every cell durable with --all), a matplotlib figure is a display output: the
+    original's and the fork's are two PNG images in one row, marked as differing."""
+    kernel = Kernel(tmp_path, env={"DURABLE_NB_STORE": store_url})
+    try:
+        cells = [
+            "%load_ext durable_nb\n%durable run figures --all",
+            "%%durable param\nalpha = 0.2",
+            "%%durable plot\nimport matplotlib.pyplot as plt\nfig, ax = plt.subplots(figsize=(2, 2))\n"
+            "ax.bar([0], [alpha])\nax.set_ylim(0, 1)\nplt.show()",
+        ]
+        assert all(r.status == "ok" for r in kernel.run_all(cells))
+        original = dnb.runs("figures", store=store_url)["run_id"].iloc[0]
+        assert kernel.run("%durable fork --at plot --set alpha=0.9").status == "ok"
+        assert all(r.status == "ok" for r in kernel.run_all(cells[1:]))
+        fork = next(i for i in dnb.runs("figures", store=store_url)["run_id"] if i != original)
+    finally:
+        kernel.close()
+    frame = dnb.compare_cells([original, fork], store=store_url)
+    plot = _by_cell(frame, fork).loc["plot"]
+    assert plot["status"] == "ok" and plot["outputs_differ"]
+    assert any(o["type"] == "display" and "image/png" in o["data"] for o in plot["outputs"])
+    row = frame._repr_html_().split('data-cell="plot"')[1].split("</tr>")[0]
+    assert len(re.findall(r'<img src="data:image/png;base64,', row)) == 2 and "≠ outputs differ" in row
