@@ -278,3 +278,27 @@ def test_a_real_kernels_figures_sit_next_to_each_other(tmp_path: Path, store_url
     assert any(o["type"] == "display" and "image/png" in o["data"] for o in plot["outputs"])
     row = frame._repr_html_().split('data-cell="plot"')[1].split("</tr>")[0]
     assert len(re.findall(r'<img src="data:image/png;base64,', row)) == 2 and "≠ outputs differ" in row
+
+
+def test_a_fork_of_a_fork_inherits_from_both_with_both_values(shells: Callable[..., Shell], store_url: str) -> None:
+    """A fork (alpha) of the run, then a fork (beta) of that fork: the second's first cells come from the
+    original, each carrying the value the fork above it set."""
+    a, b = "%%durable a\nalpha = 0.1", "%%durable b\nbeta = 0.2"
+    c = "%%durable c\ntotal = alpha + beta\nprint('TOTAL', total)"
+    shell = shells()
+    shell.run_all(a, b, c)
+    original = shell.run_id
+    shell.ok("%durable fork --at c --set alpha=1.0")
+    shell.run_all(a, b, c)
+    first_fork = shell.run_id
+    shell.ok("%durable fork --at c --set beta=2.0")
+    shell.run_all(a, b, c)
+    second_fork = shell.run_id
+    frame = dnb.compare_cells([original, first_fork, second_fork], store=store_url)
+    second = _by_cell(frame, second_fork)
+    assert list(second["status"]) == ["inherited", "inherited", "ok"]
+    assert list(second["inherited_from"][:2]) == [original, original]
+    assert list(second["differing"]) == [["alpha"], ["beta"], ["total"]]
+    assert list(second["overridden"]) == [["alpha"], ["beta"], []]
+    assert list(_by_cell(frame, first_fork)["differing"]) == [["alpha"], [], ["total"]]
+    assert "TOTAL 3.0" in second.loc["c", "outputs"][0]["text"]
