@@ -15,14 +15,18 @@ import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pandas as pd
 import pytest
+from browserkit import CHROMIUM, chromium, screenshot_path
 from flows import pricing
+from jupyterkit import TOKEN, JupyterServer
 from kernelkit import Kernel
 from shellkit import Shell
 from test_widgets import OutputProbe
 
 import durable_nb as dnb
+from durable_nb.jupyter.stores import store_key
 from durable_nb.views.cells import output_digest
 
 PNG_HELPER = """\
@@ -302,3 +306,46 @@ def test_a_fork_of_a_fork_inherits_from_both_with_both_values(shells: Callable[.
     assert list(second["overridden"]) == [["alpha"], ["beta"], []]
     assert list(_by_cell(frame, first_fork)["differing"]) == [["alpha"], [], ["total"]]
     assert "TOTAL 3.0" in second.loc["c", "outputs"][0]["text"]
+
+
+@pytest.mark.backends("sqlite")
+def test_jupyters_page_shows_the_cells_under_a_policy_that_runs_nothing(
+    shells: Callable[..., Shell], store_url: str, tmp_path: Path
+) -> None:
+    """/durable/compare/<run> on Jupyter's sign-in: the run and its forks side by side; its policy allows
+    the page's own styles by hash and data: images, no script; in Chromium the styles and images apply."""
+    _, original, fork = _run_and_fork(shells)
+    server = JupyterServer(tmp_path, env={"DURABLE_NB_STORE": store_url})
+    try:
+        key = store_key(store_url)
+        page = server.get(f"/durable/compare/{original}", params={"store": key})
+        assert page.status_code == 200, page.text
+        policy = page.headers["content-security-policy"]
+        assert policy.startswith("default-src 'none'; style-src 'unsafe-hashes' 'sha256-")
+        assert "unsafe-inline" not in policy and "script-src" not in policy and "img-src data:;" in policy
+        assert page.headers["x-frame-options"] == "DENY"
+        assert f'data-run="{original}"' in page.text and f'data-run="{fork}"' in page.text
+        assert "<script" not in page.text.lower()
+        chosen = server.get(f"/durable/compare/{fork}", params={"store": key, "with": original})
+        assert chosen.text.index(f'data-run="{fork}"') < chosen.text.index(f'data-run="{original}"')
+        unknown = server.get("/durable/compare/01900000-0000-7000-8000-000000000000", params={"store": key})
+        assert unknown.status_code == 404 and "No run with id" in unknown.text
+        assert server.get(f"/durable/compare/{original}").status_code == 400
+        with httpx.Client(base_url=server.url, timeout=60) as stranger:
+            refused = stranger.get(f"/durable/compare/{original}", params={"store": key})
+            assert refused.status_code == 302 and "coef" not in refused.text
+        if CHROMIUM is None:
+            return
+        with chromium() as browser:
+            tab = browser.new_page()
+            tab.goto(f"{server.url}/durable/compare/{original}?store={key}&token={TOKEN}")
+            shown = tab.evaluate(
+                "() => ({images: Array.from(document.images).map(i => i.naturalWidth),"
+                " marked: getComputedStyle(document.querySelector('tr.durable-nb-differs > th')).backgroundColor,"
+                " badge: getComputedStyle(document.querySelector('.durable-nb-status')).borderRadius})"
+            )
+            tab.screenshot(path=screenshot_path(tmp_path, "compare-cells.png"), full_page=True)
+        assert shown["images"] == [1, 1]  # the two 1x1 PNGs, both loaded
+        assert shown["marked"] == "rgb(253, 230, 138)" and shown["badge"] != "0px"
+    finally:
+        server.stop()
