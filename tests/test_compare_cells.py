@@ -218,9 +218,9 @@ def test_the_inspector_compares_the_cells_of_a_run_and_its_forks(
         inspector.close()
 
 
-def test_bad_input_gets_typed_errors(shells: Callable[..., Shell], store_url: str) -> None:
+def test_bad_input_gets_typed_errors(shells: Callable[..., Shell], store_url: str, tmp_path: Path) -> None:
     """No runs, a run given twice, something that is no run, an unknown id, a run of another notebook or
-    a workflow's run next to a notebook's: each refused with its own error, nothing changed."""
+    a workflow's run next to a notebook's, a store that does not exist: each refused with its own error."""
     shell = shells()
     shell.run_all(PARAM)
     notebook_run = shell.run_id
@@ -241,6 +241,10 @@ def test_bad_input_gets_typed_errors(shells: Callable[..., Shell], store_url: st
     with pytest.raises(dnb.InvalidInput, match="workflow run"):
         dnb.compare_cells([notebook_run, workflow_run.id], store=store_url)
     assert len(dnb.compare_cells([notebook_run], store=store_url)) == 1
+    missing = f"sqlite:///{tmp_path}/no-such-store.db"
+    with pytest.raises(dnb.StoreNotFound):
+        dnb.compare_cells([notebook_run], store=missing)
+    assert not (tmp_path / "no-such-store.db").exists()
 
 
 def test_workflow_runs_compare_node_by_node(store_url: str) -> None:
