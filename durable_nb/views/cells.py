@@ -6,6 +6,7 @@ name across runs. A fork's cells before its fork point are its parent's (status
 reads ``pending`` while the run can go on, else ``missing``. Values are compared by their
 stored addresses (content hashes), never by unpickling them: plain JSON values that differ
 only in their bytes are decoded (that runs no code) and compared equal when they are.
+Variables sharing objects are stored as one group under one address, so they differ together.
 Outputs are compared by a digest that leaves out what changes from run to run when nothing
 else does (how a stream was cut into messages, object addresses in reprs, display ids).
 """
