@@ -18,8 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from .render import _badge as badge
-from .render import human_duration
+from .render import human_duration, status_badge
 
 __all__ = ["CellComparison", "render_cells"]
 
@@ -104,7 +103,7 @@ def _run_header(index: int, run: Mapping[str, Any]) -> str:
     run_id = str(run["run_id"])
     parts = [f'<span title="{html.escape(run_id)}"><code>{html.escape(_short(run_id))}</code></span>']
     if run.get("status"):
-        parts.append(badge(str(run["status"])))
+        parts.append(status_badge(str(run["status"])))
     if index == 0:
         parts.append('<span class="durable-nb-meta">compared with</span>')
     if run.get("parent_run_id"):
@@ -119,7 +118,7 @@ def _run_cell(row: Any) -> str:
     if row is None:
         return "<td></td>"
     differs = _true(row.outputs_differ) or _true(row.values_differ)
-    meta = [badge(str(row.status))]
+    meta = [status_badge(str(row.status))]
     if not pd.isna(row.duration):
         meta.append(html.escape(human_duration(row.duration)))
     if isinstance(row.inherited_from, str):
