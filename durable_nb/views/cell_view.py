@@ -23,6 +23,7 @@ from .render import human_duration, status_badge
 __all__ = ["CellComparison", "render_cells"]
 
 _TEXT_LIMIT = 20_000
+_HTML_LIMIT = 500_000
 _IMAGES = ("image/png", "image/jpeg", "image/gif")
 _BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
 # In the order a notebook prefers them: the richest kind shown, the others left out.
@@ -184,6 +185,8 @@ def _bundle_part(mime: str, value: Any, data: Mapping[str, Any], metadata: Any) 
         return f'<img src="data:image/svg+xml;base64,{encoded}" alt="SVG output"{size}>'
     if mime == "text/html":
         source = _joined(value)
+        if len(source) > _HTML_LIMIT:
+            return None  # too large to embed: the bundle's text is shown instead
         rows = source.count("<tr")
         height = min(30, 3 + 1.6 * rows) if rows else 8
         # sandbox="" forbids scripts, forms, plugins and the page's origin; srcdoc is an escaped attribute.
