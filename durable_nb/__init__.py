@@ -70,7 +70,20 @@ if _TYPE_CHECKING:
     from .model import Decision, EventType, PruneReport, RunStatus
     from .service import Client
     from .store import Store, connect
-    from .views import acompare, aevents, aforks, ahistory, aruns, compare, events, forks, history, runs
+    from .views import (
+        acompare,
+        acompare_cells,
+        aevents,
+        aforks,
+        ahistory,
+        aruns,
+        compare,
+        compare_cells,
+        events,
+        forks,
+        history,
+        runs,
+    )
 
 # Everything else is imported on first use: `%load_ext durable_nb` in a kernel, or a script that
 # only needs a store, must not pay for the agents, the views and the service client.
@@ -116,11 +129,13 @@ _LAZY: dict[str, str] = {
     "Store": ".store",
     "connect": ".store",
     "acompare": ".views",
+    "acompare_cells": ".views",
     "aevents": ".views",
     "aforks": ".views",
     "ahistory": ".views",
     "aruns": ".views",
     "compare": ".views",
+    "compare_cells": ".views",
     "events": ".views",
     "forks": ".views",
     "history": ".views",
@@ -231,6 +246,7 @@ __all__ = [
     "aapprove",
     "acancel",
     "acompare",
+    "acompare_cells",
     "aevents",
     "afork",
     "afork_agent",
@@ -247,6 +263,7 @@ __all__ = [
     "astatus",
     "cancel",
     "compare",
+    "compare_cells",
     "connect",
     "events",
     "fork",

@@ -362,3 +362,27 @@ def test_the_panel_says_what_to_do_for_a_notebook_without_a_run(browser: Any, la
     page.wait_for_function("window.jupyterapp.shell.currentWidget.content.widgets[0].model.executionCount === 1")
     assert page.evaluate(STATES) == [None]
     page.close()
+
+
+def test_the_panel_opens_the_cells_of_the_run_and_its_forks_side_by_side(browser: Any, lab: dict[str, Any]) -> None:
+    """Once the run has a fork (a replay), the panel's fork tree offers Compare cells: the server's page,
+    in a tab of its own, shows the run's and the fork's cells side by side."""
+    cells = ["%%durable param\nalpha = 0.1", "%%durable fit\nprint('coef', alpha * 10)"]
+    page = open_notebook(browser, lab, write_notebook(lab, "whatif", "whatif", cells))
+    panel = open_panel(page)
+    run_all(page)
+    wait_states(page, [None, "committed", "committed"], "after Run All")
+    run_id = wait_for_run(lab["store"], "whatif", "running")
+    assert panel.locator("[data-durable-action='compare-cells']").count() == 0  # no fork yet: nothing to compare
+    fork = dnb.fork(run_id, state={"alpha": 1.0}, store=lab["store"]).id
+    link = panel.locator("[data-durable-action='compare-cells']")
+    link.wait_for(timeout=60_000)
+    with page.context.expect_page() as opened:
+        link.click()
+    compared = opened.value
+    compared.wait_for_load_state()
+    assert compared.locator(f"th[data-run='{run_id}']").count() == 1
+    assert compared.locator(f"th[data-run='{fork}']").count() == 1
+    assert "coef 1.0" in compared.locator("tr[data-cell='fit']").inner_text()
+    compared.close()
+    page.close()

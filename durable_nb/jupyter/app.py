@@ -10,7 +10,7 @@ from jupyter_server.extension.application import ExtensionApp
 from traitlets import Unicode, default
 
 from ..store.url import ENV_VAR
-from . import api, approvals
+from . import api, approvals, comparison
 from .catalog import StoreCatalog
 
 __all__ = ["DurableNB"]
@@ -45,6 +45,7 @@ class DurableNB(ExtensionApp):
     def initialize_handlers(self) -> None:
         self.handlers.extend(api.HANDLERS)
         self.handlers.extend(approvals.HANDLERS)
+        self.handlers.extend(comparison.HANDLERS)
 
     async def stop_extension(self) -> None:
         """Close the stores the server opened."""

@@ -53,6 +53,7 @@ __all__ = [
     "encode_raw",
     "encode_list",
     "is_group",
+    "is_json",
     "is_list",
     "open_list",
     "is_plain",
@@ -225,6 +226,11 @@ def encode_group(names: list[str], parts: list[GroupPart], stream: bytes, key: b
     header = encode_json({"names": names, "parts": [[p.address, p.readonly] for p in parts]})
     data = b"".join((_GROUP_MAGIC, len(header).to_bytes(4, "big"), header, stream))
     return Blob(_GROUP_PREFIX + _sign(key, data), GROUP, data, parts=tuple(dict.fromkeys(p.address for p in parts)))
+
+
+def is_json(address: str) -> bool:
+    """Tell whether an address names a plain JSON value (decoding it runs no code)."""
+    return address.startswith((_JSON_PREFIX, _UNSIGNED_JSON_PREFIX))
 
 
 def is_group(address: str) -> bool:

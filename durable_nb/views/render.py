@@ -29,6 +29,7 @@ __all__ = [
     "is_history",
     "local_text",
     "local_time",
+    "status_badge",
     "styled",
 ]
 
@@ -192,6 +193,11 @@ def _badge(status: str) -> str:
     background = STATUS_COLOURS.get(status) or LABEL_COLOURS.get(status, STATUS_COLOURS["pending"])
     style = BADGE.format(background=background, text=_readable_on(background))
     return f'<span class="durable-nb-status" style="{style}">{html.escape(status)}</span>'
+
+
+def status_badge(status: str) -> str:
+    """Return a status as the views show it in HTML: a coloured badge, its text escaped."""
+    return _badge(status)
 
 
 def _readable_on(background: str) -> str:

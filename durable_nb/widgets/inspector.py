@@ -1,4 +1,4 @@
-"""The fork inspector: a run's fork tree and checkpoints; fork, switch, compare, decide, resume, cancel.
+"""The fork inspector: a run's fork tree and checkpoints; fork, switch, compare runs or cells, decide, resume, cancel.
 
 It reads the store, never the kernel's variables, so it shows runs of any kernel or process.
 While displayed it polls the store on the kernel's event loop (between cells, never blocking
@@ -22,7 +22,7 @@ from ..engine.runs.calls import acancel, afork, aget_run
 from ..errors import DurableError
 from ..model import RunStatus
 from ..store import resolve_store
-from ..views import compare, forks, history
+from ..views import compare, compare_cells, forks, history
 from ..views.render import COLOURS, checkpoint_labels, local_text
 from .link import KernelLink
 
@@ -54,6 +54,7 @@ class Inspector(widgets.VBox):
         self.fork_button = widgets.Button(description="Fork here", icon="code-fork", button_style="primary")
         self.switch_button = widgets.Button(description="Switch kernel", icon="exchange")
         self.compare_button = widgets.Button(description="Compare", icon="table")
+        self.compare_cells_button = widgets.Button(description="Compare cells", icon="columns")
         self.approve_button = widgets.Button(description="Approve", icon="check", button_style="success")
         self.reject_button = widgets.Button(description="Reject", icon="times", button_style="danger")
         self.resume_button = widgets.Button(description="Resume", icon="play")
@@ -67,6 +68,7 @@ class Inspector(widgets.VBox):
             (self.fork_button, self.fork),
             (self.switch_button, self.switch),
             (self.compare_button, self.show_comparison),
+            (self.compare_cells_button, self.show_cell_comparison),
             (self.approve_button, lambda: self.decide(True)),
             (self.reject_button, lambda: self.decide(False)),
             (self.resume_button, self.resume),
@@ -85,7 +87,7 @@ class Inspector(widgets.VBox):
                 widgets.HBox([self.fork_button, self.switch_button, self.refresh_button]),
                 widgets.HBox([self.approve_button, self.reject_button, self.resume_button, self.cancel_button]),
                 self.compare_with,
-                self.compare_button,
+                widgets.HBox([self.compare_button, self.compare_cells_button]),
                 self.status,
                 self.comparison,
                 self.output,
@@ -247,6 +249,15 @@ class Inspector(widgets.VBox):
             from IPython.display import display
 
             display(compare(chosen, store=self.store))
+
+    def show_cell_comparison(self) -> None:
+        """Show the cells of the chosen runs side by side (default: the selected run and its forks)."""
+        chosen = list(self.compare_with.value) or self.selected_run
+        self.comparison.clear_output()
+        with self.comparison:
+            from IPython.display import display
+
+            display(compare_cells(chosen, store=self.store))
 
     def decide(self, approved: bool) -> None:
         """Approve or reject the gate the selected run waits at (continuing its cell in this kernel)."""

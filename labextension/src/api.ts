@@ -40,6 +40,11 @@ function runPath(runId: string, ...rest: string[]): string {
   return ['runs', encodeURIComponent(runId), ...rest.map(encodeURIComponent)].join('/');
 }
 
+/** The page showing the cells of a run and its forks side by side (it runs no script). */
+export function compareCellsUrl(runId: string, store: string): string {
+  return URLExt.join(settings.baseUrl, 'durable', 'compare', encodeURIComponent(runId)) + URLExt.objectToQueryString({ store });
+}
+
 /** The run, its checkpoints, fork tree, waiting gates and version. */
 export function getRun(runId: string, store: string): Promise<IRunDetail> {
   return request<IRunDetail>(runPath(runId), { store });

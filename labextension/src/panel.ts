@@ -5,7 +5,7 @@ import { INotebookTracker, NotebookActions, NotebookPanel } from '@jupyterlab/no
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { decide, DurableRequestError, getRun, getVersion } from './api';
+import { compareCellsUrl, decide, DurableRequestError, getRun, getVersion } from './api';
 import { size, took, when } from './cells';
 import { NotebookDurable } from './notebook';
 import { IForkNode, IGate, IRunDetail } from './types';
@@ -370,7 +370,20 @@ export class DurablePanel extends Widget {
       }
       return list;
     };
-    section.append(tree(Array.isArray(detail.forks) ? detail.forks : []));
+    const roots = Array.isArray(detail.forks) ? detail.forks : [];
+    section.append(tree(roots));
+    const root = roots.length ? roots[0].run_id : null;
+    const anyForks = roots.some(node => Array.isArray(node.children) && node.children.length > 0);
+    if (root && anyForks && this._target) {
+      // A page of the server extension, in a tab of its own: the whole tree's cells, outputs side by side.
+      const link = element('a', 'durable-nb-compare', 'Compare cells of these runs');
+      link.href = compareCellsUrl(root, this._target.store);
+      link.target = '_blank';
+      link.rel = 'noopener noreferrer';
+      link.dataset.durableAction = 'compare-cells';
+      link.title = 'Each cell of the run and its forks side by side, the cells whose outputs or values differ marked';
+      section.append(link);
+    }
     return section;
   }
 
