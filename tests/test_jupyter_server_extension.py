@@ -94,7 +94,7 @@ def test_the_panel_reads_a_run_waiting_at_a_gate(tmp_path: Path, store_url: str)
         assert shown["gates"][0]["reason"] == "ship it?"
         assert shown["gates"][0]["context"] == {"rows": 3}
         assert shown["gates"][0]["checkpoint_id"] in [c["checkpoint_id"] for c in shown["checkpoints"]]
-        assert [t["run_id"] for t in shown["forks"]] == [run_id]
+        assert [(t["run_id"], t["name"]) for t in shown["forks"]] == [(run_id, shown["run"]["name"])]
         assert shown["forks"][0]["children"] == []
         version = server.get(api(run_id, "/version"), params={"store": key}).json()["version"]
         assert version == shown["version"]
