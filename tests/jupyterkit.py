@@ -22,10 +22,13 @@ TOKEN = "t" * 48
 class JupyterServer:
     """``jupyter server`` on 127.0.0.1 with a token, in ``folder``, its runtime and config folders its own.
 
-    The extension is enabled on the command line, as the installed config does on install.
+    The extension is enabled on the command line, as the installed config does on install. ``python``
+    runs it (another environment's, to see what Jupyter finds there).
     """
 
-    def __init__(self, folder: Path, env: dict[str, str] | None = None, options: Sequence[str] = ()) -> None:
+    def __init__(
+        self, folder: Path, env: dict[str, str] | None = None, options: Sequence[str] = (), python: str = sys.executable
+    ) -> None:
         self.folder = folder
         self.runtime = folder / "runtime"
         self.port = free_port()
@@ -37,7 +40,7 @@ class JupyterServer:
         self.log = open(folder / "jupyter.log", "w")
         self.process = subprocess.Popen(
             [
-                sys.executable,
+                python,
                 "-m",
                 "jupyter_server",
                 "--no-browser",

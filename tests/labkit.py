@@ -63,8 +63,11 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def jupyterlab(folder: Path, store: str, key_folder: Path) -> Iterator[dict[str, Any]]:
-    """JupyterLab on 127.0.0.1 serving ``folder``, with durable_nb's front end and server extension."""
+def jupyterlab(folder: Path, store: str, key_folder: Path, app: str = "jupyterlab") -> Iterator[dict[str, Any]]:
+    """JupyterLab on 127.0.0.1 serving ``folder``, with durable_nb's front end and server extension.
+
+    ``app="notebook"`` starts Notebook 7 instead: the same front-end extensions, its own pages.
+    """
     build = labextension_build()
     data = folder / ".share"
     (data / "labextensions").mkdir(parents=True)
@@ -88,21 +91,28 @@ def jupyterlab(folder: Path, store: str, key_folder: Path) -> Iterator[dict[str,
     # This checkout's durable_nb, in the server and in its kernels.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     log = folder / "lab.log"
+    # Each application's own options: window.jupyterapp for the tests, no news or update checks.
+    own = {
+        "jupyterlab": [
+            "--LabApp.expose_app_in_browser=True",
+            "--LabApp.news_url=",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ],
+        "notebook": ["--JupyterNotebookApp.expose_app_in_browser=True"],
+    }[app]
     server = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "jupyterlab",
+            app,
             "--no-browser",
             "--ServerApp.ip=127.0.0.1",
             f"--ServerApp.port={port}",
             f"--IdentityProvider.token={token}",
-            "--LabApp.expose_app_in_browser=True",
             "--ServerApp.allow_root=True",
             f"--ServerApp.root_dir={folder}",
             "--ServerApp.jpserver_extensions={'durable_nb.jupyter': True}",
-            "--LabApp.news_url=",
-            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            *own,
         ],
         cwd=folder,
         env=env,

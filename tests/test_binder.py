@@ -10,6 +10,11 @@ this project's dependencies and extras from pyproject.toml), follows every requi
 dependencies through the installed distributions' metadata, and checks that each module every
 notebook imports (magics turned into Python by IPython first) is in the standard library, in
 durable_nb, or in one of those distributions.
+
+JupyterLab on Binder shows the Durable panel only if pip built the front end while installing
+durable_nb (repo2docker's environment has Node): ``binder/postBuild`` fails the build unless Jupyter
+lists both halves enabled. Its tests give it a ``jupyter`` whose lists lack one half (the failure
+injected); ``.ci/binder`` builds the whole environment as repo2docker would and opens the notebooks.
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ import ast
 import functools
 import importlib.metadata
 import json
+import os
 import re
+import subprocess
 import sys
 import tomllib
 from collections.abc import Iterable
@@ -33,7 +40,8 @@ from packaging.utils import canonicalize_name
 ROOT = Path(__file__).resolve().parent.parent
 BINDER = ROOT / "binder"
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+PROJECT = PYPROJECT["project"]
 # `.` or `.[agents,postgres]`, optionally editable: this repository with those extras.
 THIS_PROJECT = re.compile(r"^(?:-e\s+)?\.(?:\[(?P<extras>[^\]]*)\])?$")
 
@@ -154,3 +162,95 @@ def test_the_check_finds_a_notebook_import_binder_lacks() -> None:
     closure = installed_closure(binder_requirements([".", "jupyterlab>=4.2"]))
     assert unsatisfied({"openai", "pandas", "json", "durable_nb"}, closure) == ["openai"]
     assert unsatisfied({"openai"}, installed_closure(binder_requirements([".[agents]"]))) == []
+
+
+def _requirement_lines() -> list[str]:
+    lines = (BINDER / "requirements.txt").read_text().splitlines()
+    return [line.split("#", 1)[0].strip() for line in lines if line.split("#", 1)[0].strip()]
+
+
+def test_binder_installs_durable_nb_with_its_front_end() -> None:
+    """durable_nb is installed as a wheel is built (front end with npm), never editable: an editable
+    install without Node skips the front end and still succeeds."""
+    ours = [line for line in _requirement_lines() if THIS_PROJECT.match(line)]
+    assert ours and not any(line.startswith("-e") for line in ours), ours
+
+
+def test_binder_runs_the_jupyterlab_the_front_end_is_built_for() -> None:
+    """binder/requirements.txt asks for JupyterLab in the range pyproject's build-system builds the front
+    end with (a JupyterLab 5 would not load a JupyterLab 4 extension)."""
+    build = {Requirement(r).name: Requirement(r).specifier for r in PYPROJECT["build-system"]["requires"]}
+    lab = [Requirement(line) for line in _requirement_lines() if not THIS_PROJECT.match(line)]
+    binder = {canonicalize_name(r.name): r.specifier for r in lab}
+    assert binder.get("jupyterlab") == build["jupyterlab"], (binder.get("jupyterlab"), build["jupyterlab"])
+
+
+# What `jupyter server extension list` and `jupyter labextension list` print (colours included) when
+# durable_nb is installed; the failures below take a part away.
+SERVER_LIST = """Config dir: {env}/etc/jupyter
+    durable_nb.jupyter \x1b[32menabled\x1b[0m
+    - Validating durable_nb.jupyter...
+      durable_nb.jupyter  \x1b[32mOK\x1b[0m
+    jupyterlab \x1b[32menabled\x1b[0m
+"""
+LAB_LIST = """JupyterLab v4.6.6
+{env}/share/jupyter/labextensions
+        durable-nb v0.1.0 \x1b[32menabled\x1b[0m \x1b[32mOK\x1b[0m (python, durable-nb)
+        jupyterlab_pygments v0.3.0 \x1b[32menabled\x1b[0m \x1b[32mOK\x1b[0m (python, jupyterlab_pygments)
+"""
+
+
+def run_post_build(tmp_path: Path, server_list: str, lab_list: str) -> subprocess.CompletedProcess[str]:
+    """Run binder/postBuild with a home of its own and a ``jupyter`` on PATH that prints these lists."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tmp_path / "server.txt").write_text(server_list)
+    (tmp_path / "lab.txt").write_text(lab_list)
+    jupyter = tools / "jupyter"
+    jupyter.write_text(
+        "#!/bin/sh\n"
+        f'case "$1" in server) cat "{tmp_path}/server.txt";; labextension) cat "{tmp_path}/lab.txt";;'
+        " *) exit 2;; esac\n"
+    )
+    jupyter.chmod(0o755)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "PATH": f"{tools}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return subprocess.run(
+        ["bash", str(BINDER / "postBuild")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_post_build_loads_durable_nb_in_every_kernel_when_jupyter_lists_both_halves(tmp_path: Path) -> None:
+    """With both halves enabled, postBuild succeeds and the kernels' IPython config loads durable_nb."""
+    done = run_post_build(tmp_path, SERVER_LIST, LAB_LIST)
+    assert done.returncode == 0, done.stderr
+    config = (tmp_path / "home" / ".ipython" / "profile_default" / "ipython_kernel_config.py").read_text()
+    assert 'c.InteractiveShellApp.extensions = ["durable_nb"]' in config
+    assert "durable_nb.jupyter and durable-nb enabled" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("server_list", "lab_list", "named"),
+    [
+        (SERVER_LIST, LAB_LIST.replace("        durable-nb v0.1.0", "        other v0.1.0"), "durable-nb"),
+        (
+            SERVER_LIST,
+            LAB_LIST.replace("32menabled\x1b[0m \x1b[32mOK", "31mdisabled\x1b[0m \x1b[32mOK", 1),
+            "durable-nb",
+        ),
+        (SERVER_LIST.replace("32menabled", "31mdisabled", 1), LAB_LIST, "durable_nb.jupyter"),
+        ("Config dir: /etc/jupyter\n", LAB_LIST, "durable_nb.jupyter"),
+    ],
+    ids=["front-end-missing", "front-end-disabled", "server-extension-disabled", "server-extension-missing"],
+)
+def test_post_build_fails_the_build_when_a_half_is_missing(
+    tmp_path: Path, server_list: str, lab_list: str, named: str
+) -> None:
+    """postBuild fails (so the Binder build does) naming the half Jupyter does not list enabled, and shows
+    what Jupyter listed."""
+    done = run_post_build(tmp_path, server_list, lab_list)
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("binder/postBuild:") and named in last, done.stderr
+    assert "Config dir" in done.stderr or "JupyterLab v" in done.stderr

@@ -10,8 +10,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import site
 import subprocess
 import sys
+import tomllib
+import venv
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,7 @@ from jupyterkit import TOKEN, JupyterServer
 
 import durable_nb as dnb
 from durable_nb._loop import run_sync
+from durable_nb.jupyter.frontend import LABEXTENSION, MISSING_FRONT_END, installed_front_end
 from durable_nb.jupyter.stores import store_key, store_label
 from durable_nb.store import disconnect
 
@@ -94,7 +98,7 @@ def test_the_panel_reads_a_run_waiting_at_a_gate(tmp_path: Path, store_url: str)
         assert shown["gates"][0]["reason"] == "ship it?"
         assert shown["gates"][0]["context"] == {"rows": 3}
         assert shown["gates"][0]["checkpoint_id"] in [c["checkpoint_id"] for c in shown["checkpoints"]]
-        assert [t["run_id"] for t in shown["forks"]] == [run_id]
+        assert [(t["run_id"], t["name"]) for t in shown["forks"]] == [(run_id, shown["run"]["name"])]
         assert shown["forks"][0]["children"] == []
         version = server.get(api(run_id, "/version"), params={"store": key}).json()["version"]
         assert version == shown["version"]
@@ -563,8 +567,6 @@ def test_approve_from_the_approvals_page_in_a_browser(served: tuple[JupyterServe
 def test_installing_enables_the_extension_and_ships_the_front_end() -> None:
     """Packaging: the wheel's server config enables the module Jupyter finds the extension in, and its
     shared data puts the prebuilt front end where JupyterLab looks for durable-nb."""
-    import tomllib
-
     from durable_nb.jupyter import _jupyter_server_extension_points
 
     root = Path(__file__).resolve().parent.parent
@@ -579,3 +581,101 @@ def test_installing_enables_the_extension_and_ships_the_front_end() -> None:
     builder = project["tool"]["hatch"]["build"]["hooks"]["jupyter-builder"]
     assert builder["optional-editable-build"] is True
     assert builder["build-kwargs"]["path"] == "labextension"
+
+
+# -- a front end that was never built -----------------------------------------------------------------
+
+
+def bare_environment(folder: Path) -> str:
+    """A virtual environment of its own (so Jupyter's labextensions folders are its, and empty) that imports
+    this environment's packages; return its Python."""
+    venv.EnvBuilder(with_pip=False).create(folder)
+    python = folder / "bin" / "python"
+    found = subprocess.run(
+        [python, "-c", "import site; print(site.getsitepackages()[0])"], capture_output=True, text=True, check=True
+    )
+    # `import` lines of a .pth run: these packages, with their own .pth files, but not their data folders.
+    lines = "".join(f"import site; site.addsitedir({path!r})\n" for path in site.getsitepackages())
+    (Path(found.stdout.strip()) / "here.pth").write_text(lines)
+    return str(python)
+
+
+def wait_for_log(server: JupyterServer, text: str) -> None:
+    """Wait until the server's log holds ``text`` (it starts logging before it answers, so it is there)."""
+    assert server.get("/api/status").status_code == 200
+    assert text in server.output(), server.output()[-3000:]
+
+
+def test_the_front_end_is_found_by_its_build_not_by_the_install_note(tmp_path: Path) -> None:
+    """A labextensions folder counts only when it holds the build (package.json): an install that skipped
+    the build leaves install.json alone."""
+    skipped = tmp_path / "skipped"
+    (skipped / LABEXTENSION).mkdir(parents=True)
+    (skipped / LABEXTENSION / "install.json").write_text("{}")
+    built = tmp_path / "built"
+    (built / LABEXTENSION).mkdir(parents=True)
+    (built / LABEXTENSION / "package.json").write_text("{}")
+    assert installed_front_end([str(tmp_path / "none"), str(skipped)]) is None
+    assert installed_front_end([str(skipped), str(built)]) == built / LABEXTENSION
+
+
+def test_a_server_without_the_front_end_says_why_in_one_log_line(tmp_path: Path) -> None:
+    """Where no labextensions folder holds the build (an editable install without Node), the server
+    extension still loads and logs one warning line saying what is missing and how to build it; with the
+    build on $JUPYTER_PATH, it says nothing of the kind."""
+    python = bare_environment(tmp_path / "env")
+    env = {"JUPYTER_DATA_DIR": str(tmp_path / "data"), "JUPYTER_PATH": ""}
+    (tmp_path / "without").mkdir()
+    server = JupyterServer(tmp_path / "without", env=env, python=python)
+    try:
+        wait_for_log(server, MISSING_FRONT_END)
+        assert server.output().count(MISSING_FRONT_END) == 1
+        assert server.get("/durable/api/stores").status_code == 200
+    finally:
+        server.stop()
+    data = tmp_path / "share" / "labextensions" / LABEXTENSION
+    data.mkdir(parents=True)
+    (data / "package.json").write_text(json.dumps({"name": LABEXTENSION}))
+    (tmp_path / "with").mkdir()
+    server = JupyterServer(tmp_path / "with", env={**env, "JUPYTER_PATH": str(tmp_path / "share")}, python=python)
+    try:
+        assert server.get("/durable/api/stores").status_code == 200
+        assert "durable_nb: JupyterLab will show" not in server.output()
+    finally:
+        server.stop()
+
+
+def front_end_note(root: Path, version: str) -> list[str]:
+    """Run the project's build hook (hatch_build.py) for the wheel target in ``root``; return its warnings."""
+    pytest.importorskip("hatchling", reason="the build hook runs in hatchling (pip install hatchling)")
+    import importlib.util
+    import warnings
+
+    spec = importlib.util.spec_from_file_location(
+        "hatch_build", Path(__file__).resolve().parent.parent / "hatch_build.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    hook = module.FrontEndNote(str(root), {}, None, None, str(root / "dist"), "wheel")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        hook.initialize(version, {})
+    return [str(w.message) for w in caught]
+
+
+def test_an_editable_install_left_without_the_front_end_says_so_in_one_line(tmp_path: Path) -> None:
+    """The build hook after the front end's: an editable install without the build warns in one line (pip
+    shows a backend's warnings without -v); with the build, or for a release wheel, it says nothing."""
+    notes = front_end_note(tmp_path, "editable")
+    assert len(notes) == 1 and "\n" not in notes[0], notes
+    assert "without its JupyterLab front end" in notes[0] and "Node" in notes[0]
+    assert front_end_note(tmp_path, "standard") == []
+    built = tmp_path / "durable_nb" / "labextension"
+    built.mkdir(parents=True)
+    (built / "package.json").write_text("{}")
+    assert front_end_note(tmp_path, "editable") == []
+    project = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())
+    hooks = list(project["tool"]["hatch"]["build"]["hooks"])
+    # It reads what the front end's hook left: it runs after it.
+    assert hooks.index("custom") > hooks.index("jupyter-builder"), hooks

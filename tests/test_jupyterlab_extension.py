@@ -188,6 +188,12 @@ def test_cells_read_committed_then_restored_after_a_kill_then_stale_when_edited(
     assert len(fork) == 1 and fork["parent_run_id"].iloc[0] == run_id
     panel = open_panel(page)
     panel.locator(f"text=run {fork['run_id'].iloc[0]}").wait_for(timeout=30_000)
+    # The fork tree names each run (a fork keeps its source's name), its id only in the tooltip.
+    trees = panel.locator(".durable-nb-fork-button")
+    trees.nth(1).wait_for(timeout=30_000)
+    names = [trees.nth(i).locator(".durable-nb-fork-name").inner_text() for i in range(trees.count())]
+    assert names == ["cells", "cells"], names
+    assert run_id not in trees.first.inner_text() and run_id in (trees.first.get_attribute("title") or "")
     # The fork tree: clicking the original run switches the kernel back to it.
     panel.locator(f"[data-durable-run='{run_id}']").click()
     panel.locator(f"text=run {run_id}").wait_for(timeout=30_000)

@@ -363,6 +363,8 @@ def test_forks_gives_the_whole_tree_from_any_member(store_url: str) -> None:
 
     tree = dnb.forks(root.id, store=store_url)
     assert list(tree["run_id"]) == [root.id, child.id, grandchild.id, sibling.id]
+    # A fork keeps its source's name.
+    assert list(tree["name"]) == [root.name] * 4
     assert list(tree["parent_run_id"].fillna("-")) == ["-", root.id, child.id, root.id]
     assert list(tree["depth"]) == [0, 1, 2, 1]
     assert list(tree["fork_step"].fillna("-")) == ["-", "after:load", "after:discount", "after:discount"]

@@ -12,6 +12,7 @@ from traitlets import Unicode, default
 from ..store.url import ENV_VAR
 from . import api, approvals, comparison
 from .catalog import StoreCatalog
+from .frontend import MISSING_FRONT_END, installed_front_end
 
 __all__ = ["DurableNB"]
 
@@ -41,6 +42,8 @@ class DurableNB(ExtensionApp):
         runtime = Path(getattr(kernels, "connection_dir", "") or jupyter_runtime_dir())
         self.catalog = StoreCatalog(self.store or None, kernels.list_kernel_ids, runtime)
         self.settings[api.CATALOG] = self.catalog
+        if installed_front_end() is None:
+            self.log.warning(MISSING_FRONT_END)
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(api.HANDLERS)

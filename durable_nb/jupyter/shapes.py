@@ -48,6 +48,7 @@ def _tree(frame: Any) -> list[dict[str, Any]]:
     for row in frame.astype(object).where(frame.notna(), None).to_dict("records"):
         node = {
             "run_id": row["run_id"],
+            "name": row["name"],
             "parent_run_id": row["parent_run_id"],
             "status": row["status"],
             "fork_step": row["fork_step"],

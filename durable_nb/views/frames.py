@@ -186,7 +186,7 @@ history = blocking(ahistory)
 
 
 async def aforks(run: Any, *, store: Any = None) -> pd.DataFrame:
-    """Return the whole fork tree holding a run, from its root: parent, fork point, overrides, status."""
+    """Return the whole fork tree holding a run, from its root: name, parent, fork point, overrides, status."""
     pd = _pd()
     resolved = await _store_for(run, store)
     run_id = await _run_id(run, resolved)
@@ -202,6 +202,7 @@ async def aforks(run: Any, *, store: Any = None) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "run_id": _text([r.run_id for r, _ in tree]),
+            "name": _text([r.name for r, _ in tree]),
             "parent_run_id": _text([r.parent_run_id for r, _ in tree]),
             "depth": pd.Series([depth[r.run_id] for r, _ in tree], dtype="int64"),
             "fork_step": _text([d["fork_step"] for _, d in tree]),

@@ -336,25 +336,31 @@ export class DurablePanel extends Widget {
       const list = element('ul', 'durable-nb-tree');
       for (const node of nodes) {
         const item = element('li', 'durable-nb-fork');
-        const button = element(
-          'button',
-          'durable-nb-fork-button',
-          [
-            node.name,
-            node.run_id,
-            node.status,
-            typeof node.fork_step === 'string' && node.fork_step ? `from ${node.fork_step}` : ''
-          ]
-            .filter(Boolean)
-            .join(' · ')
+        // A run by its name (forks keep their source's); its id only when it has none, and in the tooltip.
+        const label = typeof node.name === 'string' && node.name ? node.name : node.run_id;
+        const overrides = Array.isArray(node.overrides) ? node.overrides.map(String) : [];
+        const button = element('button', 'durable-nb-fork-button');
+        button.append(
+          element('span', 'durable-nb-fork-name', label),
+          element(
+            'span',
+            'durable-nb-meta',
+            [
+              node.status,
+              typeof node.fork_step === 'string' && node.fork_step ? `from ${node.fork_step}` : '',
+              overrides.length ? `set ${overrides.join(', ')}` : ''
+            ]
+              .filter(Boolean)
+              .join(' · ')
+          )
         );
         button.dataset.durableRun = node.run_id;
         if (node.run_id === current) {
           button.classList.add('durable-nb-current');
           button.disabled = true;
-          button.title = 'The kernel works in this run';
+          button.title = `run ${node.run_id}: the kernel works in this run`;
         } else {
-          button.title = 'Switch the kernel to this run: its cells restore from it when they run';
+          button.title = `run ${node.run_id}: switch the kernel to this run; its cells restore from it when they run`;
           button.addEventListener('click', () => {
             if (!this._durable?.switchTo(node.run_id)) {
               this._note = 'The kernel is not connected: run %load_ext durable_nb in it first.';

@@ -54,8 +54,10 @@ export interface IGate {
 /** A run in the fork tree. */
 export interface IForkNode {
   run_id: string;
-  name?: string;
+  name?: string | null;
   status?: string;
+  fork_step?: string | null;
+  overrides?: string[];
   children?: IForkNode[];
   [other: string]: unknown;
 }
