@@ -160,6 +160,30 @@ def test_a_decision_from_another_process_changes_the_version(served: tuple[Jupyt
     assert again.status_code == 409
 
 
+def test_a_fork_made_by_another_process_changes_the_version(served: tuple[JupyterServer, str]) -> None:
+    """The panel shows the fork tree: a fork made elsewhere (here the CLI) changes the run's version, and
+    the next read lists it under the run, by name."""
+    server, url = served
+    run_id = paused_run(url)
+    key = store_key(url)
+    before = server.get(api(run_id, "/version"), params={"store": key}).json()["version"]
+    made = subprocess.run(
+        [sys.executable, "-m", "durable_nb.cli", "fork", run_id, "--store", url, "--json"],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent)),
+        timeout=120,
+    )
+    fork_id = json.loads(made.stdout)["run_id"]
+    after = server.get(api(run_id, "/version"), params={"store": key}).json()["version"]
+    assert after != before
+    shown = server.get(api(run_id), params={"store": key}).json()
+    assert shown["version"] == after
+    assert [child["run_id"] for child in shown["forks"][0]["children"]] == [fork_id]
+    assert shown["forks"][0]["children"][0]["name"] == shown["run"]["name"]
+
+
 def test_edited_cells_are_stale_when_their_code_differs_from_the_commit(tmp_path: Path, store_url: str) -> None:
     """POST stale: a committed cell edited in comments or spacing is not stale, changed code is; a cell
     never committed is not either."""

@@ -22,7 +22,7 @@ from ..store.protocol import Store
 from ..store.rules import check_run_id
 from .catalog import ServedStore, StoreCatalog
 from .errors import KernelNotAttached, status_of
-from .shapes import run_detail, run_version
+from .shapes import run_detail, version_of
 from .stale import read_cells, stale_cells
 from .stores import store_key
 
@@ -129,14 +129,14 @@ class RunHandler(DurableHandler):
 
 
 class VersionHandler(DurableHandler):
-    """``GET /durable/api/runs/<run_id>/version?store=KEY``: what changes when the run does (one query)."""
+    """``GET /durable/api/runs/<run_id>/version?store=KEY``: what changes with the run or its forks."""
 
     @web.authenticated
     @authorized
     @answers
     async def get(self, run_id: str) -> None:
         _, store = self.store()
-        self.finish({"version": run_version(await store.get_run(self.run_id(run_id)))})
+        self.finish({"version": await version_of(store, self.run_id(run_id))})
 
 
 class GateHandler(DurableHandler):
@@ -167,7 +167,7 @@ class GateHandler(DurableHandler):
                 "approved": decision.approved,
                 "by": decision.by,
                 "status": result.run.status.value,
-                "version": run_version(result.run),
+                "version": await version_of(store, result.run.run_id),
             }
         )
 

@@ -6,6 +6,7 @@ Every part comes from the views and the engine the notebook uses (``ahistory``, 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -15,7 +16,7 @@ from ..service.shapes import history_json, run_json
 from ..store.protocol import Store
 from ..views import aforks, ahistory
 
-__all__ = ["gate_json", "run_detail", "run_version"]
+__all__ = ["gate_json", "run_detail", "run_version", "tree_version", "version_of"]
 
 
 def _plain(value: Any) -> Any:
@@ -38,6 +39,24 @@ def gate_json(gate: PendingInterrupt) -> dict[str, Any]:
 def run_version(run: RunRecord) -> str:
     """Return a text that changes whenever the run does: a commit, an event, a status, an owner."""
     return f"{run.head_seq}.{run.event_seq}.{run.status.value}.{run.updated_at!r}"
+
+
+def tree_version(tree: list[tuple[RunRecord, dict[str, Any]]]) -> str:
+    """Return a text that changes whenever any run of a fork tree does, or a fork is made or deleted.
+
+    The panel shows the fork tree too: a fork made by another process, or a replay committing in
+    the background, changes what it shows without changing the run it is attached to.
+    """
+    versions = sorted(f"{run.run_id}:{run_version(run)}" for run, _ in tree)
+    return hashlib.sha256("|".join(versions).encode()).hexdigest()[:32]
+
+
+async def version_of(store: Store, run_id: str) -> str:
+    """Return the version of the fork tree holding ``run_id`` (one query); RunNotFound for an unknown run."""
+    tree = await store.fork_tree(run_id)
+    if not tree:
+        await store.get_run(run_id)  # raises RunNotFound, as any other read of an unknown run
+    return tree_version(tree)
 
 
 def _tree(frame: Any) -> list[dict[str, Any]]:
@@ -74,5 +93,5 @@ async def run_detail(store: Store, run_id: str, key: str) -> dict[str, Any]:
         "checkpoints": history,
         "forks": _tree(await aforks(run_id, store=store)),
         "gates": [gate_json(g) for g in sorted(gates, key=lambda g: g.created_at)],
-        "version": run_version(run),
+        "version": await version_of(store, run_id),
     }
