@@ -20,6 +20,7 @@ from .errors import (
     InvalidDecision,
     InvalidInput,
     InvalidNotebookRun,
+    InvalidReplay,
     InvalidState,
     KeyFileError,
     NoActiveNode,
@@ -68,6 +69,7 @@ if _TYPE_CHECKING:
     from .engine.runs.run import Run
     from .engine.workflows.workflow import Workflow
     from .model import Decision, EventType, PruneReport, RunStatus
+    from .notebook.replays import replay
     from .service import Client
     from .store import Store, connect
     from .views import acompare, aevents, aforks, ahistory, aruns, compare, events, forks, history, runs
@@ -108,6 +110,7 @@ _LAZY: dict[str, str] = {
     "recover": ".engine.runs.recovery",
     "Run": ".engine.runs.run",
     "Workflow": ".engine.workflows.workflow",
+    "replay": ".notebook.replays",
     "Decision": ".model",
     "EventType": ".model",
     "PruneReport": ".model",
@@ -198,6 +201,7 @@ __all__ = [
     "InvalidDecision",
     "InvalidInput",
     "InvalidNotebookRun",
+    "InvalidReplay",
     "InvalidState",
     "KeyFileError",
     "NoActiveNode",
@@ -263,6 +267,7 @@ __all__ = [
     "prune",
     "recover",
     "reject",
+    "replay",
     "runs",
     "status",
     "tool",

@@ -1,0 +1,204 @@
+"""Replays: a notebook run forked before one cell with a sweep of values, the rest run in background
+kernels from the code the run committed, while the user's kernel stays where it is; kills of the
+background kernels, of the process owning them and of the user's kernel lose no committed cell."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kernelkit import Kernel
+
+import durable_nb as dnb
+from durable_nb._ids import parse_owner
+from durable_nb.engine.runs.ownership import owner_alive
+from durable_nb.headless.replay_worker import default_jobs
+
+pytestmark = pytest.mark.backends("sqlite")
+
+REPLAY = "%durable replay --at cell-train --sweep rate=0.5,2.0,3.0"
+
+
+def _cells(log: Path, block: Path) -> list[tuple[str, str]]:
+    """(cell id, source) of a small notebook; each cell appends a line to ``log`` when its code runs."""
+    bump = f"open({str(log)!r}, 'a').write"
+    return [
+        ("setup", "%load_ext durable_nb\n%durable run sweep-demo --all"),
+        ("load", f"{bump}('load\\n')\nrate = 1.0\nbase = 10"),
+        ("train", f"{bump}(f'train {{rate}}\\n')\nscore = base * rate"),
+        (
+            "slow",
+            f"import os, time\n{bump}(f'slow {{rate}}\\n')\n"
+            f"while os.path.exists({str(block)!r}):\n    time.sleep(0.05)\nchecked = True",
+        ),
+        ("report", f"{bump}(f'report {{rate}}\\n')\nresult = score * 2"),
+    ]
+
+
+def _lines(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def _wait_for(condition, what: str, timeout: float = 120) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _forks(store_url: str) -> list[dnb.Run]:
+    runs = dnb.runs("sweep-demo", store=store_url)
+    return [
+        dnb.get_run(run_id, store=store_url)
+        for run_id in runs["run_id"]
+        if dnb.get_run(run_id, store=store_url).parent_run_id
+    ]
+
+
+def _pid(owner: str) -> int:
+    return parse_owner(owner)[1]
+
+
+@pytest.fixture
+def kernels(tmp_path: Path, store_url: str) -> Iterator[list[Kernel]]:
+    started: list[Kernel] = []
+    yield started
+    for kernel in started:
+        kernel.close()
+
+
+def _start(started: list[Kernel], folder: Path, store_url: str) -> Kernel:
+    kernel = Kernel(folder, env={"DURABLE_NB_STORE": store_url})
+    started.append(kernel)
+    return kernel
+
+
+def _run_notebook(kernel: Kernel, cells: list[tuple[str, str]]) -> None:
+    for cell_id, source in cells:
+        result = kernel.run(source, cell_id=cell_id)
+        assert result.status == "ok", result.text
+
+
+@pytest.mark.slow
+def test_sweep_replays_in_background_kernels_and_survives_kills(
+    kernels: list[Kernel], tmp_path: Path, store_url: str
+) -> None:
+    """Three forks from cell train: nothing before it runs again, each fork has its own values, the user's
+    kernel is untouched; killing a fork's kernel, the process owning the kernels and the user's kernel
+    loses nothing committed, and the same command from a new kernel continues the same forks."""
+    log, block = tmp_path / "log.txt", tmp_path / "block"
+    cells = _cells(log, block)
+    user = _start(kernels, tmp_path, store_url)
+    _run_notebook(user, cells)
+    assert _lines(log) == ["load", "train 1.0", "slow 1.0", "report 1.0"]
+    original = next(iter(dnb.runs("sweep-demo", store=store_url)["run_id"]))
+
+    # The forks wait in cell slow until the test lets them go; the command returns at once all the same.
+    block.touch()
+    started = user.run(REPLAY)
+    assert started.status == "ok", started.text
+    assert "replaying run" in started.text
+    # As many forks run at once as there are cores; the others wait their turn.
+    at_once = min(3, default_jobs())
+    _wait_for(lambda: sum(line.startswith("slow ") for line in _lines(log)) == 1 + at_once, "forks in cell slow")
+    waiting = {float(line.split()[1]) for line in _lines(log)[4:] if line.startswith("slow ")}
+    forks = _forks(store_url)
+    assert len(forks) == 3 and {fork.parent_run_id for fork in forks} == {original}
+    # The user's kernel is where it was: its values and its run.
+    shown = user.run("print(rate, score, result)")
+    assert "1.0 10.0 20.0" in shown.text
+    assert _lines(log).count("load") == 1
+
+    # Kill one fork's kernel mid-cell, then the process owning the others, then the user's kernel.
+    held = [r for r in (_record(store_url, f.id) for f in forks) if r.owner]
+    assert len(held) == at_once
+    os.kill(_pid(held[0].owner), signal.SIGKILL)
+    os.kill(_parent(_pid(held[-1].owner)), signal.SIGKILL)
+    user.kill()
+    _wait_for(
+        lambda: (
+            not any(owner_alive(r.run_id, r.owner, r.lease_until) for r in (_record(store_url, f.id) for f in forks))
+        ),
+        "every fork's kernel gone",
+    )
+    block.unlink()
+
+    # A new kernel: Run All restores the notebook (its own run, not a fork), the same command continues the forks.
+    again = _start(kernels, tmp_path, store_url)
+    _run_notebook(again, cells)
+    assert _lines(log).count("load") == 1 and _lines(log).count("report 1.0") == 1
+    resumed = again.run(REPLAY + " --wait")
+    assert resumed.status == "ok", resumed.text
+    after = _forks(store_url)
+    assert {f.id for f in after} == {f.id for f in forks}
+    assert {f.status for f in after} == {"completed"}
+    lines = _lines(log)
+    assert lines.count("load") == 1  # nothing before the fork point ran in any fork
+    for rate in (0.5, 2.0, 3.0):
+        assert lines.count(f"train {rate}") == 1  # committed before the kills: restored, not run again
+        assert lines.count(f"slow {rate}") == (2 if rate in waiting else 1)  # killed mid-cell: run again
+        assert lines.count(f"report {rate}") == 1
+    results = {f.state["rate"]: (f.state["score"], f.state["result"]) for f in after}
+    assert results == {0.5: (5.0, 10.0), 2.0: (20.0, 40.0), 3.0: (30.0, 60.0)}
+
+    # The same command once more returns the same forks and runs nothing.
+    before = _lines(log)
+    same = again.run(
+        "import durable_nb as dnb\nforks = dnb.replay(at='cell-train', sweep={'rate': [0.5, 2.0, 3.0]}, wait=True)\n"
+        "print(sorted(f.id for f in forks))"
+    )
+    assert same.status == "ok", same.text
+    assert str(sorted(f.id for f in forks)) in same.text
+    assert _lines(log) == before
+    assert len(_forks(store_url)) == 3
+
+
+def _record(store_url: str, run_id: str):  # type: ignore[no-untyped-def]
+    from durable_nb._loop import run_sync
+    from durable_nb.store import connect
+
+    return run_sync(connect(store_url).get_run(run_id))
+
+
+def _parent(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+@pytest.mark.backends("sqlite", "postgres")
+def test_bad_input_is_refused_and_creates_nothing(store_url: str) -> None:
+    """An unknown cell, a value of another type, an empty sweep, a run with no committed cell: InvalidReplay,
+    and no fork made."""
+    from shellkit import Shell
+
+    shell = Shell(store_url, "bad-replay")
+    try:
+        shell.run_all("%%durable base\nrate = 0.5\nlabel = 'a'", "%%durable price\nprice = 100 * rate")
+        run_id = shell.run_id
+        empty = Shell(store_url, "nothing-yet")
+        nothing = empty.run_id
+        empty.close()
+    finally:
+        shell.close()
+    before = len(dnb.runs(store=store_url))
+    cases = [
+        ({"at": "nope"}, "No cell 'nope'"),
+        ({"at": "price", "set": {"rate": "fast"}}, "rate is float"),
+        ({"at": "price", "sweep": {"label": ["b", 3]}}, "label is str"),
+        ({"at": "price", "sweep": {"rate": []}}, "has no values"),
+        ({"at": "price", "sweep": {"rate": 0.5}}, "takes a list of values"),
+        ({"at": "price", "set": {"rate": 1}, "sweep": {"rate": [2]}}, "both set and swept"),
+    ]
+    for arguments, message in cases:
+        with pytest.raises(dnb.InvalidReplay, match=message):
+            dnb.replay(run=run_id, store=store_url, **arguments)
+    with pytest.raises(dnb.InvalidReplay, match="no committed cell"):
+        dnb.replay(at="price", run=nothing, store=store_url)
+    with pytest.raises(dnb.InvalidReplay, match="No run to replay"):
+        dnb.replay(at="price", store=store_url)  # no kernel attached here, and no run given
+    assert len(dnb.runs(store=store_url)) == before
