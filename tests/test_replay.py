@@ -73,9 +73,18 @@ def kernels(tmp_path: Path, store_url: str) -> Iterator[list[Kernel]]:
 
 
 def _start(started: list[Kernel], folder: Path, store_url: str) -> Kernel:
-    kernel = Kernel(folder, env={"DURABLE_NB_STORE": store_url})
+    # As Jupyter's server starts a notebook's kernel: the notebook file is known.
+    kernel = Kernel(folder, env={"DURABLE_NB_STORE": store_url, "JPY_SESSION_NAME": str(folder / "sweep.ipynb")})
     started.append(kernel)
     return kernel
+
+
+def _write_notebook(path: Path, cells: list[tuple[str, str]]) -> None:
+    import nbformat
+
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell(source, id=cell_id) for cell_id, source in cells]
+    nbformat.write(notebook, str(path))
 
 
 def _run_notebook(kernel: Kernel, cells: list[tuple[str, str]]) -> None:
@@ -93,6 +102,7 @@ def test_sweep_replays_in_background_kernels_and_survives_kills(
     loses nothing committed, and the same command from a new kernel continues the same forks."""
     log, block = tmp_path / "log.txt", tmp_path / "block"
     cells = _cells(log, block)
+    _write_notebook(tmp_path / "sweep.ipynb", cells)
     user = _start(kernels, tmp_path, store_url)
     _run_notebook(user, cells)
     assert _lines(log) == ["load", "train 1.0", "slow 1.0", "report 1.0"]
@@ -102,7 +112,7 @@ def test_sweep_replays_in_background_kernels_and_survives_kills(
     block.touch()
     started = user.run(REPLAY)
     assert started.status == "ok", started.text
-    assert "replaying run" in started.text
+    assert "replaying run" in started.text and "differ" not in started.text
     # As many forks run at once as there are cores; the others wait their turn.
     at_once = min(3, default_jobs())
     _wait_for(lambda: sum(line.startswith("slow ") for line in _lines(log)) == 1 + at_once, "forks in cell slow")
@@ -132,8 +142,11 @@ def test_sweep_replays_in_background_kernels_and_survives_kills(
     again = _start(kernels, tmp_path, store_url)
     _run_notebook(again, cells)
     assert _lines(log).count("load") == 1 and _lines(log).count("report 1.0") == 1
+    # The notebook file changed since: the replay says so, and runs the code the run committed.
+    _write_notebook(tmp_path / "sweep.ipynb", [*cells[:-1], ("report", cells[-1][1].replace("* 2", "* 3"))])
     resumed = again.run(REPLAY + " --wait")
     assert resumed.status == "ok", resumed.text
+    assert "cell-report in sweep.ipynb differs" in resumed.text
     after = _forks(store_url)
     assert {f.id for f in after} == {f.id for f in forks}
     assert {f.status for f in after} == {"completed"}
@@ -202,3 +215,27 @@ def test_bad_input_is_refused_and_creates_nothing(store_url: str) -> None:
     with pytest.raises(dnb.InvalidReplay, match="No run to replay"):
         dnb.replay(at="price", store=store_url)  # no kernel attached here, and no run given
     assert len(dnb.runs(store=store_url)) == before
+
+
+def test_a_gate_pauses_its_fork_until_decided(store_url: str) -> None:
+    """A gate in a replayed cell pauses that fork (a paused run, as the panel and inspector show it); once
+    decided, the same call continues the fork after the gate."""
+    from shellkit import Shell
+
+    gate = "%%durable review\nimport durable_nb as dnb\nd = dnb.gate('publish?', {'rate': rate})\nok = d.approved"
+    shell = Shell(store_url, "gated")
+    try:
+        shell.ok("%%durable base\nrate = 0.5")
+        assert type(shell.run(gate).error_in_exec).__name__ == "GatePending"
+        shell.ok("%durable approve")
+        shell.ok("%%durable publish\npublished = rate if ok else None")
+        run_id = shell.run_id
+    finally:
+        shell.close()
+    [fork] = dnb.replay(at="review", sweep={"rate": [2.0]}, run=run_id, store=store_url, wait=True)
+    assert fork.status == "paused" and fork.pending_interrupt["node_id"] == "review"
+    assert fork.pending_interrupt["context"] == {"rate": 2.0}
+    dnb.approve(fork.id, store=store_url)
+    [again] = dnb.replay(at="review", sweep={"rate": [2.0]}, run=run_id, store=store_url, wait=True)
+    assert again.id == fork.id and again.status == "completed"
+    assert again.state["published"] == 2.0

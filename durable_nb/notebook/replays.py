@@ -55,6 +55,7 @@ def replay(
             )
         store = store if store is not None else attached
     started = start_replay(store, run, at, set, sweep, executor)
+    _say_changed(started)
     bars = _show_progress(started, wait)
     if wait:
         started.wait(on_progress=bars.update if bars is not None else None)
@@ -80,6 +81,62 @@ def _attached() -> tuple[str | None, Any]:
     if session.cell_run is None:
         return None, session.store
     return session.cell_run.run_id, session.cell_run.store
+
+
+def _say_changed(started: Replay) -> None:
+    """Warn (in a kernel whose notebook file is known) of replayed cells whose code there differs from the run's."""
+    shell = _shell()
+    if shell is None:
+        return
+    from .notebook_tags import notebook_path
+    from .session import session_for
+
+    path = notebook_path(shell.user_ns)
+    if path is None or not path.is_file():
+        return
+    try:
+        current = _notebook_hashes(shell, path)
+    except Exception:  # noqa: BLE001 - an unreadable notebook file only means there is nothing to compare
+        return
+    from .cellcode import analyze
+
+    replayed = set(started.replayed)
+    changed = [
+        cell.node
+        for cell in started.plan.cells
+        if cell.node in replayed and current.get(cell.node) != analyze(cell.source).source_hash
+    ]
+    if changed:
+        session_for(shell).notes.warn(
+            f"{', '.join(changed)} in {path.name} differ{'s' if len(changed) == 1 else ''} from the code run "
+            f"{started.plan.run.run_id} committed (or are not there): the replay runs the committed code",
+            "replay",
+        )
+
+
+def _notebook_hashes(shell: Any, path: Any) -> dict[str, str]:
+    """The code hash of each code cell of the notebook file, by the name its run gives it."""
+    import nbformat
+
+    from .cell_names import cell_name
+    from .cellcode import analyze
+
+    notebook = nbformat.read(str(path), as_version=4)
+    found: dict[str, str] = {}
+    for index, cell in enumerate(notebook.cells):
+        if cell.cell_type != "code":
+            continue
+        source = str(cell.source)
+        name = cell_name(index, source, list(cell.get("metadata", {}).get("tags", [])), cell.get("id"))
+        if source.startswith("%%durable "):
+            first, _, source = source.partition("\n")
+            words = first.split()
+            name = words[1] if len(words) > 1 else name
+        try:
+            found.setdefault(name, analyze(shell.transform_cell(source)).source_hash)
+        except SyntaxError:
+            continue
+    return found
 
 
 def _show_progress(started: Replay, wait: bool) -> Any:

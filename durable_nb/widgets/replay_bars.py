@@ -36,6 +36,10 @@ class ReplayBars(widgets.VBox):
         self._thread: threading.Thread | None = None
         self.update(progress)
 
+    def __repr__(self) -> str:
+        # Stable, whatever the forks' progress: what nbval and plain-text front ends compare.
+        return f"<ReplayBars of {len(self._bars)} fork{'s' if len(self._bars) != 1 else ''}>"
+
     def update(self, progress: Sequence[ReplayProgress]) -> None:
         """Show how far each fork got."""
         for p in progress:

@@ -62,6 +62,7 @@ class Replay:
         self.run_ids = run_ids
         self.worker: subprocess.Popen[bytes] | None = None
         self.tasks: list[Any] = []
+        self.replayed: list[str] = plan.replayed
 
     def progress(self) -> list[ReplayProgress]:
         """Return how far each fork got, as the store says."""
@@ -139,6 +140,8 @@ def start_replay(
     plan = run_sync(plan_replay(resolved, values, run, at, set, sweep))
     forks = run_sync(create_replays(resolved, values, plan))
     replay = Replay(plan, resolved, url, [fork.run_id for fork in forks])
+    # The cells the forks replay, as each was made with (a fork made before later cells were committed has fewer).
+    replay.replayed = list(dict.fromkeys(n for fork in forks for n in fork.meta.get("replay", {}).get("replayed", [])))
     # A fork that finished or waits at a gate is left as it is; any other (new, or stopped by a crash
     # or a failed cell) is replayed: its committed cells restore, the rest run.
     statuses = {fork.run_id: run_sync(resolved.get_run(fork.run_id)).status for fork in forks}
