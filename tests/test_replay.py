@@ -98,8 +98,9 @@ def test_sweep_replays_in_background_kernels_and_survives_kills(
     kernels: list[Kernel], tmp_path: Path, store_url: str
 ) -> None:
     """Three forks from cell train: nothing before it runs again, each fork has its own values, the user's
-    kernel is untouched; killing a fork's kernel, the process owning the kernels and the user's kernel
-    loses nothing committed, and the same command from a new kernel continues the same forks."""
+    kernel is untouched and shows a bar per fork; the replays go on when the user's kernel dies; killing a
+    fork's kernel or the process owning the kernels loses nothing committed, and the same command (from a
+    new kernel) continues the same forks."""
     log, block = tmp_path / "log.txt", tmp_path / "block"
     cells = _cells(log, block)
     _write_notebook(tmp_path / "sweep.ipynb", cells)
@@ -115,34 +116,38 @@ def test_sweep_replays_in_background_kernels_and_survives_kills(
     assert "replaying run" in started.text and "differ" not in started.text
     # As many forks run at once as there are cores; the others wait their turn.
     at_once = min(3, default_jobs())
-    _wait_for(lambda: sum(line.startswith("slow ") for line in _lines(log)) == 1 + at_once, "forks in cell slow")
-    waiting = {float(line.split()[1]) for line in _lines(log)[4:] if line.startswith("slow ")}
+    _wait_for(lambda: _count(log, "slow ") == 1 + at_once, "forks in cell slow")
     forks = _forks(store_url)
     assert len(forks) == 3 and {fork.parent_run_id for fork in forks} == {original}
-    # The user's kernel is where it was: its values and its run.
-    shown = user.run("print(rate, score, result)")
-    assert "1.0 10.0 20.0" in shown.text
+    # The user's kernel is where it was, its values and its run; its bars moved while it was idle.
+    assert "1.0 10.0 20.0" in user.run("print(rate, score, result)").text
+    _wait_for(lambda: _bar_moved(user), "a bar at 1 cell done")
     assert _lines(log).count("load") == 1
 
-    # Kill one fork's kernel mid-cell, then the process owning the others, then the user's kernel.
+    # The user's kernel dies, then one fork's kernel mid-cell: the others go on, and finish.
     held = [r for r in (_record(store_url, f.id) for f in forks) if r.owner]
     assert len(held) == at_once
-    os.kill(_pid(held[0].owner), signal.SIGKILL)
-    os.kill(_parent(_pid(held[-1].owner)), signal.SIGKILL)
+    killed = held[0].run_id
     user.kill()
-    _wait_for(
-        lambda: (
-            not any(owner_alive(r.run_id, r.owner, r.lease_until) for r in (_record(store_url, f.id) for f in forks))
-        ),
-        "every fork's kernel gone",
-    )
+    os.kill(_pid(held[0].owner), signal.SIGKILL)
+    _wait_for(lambda: not _alive(store_url, killed), "the fork's kernel gone")
     block.unlink()
+    others = [f.id for f in forks if f.id != killed]
+    _wait_for(lambda: all(_record(store_url, i).status.value == "completed" for i in others), "the others done")
 
-    # A new kernel: Run All restores the notebook (its own run, not a fork), the same command continues the forks.
+    # A new kernel: Run All restores the notebook (its own run, not a fork); the same command continues the
+    # killed fork. The process owning its kernel is killed in turn, mid-cell, and the command run again.
     again = _start(kernels, tmp_path, store_url)
     _run_notebook(again, cells)
     assert _lines(log).count("load") == 1 and _lines(log).count("report 1.0") == 1
-    # The notebook file changed since: the replay says so, and runs the code the run committed.
+    block.touch()
+    assert again.run(REPLAY).status == "ok"
+    rate = _record(store_url, killed).meta["replay"]["values"]["rate"]
+    _wait_for(lambda: _count(log, f"slow {rate}") == 2, "the killed fork in cell slow again")
+    os.kill(_parent(_pid(_record(store_url, killed).owner)), signal.SIGKILL)
+    _wait_for(lambda: not _alive(store_url, killed), "the fork's kernel gone with its process")
+    block.unlink()
+    # The notebook file changed meanwhile: the replay says so, and runs the code the run committed.
     _write_notebook(tmp_path / "sweep.ipynb", [*cells[:-1], ("report", cells[-1][1].replace("* 2", "* 3"))])
     resumed = again.run(REPLAY + " --wait")
     assert resumed.status == "ok", resumed.text
@@ -152,10 +157,10 @@ def test_sweep_replays_in_background_kernels_and_survives_kills(
     assert {f.status for f in after} == {"completed"}
     lines = _lines(log)
     assert lines.count("load") == 1  # nothing before the fork point ran in any fork
-    for rate in (0.5, 2.0, 3.0):
-        assert lines.count(f"train {rate}") == 1  # committed before the kills: restored, not run again
-        assert lines.count(f"slow {rate}") == (2 if rate in waiting else 1)  # killed mid-cell: run again
-        assert lines.count(f"report {rate}") == 1
+    for value in (0.5, 2.0, 3.0):
+        assert lines.count(f"train {value}") == 1  # committed before the kills: restored, never run again
+        assert lines.count(f"slow {value}") == (3 if value == rate else 1)  # killed twice mid-cell: run again
+        assert lines.count(f"report {value}") == 1
     results = {f.state["rate"]: (f.state["score"], f.state["result"]) for f in after}
     assert results == {0.5: (5.0, 10.0), 2.0: (20.0, 40.0), 3.0: (30.0, 60.0)}
 
@@ -169,6 +174,21 @@ def test_sweep_replays_in_background_kernels_and_survives_kills(
     assert str(sorted(f.id for f in forks)) in same.text
     assert _lines(log) == before
     assert len(_forks(store_url)) == 3
+
+
+def _count(log: Path, prefix: str) -> int:
+    return sum(line.startswith(prefix) for line in _lines(log))
+
+
+def _alive(store_url: str, run_id: str) -> bool:
+    record = _record(store_url, run_id)
+    return owner_alive(record.run_id, record.owner, record.lease_until)
+
+
+def _bar_moved(kernel: Kernel) -> bool:
+    """True once the kernel sent a bar's update to 1 cell done (read while running a cell that commits nothing)."""
+    kernel.run("%durable notes on")
+    return any(m.get("method") == "update" and m.get("state", {}).get("value") == 1 for m in kernel.comm_messages)
 
 
 def _record(store_url: str, run_id: str):  # type: ignore[no-untyped-def]
