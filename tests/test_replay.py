@@ -237,9 +237,12 @@ def test_bad_input_is_refused_and_creates_nothing(store_url: str) -> None:
     assert len(dnb.runs(store=store_url)) == before
 
 
+@pytest.mark.slow
 def test_a_gate_pauses_its_fork_until_decided(store_url: str) -> None:
     """A gate in a replayed cell pauses that fork (a paused run, as the panel and inspector show it); once
-    decided, the same call continues the fork after the gate."""
+    decided, the same call continues the fork after the gate (here on an executor's worker)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from shellkit import Shell
 
     gate = "%%durable review\nimport durable_nb as dnb\nd = dnb.gate('publish?', {'rate': rate})\nok = d.approved"
@@ -256,6 +259,9 @@ def test_a_gate_pauses_its_fork_until_decided(store_url: str) -> None:
     assert fork.status == "paused" and fork.pending_interrupt["node_id"] == "review"
     assert fork.pending_interrupt["context"] == {"rate": 2.0}
     dnb.approve(fork.id, store=store_url)
-    [again] = dnb.replay(at="review", sweep={"rate": [2.0]}, run=run_id, store=store_url, wait=True)
+    with ThreadPoolExecutor(1) as executor:
+        [again] = dnb.replay(
+            at="review", sweep={"rate": [2.0]}, run=run_id, store=store_url, wait=True, executor=executor
+        )
     assert again.id == fork.id and again.status == "completed"
     assert again.state["published"] == 2.0
