@@ -172,6 +172,7 @@ def test_sweep_replays_in_background_kernels_and_survives_kills(
     )
     assert same.status == "ok", same.text
     assert str(sorted(f.id for f in forks)) in same.text
+    assert "cannot be stored" not in same.text  # the Run handles are committed with the cell
     assert _lines(log) == before
     assert len(_forks(store_url)) == 3
 
