@@ -4,6 +4,7 @@ background kernels, of the process owning them and of the user's kernel lose no 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -15,6 +16,7 @@ from kernelkit import Kernel
 
 import durable_nb as dnb
 from durable_nb._ids import parse_owner
+from durable_nb.cli import main
 from durable_nb.engine.runs.ownership import owner_alive
 from durable_nb.headless.replay_worker import default_jobs
 
@@ -205,7 +207,7 @@ def _parent(pid: int) -> int:
 
 
 @pytest.mark.backends("sqlite", "postgres")
-def test_bad_input_is_refused_and_creates_nothing(store_url: str) -> None:
+def test_bad_input_is_refused_and_creates_nothing(store_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     """An unknown cell, a value of another type, an empty sweep, a run with no committed cell: InvalidReplay,
     and no fork made."""
     from shellkit import Shell
@@ -235,11 +237,13 @@ def test_bad_input_is_refused_and_creates_nothing(store_url: str) -> None:
         dnb.replay(at="price", run=nothing, store=store_url)
     with pytest.raises(dnb.InvalidReplay, match="No run to replay"):
         dnb.replay(at="price", store=store_url)  # no kernel attached here, and no run given
+    assert main(["replay", run_id, "--at", "nope", "--store", store_url]) != 0
+    assert "No cell 'nope'" in capsys.readouterr().err
     assert len(dnb.runs(store=store_url)) == before
 
 
 @pytest.mark.slow
-def test_a_gate_pauses_its_fork_until_decided(store_url: str) -> None:
+def test_a_gate_pauses_its_fork_until_decided(store_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     """A gate in a replayed cell pauses that fork (a paused run, as the panel and inspector show it); once
     decided, the same call continues the fork after the gate (here on an executor's worker)."""
     from concurrent.futures import ThreadPoolExecutor
@@ -256,8 +260,13 @@ def test_a_gate_pauses_its_fork_until_decided(store_url: str) -> None:
         run_id = shell.run_id
     finally:
         shell.close()
-    [fork] = dnb.replay(at="review", sweep={"rate": [2.0]}, run=run_id, store=store_url, wait=True)
-    assert fork.status == "paused" and fork.pending_interrupt["node_id"] == "review"
+    # From the command line: the same forks as from Python.
+    capsys.readouterr()
+    code = main(["replay", run_id, "--at", "review", "--sweep", "rate=2.0", "--wait", "--json", "--store", store_url])
+    [shown] = json.loads(capsys.readouterr().out)
+    assert code == 0 and shown["status"] == "paused" and shown["values"] == {"rate": 2.0}
+    fork = dnb.get_run(shown["run_id"], store=store_url)
+    assert fork.pending_interrupt["node_id"] == "review"
     assert fork.pending_interrupt["context"] == {"rate": 2.0}
     dnb.approve(fork.id, store=store_url)
     with ThreadPoolExecutor(1) as executor:
