@@ -275,3 +275,16 @@ def test_a_gate_pauses_its_fork_until_decided(store_url: str, capsys: pytest.Cap
         )
     assert again.id == fork.id and again.status == "completed"
     assert again.state["published"] == 2.0
+
+
+def test_sweep_text_is_read_as_literals_never_run() -> None:
+    """``name=v1,v2`` is a list of Python literals: tuples stay one value, code is refused."""
+    from durable_nb.engine.forks.literals import parse_sweep
+
+    assert parse_sweep("rate=0.1, 0.01") == ("rate", [0.1, 0.01])
+    assert parse_sweep("shape=(1, 2),(3, 4)") == ("shape", [(1, 2), (3, 4)])
+    assert parse_sweep("label='a','b'") == ("label", ["a", "b"])
+    assert parse_sweep("rate=") == ("rate", [])  # refused as an empty sweep when the replay is made
+    for bad in ("rate", "2x=1", "__class__=1", "rate=__import__('os').getpid()", "rate=1], [2"):
+        with pytest.raises(dnb.InvalidInput):
+            parse_sweep(bad)
