@@ -243,6 +243,7 @@ def test_bad_input_is_refused_and_creates_nothing(store_url: str, capsys: pytest
 
 
 @pytest.mark.slow
+@pytest.mark.backends("sqlite", "postgres")
 def test_a_gate_pauses_its_fork_until_decided(store_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     """A gate in a replayed cell pauses that fork (a paused run, as the panel and inspector show it); once
     decided, the same call continues the fork after the gate (here on an executor's worker)."""
