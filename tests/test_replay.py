@@ -289,3 +289,21 @@ def test_sweep_text_is_read_as_literals_never_run() -> None:
     for bad in ("rate", "2x=1", "__class__=1", "rate=__import__('os').getpid()", "rate=1], [2"):
         with pytest.raises(dnb.InvalidInput):
             parse_sweep(bad)
+
+
+def test_a_fork_that_cannot_start_says_why(store_url: str) -> None:
+    """A fork whose kernel cannot start is marked failed with the reason, not left pending without a word."""
+    from shellkit import Shell
+
+    from durable_nb.engine.cells.replay_runs import start_replay
+
+    shell = Shell(store_url, "no-kernel")
+    try:
+        shell.run_all("%%durable base\nrate = 0.5", "%%durable price\nprice = 100 * rate")
+        run_id = shell.run_id
+    finally:
+        shell.close()
+    started = start_replay(store_url, run_id, "price", {"rate": 1.0}, kernel="no-such-kernel")
+    started.wait()
+    [fork] = started.runs()
+    assert fork.status == "failed" and "NoSuchKernel" in (fork.error or "")

@@ -18,14 +18,14 @@ __all__ = ["main", "run_forks"]
 
 
 def run_forks(store: str, run_ids: Sequence[str], jobs: int, kernel: str = "python3") -> None:
-    """Replay each fork in its own kernel, ``jobs`` at once; a fork that cannot run is left as it is."""
-    from .replay_kernel import replay_fork
+    """Replay each fork in its own kernel, ``jobs`` at once; a fork that cannot run is marked failed, saying why."""
+    from .replay_kernel import record_failure, replay_fork
 
     def one(run_id: str) -> None:
         try:
             replay_fork(store, run_id, kernel)
         except Exception as error:  # noqa: BLE001 - one fork's trouble must not stop the others
-            print(f"replay of run {run_id} stopped: {type(error).__name__}: {error}", flush=True)
+            record_failure(store, run_id, error)  # said on the fork: this process has no one to tell
 
     with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(run_ids)))) as pool:
         list(pool.map(one, run_ids))
