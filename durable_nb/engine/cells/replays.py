@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import pickle
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -90,8 +91,16 @@ class ReplayProgress:
 
 def replay_key(run_id: str, at: str, values: Mapping[str, Any]) -> str:
     """The idempotency key of a replay's fork: the same run, cell and values find the same fork."""
-    identity = json.dumps([run_id, at, sorted(values.items())], sort_keys=True, default=repr)
+    identity = json.dumps([run_id, at, sorted(values.items())], sort_keys=True, default=_identity)
     return "replay-" + hashlib.sha256(identity.encode()).hexdigest()[:32]
+
+
+def _identity(value: Any) -> str:
+    """What tells a value JSON cannot hold from another: its pickle's digest (a repr may elide, as numpy's does)."""
+    try:
+        return type(value).__qualname__ + ":" + hashlib.sha256(pickle.dumps(value, protocol=5)).hexdigest()
+    except Exception:  # noqa: BLE001 - a value pickle cannot take is told by its text
+        return repr(value)
 
 
 def combinations(set_: Mapping[str, Any] | None, sweep: Mapping[str, Sequence[Any]] | None) -> list[dict[str, Any]]:
