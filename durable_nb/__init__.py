@@ -20,6 +20,7 @@ from .errors import (
     InvalidDecision,
     InvalidInput,
     InvalidNotebookRun,
+    InvalidReplay,
     InvalidState,
     KeyFileError,
     NoActiveNode,
@@ -68,6 +69,7 @@ if _TYPE_CHECKING:
     from .engine.runs.run import Run
     from .engine.workflows.workflow import Workflow
     from .model import Decision, EventType, PruneReport, RunStatus
+    from .notebook.replays import replay
     from .service import Client
     from .store import Store, connect
     from .views import (
@@ -121,6 +123,7 @@ _LAZY: dict[str, str] = {
     "recover": ".engine.runs.recovery",
     "Run": ".engine.runs.run",
     "Workflow": ".engine.workflows.workflow",
+    "replay": ".notebook.replays",
     "Decision": ".model",
     "EventType": ".model",
     "PruneReport": ".model",
@@ -213,6 +216,7 @@ __all__ = [
     "InvalidDecision",
     "InvalidInput",
     "InvalidNotebookRun",
+    "InvalidReplay",
     "InvalidState",
     "KeyFileError",
     "NoActiveNode",
@@ -280,6 +284,7 @@ __all__ = [
     "prune",
     "recover",
     "reject",
+    "replay",
     "runs",
     "status",
     "tool",

@@ -7,6 +7,7 @@
      │    ├── InvalidDecision     an approval/rejection that cannot be recorded
      │    ├── IdempotencyKeyReused  a key already used for a run with other input
      │    ├── InvalidNotebookRun    a notebook, run name or parameters run-notebook cannot use
+     │    ├── InvalidReplay         a replay that cannot be made (unknown cell, changed type, empty sweep)
      │    └── AmbiguousRunId        a shortened run id that matches several runs (also a LookupError)
      ├── RunNotFound              no run with that id (also a LookupError)
      ├── UnknownGate              no gate waits at that node (also a LookupError)
@@ -51,6 +52,7 @@ __all__ = [
     "InvalidDecision",
     "InvalidInput",
     "InvalidNotebookRun",
+    "InvalidReplay",
     "InvalidState",
     "KeyFileError",
     "NoActiveNode",
@@ -112,6 +114,10 @@ class IdempotencyKeyReused(InvalidInput):
 
 class InvalidNotebookRun(InvalidInput):
     """A notebook path, run name or parameters a headless run cannot use: refused before any kernel starts."""
+
+
+class InvalidReplay(InvalidInput):
+    """A replay that cannot be made: an unknown cell, a value of another type, an empty sweep, no cells."""
 
 
 class AmbiguousRunId(InvalidInput, LookupError):

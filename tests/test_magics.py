@@ -28,7 +28,13 @@ Exercise = Callable[[Shell, Out, Path], None]
 EXERCISES: dict[str, Exercise] = {}
 # The options each subcommand's exercise uses, checked against the subcommand's own parser.
 EXERCISED_OPTIONS: dict[str, set[str]] = {}
-PARSERS = {"run": "_run_args", "fork": "_fork_args", "approve": "_decision_args", "reject": "_decision_args"}
+PARSERS = {
+    "run": "_run_args",
+    "fork": "_fork_args",
+    "replay": "_replay_args",
+    "approve": "_decision_args",
+    "reject": "_decision_args",
+}
 
 
 def exercise(subcommand: str, *options: str) -> Callable[[Exercise], Exercise]:
@@ -157,6 +163,23 @@ def _fork(shell: Shell, out: Out, folder: Path) -> None:
     shell.ok("%durable fork --set rate=0.25")  # at the latest state
     assert dnb.get_run(shell.run_id, store=shell.store_url).parent_run_id == forked
     assert shell.ns["rate"] == 0.25
+
+
+@exercise("replay", "--at", "--set", "--sweep", "--wait")
+def _replay(shell: Shell, out: Out, folder: Path) -> None:
+    shell.run_all("%%durable base\nrate = 0.5\nfee = 1", "%%durable price\nprice = 100 * (1 + rate) + fee")
+    original = shell.run_id
+    said(out)
+    shell.ok("%durable replay --at price --set fee=2 --sweep rate=1.0 --wait")
+    assert "replaying run" in said(out) and shell.run_id == original and shell.ns["price"] == 151.0
+    forks = [r for r in dnb.runs("magics", store=shell.store_url)["run_id"] if r != original]
+    assert len(forks) == 1
+    fork = dnb.get_run(forks[0], store=shell.store_url)
+    assert fork.status == "completed" and fork.state["price"] == 202.0
+    assert "has no values" in _refused(shell, "%durable replay --at price --sweep rate=", out)
+    assert "rate is float" in _refused(shell, "%durable replay --at price --set rate='x'", out)
+    assert "No cell 'nope'" in _refused(shell, "%durable replay --at nope", out)
+    assert len(dnb.runs("magics", store=shell.store_url)) == 2  # refused: nothing created
 
 
 @exercise("switch")
@@ -403,6 +426,13 @@ def _k_inspect(kernel: Kernel) -> None:
     assert any(WIDGET in data and data["text/plain"].startswith("<Inspector run") for data in shown)
 
 
+@in_kernel("replay")
+def _k_replay(kernel: Kernel) -> None:
+    result = _ok(kernel, "%durable replay --at load --set rows=[4] --wait")
+    assert "replaying run" in _notes(result)
+    assert any(WIDGET in data for data in _data(result, "display_data"))  # a bar per fork
+
+
 @in_kernel("approve")
 def _k_approve(kernel: Kernel) -> None:
     paused = kernel.run(GATE)
@@ -459,7 +489,7 @@ def test_every_subcommand_in_a_real_kernel(kernels: Callable[[], Kernel]) -> Non
     assert set(KERNEL_CHECKS) == set(SUBCOMMANDS)
     kernel = kernels()
     _ok(kernel, "%load_ext durable_nb\nimport durable_nb as dnb")
-    order = ["run", "status", "history", "runs", "forks", "inspect", "approve", "reject", "fork", "switch"]
+    order = ["run", "status", "history", "runs", "forks", "inspect", "replay", "approve", "reject", "fork", "switch"]
     order += ["notes", "off", "end"]
     assert sorted(order) == sorted(SUBCOMMANDS)
     KERNEL_CHECKS["run"](kernel)

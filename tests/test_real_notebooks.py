@@ -45,3 +45,34 @@ def test_a_gallery_notebook_is_faithful_after_restore_and_after_a_kill(
     assert kill["committed_before_rerun"] is not None
     assert kill["restored"] == kill["committed_before_rerun"]  # what committed is restored, nothing else
     assert 0 < len(kill["restored"]) < cells
+
+
+def test_a_gallery_notebook_replays_from_a_cell(sources: dict[str, str], tmp_path: Path) -> None:
+    """A gallery example, replayed from its third cell with the unlabeled samples swept: the cells above
+    are restored in each fork (never committed there), the fork with the original value reproduces the
+    original run's results, and the one with another value differs."""
+    import numpy as np
+    from kernelkit import Kernel
+
+    import durable_nb as dnb
+
+    path = "semi_supervised/plot_label_propagation_digits.py"
+    store = f"sqlite:///{tmp_path}/runs.db"
+    kernel = Kernel(tmp_path, env={"DURABLE_NB_STORE": store, "MPLBACKEND": "agg"})
+    try:
+        for source in realnb.durable_cells("gallery", realnb.split_cells(sources[path])):
+            assert kernel.run(source, timeout=300).status == "ok", source[:80]
+    finally:
+        kernel.close()
+    [original] = list(dnb.runs("gallery", store=store)["run_id"])
+    same, other = np.arange(40, 340), np.arange(100, 340)
+    forks = dnb.replay(at="c3", sweep={"unlabeled_set": [same, other]}, run=original, store=store, wait=True)
+    assert [fork.status for fork in forks] == ["completed", "completed"]
+    for fork in forks:
+        steps = [step for step in dnb.history(fork.id, store=store)["step"] if step.startswith("after:")]
+        assert steps == [f"after:c{i}" for i in range(3, 10)]  # c1 and c2 restored, the rest run
+    before = dnb.get_run(original, store=store).state
+    kept, changed = forks[0].state, forks[1].state
+    for name in ("y_train", "predicted_labels", "true_labels", "uncertainty_index"):
+        assert np.array_equal(kept[name], before[name]), name
+    assert len(changed["predicted_labels"]) == 240 != len(before["predicted_labels"])

@@ -56,6 +56,7 @@ _ORDER = (
     "resume",
     "cancel",
     "fork",
+    "replay",
     "prune",
     "recover",
     "demo",

@@ -211,7 +211,12 @@ async def _afork_last_run(prepared: NotebookRun) -> str | None:
     from ..store.secret import load_secret
 
     store = resolve_store(prepared.store)
-    runs = [run for run in await store.list_runs(prepared.run_name) if run.kind is RunKind.NOTEBOOK]
+    # A replay's fork is not the notebook's last run: it replays someone's run with other values.
+    runs = [
+        run
+        for run in await store.list_runs(prepared.run_name)
+        if run.kind is RunKind.NOTEBOOK and "replay" not in run.meta
+    ]
     if not runs or any(run.idempotency_key == prepared.run_key for run in runs):
         return None
     values = ValueCodec(store, load_secret())

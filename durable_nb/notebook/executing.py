@@ -139,6 +139,8 @@ class CellExecutor:
             outcome = cell_outcome(
                 self.shell, node, cell, capture.outputs, before, watch, shown, options.exclude, options.replay, recipe
             )
+            # The code that ran, kept with its commit: a replay runs the cells from the store alone.
+            outcome.extra["source"] = source
             outcome.duration = time.perf_counter() - started
             outcome.attempts = attempt
             outcome.events = attempts.events

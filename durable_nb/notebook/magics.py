@@ -29,6 +29,7 @@ SUBCOMMANDS = (
     "forks",
     "end",
     "fork",
+    "replay",
     "switch",
     "inspect",
     "approve",
@@ -116,6 +117,7 @@ class DurableMagics(Magics):
             %durable off            (stop --all: later cells run as written)
             %durable status | history | runs | forks | end
             %durable fork [--at NODE] [--set name=literal ...]
+            %durable replay --at NODE [--set name=literal ...] [--sweep name=v1,v2 ...] [--wait]
             %durable switch RUN
             %durable inspect
             %durable approve [--node N] [--comment T] [--by NAME]
@@ -298,6 +300,43 @@ class DurableMagics(Magics):
             "forked",
         )
         session.warn_shared(shared, "at the fork point")
+
+    @magic_arguments()
+    @argument("--at", required=True, help="The cell to replay from: the forks branch just before it.")
+    @argument("--set", dest="overrides", action="append", default=[], help="name=python_literal every fork takes.")
+    @argument(
+        "--sweep", dest="sweeps", action="append", default=[], help="name=v1,v2,…: one fork per value (combined)."
+    )
+    @argument("--wait", action="store_true", help="Wait here until every fork finished or paused at a gate.")
+    def _replay_args(self, line: str) -> None:
+        """%durable replay: fork the run before a cell with other values; replay the rest in background kernels.
+
+        This kernel stays where it is. The same command again returns the same forks (and continues
+        any a crash stopped).
+
+        Example: %durable replay --at train --sweep learning_rate=0.1,0.01,0.001
+        """
+
+    def _replay(self, rest: str) -> None:
+        from ..engine.forks.literals import parse_sweep
+        from .replays import replay
+
+        args = parse_argstring(self._replay_args, rest)
+        session = session_for(self.shell)
+        cell_run = session.require()
+        try:
+            overrides = OverrideText.parse([str(_unquoted(text)) for text in args.overrides]).values
+            sweep = dict(parse_sweep(str(_unquoted(text))) for text in args.sweeps)
+            runs = replay(str(_unquoted(args.at)), overrides, sweep, cell_run.run_id, args.wait, store=cell_run.store)
+        except DurableError as error:
+            raise UsageError(str(error)) from None
+        shown = ", ".join(f"{run.id} ({run.status})" for run in runs)
+        forks = f"{len(runs)} fork{'s' if len(runs) != 1 else ''}"
+        session.notes.say(
+            f"replaying run {cell_run.run_id} from cell '{args.at}' in {forks}: {shown}; "
+            f"this kernel stays in run {cell_run.run_id}",
+            "replay",
+        )
 
     def _switch(self, rest: str) -> None:
         run_id = _unquoted(rest.strip())

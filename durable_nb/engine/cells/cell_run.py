@@ -165,7 +165,8 @@ class CellRun:
         if run_id is not None:
             run = await store.get_run(run_id)
         elif not new and key is None:
-            candidates = await store.list_runs(name, statuses=_UNFINISHED)
+            # A replay's fork belongs to the background kernel that replays it, not to a kernel attaching by name.
+            candidates = [r for r in await store.list_runs(name, statuses=_UNFINISHED) if "replay" not in r.meta]
             run = candidates[0] if candidates else None
         if run is None:
             run, _ = await store.create_run(new_notebook_run(name, key if key is not None or new else new_key))
@@ -266,6 +267,7 @@ class CellRun:
         *,
         key: str | None = None,
         owned: bool = True,
+        meta: dict[str, Any] | None = None,
     ) -> CellRun:
         """Branch a new run from the state just before ``node`` was committed; this run is untouched.
 
@@ -298,6 +300,7 @@ class CellRun:
             lease_until=lease,
             idempotency_key=key,
             at_start=source_id is None,
+            meta=meta,
         )
         forked = await type(self).open(self.store, self.values, fork.run, self.tracker)
         forked.resumes.pop(node, None)

@@ -28,6 +28,9 @@ from .literals import OverrideText
 
 __all__ = ["Fork", "create_fork"]
 
+# Meta keys that describe one run only: a fork of it does not copy them.
+_OWN_META = frozenset({"replay"})
+
 
 @dataclass(slots=True)
 class Fork:
@@ -51,6 +54,7 @@ async def create_fork(
     first_events: list[NewEvent] | None = None,
     then: Callable[[CheckpointRecord, CheckpointDraft], tuple[list[CheckpointDraft], list[Blob]]] | None = None,
     at_start: bool = False,
+    meta: Mapping[str, Any] | None = None,
 ) -> Fork:
     """Create a run branched from a checkpoint of ``run_id``; the original is untouched.
 
@@ -61,6 +65,7 @@ async def create_fork(
     ``overrides`` are Python values (name to value), or an ``OverrideText`` a person typed: then each
     value must keep the type it has at the fork point, read here once; InvalidInput, and no fork,
     otherwise. ``carried`` are values the fork inherits from other forks; the overrides win over them.
+    ``meta`` is added to what the fork copies of its parent's (a replay's description, say).
     """
     source_run = await store.get_run(run_id)
     source: CheckpointRecord | None = None
@@ -96,7 +101,8 @@ async def create_fork(
             parent_checkpoint_id=source.checkpoint_id if source is not None else None,
             owner=owner,
             lease_until=lease_until,
-            meta=dict(source_run.meta),
+            # What says how a run was made (a replay's description) is the run's own, not its forks'.
+            meta={**{k: v for k, v in source_run.meta.items() if k not in _OWN_META}, **(meta or {})},
             checkpoints=[draft, *following],
             events=[
                 NewEvent(

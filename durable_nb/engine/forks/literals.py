@@ -11,13 +11,14 @@ from typing import Any
 
 from ...errors import InvalidInput
 
-__all__ = ["MAX_OVERRIDE_CHARS", "OverrideText", "parse_overrides"]
+__all__ = ["MAX_OVERRIDE_CHARS", "OverrideText", "fits_type", "parse_overrides", "parse_sweep"]
 
 MAX_OVERRIDE_CHARS = 100_000
 _MAX_LINE_CHARS = 10_000
 
 
-def _compatible(old: Any, new: Any) -> bool:
+def fits_type(old: Any, new: Any) -> bool:
+    """Tell whether ``new`` may replace ``old`` in a fork: the same type, ints and floats mixing, None either way."""
     if old is None or new is None or type(old) is type(new):
         return True
     if isinstance(old, bool) or isinstance(new, bool):
@@ -58,7 +59,7 @@ class OverrideText:
         written for it.
         """
         for number, name, value in self.entries:
-            if name in current and not _compatible(current[name], value):
+            if name in current and not fits_type(current[name], value):
                 raise InvalidInput(
                     f"Line {number}: {name} is {type(current[name]).__name__} at this checkpoint; "
                     f"{type(value).__name__} would not fit the rest of the run."
@@ -95,3 +96,25 @@ def parse_overrides(text: str | Sequence[str], current: Mapping[str, Any] | None
     (ints and floats mix), since the rest of the run was written for it.
     """
     return OverrideText.parse(text).typed(current or {})
+
+
+def parse_sweep(text: str) -> tuple[str, list[Any]]:
+    """Parse ``name=v1,v2,…`` (Python literals, never code) into the name and its list of values."""
+    line = text.strip()
+    if len(line) > MAX_OVERRIDE_CHARS:
+        raise InvalidInput(f"A sweep is limited to {MAX_OVERRIDE_CHARS:,} characters; sweep large values in code.")
+    name, sep, literals = line.partition("=")
+    name = name.strip()
+    if not sep or not name.isidentifier() or keyword.iskeyword(name) or name.startswith("__"):
+        raise InvalidInput(f"Write a sweep as name=value1,value2 (e.g. rate=0.1,0.01), not {line[:60]!r}.")
+    try:
+        # Read as the items of a list literal: "0.1,0.01" is two values, "(1, 2)" one tuple.
+        values = ast.literal_eval(f"[{literals}]")
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        raise InvalidInput(
+            f"{literals.strip()[:60]!r} is not a list of Python literals separated by commas (e.g. 0.1,0.01 or "
+            "'a','b'). Code is never run."
+        ) from None
+    if not isinstance(values, list):
+        raise InvalidInput(f"Write a sweep as name=value1,value2 (e.g. rate=0.1,0.01), not {line[:60]!r}.")
+    return name, values

@@ -137,7 +137,25 @@ async def load_run(store: Store, run_id: str, record: RunRecord | None = None) -
     record = await current_run(store, run_id, record)
     pending = await store.pending_interrupts(run_id) if record.status is RunStatus.PAUSED else []
 
-    async def load_state() -> dict[str, Any]:
-        return await ValueCodec(store, load_secret()).load((await store.state_at(run_id)).manifest)
+    return Run(record, pending=pending, load_state=_StoredState(store, run_id))
 
-    return Run(record, pending=pending, load_state=load_state)
+
+class _StoredState:
+    """Loads a run's latest state from its store; pickled as the store's URL, so that a Run a notebook
+    cell holds is committed with the cell and loads its state again after a restore."""
+
+    def __init__(self, store: Store, run_id: str) -> None:
+        self.store: Store | None = store
+        self.url = store.url
+        self.run_id = run_id
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"store": None, "url": self.url, "run_id": self.run_id}
+
+    async def __call__(self) -> dict[str, Any]:
+        if self.store is None:
+            from ...store import connect
+
+            self.store = connect(self.url, create=False)
+        state = await self.store.state_at(self.run_id)
+        return await ValueCodec(self.store, load_secret()).load(state.manifest)

@@ -1,0 +1,98 @@
+"""One fork of a replay, run in a kernel of its own: the cells before the fork point restored, the rest run.
+
+The notebook the kernel runs is made from the store alone: each cell is the code the replayed run
+committed, behind a ``%%durable NODE`` line, so that a cell committed in the fork (before a crash)
+is restored and the others run. The fork's name, key and store reach the kernel in its environment
+(``notebook.handover``), never as code; the values the fork sets are in the fork itself.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .._loop import run_sync
+from ..engine.cells.replay_runs import IN_REPLAY_VARIABLE
+from ..engine.cells.replays import SETTLED, ReplayCell
+from ..model import RunRecord, RunStatus
+from ..notebook.cell_names import is_node_name
+from ..notebook.handover import ATTACH_CODE, Handover
+from .kernels import ipc_sockets, kernel_config
+from .notebook_run import END_CODE
+
+__all__ = ["record_failure", "replay_fork", "replay_notebook"]
+
+
+def replay_notebook(cells: list[ReplayCell]) -> Any:
+    """The notebook a fork's kernel runs: attach, every cell behind its ``%%durable`` line, end the run."""
+    import nbformat
+
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells.append(nbformat.v4.new_code_cell(ATTACH_CODE))
+    for cell in cells:
+        if not is_node_name(cell.node):
+            # The names come from the store; one that is no name never becomes part of a magic line.
+            raise ValueError(f"{cell.node!r} is not a cell name durable_nb makes")
+        option = " --replay" if cell.replay else ""
+        notebook.cells.append(nbformat.v4.new_code_cell(f"%%durable {cell.node}{option}\n{cell.source}"))
+    notebook.cells.append(nbformat.v4.new_code_cell(END_CODE))
+    return notebook
+
+
+def replay_fork(store: str, run_id: str, kernel: str = "python3", cwd: str | None = None) -> RunStatus:
+    """Run the fork ``run_id`` of a replay in a new kernel until it completes, fails or pauses; return its status.
+
+    A fork already settled, or held by a live kernel, is left alone.
+    """
+    from ..engine.cells.replays import replay_cells
+    from ..engine.runs.ownership import owner_alive
+    from ..engine.state.values import ValueCodec
+    from ..store import resolve_store
+    from ..store.secret import load_secret
+
+    resolved = resolve_store(store, existing=True)
+    fork: RunRecord = run_sync(resolved.get_run(run_id))
+    if fork.status in SETTLED - {RunStatus.FAILED, RunStatus.CANCELLED}:
+        return fork.status
+    if fork.status is RunStatus.RUNNING and owner_alive(fork.run_id, fork.owner, fork.lease_until):
+        return fork.status  # another kernel replays it now
+    cells = run_sync(replay_cells(resolved, ValueCodec(resolved, load_secret()), fork))
+    _execute(replay_notebook(cells), Handover(fork.name, fork.idempotency_key, store), kernel, cwd)
+    return run_sync(resolved.get_run(run_id)).status
+
+
+def _execute(notebook: Any, handover: Handover, kernel: str, cwd: str | None) -> None:
+    from nbclient.exceptions import CellExecutionError, DeadKernelError
+
+    from .execution import _client_class
+
+    environment = handover.environment()
+    environment[IN_REPLAY_VARIABLE] = "1"
+    with ipc_sockets() as sockets:
+        client = _client_class()(
+            notebook,
+            kernel_name=kernel,
+            resources={"metadata": {"path": cwd or os.getcwd()}},
+            config=kernel_config(sockets),
+        )
+        try:
+            client.execute(env=environment)
+        except (CellExecutionError, DeadKernelError):
+            pass  # the store says how the fork ended: failed, paused at a gate, or left for the next try
+
+
+def record_failure(store: str, run_id: str, error: BaseException) -> None:
+    """Mark a fork that could not be replayed (no kernel, its cells pruned) failed, saying why; a fork a
+    kernel holds is left to it."""
+    from ..errors import DurableError
+    from ..model import Commit, EventType, NewEvent, RunUpdate
+    from ..store import resolve_store
+
+    message = f"Replay could not run: {type(error).__name__}: {error}"
+    failed = RunUpdate(status=RunStatus.FAILED, error=message, error_type=type(error).__name__)
+    events = [NewEvent(EventType.RUN_FAILED, None, {"error": message})]
+    try:
+        resolved = resolve_store(store, existing=True)
+        run_sync(resolved.commit(Commit(run_id, events=events, run=failed, expect_owner=None)))
+    except DurableError:
+        pass  # a kernel took the fork meanwhile, or the store is gone: nothing to say it on
