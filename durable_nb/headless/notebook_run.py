@@ -12,7 +12,6 @@ original sources.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from ..notebook import cell_names as names
 from ..notebook.all_cells import runs_durably
 from ..notebook.cell_names import INJECTED_TAG, PARAMETERS_TAG, PLAIN_TAG
 from ..notebook.handover import ATTACH_CODE, Handover, run_key
-from ..store.url import parse_url, resolve_url
+from ..store.url import resolve_url, url_for_other_processes
 from .inputs import check_parameters, check_run_name, read_notebook
 
 __all__ = [
@@ -75,16 +74,13 @@ def durable_source(cell: Any, name: str) -> str:
 def kernel_store(store: str | None) -> str:
     """The store URL a kernel opens: ``store`` (else $DURABLE_NB_STORE, else the default), a SQLite path made
     absolute, since the kernel works in the notebook's folder. An unknown URL is refused here, before any kernel."""
-    url = resolve_url(store)
-    parsed = parse_url(url)
-    if parsed.is_memory:
+    shared = url_for_other_processes(resolve_url(store))
+    if shared is None:
         raise InvalidNotebookRun(
             "A notebook's run cannot live in an in-memory store (its kernel is another process): "
             "give --store sqlite:///path/to/runs.db or a postgresql:// URL."
         )
-    if parsed.scheme == "sqlite" and parsed.path is not None:
-        return "sqlite:///" + os.path.abspath(parsed.path)
-    return url
+    return shared
 
 
 def _tagged(cells: list[Any], tag: str) -> int:

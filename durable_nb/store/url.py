@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..errors import InvalidInput, StoreUnavailable
 
-__all__ = ["DEFAULT_URL", "ENV_VAR", "StoreURL", "parse_url", "resolve_url"]
+__all__ = ["DEFAULT_URL", "ENV_VAR", "StoreURL", "parse_url", "resolve_url", "url_for_other_processes"]
 
 ENV_VAR = "DURABLE_NB_STORE"
 # Anything that starts like a URL scheme is a URL, never a file name (so "sqlite:/x.db" is refused).
@@ -71,3 +71,14 @@ def parse_url(url: str) -> StoreURL:
         "or postgresql://user@host/db for PostgreSQL (set it with durable_nb.connect(url) "
         f"or the {ENV_VAR} environment variable)."
     )
+
+
+def url_for_other_processes(url: str) -> str | None:
+    """The URL another process (a kernel, a worker) opens for the same store: a SQLite path made absolute,
+    since that process may work in another folder; None for an in-memory store, which no other process sees."""
+    parsed = parse_url(url)
+    if parsed.is_memory:
+        return None
+    if parsed.scheme == "sqlite" and parsed.path is not None:
+        return "sqlite:///" + os.path.abspath(parsed.path)
+    return url

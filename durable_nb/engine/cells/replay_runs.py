@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..._loop import run_sync
 from ...errors import InvalidReplay
 from ...model import RunStatus
-from ...store.url import parse_url
+from ...store.url import url_for_other_processes
 from .replays import ReplayPlan, ReplayProgress, create_replays, plan_replay, replay_progress
 
 if TYPE_CHECKING:
@@ -102,16 +102,14 @@ class Replay:
 
 
 def _shared_url(url: str) -> str:
-    """The store URL other processes open: a SQLite path made absolute; an in-memory store refused."""
-    parsed = parse_url(url)
-    if parsed.is_memory:
+    """The store URL the replay's processes open; an in-memory store refused."""
+    shared = url_for_other_processes(url)
+    if shared is None:
         raise InvalidReplay(
             "A replay runs in other processes, which cannot see an in-memory store: use a sqlite:///path "
             "or postgresql:// store."
         )
-    if parsed.scheme == "sqlite" and parsed.path is not None:
-        return "sqlite:///" + os.path.abspath(parsed.path)
-    return url
+    return shared
 
 
 def start_replay(
