@@ -246,9 +246,8 @@ def test_bad_input_is_refused_and_creates_nothing(store_url: str, capsys: pytest
 @pytest.mark.backends("sqlite", "postgres")
 def test_a_gate_pauses_its_fork_until_decided(store_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     """A gate in a replayed cell pauses that fork (a paused run, as the panel and inspector show it); once
-    decided, the same call continues the fork after the gate (here on an executor's worker)."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    decided, the same call continues the fork after the gate, here as a task of a real Dask cluster."""
+    from distributed import Client, LocalCluster
     from shellkit import Shell
 
     gate = "%%durable review\nimport durable_nb as dnb\nd = dnb.gate('publish?', {'rate': rate})\nok = d.approved"
@@ -270,7 +269,11 @@ def test_a_gate_pauses_its_fork_until_decided(store_url: str, capsys: pytest.Cap
     assert fork.pending_interrupt["node_id"] == "review"
     assert fork.pending_interrupt["context"] == {"rate": 2.0}
     dnb.approve(fork.id, store=store_url)
-    with ThreadPoolExecutor(1) as executor:
+    # A scheduler and one worker in this process (the replay itself runs in the kernel the task starts).
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster,
+        Client(cluster) as executor,
+    ):
         [again] = dnb.replay(
             at="review", sweep={"rate": [2.0]}, run=run_id, store=store_url, wait=True, executor=executor
         )
