@@ -641,8 +641,12 @@ def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def measure_notebook(path: str, source: str, reps: int, work: Path) -> dict[str, Any]:
-    """Every measurement of one notebook: plain, durable, restore-all, imports, kill + Run All, faithfulness."""
+def measure_notebook(path: str, source: str, reps: int, work: Path, time_imports: bool = True) -> dict[str, Any]:
+    """Every measurement of one notebook: plain, durable, restore-all, imports, kill + Run All, faithfulness.
+
+    ``time_imports=False`` leaves out the run of the import cells alone (a kernel and the imports, only
+    timed): ``imports`` is then None.
+    """
     name = Path(path).stem
     cells = split_cells(source)
     labels = [f"c{i}" for i in range(1, len(cells) + 1)]
@@ -667,10 +671,11 @@ def measure_notebook(path: str, source: str, reps: int, work: Path) -> dict[str,
         restore = run_notebook(folder, _env(folder, store), durable)
         restores.append(restore.without_setup())
         restore_exact.append(exact(durables[-1], restores[-1], labels))
-        import_s.append(run_notebook(folder, _env(folder), imports).total_s)
+        if time_imports:
+            import_s.append(run_notebook(folder, _env(folder), imports).total_s)
         _say(
             f"  {name} rep {rep + 1}: durable {run.total_s:.1f} s {durables[-1].stopped or ''}, "
-            f"restore-all {restore.total_s:.1f} s, imports {import_s[-1]:.1f} s"
+            f"restore-all {restore.total_s:.1f} s" + (f", imports {import_s[-1]:.1f} s" if import_s else "")
         )
     noisy_vars, noisy_images = _noise([plains, durables], labels)
     plain_cell_s = [
@@ -739,7 +744,11 @@ def measure_notebook(path: str, source: str, reps: int, work: Path) -> dict[str,
             ],
             "stopped": restores[0].stopped,
         },
-        "imports": {"total_s": _median(import_s), "statements": sum(len(ast.parse(c).body) for c in imports)},
+        "imports": (
+            {"total_s": _median(import_s), "statements": sum(len(ast.parse(c).body) for c in imports)}
+            if time_imports
+            else None
+        ),
         "kill": {
             "cell": labels[victim],
             "plain_s": round(plain_cell_s[victim], 3),

@@ -34,12 +34,27 @@ NO_POSTGRES = (
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    _compile_the_package(config)
     config.addinivalue_line("markers", "sqlite_only: the test is about SQLite files, not store behaviour")
     config.addinivalue_line(
         "markers",
         "backends(*names): the store backends the test runs on (the closest marker wins, so one test "
         "of a module marked backends('sqlite') can be marked backends('sqlite', 'postgres'))",
     )
+
+
+def _compile_the_package(config: pytest.Config) -> None:
+    """Write durable_nb's bytecode once, before any worker starts, when Python writes none itself.
+
+    With PYTHONDONTWRITEBYTECODE set, each of the hundreds of kernels and command-line children the
+    tests start compiled the package from source (about 0.3 s of CPU each). They read bytecode that
+    is there whatever the variable says, and Python checks it against each source's size and time.
+    """
+    if not sys.dont_write_bytecode or hasattr(config, "workerinput"):
+        return
+    import compileall
+
+    compileall.compile_dir(Path(__file__).resolve().parent.parent / "durable_nb", quiet=1)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
