@@ -307,3 +307,44 @@ def test_a_fork_that_cannot_start_says_why(store_url: str) -> None:
     started.wait()
     [fork] = started.runs()
     assert fork.status == "failed" and "NoSuchKernel" in (fork.error or "")
+
+
+@pytest.mark.slow
+def test_a_replayed_cell_keeps_its_options(store_url: str, tmp_path: Path) -> None:
+    """A replayed cell runs with the options it was committed with: ``--retries`` retries it in the fork,
+    ``--exclude`` keeps its name out of the fork's checkpoint."""
+    from shellkit import Shell
+
+    from durable_nb._loop import run_sync
+    from durable_nb.engine.cells.replays import replay_cells
+    from durable_nb.engine.state.values import ValueCodec
+    from durable_nb.headless.replay_kernel import magic_line
+    from durable_nb.store import connect
+    from durable_nb.store.secret import load_secret
+
+    tries = tmp_path / "tries"
+    # Fails on its first attempt for each rate: only a retry gets it through.
+    price = (
+        "%%durable price --retries 1 --timeout 60 --exclude big\n"
+        f"import os\nmark = os.path.join({str(tmp_path)!r}, f'tried-{{rate}}')\n"
+        f"open({str(tries)!r}, 'a').write(f'{{rate}}\\n')\n"
+        "if not os.path.exists(mark):\n    open(mark, 'w').close()\n    raise RuntimeError('first attempt')\n"
+        "big = [rate] * 3\nprice = 100 * rate"
+    )
+    shell = Shell(store_url, "options")
+    try:
+        shell.run_all("%%durable base\nrate = 0.5", price)
+        run_id = shell.run_id
+    finally:
+        shell.close()
+    assert _lines(tries) == ["0.5", "0.5"]
+    [fork] = dnb.replay(at="price", set={"rate": 2.0}, run=run_id, store=store_url, wait=True)
+    assert fork.status == "completed", fork.error
+    assert _lines(tries) == ["0.5", "0.5", "2.0", "2.0"]  # failed once, retried, committed
+    assert fork.state["price"] == 200.0 and "big" not in fork.state
+    store = connect(store_url)
+    cells = run_sync(replay_cells(store, ValueCodec(store, load_secret()), _record(store_url, fork.id)))
+    assert [magic_line(cell) for cell in cells] == [
+        "%%durable base",
+        "%%durable price --retries 1 --timeout 60.0 --exclude big",
+    ]
