@@ -195,6 +195,8 @@ def test_the_panel_reads_and_decides_gates_waiting_in_a_replays_forks(served: tu
     replay's progress; a decision posted for the fork is recorded on the fork, not on the user's run."""
     from shellkit import Shell
 
+    from durable_nb.engine.cells.replay_runs import start_replay
+
     server, url = served
     key = store_key(url)
     gate = "%%durable review\nimport durable_nb as dnb\nd = dnb.gate('publish?', {'rate': rate})\nok = d.approved"
@@ -207,7 +209,10 @@ def test_the_panel_reads_and_decides_gates_waiting_in_a_replays_forks(served: tu
         run_id = shell.run_id
     finally:
         shell.close()
-    [fork] = dnb.replay(at="review", sweep={"rate": [2.0]}, run=run_id, store=url, wait=True)
+    started = start_replay(url, run_id, "review", sweep={"rate": [2.0]})
+    assert started.worker is not None
+    started.worker.wait(timeout=120)  # paused, and nothing left replaying it: the decision continues nothing
+    [fork] = started.runs()
     assert fork.status == "paused"
     shown = server.get(api(run_id), params={"store": key}).json()
     assert shown["gates"] == []  # the user's run waits at nothing

@@ -398,6 +398,8 @@ def test_a_gate_waiting_in_a_replays_fork_is_decided_in_the_panel(browser: Any, 
     """A replay's fork paused at a gate shows in the panel of the notebook it replays, with the fork and its
     values, beside the replay's progress and a link to compare; Approve there records the decision on the
     fork and runs nothing in the notebook."""
+    from durable_nb.engine.cells.replay_runs import start_replay
+
     gated = (
         "%%durable review\nimport durable_nb as dnb\n"
         "d = dnb.gate('publish at this rate?', {'rate': rate}) if rate > 1 else None\nok = d is None or d.approved"
@@ -410,7 +412,10 @@ def test_a_gate_waiting_in_a_replays_fork_is_decided_in_the_panel(browser: Any, 
     run_id = wait_for_run(lab["store"], "replayed", "running")
     counts = "window.jupyterapp.shell.currentWidget.content.widgets.map(c => c.model.executionCount)"
     ran = page.evaluate(counts)
-    [fork] = dnb.replay(at="review", set={"rate": 2.0}, run=run_id, store=lab["store"], wait=True)
+    started = start_replay(lab["store"], run_id, "review", {"rate": 2.0})
+    assert started.worker is not None
+    started.worker.wait(timeout=120)  # paused, and nothing left replaying it: the decision continues nothing
+    [fork] = started.runs()
     assert fork.status == "paused"
     gate = panel.locator(f".durable-nb-fork-gate[data-durable-run='{fork.id}']")
     gate.wait_for(timeout=60_000)

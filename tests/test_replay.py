@@ -348,3 +348,37 @@ def test_a_replayed_cell_keeps_its_options(store_url: str, tmp_path: Path) -> No
         "%%durable base",
         "%%durable price --retries 1 --timeout 60.0 --exclude big",
     ]
+
+
+@pytest.mark.slow
+def test_a_fork_decided_while_its_replay_runs_continues_there(store_url: str, tmp_path: Path) -> None:
+    """The replay's process continues a fork whose gate is decided while it still replays another fork;
+    nobody runs the replay again."""
+    from shellkit import Shell
+
+    from durable_nb.engine.cells.replay_runs import start_replay
+
+    block = tmp_path / "block"
+    gated = "%%durable review\nimport durable_nb as dnb\nd = dnb.gate('go?', {'rate': rate}) if rate > 1 else None"
+    slow = (
+        f"%%durable slow\nimport os, time\nwhile rate < 0.5 and os.path.exists({str(block)!r}):\n"
+        "    time.sleep(0.05)\nok = d is None or d.approved\ndone = rate if ok else None"
+    )
+    shell = Shell(store_url, "decided-while-running")
+    try:
+        shell.run_all("%%durable base\nrate = 0.5", gated, slow)
+        run_id = shell.run_id
+    finally:
+        shell.close()
+    block.touch()
+    started = start_replay(store_url, run_id, "review", sweep={"rate": [2.0, 0.25]}, jobs=2)
+    gated_fork, slow_fork = started.run_ids
+    _wait_for(lambda: _record(store_url, gated_fork).status.value == "paused", "the fork to pause at its gate")
+    dnb.approve(gated_fork, store=store_url)
+    _wait_for(lambda: _record(store_url, gated_fork).status.value == "completed", "the decided fork to continue")
+    assert started.worker is not None and started.worker.poll() is None  # still replaying the other fork
+    assert _record(store_url, slow_fork).status.value == "running"
+    assert dnb.get_run(gated_fork, store=store_url).state["done"] == 2.0
+    block.unlink()
+    started.wait()
+    assert dnb.get_run(slow_fork, store=store_url).state["done"] == 0.25

@@ -266,10 +266,10 @@ export class DurablePanel extends Widget {
       element(
         'p',
         'durable-nb-hint',
-        "A decision here is recorded on that fork and runs nothing in this notebook. A replay's background " +
-          'process stops once its forks finish or pause, so a decided fork continues when the same replay ' +
-          'runs again (%durable replay … or dnb.replay(...) with the same values): its committed cells ' +
-          'restore and the gated cell goes on with the decision.'
+        'A decision here is recorded on that fork and runs nothing in this notebook. While the replay\'s ' +
+          'background process still runs other forks, it continues the decided fork at once; once it has ' +
+          'ended, the fork continues when the same replay runs again (%durable replay … or dnb.replay(...) ' +
+          'with the same values): its committed cells restore and the gated cell goes on with the decision.'
       )
     );
     for (const gate of gates) {
@@ -414,7 +414,7 @@ export class DurablePanel extends Widget {
       await decide(fork.run_id, target.store, gate.node, approved, comment || null, gate.checkpoint_id);
       const verdict = `${approved ? 'Approved' : 'Rejected'} the gate of cell '${gate.node}' in fork ${fork.run_id}.`;
       this._note = fork.replay_of
-        ? `${verdict} Run the same replay again (%durable replay or dnb.replay with the same values) to continue it.`
+        ? `${verdict} Its replay's process continues it if still running; else run the same replay again.`
         : `${verdict} Switch to that fork (fork tree below) and Run All to continue it.`;
     } catch (error) {
       box.querySelectorAll('button').forEach(button => ((button as HTMLButtonElement).disabled = false));
