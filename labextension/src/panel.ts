@@ -335,7 +335,12 @@ export class DurablePanel extends Widget {
     return section;
   }
 
-  private _gate(runId: string, gate: IGate, onDecide: (approved: boolean, comment: string) => void): HTMLElement {
+  /** One gate's box; ``onDecide`` records the decision and says whether it was recorded. */
+  private _gate(
+    runId: string,
+    gate: IGate,
+    onDecide: (approved: boolean, comment: string) => Promise<boolean>
+  ): HTMLElement {
     const box = element('div', 'durable-nb-gate');
     const commentKey = `${runId} ${gate.node}`;
     box.dataset.durableNode = gate.node;
@@ -367,8 +372,7 @@ export class DurablePanel extends Widget {
       button.addEventListener('click', () => {
         box.querySelectorAll('button').forEach(button => ((button as HTMLButtonElement).disabled = true));
         const text = (this._comments.get(commentKey) ?? '').trim();
-        this._comments.delete(commentKey);
-        void onDecide(action === 'approve', text);
+        void onDecide(action === 'approve', text).then(recorded => recorded && this._comments.delete(commentKey));
       });
       buttons.append(button);
     }
@@ -376,15 +380,23 @@ export class DurablePanel extends Widget {
     return box;
   }
 
-  private async _decide(runId: string, node: string, approved: boolean, box: HTMLElement, comment: string): Promise<void> {
+  private async _decide(
+    runId: string,
+    node: string,
+    approved: boolean,
+    box: HTMLElement,
+    comment: string
+  ): Promise<boolean> {
     const target = this._target;
     const durable = this._durable;
     if (!target || !durable) {
-      return;
+      return false;
     }
+    let recorded = false;
     const gate = box.dataset.durableCheckpoint || null;
     try {
       await decide(runId, target.store, node, approved, comment || null, gate);
+      recorded = true;
       const verdict = `${approved ? 'Approved' : 'Rejected'} the gate of cell '${node}'.`;
       // Only this click continues the notebook (a decision made elsewhere never runs cells here),
       // and only in the notebook whose idle kernel works in that run: the cell sees the decision.
@@ -401,17 +413,20 @@ export class DurablePanel extends Widget {
           : `Could not record the decision: ${error instanceof Error ? error.message : String(error)}`;
     }
     await this.refresh();
+    return recorded;
   }
 
   /** Decide a gate a fork waits at: recorded on that fork; nothing runs in this notebook. */
-  private async _decideFork(gate: IForkGate, approved: boolean, box: HTMLElement, comment: string): Promise<void> {
+  private async _decideFork(gate: IForkGate, approved: boolean, box: HTMLElement, comment: string): Promise<boolean> {
     const target = this._target;
     if (!target) {
-      return;
+      return false;
     }
     const fork = gate.run;
+    let recorded = false;
     try {
       await decide(fork.run_id, target.store, gate.node, approved, comment || null, gate.checkpoint_id);
+      recorded = true;
       const verdict = `${approved ? 'Approved' : 'Rejected'} the gate of cell '${gate.node}' in fork ${fork.run_id}.`;
       this._note = fork.replay_of
         ? `${verdict} Its replay's process continues it if still running; else run the same replay again.`
@@ -424,6 +439,7 @@ export class DurablePanel extends Widget {
           : `Could not record the decision: ${error instanceof Error ? error.message : String(error)}`;
     }
     await this.refresh();
+    return recorded;
   }
 
   private _checkpoints(detail: IRunDetail): HTMLElement {
