@@ -63,8 +63,13 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[JupyterSe
     """One Jupyter server for the module, serving the store its config names (``c.DurableNB.store``)."""
     folder = tmp_path_factory.mktemp("jupyter")
     url = f"sqlite:///{folder}/runs.db"
-    paused_run(url)  # the store exists before the server starts, as a user's does
-    server = JupyterServer(folder, options=[f"--DurableNB.store={url}"])
+    # The key file the tests sign values with (the autouse isolation's, set up after this fixture), so that
+    # the server loads what they store.
+    keys = {"XDG_CONFIG_HOME": str(tmp_path_factory.getbasetemp() / "config")}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CONFIG_HOME", keys["XDG_CONFIG_HOME"])
+        paused_run(url)  # the store exists before the server starts, as a user's does
+    server = JupyterServer(folder, env=keys, options=[f"--DurableNB.store={url}"])
     yield server, url
     server.stop()
     disconnect(url)
@@ -182,6 +187,57 @@ def test_a_fork_made_by_another_process_changes_the_version(served: tuple[Jupyte
     assert shown["version"] == after
     assert [child["run_id"] for child in shown["forks"][0]["children"]] == [fork_id]
     assert shown["forks"][0]["children"][0]["name"] == shown["run"]["name"]
+
+
+@pytest.mark.slow
+def test_the_panel_reads_and_decides_gates_waiting_in_a_replays_forks(served: tuple[JupyterServer, str]) -> None:
+    """A replay's fork paused at a gate: the user's run lists it (its fork, values, checkpoint) with the
+    replay's progress; a decision posted for the fork is recorded on the fork, not on the user's run."""
+    from shellkit import Shell
+
+    from durable_nb.engine.cells.replay_runs import start_replay
+
+    server, url = served
+    key = store_key(url)
+    gate = "%%durable review\nimport durable_nb as dnb\nd = dnb.gate('publish?', {'rate': rate})\nok = d.approved"
+    shell = Shell(url, "gated-replay")
+    try:
+        shell.ok("%%durable base\nrate = 0.5")
+        assert type(shell.run(gate).error_in_exec).__name__ == "GatePending"
+        shell.ok("%durable approve")
+        shell.ok("%%durable publish\npublished = rate if ok else None")
+        run_id = shell.run_id
+    finally:
+        shell.close()
+    started = start_replay(url, run_id, "review", sweep={"rate": [2.0]})
+    assert started.worker is not None
+    started.worker.wait(timeout=120)  # paused, and nothing left replaying it: the decision continues nothing
+    [fork] = started.runs()
+    assert fork.status == "paused"
+    shown = server.get(api(run_id), params={"store": key}).json()
+    assert shown["gates"] == []  # the user's run waits at nothing
+    [waiting] = shown["fork_gates"]
+    assert (waiting["node"], waiting["reason"], waiting["context"]) == ("review", "publish?", {"rate": 2.0})
+    assert waiting["run"]["run_id"] == fork.id and waiting["run"]["parent_run_id"] == run_id
+    assert waiting["run"]["overrides"] == ["rate"] and waiting["run"]["values"] == {"rate": 2.0}
+    assert waiting["run"]["replay_of"] == run_id
+    [replay] = shown["replays"]
+    assert replay["run_id"] == fork.id and (replay["of"], replay["at"]) == (run_id, "review")
+    assert (replay["status"], replay["done"], replay["total"], replay["values"]) == ("paused", 0, 2, {"rate": 2.0})
+    # The fork's own detail lists its gate as its own, and the user's run waits at none.
+    assert [g["node"] for g in server.get(api(fork.id), params={"store": key}).json()["gates"]] == ["review"]
+    before = decisions(url, run_id)
+    decided = server.post(
+        api(fork.id, "/gates/review"),
+        params={"store": key},
+        json={"approved": False, "comment": "not at 2.0", "checkpoint_id": waiting["checkpoint_id"]},
+    )
+    assert decided.status_code == 200, decided.text
+    assert decided.json()["run_id"] == fork.id and decided.json()["status"] == "pending"
+    assert [(d["approved"], d["comment"]) for d in decisions(url, fork.id)] == [(False, "not at 2.0")]
+    assert decisions(url, run_id) == before
+    after = server.get(api(run_id), params={"store": key}).json()
+    assert after["fork_gates"] == [] and after["replays"][0]["status"] == "pending"
 
 
 def test_edited_cells_are_stale_when_their_code_differs_from_the_commit(tmp_path: Path, store_url: str) -> None:

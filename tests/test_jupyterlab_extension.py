@@ -392,3 +392,50 @@ def test_the_panel_opens_the_cells_of_the_run_and_its_forks_side_by_side(browser
     assert "coef 1.0" in compared.locator("tr[data-cell='fit']").inner_text()
     compared.close()
     page.close()
+
+
+def test_a_gate_waiting_in_a_replays_fork_is_decided_in_the_panel(browser: Any, lab: dict[str, Any]) -> None:
+    """A replay's fork paused at a gate shows in the panel of the notebook it replays, with the fork and its
+    values, beside the replay's progress and a link to compare; Approve there records the decision on the
+    fork and runs nothing in the notebook."""
+    from durable_nb.engine.cells.replay_runs import start_replay
+
+    gated = (
+        "%%durable review\nimport durable_nb as dnb\n"
+        "d = dnb.gate('publish at this rate?', {'rate': rate}) if rate > 1 else None\nok = d is None or d.approved"
+    )
+    cells = ["%%durable base\nrate = 0.5", gated, "%%durable publish\npublished = rate if ok else None"]
+    page = open_notebook(browser, lab, write_notebook(lab, "replayed", "replayed", cells))
+    panel = open_panel(page)
+    run_all(page)
+    wait_states(page, [None, "committed", "committed", "committed"], "after Run All")
+    run_id = wait_for_run(lab["store"], "replayed", "running")
+    counts = "window.jupyterapp.shell.currentWidget.content.widgets.map(c => c.model.executionCount)"
+    ran = page.evaluate(counts)
+    started = start_replay(lab["store"], run_id, "review", {"rate": 2.0})
+    assert started.worker is not None
+    started.worker.wait(timeout=120)  # paused, and nothing left replaying it: the decision continues nothing
+    [fork] = started.runs()
+    assert fork.status == "paused"
+    gate = panel.locator(f".durable-nb-fork-gate[data-durable-run='{fork.id}']")
+    gate.wait_for(timeout=60_000)
+    # Shown as JavaScript writes numbers: 2.0 reads 2.
+    assert "publish at this rate?" in gate.inner_text() and "rate=2" in gate.inner_text()
+    assert '"rate": 2' in gate.locator(".durable-nb-gate-context").inner_text()
+    replay = panel.locator(f".durable-nb-replay[data-durable-run='{fork.id}']")
+    assert replay.get_attribute("data-durable-progress") == "0/2"
+    assert panel.locator("[data-durable-action='compare-replays']").count() == 1
+    # The notebook's own run waits at no gate.
+    assert panel.locator(".durable-nb-gates [data-durable-action='approve']").count() == 0
+    gate.locator(".durable-nb-comment").fill("2.0 is fine")
+    gate.locator("[data-durable-action='approve']").click()
+    panel.locator(f"text=Approved the gate of cell 'review' in fork {fork.id}").wait_for(timeout=60_000)
+    gate.wait_for(state="detached", timeout=60_000)
+    decided = dnb.get_run(fork.id, store=lab["store"])
+    assert decided.status == "pending"
+    approved = [c for c in dnb.history(fork.id, store=lab["store"])["step"] if str(c).startswith("approved:")]
+    assert approved == ["approved:review"]
+    assert dnb.get_run(run_id, store=lab["store"]).status == "running"  # the notebook's run is untouched
+    assert page.evaluate(counts) == ran  # and no cell of the notebook ran again
+    assert panel.locator("[data-durable-action='run-all']").count() == 0
+    page.close()

@@ -310,3 +310,78 @@ def test_a_fork_that_cannot_start_says_why(store_url: str) -> None:
     started.wait()
     [fork] = started.runs()
     assert fork.status == "failed" and "NoSuchKernel" in (fork.error or "")
+
+
+@pytest.mark.slow
+def test_a_replayed_cell_keeps_its_options(store_url: str, tmp_path: Path) -> None:
+    """A replayed cell runs with the options it was committed with: ``--retries`` retries it in the fork,
+    ``--exclude`` keeps its name out of the fork's checkpoint."""
+    from shellkit import Shell
+
+    from durable_nb._loop import run_sync
+    from durable_nb.engine.cells.replays import replay_cells
+    from durable_nb.engine.state.values import ValueCodec
+    from durable_nb.headless.replay_kernel import magic_line
+    from durable_nb.store import connect
+    from durable_nb.store.secret import load_secret
+
+    tries = tmp_path / "tries"
+    # Fails on its first attempt for each rate: only a retry gets it through.
+    price = (
+        "%%durable price --retries 1 --timeout 60 --exclude big\n"
+        f"import os\nmark = os.path.join({str(tmp_path)!r}, f'tried-{{rate}}')\n"
+        f"open({str(tries)!r}, 'a').write(f'{{rate}}\\n')\n"
+        "if not os.path.exists(mark):\n    open(mark, 'w').close()\n    raise RuntimeError('first attempt')\n"
+        "big = [rate] * 3\nprice = 100 * rate"
+    )
+    shell = Shell(store_url, "options")
+    try:
+        shell.run_all("%%durable base\nrate = 0.5", price)
+        run_id = shell.run_id
+    finally:
+        shell.close()
+    assert _lines(tries) == ["0.5", "0.5"]
+    [fork] = dnb.replay(at="price", set={"rate": 2.0}, run=run_id, store=store_url, wait=True)
+    assert fork.status == "completed", fork.error
+    assert _lines(tries) == ["0.5", "0.5", "2.0", "2.0"]  # failed once, retried, committed
+    assert fork.state["price"] == 200.0 and "big" not in fork.state
+    store = connect(store_url)
+    cells = run_sync(replay_cells(store, ValueCodec(store, load_secret()), _record(store_url, fork.id)))
+    assert [magic_line(cell) for cell in cells] == [
+        "%%durable base",
+        "%%durable price --retries 1 --timeout 60.0 --exclude big",
+    ]
+
+
+@pytest.mark.slow
+def test_a_fork_decided_while_its_replay_runs_continues_there(store_url: str, tmp_path: Path) -> None:
+    """The replay's process continues a fork whose gate is decided while it still replays another fork;
+    nobody runs the replay again."""
+    from shellkit import Shell
+
+    from durable_nb.engine.cells.replay_runs import start_replay
+
+    block = tmp_path / "block"
+    gated = "%%durable review\nimport durable_nb as dnb\nd = dnb.gate('go?', {'rate': rate}) if rate > 1 else None"
+    slow = (
+        f"%%durable slow\nimport os, time\nwhile rate < 0.5 and os.path.exists({str(block)!r}):\n"
+        "    time.sleep(0.05)\nok = d is None or d.approved\ndone = rate if ok else None"
+    )
+    shell = Shell(store_url, "decided-while-running")
+    try:
+        shell.run_all("%%durable base\nrate = 0.5", gated, slow)
+        run_id = shell.run_id
+    finally:
+        shell.close()
+    block.touch()
+    started = start_replay(store_url, run_id, "review", sweep={"rate": [2.0, 0.25]}, jobs=2)
+    gated_fork, slow_fork = started.run_ids
+    _wait_for(lambda: _record(store_url, gated_fork).status.value == "paused", "the fork to pause at its gate")
+    dnb.approve(gated_fork, store=store_url)
+    _wait_for(lambda: _record(store_url, gated_fork).status.value == "completed", "the decided fork to continue")
+    assert started.worker is not None and started.worker.poll() is None  # still replaying the other fork
+    assert _record(store_url, slow_fork).status.value == "running"
+    assert dnb.get_run(gated_fork, store=store_url).state["done"] == 2.0
+    block.unlink()
+    started.wait()
+    assert dnb.get_run(slow_fork, store=store_url).state["done"] == 0.25

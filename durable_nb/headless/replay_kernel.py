@@ -1,13 +1,15 @@
 """One fork of a replay, run in a kernel of its own: the cells before the fork point restored, the rest run.
 
 The notebook the kernel runs is made from the store alone: each cell is the code the replayed run
-committed, behind a ``%%durable NODE`` line, so that a cell committed in the fork (before a crash)
+committed, behind the ``%%durable NODE`` line it was committed with (its retries, timeout and
+excluded names too), so that a cell committed in the fork (before a crash)
 is restored and the others run. The fork's name, key and store reach the kernel in its environment
 (``notebook.handover``), never as code; the values the fork sets are in the fork itself.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -20,7 +22,7 @@ from ..notebook.handover import ATTACH_CODE, Handover
 from .kernels import ipc_sockets, kernel_config
 from .notebook_run import END_CODE
 
-__all__ = ["record_failure", "replay_fork", "replay_notebook"]
+__all__ = ["magic_line", "record_failure", "replay_fork", "replay_notebook"]
 
 
 def replay_notebook(cells: list[ReplayCell]) -> Any:
@@ -30,13 +32,39 @@ def replay_notebook(cells: list[ReplayCell]) -> Any:
     notebook = nbformat.v4.new_notebook()
     notebook.cells.append(nbformat.v4.new_code_cell(ATTACH_CODE))
     for cell in cells:
-        if not is_node_name(cell.node):
-            # The names come from the store; one that is no name never becomes part of a magic line.
-            raise ValueError(f"{cell.node!r} is not a cell name durable_nb makes")
-        option = " --replay" if cell.replay else ""
-        notebook.cells.append(nbformat.v4.new_code_cell(f"%%durable {cell.node}{option}\n{cell.source}"))
+        notebook.cells.append(nbformat.v4.new_code_cell(f"{magic_line(cell)}\n{cell.source}"))
     notebook.cells.append(nbformat.v4.new_code_cell(END_CODE))
     return notebook
+
+
+def magic_line(cell: ReplayCell) -> str:
+    """The ``%%durable`` line a replayed cell runs behind: its name and the options it was committed with.
+
+    The name and options come from the store; each is checked to be what durable_nb records (a name,
+    whole numbers, identifiers) so that nothing else ever becomes part of a magic line.
+    """
+    if not is_node_name(cell.node):
+        raise ValueError(f"{cell.node!r} is not a cell name durable_nb makes")
+    words = ["%%durable", cell.node]
+    if cell.replay:
+        words.append("--replay")
+    options = cell.options
+    retries = options.get("retries")
+    if retries is not None:
+        if type(retries) is not int or retries < 0:
+            raise ValueError(f"cell {cell.node!r} was committed with retries={retries!r}, which no cell takes")
+        words += ["--retries", str(retries)]
+    timeout = options.get("timeout")
+    if timeout is not None:
+        if type(timeout) not in (int, float) or not (math.isfinite(timeout) and timeout > 0):
+            raise ValueError(f"cell {cell.node!r} was committed with timeout={timeout!r}, which no cell takes")
+        words += ["--timeout", repr(float(timeout))]
+    exclude = options.get("exclude")
+    if exclude:
+        if not isinstance(exclude, list) or not all(isinstance(n, str) and n.isidentifier() for n in exclude):
+            raise ValueError(f"cell {cell.node!r} was committed with exclude={exclude!r}, which names no variables")
+        words += ["--exclude", ",".join(exclude)]
+    return " ".join(words)
 
 
 def replay_fork(store: str, run_id: str, kernel: str = "python3", cwd: str | None = None) -> RunStatus:

@@ -118,7 +118,8 @@ class KernelHandler(DurableHandler):
 
 
 class RunHandler(DurableHandler):
-    """``GET /durable/api/runs/<run_id>?store=KEY``: a run, its checkpoints, fork tree, open gates, version."""
+    """``GET /durable/api/runs/<run_id>?store=KEY``: a run, its checkpoints, fork tree, open gates (its own
+    and those other runs of the tree wait at), replays' progress, version."""
 
     @web.authenticated
     @authorized

@@ -1,4 +1,5 @@
-"""What the panel reads of a run: the run, its checkpoints, its fork tree, its open gates, its version.
+"""What the panel reads of a run: the run, its checkpoints, its fork tree, its open gates (and those its
+forks wait at), its replays' progress, its version.
 
 Every part comes from the views and the engine the notebook uses (``ahistory``, ``aforks``,
 ``current_run``), in the JSON shapes of the service; nothing is computed here that they do not.
@@ -10,13 +11,14 @@ import hashlib
 import json
 from typing import Any
 
+from ..engine.cells.replays import replay_progress
 from ..engine.gates.decisions import current_run
 from ..model import PendingInterrupt, RunRecord, RunStatus
 from ..service.shapes import history_json, run_json
 from ..store.protocol import Store
 from ..views import aforks, ahistory
 
-__all__ = ["gate_json", "run_detail", "run_version", "tree_version", "version_of"]
+__all__ = ["fork_gates", "gate_json", "replays_json", "run_detail", "run_version", "tree_version", "version_of"]
 
 
 def _plain(value: Any) -> Any:
@@ -83,15 +85,66 @@ def _tree(frame: Any) -> list[dict[str, Any]]:
     return roots
 
 
+def _fork_of(run: RunRecord, details: dict[str, Any]) -> dict[str, Any]:
+    """Which fork a gate waits in: its id, name, the names it set and, for a replay's fork, the values."""
+    replay = run.meta.get("replay")
+    described = replay if isinstance(replay, dict) else None
+    return {
+        "run_id": run.run_id,
+        "name": run.name,
+        "parent_run_id": run.parent_run_id,
+        "overrides": sorted(details.get("overrides") or {}),
+        "values": _plain(described.get("values") or {}) if described else {},
+        "replay_of": described.get("of") if described else None,
+    }
+
+
+async def fork_gates(store: Store, tree: list[tuple[RunRecord, dict[str, Any]]], run_id: str) -> list[dict[str, Any]]:
+    """Return the open gates of the other paused runs of the fork tree (a replay's forks, say), each
+    with the fork it waits in."""
+    found = []
+    for run, details in tree:
+        if run.run_id == run_id or run.status is not RunStatus.PAUSED:
+            continue
+        if (await current_run(store, run.run_id, run)).status is not RunStatus.PAUSED:
+            continue  # a deadline passed meanwhile
+        for gate in sorted(await store.pending_interrupts(run.run_id), key=lambda g: g.created_at):
+            found.append({**gate_json(gate), "run": _fork_of(run, details)})
+    return found
+
+
+async def replays_json(store: Store, tree: list[tuple[RunRecord, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Return the replays' forks of the fork tree with how far each got (cells run of those it replays)."""
+    forks = [run for run, _ in tree if isinstance(run.meta.get("replay"), dict)]
+    progress = await replay_progress(store, [run.run_id for run in forks])
+    return [
+        {
+            "run_id": run.run_id,
+            "of": run.meta["replay"].get("of"),
+            "at": run.meta["replay"].get("at"),
+            "values": _plain(shown.values),
+            "status": shown.status.value,
+            "done": shown.done,
+            "total": shown.total,
+            "working": shown.held,
+        }
+        for run, shown in zip(forks, progress, strict=True)
+    ]
+
+
 async def run_detail(store: Store, run_id: str, key: str) -> dict[str, Any]:
-    """Return a run as the panel shows it: run, checkpoints, fork tree, open gates and version."""
+    """Return a run as the panel shows it: run, checkpoints, fork tree, open gates (its own and its
+    forks'), replays and version."""
     run = await current_run(store, run_id)
     gates = await store.pending_interrupts(run_id) if run.status is RunStatus.PAUSED else []
     history = history_json(await ahistory(run_id, store=store))
+    tree = await store.fork_tree(run_id)
     return {
         "run": {**run_json(run), "store_key": key},
         "checkpoints": history,
         "forks": _tree(await aforks(run_id, store=store)),
         "gates": [gate_json(g) for g in sorted(gates, key=lambda g: g.created_at)],
+        "fork_gates": await fork_gates(store, tree, run_id),
+        "replays": await replays_json(store, tree),
         "version": await version_of(store, run_id),
     }

@@ -38,6 +38,18 @@ class CellOptions:
     exclude: frozenset[str] = frozenset()
     replay: bool = False
 
+    def recorded(self) -> dict[str, Any]:
+        """The options a replay runs the cell with again: those not at their default (``--rerun`` is no
+        property of the cell, and ``--replay`` is kept on its own)."""
+        found: dict[str, Any] = {}
+        if self.retries:
+            found["retries"] = self.retries
+        if self.timeout is not None:
+            found["timeout"] = self.timeout
+        if self.exclude:
+            found["exclude"] = sorted(self.exclude)
+        return found
+
 
 # Shows a paused cell's gate: run id, node, reason, context, the gate's checkpoint.
 ShowGate = Callable[[str, str, str, Any, "str | None"], None]
@@ -141,6 +153,8 @@ class CellExecutor:
             )
             # The code that ran, kept with its commit: a replay runs the cells from the store alone.
             outcome.extra["source"] = source
+            if options.recorded():
+                outcome.extra["options"] = options.recorded()  # and the options it ran with
             outcome.duration = time.perf_counter() - started
             outcome.attempts = attempt
             outcome.events = attempts.events

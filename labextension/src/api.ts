@@ -67,11 +67,14 @@ export function decide(
   store: string,
   node: string,
   approved: boolean,
-  comment: string | null
+  comment: string | null,
+  checkpointId: string | null = null
 ): Promise<unknown> {
+  // With the gate's checkpoint, a later gate of the same cell is never decided by a click on this one.
+  const body = checkpointId ? { approved, comment, checkpoint_id: checkpointId } : { approved, comment };
   return request(runPath(runId, 'gates', node), { store }, {
     method: 'POST',
-    body: JSON.stringify({ approved, comment })
+    body: JSON.stringify(body)
   });
 }
 

@@ -1,5 +1,6 @@
 /**
- * The Durable side panel: the current notebook's run, its checkpoints, fork tree and waiting gates.
+ * The Durable side panel: the current notebook's run, its checkpoints, fork tree, waiting gates (its
+ * own and its forks'), and its replays' progress.
  */
 import { INotebookTracker, NotebookActions, NotebookPanel } from '@jupyterlab/notebook';
 import { Message } from '@lumino/messaging';
@@ -8,7 +9,7 @@ import { Widget } from '@lumino/widgets';
 import { compareCellsUrl, decide, DurableRequestError, getRun, getVersion } from './api';
 import { size, took, when } from './cells';
 import { NotebookDurable } from './notebook';
-import { IForkNode, IGate, IRunDetail } from './types';
+import { IForkGate, IForkNode, IGate, IReplay, IRunDetail } from './types';
 
 /** How often the panel asks whether its run changed, while it is visible. */
 const POLL_MS = 1500;
@@ -36,6 +37,13 @@ function shown(value: unknown): string {
   } catch {
     return String(value);
   }
+}
+
+/** A fork's values as one line: `rate=2.0, depth=3`. */
+function valuesText(values: { [name: string]: unknown } | undefined): string {
+  return Object.entries(values ?? {})
+    .map(([name, value]) => `${name}=${typeof value === 'string' ? value : JSON.stringify(value)}`)
+    .join(', ');
 }
 
 function seconds(value: unknown): number | null {
@@ -223,7 +231,16 @@ export class DurablePanel extends Widget {
     if (!detail) {
       return;
     }
-    this._body.append(this._gates(detail), this._checkpoints(detail), this._forks(detail));
+    this._body.append(this._gates(detail));
+    const forkGates = Array.isArray(detail.fork_gates) ? detail.fork_gates : [];
+    if (forkGates.length) {
+      this._body.append(this._forkGates(forkGates));
+    }
+    const replays = Array.isArray(detail.replays) ? detail.replays : [];
+    if (replays.length) {
+      this._body.append(this._replays(replays));
+    }
+    this._body.append(this._checkpoints(detail), this._forks(detail));
   }
 
   private _gates(detail: IRunDetail): HTMLElement {
@@ -233,14 +250,103 @@ export class DurablePanel extends Widget {
       section.append(element('p', 'durable-nb-empty', 'No gate is waiting.'));
     }
     for (const gate of detail.gates) {
-      section.append(this._gate(detail, gate));
+      const box = this._gate(detail.run.run_id, gate, (approved, comment) =>
+        this._decide(detail.run.run_id, gate.node, approved, box, comment)
+      );
+      section.append(box);
     }
     return section;
   }
 
-  private _gate(detail: IRunDetail, gate: IGate): HTMLElement {
+  /** The gates other runs of the fork tree wait at: a replay's forks, or forks of the kernel's run. */
+  private _forkGates(gates: IForkGate[]): HTMLElement {
+    const section = element('section', 'durable-nb-fork-gates');
+    section.append(element('h3', '', `Gates waiting in forks (${gates.length})`));
+    section.append(
+      element(
+        'p',
+        'durable-nb-hint',
+        'A decision here is recorded on that fork and runs nothing in this notebook. While the replay\'s ' +
+          'background process still runs other forks, it continues the decided fork at once; once it has ' +
+          'ended, the fork continues when the same replay runs again (%durable replay … or dnb.replay(...) ' +
+          'with the same values): its committed cells restore and the gated cell goes on with the decision.'
+      )
+    );
+    for (const gate of gates) {
+      const fork = gate.run;
+      const box = this._gate(fork.run_id, gate, (approved, comment) => this._decideFork(gate, approved, box, comment));
+      box.classList.add('durable-nb-fork-gate');
+      box.dataset.durableRun = fork.run_id;
+      const values = valuesText(fork.values);
+      const set = values || (fork.overrides.length ? `set ${fork.overrides.join(', ')}` : '');
+      const what = fork.replay_of ? 'replay fork' : 'fork';
+      const where = element('div', 'durable-nb-gate-fork', [`${what} ${fork.run_id}`, set].filter(Boolean).join(' · '));
+      where.title = `run ${fork.run_id} (${fork.name}), forked from ${fork.parent_run_id ?? 'no run'}`;
+      box.prepend(where);
+      section.append(box);
+    }
+    return section;
+  }
+
+  /** The forks replaying this run's cells (or other runs' of the tree), and how far each got. */
+  private _replays(replays: IReplay[]): HTMLElement {
+    const section = element('section', 'durable-nb-replays');
+    section.append(element('h3', '', `Replays (${replays.length})`));
+    const list = element('ul', 'durable-nb-list');
+    for (const replay of replays) {
+      const item = element('li', 'durable-nb-replay');
+      item.dataset.durableRun = replay.run_id;
+      item.dataset.durableStatus = replay.status;
+      item.dataset.durableProgress = `${replay.done}/${replay.total}`;
+      const bar = element('progress', 'durable-nb-replay-progress');
+      bar.max = Math.max(replay.total, 1);
+      bar.value = replay.done;
+      item.append(
+        element('span', 'durable-nb-step', valuesText(replay.values) || replay.run_id),
+        bar,
+        element(
+          'span',
+          'durable-nb-meta',
+          [
+            `${replay.done}/${replay.total} cells`,
+            replay.status,
+            replay.at ? `from ${replay.at}` : '',
+            replay.working ? 'a kernel works on it' : ''
+          ]
+            .filter(Boolean)
+            .join(' · ')
+        )
+      );
+      item.title = `run ${replay.run_id}, replaying run ${replay.of ?? '?'}`;
+      list.append(item);
+    }
+    section.append(list);
+    const target = this._target;
+    const replayed = [...new Set(replays.map(replay => replay.of).filter((of): of is string => !!of))];
+    for (const of of target ? replayed : []) {
+      const link = element('a', 'durable-nb-compare', replayed.length > 1 ? `Compare the replays of ${of}` : 'Compare the replays');
+      link.href = compareCellsUrl(of, target!.store);
+      link.target = '_blank';
+      link.rel = 'noopener noreferrer';
+      link.dataset.durableAction = 'compare-replays';
+      link.title = 'Each cell of the replayed run and its forks side by side, the cells whose outputs or values differ marked';
+      section.append(link);
+    }
+    return section;
+  }
+
+  /** One gate's box; ``onDecide`` records the decision and says whether it was recorded. */
+  private _gate(
+    runId: string,
+    gate: IGate,
+    onDecide: (approved: boolean, comment: string) => Promise<boolean>
+  ): HTMLElement {
     const box = element('div', 'durable-nb-gate');
+    const commentKey = `${runId} ${gate.node}`;
     box.dataset.durableNode = gate.node;
+    if (gate.checkpoint_id) {
+      box.dataset.durableCheckpoint = gate.checkpoint_id;
+    }
     box.append(
       element('div', 'durable-nb-gate-reason', gate.reason),
       element('div', 'durable-nb-gate-where', `cell '${gate.node}' · since ${when(seconds(gate.created_at))}`)
@@ -254,8 +360,8 @@ export class DurablePanel extends Widget {
     const comment = element('textarea', 'durable-nb-comment');
     comment.placeholder = 'Comment (optional)';
     comment.rows = 2;
-    comment.value = this._comments.get(gate.node) ?? '';
-    comment.addEventListener('input', () => this._comments.set(gate.node, comment.value));
+    comment.value = this._comments.get(commentKey) ?? '';
+    comment.addEventListener('input', () => this._comments.set(commentKey, comment.value));
     const buttons = element('div', 'durable-nb-actions');
     for (const [action, label] of [
       ['approve', 'Approve'],
@@ -263,24 +369,34 @@ export class DurablePanel extends Widget {
     ] as const) {
       const button = element('button', `jp-Button durable-nb-button durable-nb-${action}`, label);
       button.dataset.durableAction = action;
-      button.addEventListener('click', () => void this._decide(detail.run.run_id, gate.node, action === 'approve', box));
+      button.addEventListener('click', () => {
+        box.querySelectorAll('button').forEach(button => ((button as HTMLButtonElement).disabled = true));
+        const text = (this._comments.get(commentKey) ?? '').trim();
+        void onDecide(action === 'approve', text).then(recorded => recorded && this._comments.delete(commentKey));
+      });
       buttons.append(button);
     }
     box.append(comment, buttons);
     return box;
   }
 
-  private async _decide(runId: string, node: string, approved: boolean, box: HTMLElement): Promise<void> {
+  private async _decide(
+    runId: string,
+    node: string,
+    approved: boolean,
+    box: HTMLElement,
+    comment: string
+  ): Promise<boolean> {
     const target = this._target;
     const durable = this._durable;
     if (!target || !durable) {
-      return;
+      return false;
     }
-    box.querySelectorAll('button').forEach(button => ((button as HTMLButtonElement).disabled = true));
-    const comment = (this._comments.get(node) ?? '').trim();
+    let recorded = false;
+    const gate = box.dataset.durableCheckpoint || null;
     try {
-      await decide(runId, target.store, node, approved, comment || null);
-      this._comments.delete(node);
+      await decide(runId, target.store, node, approved, comment || null, gate);
+      recorded = true;
       const verdict = `${approved ? 'Approved' : 'Rejected'} the gate of cell '${node}'.`;
       // Only this click continues the notebook (a decision made elsewhere never runs cells here),
       // and only in the notebook whose idle kernel works in that run: the cell sees the decision.
@@ -297,6 +413,33 @@ export class DurablePanel extends Widget {
           : `Could not record the decision: ${error instanceof Error ? error.message : String(error)}`;
     }
     await this.refresh();
+    return recorded;
+  }
+
+  /** Decide a gate a fork waits at: recorded on that fork; nothing runs in this notebook. */
+  private async _decideFork(gate: IForkGate, approved: boolean, box: HTMLElement, comment: string): Promise<boolean> {
+    const target = this._target;
+    if (!target) {
+      return false;
+    }
+    const fork = gate.run;
+    let recorded = false;
+    try {
+      await decide(fork.run_id, target.store, gate.node, approved, comment || null, gate.checkpoint_id);
+      recorded = true;
+      const verdict = `${approved ? 'Approved' : 'Rejected'} the gate of cell '${gate.node}' in fork ${fork.run_id}.`;
+      this._note = fork.replay_of
+        ? `${verdict} Its replay's process continues it if still running; else run the same replay again.`
+        : `${verdict} Switch to that fork (fork tree below) and Run All to continue it.`;
+    } catch (error) {
+      box.querySelectorAll('button').forEach(button => ((button as HTMLButtonElement).disabled = false));
+      this._note =
+        error instanceof DurableRequestError && error.status === 409
+          ? `Already decided: ${error.message}`
+          : `Could not record the decision: ${error instanceof Error ? error.message : String(error)}`;
+    }
+    await this.refresh();
+    return recorded;
   }
 
   private _checkpoints(detail: IRunDetail): HTMLElement {

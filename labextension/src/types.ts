@@ -62,11 +62,40 @@ export interface IForkNode {
   [other: string]: unknown;
 }
 
+/** The fork a gate of another run of the tree waits in (a replay's fork, say). */
+export interface IGateFork {
+  run_id: string;
+  name: string;
+  parent_run_id: string | null;
+  overrides: string[];
+  values: { [name: string]: unknown };
+  replay_of: string | null;
+}
+
+/** A gate another run of the fork tree waits at. */
+export interface IForkGate extends IGate {
+  run: IGateFork;
+}
+
+/** One fork of a replay and how far it got. */
+export interface IReplay {
+  run_id: string;
+  of: string | null;
+  at: string | null;
+  values: { [name: string]: unknown };
+  status: string;
+  done: number;
+  total: number;
+  working: boolean;
+}
+
 /** What `GET /durable/api/runs/<run_id>` answers. */
 export interface IRunDetail {
   run: { run_id: string; name?: string; status?: string; [other: string]: unknown };
   checkpoints: Array<{ [field: string]: unknown }>;
   forks: IForkNode[];
   gates: IGate[];
+  fork_gates?: IForkGate[];
+  replays?: IReplay[];
   version: string;
 }

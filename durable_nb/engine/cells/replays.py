@@ -16,7 +16,7 @@ import itertools
 import json
 import pickle
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import DurableError, InvalidReplay
@@ -51,6 +51,7 @@ class ReplayCell:
     source: str
     runs: bool  # at or after the fork point: its code runs again in the fork
     replay: bool = False  # committed with --replay: it runs again on restore too
+    options: dict[str, Any] = field(default_factory=dict)  # its other %%durable options (retries, timeout, exclude)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +163,7 @@ async def plan_replay(
                 f"Cell {node!r} of run {run_id} was committed by a durable_nb that did not keep the code: "
                 "run the notebook again (a new run) to replay it."
             )
-        cells.append(ReplayCell(node, source, runs, bool(checkpoint.extra.get("replay"))))
+        cells.append(_cell(node, checkpoint.extra, runs))
     await _check_types(cell_run, at, combos)
     return ReplayPlan(run, at, tuple(cells), tuple(combos))
 
@@ -237,8 +238,16 @@ async def replay_cells(store: Store, values: ValueCodec, fork: RunRecord) -> lis
         checkpoint = await replayed_run.lookup(node)
         if checkpoint is None or not isinstance(checkpoint.extra.get("source"), str):
             raise InvalidReplay(f"Cell {node!r} of run {described['of']} is no longer in the store (pruned).")
-        cells.append(ReplayCell(node, checkpoint.extra["source"], runs, bool(checkpoint.extra.get("replay"))))
+        cells.append(_cell(node, checkpoint.extra, runs))
     return cells
+
+
+def _cell(node: str, extra: Mapping[str, Any], runs: bool) -> ReplayCell:
+    """A committed cell as a replay meets it: its code and the options it was committed with."""
+    options = extra.get("options")
+    return ReplayCell(
+        node, extra["source"], runs, bool(extra.get("replay")), dict(options) if isinstance(options, dict) else {}
+    )
 
 
 async def replay_progress(store: Store, run_ids: Sequence[str]) -> list[ReplayProgress]:
