@@ -44,6 +44,8 @@ _MAX_ITEMS = 200_000
 _SCALARS = frozenset({type(None), bool, int, float, complex, str, bytes})
 # Libraries whose objects are digested through their own ``__reduce_ex__``, as pickling takes them apart.
 _REDUCED = frozenset({"pandas", "statsmodels", "patsy"})
+# The standard library's own types such objects hold, taken apart the same way.
+_REDUCED_TYPES = frozenset({types.SimpleNamespace})
 _CONTAINERS = (tuple, list, dict)
 _FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType)
 
@@ -265,7 +267,7 @@ class _Digest:
             self.add(kind.__name__, len(value))
             for item in value:  # in the order pickling meets them
                 self.walk(item, depth + 1)
-        elif kind.__module__.partition(".")[0] in _REDUCED:
+        elif kind in _REDUCED_TYPES or kind.__module__.partition(".")[0] in _REDUCED:
             self._reduced(value, depth)
         else:
             raise _Refuse
@@ -289,6 +291,10 @@ class _Digest:
 
     def _global_name(self, value: Any) -> str:
         """The name a class or function is pickled by; refuse one pickled by value (a notebook's own)."""
+        try:
+            return _NAMES[value]
+        except (KeyError, TypeError):
+            pass
         module, name = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
         if not isinstance(module, str) or not isinstance(name, str) or module == "__main__":
             raise _Refuse
@@ -299,18 +305,28 @@ class _Digest:
             raise _Refuse
         if isinstance(value, type | types.FunctionType) and (self.by_name is None or not self.by_name(value)):
             raise _Refuse
-        return f"{module}:{name}"
+        named = f"{module}:{name}"
+        try:
+            _NAMES[value] = named
+        except TypeError:  # not weakly referenceable: looked up each time
+            pass
+        return named
 
     def _reduced(self, value: Any, depth: int) -> None:
         # What the pickler calls (after its own overrides, none of which takes these objects).
         kind = type(value)
         if self.dispatch is None or kind in self.dispatch:
             raise _Refuse
+        if _plain_state(kind):
+            # Pickled as its class and its own __dict__ (object's reduce): read them, not asked for.
+            self.add("object", self._global_name(kind))
+            self.walk(vars(value), depth + 1)
+            return
         first = value.__reduce_ex__(5)
         if isinstance(first, str):  # pickled by name
             self.add("named", kind.__module__, first)
             return
-        second = value.__reduce_ex__(5)
+        first, second = _listed(first), _listed(value.__reduce_ex__(5))
         made: set[int] = set()
         _made_anew(first, second, made, 0)
         self.keep.append(first)  # the made containers stay alive: their ids are not reused meanwhile
@@ -350,7 +366,8 @@ class _Digest:
                 self.walk(item, depth + 1)
             return
         numpy = sys.modules["numpy"]
-        self.hasher.update(memoryview(numpy.ascontiguousarray(array)).cast("B"))
+        # As bytes: a buffer of datetimes (dtype 'M') cannot be exported as itself.
+        self.hasher.update(memoryview(numpy.ascontiguousarray(array).reshape(-1).view(numpy.uint8)))
 
     def _figure(self, figure: Any) -> None:
         if figure is None:
@@ -389,6 +406,40 @@ class _Digest:
             raise _Refuse
         self.add("estimator", kind.__module__, kind.__qualname__)
         self.walk(vars(estimator), depth + 1)
+
+
+# Library classes and functions found pickled by name (one lookup each, not one per walk).
+_NAMES: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def _plain_state(kind: type) -> bool:
+    """True if pickling an instance takes its class and ``__dict__`` alone (object's own reduce)."""
+    try:
+        return _PLAIN[kind]
+    except KeyError:
+        pass
+    plain = _PLAIN[kind] = (
+        kind.__reduce_ex__ is object.__reduce_ex__
+        and kind.__reduce__ is object.__reduce__
+        and kind.__getstate__ is object.__getstate__
+        and not hasattr(kind, "__slots__")
+        and not hasattr(kind, "__getnewargs_ex__")
+        and not hasattr(kind, "__getnewargs__")
+        and not issubclass(kind, dict | list)
+        and kind.__dictoffset__ != 0
+    )
+    return plain
+
+
+_PLAIN: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
+
+
+def _listed(reduced: Any) -> Any:
+    """A reduce result with its list and dict items (iterators) read into lists, as pickling reads them."""
+    if not isinstance(reduced, tuple) or len(reduced) < 4:
+        return reduced
+    items = [None if part is None else list(part) for part in reduced[3:5]]
+    return (*reduced[:3], *items, *reduced[5:])
 
 
 def _made_anew(first: Any, second: Any, made: set[int], depth: int) -> None:
