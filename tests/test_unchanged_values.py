@@ -274,3 +274,14 @@ def test_statsmodels_results_whose_state_changed_are_stored_again(shell: Shell, 
     shell.cell(RESULTS)
     shell.cell(f"%%durable change\n{change}")
     assert "results" in shell.changed("change")
+
+
+def test_a_frame_that_changed_is_vouched_for_again_once_found_unchanged(shell: Shell) -> None:
+    """After a change, the next cell that uses the frame pickles it (no witness is kept for what keeps
+    changing); found unchanged there, it is not pickled by the cells after."""
+    ns = shell.shell.user_ns
+    shell.cell(FRAME)
+    assert held(shell.cell("%%durable change\ndf.loc[10, 'a'] = 5.0"), ns["df"])
+    assert held(shell.cell("%%durable first\nn = len(df)"), ns["df"])
+    assert not held(shell.cell("%%durable second\nm = len(df)"), ns["df"])
+    assert shell.changed("second") == ["m"]
