@@ -148,9 +148,8 @@ def _read_rc() -> Any:
     if matplotlib is None:
         return None
     # The backend is the kernel's business: a restore must not switch it.
-    values = dict.copy(matplotlib.rcParams)  # the stored values, as dict.items gives them, copied in C
-    values.pop("backend", None)
-    return values
+    # dict.items: the stored values (RcParams' own lookup would resolve the backend).
+    return {k: v for k, v in dict.items(matplotlib.rcParams) if k != "backend"}
 
 
 def _apply_rc(changed: dict[str, Any]) -> None:
