@@ -1,8 +1,9 @@
-"""Figures and fitted models that a cell leaves alone are not pickled again; changed ones are stored.
+"""Figures, fitted models and data frames that a cell leaves alone are not pickled again; changed ones are stored.
 
-A cell that only uses a figure or a model (reads its size, scores it) must not pay for pickling
-it to find out that it did not change. Every way of changing one still stores it again: through
-matplotlib or scikit-learn, drawn afterwards, by hand, in place in its arrays.
+A cell that only uses a figure, a model or a frame (reads its size, scores it, sums a column)
+must not pay for pickling it to find out that it did not change. Every way of changing one
+still stores it again: through matplotlib, scikit-learn, pandas or statsmodels, drawn
+afterwards, by hand, in place in its arrays, a cache filled in on first use.
 """
 
 from __future__ import annotations
@@ -183,3 +184,104 @@ def test_artists_kept_in_variables_are_not_pickled_again_until_changed(shell: Sh
     assert not held(pickled, ns["lines"], ns["bars"], ns["fig"])
     shell.cell("%%durable recolour\nlines[0].set_color('red')")
     assert {"fig", "lines"} <= set(shell.changed("recolour"))
+
+
+FRAME = (
+    "%%durable frame\nimport pandas as pd\n"
+    "df = pd.DataFrame({'a': [1.0, 2.0, 3.0], 'b': ['x', 'y', 'z']}, index=pd.Index([10, 20, 30], name='k'))\n"
+    "s = pd.Series([1, 2, 3], name='s')\n"
+    "dates = pd.Series([1.0, 2.0], index=pd.date_range('2020-01-01', periods=2, freq='D'))"
+)
+
+
+def test_a_frame_a_cell_only_reads_is_not_pickled_again(shell: Shell) -> None:
+    """Reading a DataFrame and Series (one indexed by dates) pickles none, and stores only what the cell made."""
+    ns = shell.shell.user_ns
+    shell.cell(FRAME)
+    pickled = shell.cell("%%durable read\ntotal = df['a'].sum() + s.sum() + dates.sum()\nfirst = df.loc[10, 'b']")
+    assert not held(pickled, ns["df"], ns["s"], ns["dates"])
+    assert shell.changed("read") == ["first", "total"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "df.loc[10, 'a'] = 5.0",
+        "df.loc[20, 'b'] = 'changed'",
+        "df['c'] = 1",
+        "df.index.name = 'other'",
+        "df.attrs['source'] = 'by hand'",
+        "df.columns = ['A', 'B']",
+    ],
+)
+def test_a_frame_mutated_in_place_is_stored_again(shell: Shell, change: str) -> None:
+    """A value set in place (numbers or text), a column added, the index renamed, attrs, new columns: stored again."""
+    shell.cell(FRAME)
+    shell.cell(f"%%durable change\n{change}")
+    assert shell.changed("change") == ["df"]
+
+
+def test_a_frame_holding_a_notebook_object_is_pickled_each_time(shell: Shell) -> None:
+    """A frame holding an object of a notebook class cannot be vouched for: pickled again, and an edit
+    inside that object is stored."""
+    ns = shell.shell.user_ns
+    shell.cell(
+        "%%durable things\nimport pandas as pd\nclass Thing:\n    x = 0\nobjects = pd.DataFrame({'o': [Thing()]})"
+    )
+    assert held(shell.cell("%%durable read\nn = len(objects)"), ns["objects"])
+    shell.cell("%%durable edit\nobjects.loc[0, 'o'].x = 5")
+    assert shell.changed("edit") == ["objects"]
+
+
+def test_a_series_renamed_in_place_is_stored_again(shell: Shell) -> None:
+    """A Series' name is part of it: renamed in place, it is stored again."""
+    shell.cell(FRAME)
+    shell.cell("%%durable rename\ns.name = 'renamed'")
+    assert "s" in shell.changed("rename")
+
+
+RESULTS = (
+    "%%durable fit\nimport numpy as np\nimport pandas as pd\nimport statsmodels.api as sm\n"
+    "data = pd.DataFrame({'x': np.arange(20.0), 'y': np.arange(20.0) * 2 + np.sin(np.arange(20.0))})\n"
+    "results = sm.OLS(data['y'], sm.add_constant(data['x'])).fit()\nprint(results.params)"
+)
+
+
+def test_statsmodels_results_a_cell_only_uses_are_not_pickled_again(shell: Shell) -> None:
+    """Reading a fitted statsmodels result (its parameters, a prediction) does not pickle it again."""
+    pytest.importorskip("statsmodels")
+    ns = shell.shell.user_ns
+    shell.cell(RESULTS)
+    pickled = shell.cell("%%durable use\nslope = results.params['x']\nfitted = results.predict()[:3]")
+    assert not held(pickled, ns["results"], ns["data"])
+    assert shell.changed("use") == ["fitted", "slope"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "bse = results.bse",  # computed on first use and cached inside the result: its pickle changes
+        "results.model.exog[0, 1] = -1.0",
+        "results.model.data.orig_exog.iloc[0, 1] = -1.0",
+        "rsquared = results.rsquared",
+        "results.note = 'by hand'",
+    ],
+)
+def test_statsmodels_results_whose_state_changed_are_stored_again(shell: Shell, change: str) -> None:
+    """A cached statistic filled in, the model's arrays or its data frame edited in place, an attribute set:
+    stored again."""
+    pytest.importorskip("statsmodels")
+    shell.cell(RESULTS)
+    shell.cell(f"%%durable change\n{change}")
+    assert "results" in shell.changed("change")
+
+
+def test_a_frame_that_changed_is_vouched_for_again_once_found_unchanged(shell: Shell) -> None:
+    """After a change, the next cell that uses the frame pickles it (no witness is kept for what keeps
+    changing); found unchanged there, it is not pickled by the cells after."""
+    ns = shell.shell.user_ns
+    shell.cell(FRAME)
+    assert held(shell.cell("%%durable change\ndf.loc[10, 'a'] = 5.0"), ns["df"])
+    assert held(shell.cell("%%durable first\nn = len(df)"), ns["df"])
+    assert not held(shell.cell("%%durable second\nm = len(df)"), ns["df"])
+    assert shell.changed("second") == ["m"]

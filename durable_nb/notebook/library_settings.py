@@ -109,7 +109,27 @@ def _read_pandas() -> Any:
         return None
     if not _pandas_names:
         _pandas_names.extend(_live_options(pandas))
+    stored = _stored_options()
+    if stored is not None:
+        return stored
     return {name: pandas.get_option(name) for name in _pandas_names}
+
+
+def _stored_options() -> dict[str, Any] | None:
+    """The options as pandas holds them (what get_option returns for a full name, without its
+    pattern matching: a hundred lookups at each cell); None where pandas holds them otherwise."""
+    config = getattr(sys.modules.get("pandas._config.config"), "_global_config", None)
+    if not isinstance(config, dict):
+        return None
+    found = {}
+    for name in _pandas_names:
+        node: Any = config
+        for part in name.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return None
+            node = node[part]
+        found[name] = node
+    return found
 
 
 def _apply_pandas(changed: dict[str, Any]) -> None:
@@ -128,6 +148,7 @@ def _read_rc() -> Any:
     if matplotlib is None:
         return None
     # The backend is the kernel's business: a restore must not switch it.
+    # dict.items: the stored values (RcParams' own lookup would resolve the backend).
     return {k: v for k, v in dict.items(matplotlib.rcParams) if k != "backend"}
 
 

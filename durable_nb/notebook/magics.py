@@ -46,6 +46,22 @@ def _unquoted(text: str | None) -> str | None:
     return text
 
 
+# A %%durable line's parsed arguments, by its text: argparse once per line, not once per run of the cell.
+_PARSED: dict[str, Any] = {}
+_PARSED_KEPT = 1024
+
+
+def _cell_arguments(magic: Any, line: str) -> Any:
+    """The arguments of a %%durable line (read only: the same object comes back for the same line)."""
+    args = _PARSED.get(line)
+    if args is None:
+        args = parse_argstring(magic, line)
+        if len(_PARSED) >= _PARSED_KEPT:
+            _PARSED.clear()
+        _PARSED[line] = args
+    return args
+
+
 def _names(text: str | None) -> frozenset[str]:
     return frozenset(n.strip() for n in (text or "").split(",") if n.strip())
 
@@ -82,7 +98,7 @@ class DurableMagics(Magics):
             tf.random.set_seed(0)
         """
         __tracebackhide__ = True
-        args = parse_argstring(self.durable, line)
+        args = _cell_arguments(self.durable, line)
         if not is_node_name(args.node):
             raise UsageError(f"A cell's node name is a short word like 'load' or 'train', not {args.node!r}.")
         if args.retries < 0:

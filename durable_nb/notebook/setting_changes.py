@@ -53,6 +53,12 @@ def same(a: Any, b: Any) -> bool:
 
 def changed_keys(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any] | None:
     """Return the keys added or changed, and those removed (as MISSING); None when none."""
+    try:
+        # Most cells change nothing: one comparison in C (the same objects are equal at once).
+        if before == after:
+            return None
+    except Exception:  # noqa: BLE001 - a value that does not compare (an array): key by key below
+        pass
     changed = {k: v for k, v in after.items() if k not in before or not same(before[k], v)}
     removed = {k: MISSING for k in before if k not in after}
     return {**changed, **removed} or None

@@ -207,6 +207,10 @@ class NamespaceTracker:
         self._raw_addresses: dict[str, str] = {}
         self._stored_raw: set[str] = set()
         self._reach = _Reach()
+        # Variables whose witness failed to hold (they change at each use: a result filling its
+        # cache): no witness is taken again until a pickle finds them unchanged, so that a value
+        # that keeps changing is not digested and pickled both, cell after cell (figures aside).
+        self._changing: set[str] = set()
 
     def restored(self, name: str, address: str) -> None:
         """Record a variable just loaded from the store."""
@@ -241,6 +245,7 @@ class NamespaceTracker:
             self._reach.add(name, entry.reach)
 
     def _pop(self, name: str) -> None:
+        self._changing.discard(name)
         old = self.known.pop(name, None)
         if old is not None and old.reach is not None:
             self._reach.remove(name, old.reach)
@@ -364,15 +369,13 @@ class NamespaceTracker:
             if entry.address != stored.get(name):
                 return None
         if not holds(first.witness, [namespace[n] for n in members]):
+            self._changing.update(members)
             return None
         last = Pickled(b"", [], first.reach, first.uses, first.figures, first.fingerprint, [], held=first.held)
         return _Unit(list(members), last, witness=first.witness)
 
     def _plan_unit(self, unit: _Unit, namespace: Mapping[str, Any], stored: Mapping[str, str], plan: StorePlan) -> None:
         members = tuple(unit.names)
-        proof = unit.witness
-        if proof is None:
-            proof = witness([namespace[n] for n in members], unit.pickled.buffers, unit.pickled.buffer_digests)
         entries = [self.known.get(name) for name in members]
         unchanged = all(
             entry is not None
@@ -381,6 +384,11 @@ class NamespaceTracker:
             and entry.address == stored.get(name)
             for name, entry in zip(members, entries, strict=True)
         )
+        proof = unit.witness
+        # A figure's witness costs little beside its pickle: always taken.
+        if proof is None and (unchanged or unit.pickled.figures or self._changing.isdisjoint(members)):
+            proof = witness([namespace[n] for n in members], unit.pickled.buffers, unit.pickled.buffer_digests)
+            self._changing.difference_update(members)
         if unchanged:
             for name, entry in zip(members, entries, strict=True):
                 assert entry is not None

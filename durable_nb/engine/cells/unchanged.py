@@ -15,6 +15,12 @@ still holds (``holds``), the pickle is known to be what it was.
 - A scikit-learn estimator: its state (``__dict__``, nested estimators, lists, dicts, arrays
   hashed with xxhash, fitted trees through their own state) is digested in one walk; anything
   else inside (a callable, a random generator, an object of another library) makes it refuse.
+- A pandas object or a statsmodels model or result: digested as the pickler would take it
+  apart, through its own ``__reduce_ex__`` (a frame's blocks and indexes, a result's state
+  dict with its cache, the model and data it holds), array bytes hashed, the objects it reaches
+  by identity. What ``__reduce_ex__`` makes anew at each call (a state dict, an argument tuple)
+  counts by its contents: it is told apart from the object's own containers by asking twice.
+  Classes and functions count by name only where they are pickled by name.
 
 A witness that cannot vouch for a value returns None, and the value is pickled as before:
 unsure means pickle again, never "unchanged".
@@ -23,6 +29,7 @@ unsure means pickle again, never "unchanged".
 from __future__ import annotations
 
 import sys
+import types
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -35,6 +42,12 @@ __all__ = ["Witness", "holds", "witness"]
 _MAX_DEPTH = 40
 _MAX_ITEMS = 200_000
 _SCALARS = frozenset({type(None), bool, int, float, complex, str, bytes})
+# Libraries whose objects are digested through their own ``__reduce_ex__``, as pickling takes them apart.
+_REDUCED = frozenset({"pandas", "statsmodels", "patsy"})
+# The standard library's own types such objects hold, taken apart the same way.
+_REDUCED_TYPES = frozenset({types.SimpleNamespace})
+_CONTAINERS = (tuple, list, dict)
+_FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType)
 
 
 class _Refuse(Exception):
@@ -174,6 +187,11 @@ class _Digest:
         self.estimator: Any = getattr(base, "BaseEstimator", None)
         tree = sys.modules.get("sklearn.tree._tree")
         self.tree: Any = getattr(tree, "Tree", None)
+        self.dtype: Any = numpy.dtype if numpy is not None else None
+        pickler = sys.modules.get("cloudpickle.cloudpickle")
+        # The types cloudpickle reduces its own way, and its test of what it pickles by name.
+        self.dispatch: Any = getattr(getattr(pickler, "Pickler", None), "dispatch_table", None)
+        self.by_name: Any = getattr(pickler, "_should_pickle_by_reference", None)
 
     def add(self, *parts: Any) -> None:
         # Written out once, at the end (one repr in C): hashing part by part cost more than pickling.
@@ -193,6 +211,8 @@ class _Digest:
         kind = type(value)
         if kind in _SCALARS:
             self.parts.append(value)  # its repr tells its type too: 1, 1.0, True, '1', b'1'
+            return
+        if self._immutable(value, kind, depth):
             return
         key = id(value)
         if key in self.seen:  # the same object again: its position, as a pickle's memo would
@@ -243,8 +263,100 @@ class _Digest:
                 self.walk(value.__getstate__(), depth + 1)
             finally:
                 self.made -= 1
+        elif kind is set or kind is frozenset:
+            self.add(kind.__name__, len(value))
+            for item in value:  # in the order pickling meets them
+                self.walk(item, depth + 1)
+        elif kind in _REDUCED_TYPES or kind.__module__.partition(".")[0] in _REDUCED:
+            self._reduced(value, depth)
         else:
             raise _Refuse
+
+    def _immutable(self, value: Any, kind: type, depth: int) -> bool:
+        """Digest a value that cannot change and whose identity a pickle does not keep; False if not one."""
+        if kind is slice or kind is range:
+            self.add(kind.__name__)
+            for part in (value.start, value.stop, value.step):
+                self.walk(part, depth + 1)
+            return True
+        if self.dtype is not None and kind.__module__ == "numpy.dtypes" and isinstance(value, self.dtype):
+            if value.metadata is not None:
+                raise _Refuse
+            self.add("dtype", value.str, value.descr if value.fields is not None else None)
+            return True
+        if isinstance(value, type) or kind in _FUNCTIONS or kind.__name__ == "cython_function_or_method":
+            self.add("global", self._global_name(value))
+            return True
+        return False
+
+    def _global_name(self, value: Any) -> str:
+        """The name a class or function is pickled by; refuse one pickled by value (a notebook's own)."""
+        try:
+            return _NAMES[value]
+        except (KeyError, TypeError):
+            pass
+        module, name = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+        if not isinstance(module, str) or not isinstance(name, str) or module == "__main__":
+            raise _Refuse
+        found: Any = sys.modules.get(module)
+        for part in name.split("."):
+            found = getattr(found, part, None)
+        if found is not value:
+            raise _Refuse
+        if isinstance(value, type | types.FunctionType) and (self.by_name is None or not self.by_name(value)):
+            raise _Refuse
+        named = f"{module}:{name}"
+        try:
+            _NAMES[value] = named
+        except TypeError:  # not weakly referenceable: looked up each time
+            pass
+        return named
+
+    def _reduced(self, value: Any, depth: int) -> None:
+        # What the pickler calls (after its own overrides, none of which takes these objects).
+        kind = type(value)
+        if self.dispatch is None or kind in self.dispatch:
+            raise _Refuse
+        if _plain_state(kind):
+            # Pickled as its class and its own __dict__ (object's reduce): read them, not asked for.
+            self.add("object", self._global_name(kind))
+            self.walk(vars(value), depth + 1)
+            return
+        first = value.__reduce_ex__(5)
+        if isinstance(first, str):  # pickled by name
+            self.add("named", kind.__module__, first)
+            return
+        first, second = _listed(first), _listed(value.__reduce_ex__(5))
+        made: set[int] = set()
+        _made_anew(first, second, made, 0)
+        self.keep.append(first)  # the made containers stay alive: their ids are not reused meanwhile
+        self.add("reduced", kind.__module__, kind.__qualname__)
+        self._contents(first, made, depth + 1)
+
+    def _contents(self, value: Any, made: set[int], depth: int) -> None:
+        """Walk what a reduce call returned: its own containers by contents, anything else as usual."""
+        if id(value) not in made:
+            self.walk(value, depth)
+            return
+        if type(value) not in _CONTAINERS:
+            self.made += 1  # what it holds counts, not which objects
+            try:
+                self.walk(value, depth)
+            finally:
+                self.made -= 1
+            return
+        self.items += 1
+        if depth > _MAX_DEPTH or self.items > _MAX_ITEMS:
+            raise _Refuse
+        if type(value) is dict:
+            self.add("made dict", len(value))
+            for name, item in value.items():
+                self._contents(name, made, depth + 1)
+                self._contents(item, made, depth + 1)
+        else:
+            self.add(f"made {type(value).__name__}", len(value))
+            for item in value:
+                self._contents(item, made, depth + 1)
 
     def _array(self, array: Any, depth: int) -> None:
         dtype = array.dtype
@@ -254,7 +366,8 @@ class _Digest:
                 self.walk(item, depth + 1)
             return
         numpy = sys.modules["numpy"]
-        self.hasher.update(memoryview(numpy.ascontiguousarray(array)).cast("B"))
+        # As bytes: a buffer of datetimes (dtype 'M') cannot be exported as itself.
+        self.hasher.update(memoryview(numpy.ascontiguousarray(array).reshape(-1).view(numpy.uint8)))
 
     def _figure(self, figure: Any) -> None:
         if figure is None:
@@ -295,6 +408,68 @@ class _Digest:
         self.walk(vars(estimator), depth + 1)
 
 
+# Library classes and functions found pickled by name (one lookup each, not one per walk).
+_NAMES: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def _plain_state(kind: type) -> bool:
+    """True if pickling an instance takes its class and ``__dict__`` alone (object's own reduce)."""
+    try:
+        return _PLAIN[kind]
+    except KeyError:
+        pass
+    plain = _PLAIN[kind] = (
+        kind.__reduce_ex__ is object.__reduce_ex__
+        and kind.__reduce__ is object.__reduce__
+        and kind.__getstate__ is object.__getstate__
+        and not hasattr(kind, "__slots__")
+        and not hasattr(kind, "__getnewargs_ex__")
+        and not hasattr(kind, "__getnewargs__")
+        and not issubclass(kind, dict | list)
+        and kind.__dictoffset__ != 0
+    )
+    return plain
+
+
+_PLAIN: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
+
+
+def _listed(reduced: Any) -> Any:
+    """A reduce result with its list and dict items (iterators) read into lists, as pickling reads them."""
+    if not isinstance(reduced, tuple) or len(reduced) < 4:
+        return reduced
+    items = [None if part is None else list(part) for part in reduced[3:5]]
+    return (*reduced[:3], *items, *reduced[5:])
+
+
+def _made_anew(first: Any, second: Any, made: set[int], depth: int) -> None:
+    """Collect the containers of one reduce call's result that a second call made again (not the
+    object's own); refuse when the two calls disagree on their shape."""
+    if first is second:
+        return
+    if type(first) not in _CONTAINERS:
+        if type(second) is type(first) and _sealed(first):
+            made.add(id(first))  # an index made anew (a frame's items, sliced): pickled alone, so by contents
+        return
+    if type(second) is not type(first) or len(second) != len(first) or depth > _MAX_DEPTH:
+        raise _Refuse
+    made.add(id(first))
+    if type(first) is dict:
+        if list(first) != list(second):
+            raise _Refuse
+        pairs: Any = zip(first.values(), second.values(), strict=True)
+    else:
+        pairs = zip(first, second, strict=True)
+    for one, other in pairs:
+        _made_anew(one, other, made, depth + 1)
+
+
+def _sealed(value: Any) -> bool:
+    # The pickler pickles a pandas Index on its own: what it holds never makes two variables shared.
+    pandas = sys.modules.get("pandas")
+    return pandas is not None and isinstance(value, pandas.Index)
+
+
 def _has_root(artist: Any) -> bool:
     try:
         artist.get_figure(root=True)
@@ -307,12 +482,10 @@ def witness(values: list[Any], buffers: list[Any], hashes: list[str]) -> Witness
     """Take a witness of a unit's values just pickled (``buffers``, ``hashes``: its out-of-band buffers,
     kept and hashed again only for figures, whose arrays the walk does not read).
 
-    None when a value is neither a figure, its axes nor a scikit-learn estimator (or holds
-    something else): such a unit is pickled each time to compare.
+    None when a value is neither a figure, its axes, a scikit-learn estimator, a pandas object nor a
+    statsmodels one (or holds something else): such a unit is pickled each time to compare.
     """
     digest = _Digest()
-    if digest.figure_type is None and digest.estimator is None:
-        return None
     try:
         for value in values:
             if not _watchable(value, digest):
@@ -334,7 +507,7 @@ def _watchable(value: Any, digest: _Digest, depth: int = 0) -> bool:
     else is cheap to pickle."""
     kinds = (digest.figure_type, digest.axes_type, digest.artist_type, digest.container_type, digest.estimator)
     found = tuple(k for k in kinds if k is not None)
-    if isinstance(value, found):
+    if isinstance(value, found) or _library_object(value):
         return True
     ndarray = digest.ndarray
     if ndarray is not None and type(value) is ndarray:
@@ -345,6 +518,19 @@ def _watchable(value: Any, digest: _Digest, depth: int = 0) -> bool:
             _watchable(item, digest, 1) or isinstance(item, plain) or type(item) in _SCALARS for item in value
         )
     return False
+
+
+def _library_object(value: Any) -> bool:
+    """A pandas frame, series or index, or a statsmodels object: costly to pickle, digested through its reduce."""
+    module = type(value).__module__
+    if module.startswith("statsmodels."):
+        return True
+    pandas = sys.modules.get("pandas")
+    return (
+        pandas is not None
+        and module.startswith("pandas")
+        and isinstance(value, pandas.DataFrame | pandas.Series | pandas.Index)
+    )
 
 
 def holds(held: Witness, values: list[Any]) -> bool:
