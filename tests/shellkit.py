@@ -56,3 +56,17 @@ class Shell:
         """Detach if attached."""
         if self.session.cell_run is not None:
             self.leave()
+
+
+def gated_run(store_url: str, name: str) -> str:
+    """Return the id of a run of three cells, its middle one a gate on ``rate`` that was approved: a run to replay."""
+    gate = "%%durable review\nimport durable_nb as dnb\nd = dnb.gate('publish?', {'rate': rate})\nok = d.approved"
+    shell = Shell(store_url, name)
+    try:
+        shell.ok("%%durable base\nrate = 0.5")
+        assert type(shell.run(gate).error_in_exec).__name__ == "GatePending"
+        shell.ok("%durable approve")
+        shell.ok("%%durable publish\npublished = rate if ok else None")
+        return shell.run_id
+    finally:
+        shell.close()

@@ -193,22 +193,13 @@ def test_a_fork_made_by_another_process_changes_the_version(served: tuple[Jupyte
 def test_the_panel_reads_and_decides_gates_waiting_in_a_replays_forks(served: tuple[JupyterServer, str]) -> None:
     """A replay's fork paused at a gate: the user's run lists it (its fork, values, checkpoint) with the
     replay's progress; a decision posted for the fork is recorded on the fork, not on the user's run."""
-    from shellkit import Shell
+    from shellkit import gated_run
 
     from durable_nb.engine.cells.replay_runs import start_replay
 
     server, url = served
     key = store_key(url)
-    gate = "%%durable review\nimport durable_nb as dnb\nd = dnb.gate('publish?', {'rate': rate})\nok = d.approved"
-    shell = Shell(url, "gated-replay")
-    try:
-        shell.ok("%%durable base\nrate = 0.5")
-        assert type(shell.run(gate).error_in_exec).__name__ == "GatePending"
-        shell.ok("%durable approve")
-        shell.ok("%%durable publish\npublished = rate if ok else None")
-        run_id = shell.run_id
-    finally:
-        shell.close()
+    run_id = gated_run(url, "gated-replay")
     started = start_replay(url, run_id, "review", sweep={"rate": [2.0]})
     assert started.worker is not None
     started.worker.wait(timeout=120)  # paused, and nothing left replaying it: the decision continues nothing

@@ -248,18 +248,9 @@ def test_a_gate_pauses_its_fork_until_decided(store_url: str, capsys: pytest.Cap
     """A gate in a replayed cell pauses that fork (a paused run, as the panel and inspector show it); once
     decided, the same call continues the fork after the gate, here as a task of a real Dask cluster."""
     from distributed import Client, LocalCluster
-    from shellkit import Shell
+    from shellkit import gated_run
 
-    gate = "%%durable review\nimport durable_nb as dnb\nd = dnb.gate('publish?', {'rate': rate})\nok = d.approved"
-    shell = Shell(store_url, "gated")
-    try:
-        shell.ok("%%durable base\nrate = 0.5")
-        assert type(shell.run(gate).error_in_exec).__name__ == "GatePending"
-        shell.ok("%durable approve")
-        shell.ok("%%durable publish\npublished = rate if ok else None")
-        run_id = shell.run_id
-    finally:
-        shell.close()
+    run_id = gated_run(store_url, "gated")
     # From the command line: the same forks as from Python.
     capsys.readouterr()
     code = main(["replay", run_id, "--at", "review", "--sweep", "rate=2.0", "--wait", "--json", "--store", store_url])

@@ -324,13 +324,8 @@ export class DurablePanel extends Widget {
     const target = this._target;
     const replayed = [...new Set(replays.map(replay => replay.of).filter((of): of is string => !!of))];
     for (const of of target ? replayed : []) {
-      const link = element('a', 'durable-nb-compare', replayed.length > 1 ? `Compare the replays of ${of}` : 'Compare the replays');
-      link.href = compareCellsUrl(of, target!.store);
-      link.target = '_blank';
-      link.rel = 'noopener noreferrer';
-      link.dataset.durableAction = 'compare-replays';
-      link.title = 'Each cell of the replayed run and its forks side by side, the cells whose outputs or values differ marked';
-      section.append(link);
+      const text = replayed.length > 1 ? `Compare the replays of ${of}` : 'Compare the replays';
+      section.append(compareLink(text, of, target!.store, 'compare-replays', 'replayed run'));
     }
     return section;
   }
@@ -407,10 +402,7 @@ export class DurablePanel extends Widget {
         this._offerRunAll = true;
       }
     } catch (error) {
-      this._note =
-        error instanceof DurableRequestError && error.status === 409
-          ? `Already decided: ${error.message}`
-          : `Could not record the decision: ${error instanceof Error ? error.message : String(error)}`;
+      this._note = refusalNote(error);
     }
     await this.refresh();
     return recorded;
@@ -433,10 +425,7 @@ export class DurablePanel extends Widget {
         : `${verdict} Switch to that fork (fork tree below) and Run All to continue it.`;
     } catch (error) {
       box.querySelectorAll('button').forEach(button => ((button as HTMLButtonElement).disabled = false));
-      this._note =
-        error instanceof DurableRequestError && error.status === 409
-          ? `Already decided: ${error.message}`
-          : `Could not record the decision: ${error instanceof Error ? error.message : String(error)}`;
+      this._note = refusalNote(error);
     }
     await this.refresh();
     return recorded;
@@ -525,13 +514,7 @@ export class DurablePanel extends Widget {
     const anyForks = roots.some(node => Array.isArray(node.children) && node.children.length > 0);
     if (root && anyForks && this._target) {
       // A page of the server extension, in a tab of its own: the whole tree's cells, outputs side by side.
-      const link = element('a', 'durable-nb-compare', 'Compare cells of these runs');
-      link.href = compareCellsUrl(root, this._target.store);
-      link.target = '_blank';
-      link.rel = 'noopener noreferrer';
-      link.dataset.durableAction = 'compare-cells';
-      link.title = 'Each cell of the run and its forks side by side, the cells whose outputs or values differ marked';
-      section.append(link);
+      section.append(compareLink('Compare cells of these runs', root, this._target.store, 'compare-cells', 'run'));
     }
     return section;
   }
@@ -550,4 +533,22 @@ export class DurablePanel extends Widget {
   private readonly _header: HTMLElement;
   private readonly _message: HTMLElement;
   private readonly _body: HTMLElement;
+}
+
+/** A link to the server's page of ``runId``'s cells beside its forks', in a tab of its own. */
+function compareLink(text: string, runId: string, store: string, action: string, what: string): HTMLAnchorElement {
+  const link = element('a', 'durable-nb-compare', text);
+  link.href = compareCellsUrl(runId, store);
+  link.target = '_blank';
+  link.rel = 'noopener noreferrer';
+  link.dataset.durableAction = action;
+  link.title = `Each cell of the ${what} and its forks side by side, the cells whose outputs or values differ marked`;
+  return link;
+}
+
+/** What the panel says when a decision was not recorded: decided already, or why not. */
+function refusalNote(error: unknown): string {
+  return error instanceof DurableRequestError && error.status === 409
+    ? `Already decided: ${error.message}`
+    : `Could not record the decision: ${error instanceof Error ? error.message : String(error)}`;
 }
