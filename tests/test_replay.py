@@ -376,3 +376,25 @@ def test_a_fork_decided_while_its_replay_runs_continues_there(store_url: str, tm
     block.unlink()
     started.wait()
     assert dnb.get_run(slow_fork, store=store_url).state["done"] == 0.25
+
+
+def test_a_kernel_attached_in_another_store_gives_no_default_run(tmp_path: Path, store_url: str) -> None:
+    """``dnb.replay(at=…, store=S)`` in a kernel whose run lives in another store does not take that run's id
+    to S: it says there is no run to replay there, and creates nothing."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    dnb.connect(store_url)
+    shell = InteractiveShell.instance()
+    try:
+        shell.run_line_magic("load_ext", "durable_nb")
+        shell.run_line_magic("durable", f"run elsewhere --store sqlite:///{tmp_path}/elsewhere.db")
+        assert shell.run_cell("%%durable base\nrate = 1").success
+        assert shell.run_cell("%%durable double\ny = rate * 2").success
+        with pytest.raises(dnb.InvalidReplay, match="No run to replay"):
+            dnb.replay(at="double", store=store_url)
+        assert len(dnb.runs(store=store_url)) == 0
+        [fork] = dnb.replay(at="double", set={"rate": 5}, wait=True)  # in its own store: the kernel's run
+        assert fork.status == "completed" and fork.state["y"] == 10
+        assert shell.user_ns["y"] == 2
+    finally:
+        InteractiveShell.clear_instance()

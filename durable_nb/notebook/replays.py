@@ -48,10 +48,12 @@ def replay(
         return []  # a replayed cell asking for a replay: the kernel that asked first owns the replays
     if run is None:
         run, attached = _attached()
+        if run is not None and store is not None and not _same_store(store, attached):
+            run = None  # this kernel's run lives in another store than the one named
         if run is None:
             raise InvalidReplay(
-                "No run to replay: attach this kernel with %durable run NAME --all and run the notebook's "
-                "cells, or give run=RUN_ID."
+                "No run to replay: this kernel is attached to no run (in the store named, if one is). Attach it "
+                "with %durable run NAME --all and run the notebook's cells, or give run=RUN_ID."
             )
         store = store if store is not None else attached
     started = start_replay(store, run, at, set, sweep, executor)
@@ -68,6 +70,13 @@ def _shell() -> Any:
     except ImportError:
         return None
     return get_ipython()
+
+
+def _same_store(given: Any, attached: Any) -> bool:
+    """Whether the store named in the call is the one this kernel's run lives in."""
+    from ..store import resolve_store
+
+    return bool(resolve_store(given, existing=True).url == getattr(attached, "url", None))
 
 
 def _attached() -> tuple[str | None, Any]:

@@ -83,14 +83,27 @@ class active:
 
 
 def pid_alive(pid: int) -> bool:
-    """True if a process ``pid`` runs on this host (another user's counts)."""
+    """True if a process ``pid`` runs on this host (another user's counts); a zombie has ended."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        return not _zombie(pid)
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """True if ``pid`` has exited and waits only to be reaped (Linux; elsewhere never said).
+
+    A killed kernel whose parent died too waits for init to reap it, which can take a moment:
+    signals still reach it, yet it will never renew a lease or commit again.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[:1] in (["Z"], ["X"])
 
 
 # Set by a server for the runs it drives: stopping the server hands them back (pending, no
