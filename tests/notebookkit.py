@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import signal
 import subprocess
@@ -39,6 +41,35 @@ def run(command: list[str], folder: Path, timeout: float = 300, **env: str) -> s
     """Run ``command`` in ``folder`` to the end and return what it printed."""
     env = {"TMPDIR": str(folder), **env}  # the kernel's socket folder too stays in the test's folder
     return subprocess.run(command, cwd=folder, env=child_env(**env), capture_output=True, text=True, timeout=timeout)
+
+
+def run_here(command: list[str], folder: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run a ``durable-nb`` command line (as ``run_notebook_command`` builds it) to the end by the command
+    line's own ``main``, in this process and in ``folder``, with ``env`` set meanwhile; return what it printed.
+
+    A child process would spend more than a second of CPU importing nbformat's schema checker before
+    starting the same kernel; tests about processes (kills, temporary folders, shells) use ``run``.
+    """
+    from durable_nb.cli import main
+
+    prefix = [sys.executable, "-m", "durable_nb.cli"]
+    assert command[:3] == prefix, f"not a durable-nb command line: {command}"
+    saved = {name: os.environ.get(name) for name in env}
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        os.environ.update(env)
+        with contextlib.chdir(folder), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(command[3:])
+            except SystemExit as exit:
+                code = exit.code if isinstance(exit.code, int) else 1
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    return subprocess.CompletedProcess(command, code, out.getvalue(), err.getvalue())
 
 
 def start(command: list[str], folder: Path, log: Path) -> subprocess.Popen[bytes]:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from notebookkit import run_here, run_notebook_command
 from terminalkit import Terminal
 
 import durable_nb as dnb
@@ -54,11 +55,8 @@ def _notebook(folder: Path) -> Path:
 
 
 def _run(folder: Path, store_url: str, *extra: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    command = [sys.executable, "-m", "durable_nb.cli", "run-notebook", "report.ipynb", "-o", "out.ipynb"]
-    return subprocess.run(
-        [*command, "--store", store_url, *extra], cwd=folder, env=env, capture_output=True, text=True, timeout=300
-    )
+    """``durable-nb run-notebook report.ipynb -o out.ipynb --store STORE …`` in ``folder``, to the end."""
+    return run_here(run_notebook_command("report.ipynb", "-o", "out.ipynb", "--store", store_url, *extra), folder)
 
 
 def _side(folder: Path) -> list[str]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from notebookkit import child_env, run, run_notebook_command, write_notebook
+from notebookkit import child_env, run, run_here, run_notebook_command, write_notebook
 
 import durable_nb as dnb
 
@@ -76,9 +76,9 @@ def test_spaces_in_the_store_and_the_run_name_work(tmp_path: Path) -> None:
     _echo(tmp_path / "echo.ipynb")
     store = f"sqlite:///{tmp_path}/a b/runs.db"
     command = run_notebook_command("echo.ipynb", "-o", "o.ipynb", "--store", store, "--run", "a b")
-    first = run(command, tmp_path)
+    first = run_here(command, tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr
-    again = run(command, tmp_path)
+    again = run_here(command, tmp_path)
     assert again.returncode == 0 and "restored from checkpoint" in again.stdout, again.stdout + again.stderr
     assert dnb.runs("a b", store=store)["status"].tolist() == ["completed"]
 
@@ -117,11 +117,11 @@ def test_hostile_names_paths_stores_and_parameters_are_data(tmp_path: Path, stor
         str(notebook), "-o", str(output), "--store", store_url, "--run", HOSTILE,
         "-p", "text", HOSTILE_VALUE, "-p", "count", "3", "-f", str(folder / "params.yaml"),
     )  # fmt: skip
-    failed = run(command, tmp_path)
+    failed = run_here(command, tmp_path)
     assert failed.returncode == 1, failed.stdout + failed.stderr
     assert "a cell failed (RuntimeError: not yet)" in failed.stdout
     (folder / "fixed").touch()
-    done = run([*command, "--json"], tmp_path)
+    done = run_here([*command, "--json"], tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     outcome = json.loads(done.stdout)
     assert outcome["name"] == HOSTILE and outcome["status"] == "completed" and outcome["exit_code"] == 0
@@ -189,7 +189,7 @@ def test_refused_before_any_kernel_starts(tmp_path: Path, argv: list[str], fragm
     with _unix_socket(folder / "s.sock"):
         args = [part.format(**names) for part in argv]
         store = [] if "--store" in args else ["--store", f"sqlite:///{folder}/runs.db"]
-        done = run(run_notebook_command(*args, *store), folder, timeout=120)
+        done = run_here(run_notebook_command(*args, *store), folder)
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stdout == "" and done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
     assert fragment.lower() in done.stderr.lower()
@@ -199,7 +199,7 @@ def test_refused_before_any_kernel_starts(tmp_path: Path, argv: list[str], fragm
 def test_json_errors_name_the_type(tmp_path: Path) -> None:
     """With --json a refusal is one JSON object on stderr naming InvalidNotebookRun and exit code 2."""
     _echo(tmp_path / "echo.ipynb")
-    done = run(run_notebook_command("echo.ipynb", "-p", "class", "1", "--json"), tmp_path, timeout=120)
+    done = run_here(run_notebook_command("echo.ipynb", "-p", "class", "1", "--json"), tmp_path)
     assert done.returncode == 2 and done.stdout == ""
     error = json.loads(done.stderr)["error"]
     assert error["type"] == "InvalidNotebookRun" and error["exit_code"] == 2

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from notebookkit import comparable, kill_when_reached, run, run_notebook_command, write_notebook
+from notebookkit import comparable, kill_when_reached, run_here, run_notebook_command, write_notebook
 
 import durable_nb as dnb
 
@@ -141,7 +141,7 @@ def kill_and_rerun(tmp_path: Path, store_url: str, rng: random.Random, kill_coun
     """Kill run-notebook ``kill_count`` times at points ``rng`` draws, rerun each round to the end, check."""
     reference = tmp_path / "reference"
     _notebook(reference)
-    plain = run(_command(store_url), reference)
+    plain = run_here(_command(store_url), reference)
     assert plain.returncode == 0, plain.stdout + plain.stderr[-3000:]
     assert _effects(reference) == EFFECTS
     expected = comparable(reference / "out.ipynb")
@@ -171,7 +171,7 @@ def kill_and_rerun(tmp_path: Path, store_url: str, rng: random.Random, kill_coun
             run_id = run_id or _the_run(store_url, others)
             assert _the_run(store_url, others) == run_id, where  # a rerun attaches to the same run
         seen = len(_effects(folder))
-        done = run(_command(store_url), folder)
+        done = run_here(_command(store_url), folder)
         assert done.returncode == 0, done.stdout + done.stderr[-3000:]
         assert _effects(folder)[seen:] == EFFECTS[start_at:]
         # Once a cell, and once more only where a kill landed after the cell's effect, before its commit.

@@ -13,7 +13,7 @@ from typing import Any
 
 import nbformat
 import pytest
-from notebookkit import comparable, kill_when_reached, run, run_notebook_command, write_notebook
+from notebookkit import comparable, kill_when_reached, run_here, run_notebook_command, write_notebook
 
 # run-notebook on SQLite: its PostgreSQL case is in test_run_notebook.py, the store's in the conformance tests.
 pytestmark = [pytest.mark.slow, pytest.mark.backends("sqlite")]
@@ -55,7 +55,7 @@ def test_a_trailing_semicolon_hides_the_value_as_in_a_plain_run(tmp_path: Path, 
     ]
     command = run_notebook_command("quiet.ipynb", "-o", "out.ipynb", "--store", store_url)
     for attempt in ("executed", "restored"):
-        done = run(command, tmp_path)
+        done = run_here(command, tmp_path)
         assert done.returncode == 0, done.stdout + done.stderr[-3000:]
         assert _outputs(tmp_path / "out.ipynb") == expected, attempt
     assert done.stdout.count("restored from checkpoint") == len(QUIET), done.stdout
@@ -111,13 +111,13 @@ def test_a_resumed_run_writes_the_streams_of_an_uninterrupted_one(tmp_path: Path
     command = run_notebook_command("streams.ipynb", "-o", "out.ipynb", "--store", store_url)
     whole, resumed = tmp_path / "whole", tmp_path / "resumed"
     _streams_notebook(whole)
-    done = run(command, whole)
+    done = run_here(command, whole)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     _streams_notebook(resumed, like=whole)
     (resumed / "hold").touch()
     kill_when_reached(command, resumed, resumed / "hold.reached", "the hold cell")
     (resumed / "hold").unlink()
-    again = run(command, resumed)
+    again = run_here(command, resumed)
     assert again.returncode == 0, again.stdout + again.stderr[-3000:]
     assert again.stdout.count("restored from checkpoint") == len(STREAMS) - 1, again.stdout
     expected = comparable(whole / "out.ipynb")
