@@ -49,9 +49,10 @@ def test_a_gallery_notebook_is_faithful_after_restore_and_after_a_kill(
 
 
 def test_a_gallery_notebook_replays_from_a_cell(sources: dict[str, str], tmp_path: Path) -> None:
-    """A gallery example, replayed from its third cell with the unlabeled samples swept: the cells above
-    are restored in each fork (never committed there), the fork with the original value reproduces the
-    original run's results, and the one with another value differs."""
+    """A gallery example replayed from its third cell, the number of labelled samples swept over three
+    values (the original 40, then 100 and 200): the cells above are restored in each fork, never run
+    there; the fork with the original value shows the original's report and figures cell for cell,
+    the others differ in them; the user's kernel keeps its own values throughout."""
     import numpy as np
     from kernelkit import Kernel
 
@@ -59,21 +60,33 @@ def test_a_gallery_notebook_replays_from_a_cell(sources: dict[str, str], tmp_pat
 
     path = "semi_supervised/plot_label_propagation_digits.py"
     store = f"sqlite:///{tmp_path}/runs.db"
-    kernel = Kernel(tmp_path, env={"DURABLE_NB_STORE": store, "MPLBACKEND": "agg"})
+    # The inline backend, as in the replays' kernels: figures are outputs to compare.
+    kernel = Kernel(tmp_path, env={"DURABLE_NB_STORE": store})
     try:
         for source in realnb.durable_cells("gallery", realnb.split_cells(sources[path])):
             assert kernel.run(source, timeout=300).status == "ok", source[:80]
+        [original] = list(dnb.runs("gallery", store=store)["run_id"])
+        swept = [np.arange(n, 340) for n in (40, 100, 200)]
+        forks = dnb.replay(at="c3", sweep={"unlabeled_set": swept}, run=original, store=store, wait=True)
+        shown = kernel.run("print(len(unlabeled_set), len(predicted_labels))", timeout=60)
+        assert shown.text.split() == ["300", "300"]  # the user's kernel is where it was
     finally:
         kernel.close()
-    [original] = list(dnb.runs("gallery", store=store)["run_id"])
-    same, other = np.arange(40, 340), np.arange(100, 340)
-    forks = dnb.replay(at="c3", sweep={"unlabeled_set": [same, other]}, run=original, store=store, wait=True)
-    assert [fork.status for fork in forks] == ["completed", "completed"]
+    assert [fork.status for fork in forks] == ["completed"] * 3
     for fork in forks:
         steps = [step for step in dnb.history(fork.id, store=store)["step"] if step.startswith("after:")]
         assert steps == [f"after:c{i}" for i in range(3, 10)]  # c1 and c2 restored, the rest run
     before = dnb.get_run(original, store=store).state
-    kept, changed = forks[0].state, forks[1].state
+    kept = forks[0].state
     for name in ("y_train", "predicted_labels", "true_labels", "uncertainty_index"):
         assert np.array_equal(kept[name], before[name]), name
-    assert len(changed["predicted_labels"]) == 240 != len(before["predicted_labels"])
+    assert [len(fork.state["predicted_labels"]) for fork in forks] == [300, 240, 140]
+    # What each cell showed: the classification report (c5), the confusion matrix (c6), the digits (c9).
+    table = dnb.compare_cells([original, *forks], store=store)
+    digests = table.pivot(index="cell", columns="run_id", values="output_digest")
+    images = table.set_index(["cell", "run_id"])["outputs"]
+    assert any("image/png" in output.get("data", {}) for output in images[("c9", original)])
+    for cell in ("c5", "c6", "c9"):
+        assert digests.loc[cell, forks[0].id] == digests.loc[cell, original], cell
+        assert digests.loc[cell, forks[1].id] != digests.loc[cell, original], cell
+        assert digests.loc[cell, forks[2].id] not in (digests.loc[cell, original], digests.loc[cell, forks[1].id])
