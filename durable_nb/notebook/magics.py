@@ -16,6 +16,7 @@ from ..errors import DurableError, GatePending
 from ..model import RunStatus
 from .cell_names import is_node_name
 from .handover import ATTACH_VARIABLE, Handover, run_key
+from .magic_arguments import cell_arguments, names_in, unquoted
 from .notebook_tags import notebook_path
 from .session import CellOptions, session_for
 
@@ -37,33 +38,6 @@ SUBCOMMANDS = (
     "notes",
     "off",
 )
-
-
-def _unquoted(text: str | None) -> str | None:
-    """One argument as typed, without the quotes around it (IPython's splitting keeps them)."""
-    if text is not None and len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
-        return text[1:-1]
-    return text
-
-
-# A %%durable line's parsed arguments, by its text: argparse once per line, not once per run of the cell.
-_PARSED: dict[str, Any] = {}
-_PARSED_KEPT = 1024
-
-
-def _cell_arguments(magic: Any, line: str) -> Any:
-    """The arguments of a %%durable line (read only: the same object comes back for the same line)."""
-    args = _PARSED.get(line)
-    if args is None:
-        args = parse_argstring(magic, line)
-        if len(_PARSED) >= _PARSED_KEPT:
-            _PARSED.clear()
-        _PARSED[line] = args
-    return args
-
-
-def _names(text: str | None) -> frozenset[str]:
-    return frozenset(n.strip() for n in (text or "").split(",") if n.strip())
 
 
 @magics_class
@@ -98,7 +72,7 @@ class DurableMagics(Magics):
             tf.random.set_seed(0)
         """
         __tracebackhide__ = True
-        args = _cell_arguments(self.durable, line)
+        args = cell_arguments(self.durable, line)
         if not is_node_name(args.node):
             raise UsageError(f"A cell's node name is a short word like 'load' or 'train', not {args.node!r}.")
         if args.retries < 0:
@@ -109,7 +83,7 @@ class DurableMagics(Magics):
             retries=args.retries,
             timeout=args.timeout,
             rerun=args.rerun,
-            exclude=_names(args.exclude),
+            exclude=names_in(args.exclude),
             replay=args.replay,
         )
         session = session_for(self.shell)
@@ -189,7 +163,7 @@ class DurableMagics(Magics):
         if args.name is None:
             example = "%durable run sales-report" + (" --all" if args.all_cells else "")
             raise UsageError(f"%durable run needs the run's name, e.g. {example}.")
-        name = str(_unquoted(args.name))
+        name = str(unquoted(args.name))
         if not name.strip() or not name.isprintable():
             raise UsageError(
                 f"{name!r} cannot name a run: give one line of text, e.g. %durable run sales-report"
@@ -205,9 +179,9 @@ class DurableMagics(Magics):
         session.attach(
             name,
             new=args.new,
-            run_id=_unquoted(args.run_id),
-            key=_unquoted(args.key),
-            store=_unquoted(args.store),
+            run_id=unquoted(args.run_id),
+            key=unquoted(args.key),
+            store=unquoted(args.store),
             new_key=self._notebook_key() if args.all_cells else None,
         )
         if args.all_cells:
@@ -250,20 +224,20 @@ class DurableMagics(Magics):
         from ..views import history, styled
 
         cell_run = session_for(self.shell).require()
-        run_id = _unquoted(rest.strip()) or cell_run.run_id
+        run_id = unquoted(rest.strip()) or cell_run.run_id
         return styled(history(run_id, store=cell_run.store), f"History of run {run_id}")
 
     def _runs(self, rest: str) -> Any:
         from ..views import runs, styled
 
         session = session_for(self.shell)
-        return styled(runs(_unquoted(rest.strip()) or None, store=session.store), "Runs")
+        return styled(runs(unquoted(rest.strip()) or None, store=session.store), "Runs")
 
     def _forks(self, rest: str) -> Any:
         from ..views import forks, styled
 
         cell_run = session_for(self.shell).require()
-        run_id = _unquoted(rest.strip()) or cell_run.run_id
+        run_id = unquoted(rest.strip()) or cell_run.run_id
         return styled(forks(run_id, store=cell_run.store), f"Forks of run {run_id}")
 
     def _end(self, rest: str) -> None:
@@ -297,7 +271,7 @@ class DurableMagics(Magics):
         session = session_for(self.shell)
         cell_run = session.require()
         try:
-            overrides = OverrideText.parse([str(_unquoted(text)) for text in args.overrides])
+            overrides = OverrideText.parse([str(unquoted(text)) for text in args.overrides])
             shared = shared_with(run_sync(cell_run.manifest_before(args.at)), overrides.values)
             # Each value keeps the type it has where the fork starts: the fork checks, and refuses.
             if args.at:
@@ -341,9 +315,9 @@ class DurableMagics(Magics):
         session = session_for(self.shell)
         cell_run = session.require()
         try:
-            overrides = OverrideText.parse([str(_unquoted(text)) for text in args.overrides]).values
-            sweep = dict(parse_sweep(str(_unquoted(text))) for text in args.sweeps)
-            runs = replay(str(_unquoted(args.at)), overrides, sweep, cell_run.run_id, args.wait, store=cell_run.store)
+            overrides = OverrideText.parse([str(unquoted(text)) for text in args.overrides]).values
+            sweep = dict(parse_sweep(str(unquoted(text))) for text in args.sweeps)
+            runs = replay(str(unquoted(args.at)), overrides, sweep, cell_run.run_id, args.wait, store=cell_run.store)
         except DurableError as error:
             raise UsageError(str(error)) from None
         shown = ", ".join(f"{run.id} ({run.status})" for run in runs)
@@ -355,7 +329,7 @@ class DurableMagics(Magics):
         )
 
     def _switch(self, rest: str) -> None:
-        run_id = _unquoted(rest.strip())
+        run_id = unquoted(rest.strip())
         if not run_id:
             raise UsageError("%durable switch RUN: give the run id to attach to (see %durable runs).")
         session = session_for(self.shell)
@@ -369,7 +343,7 @@ class DurableMagics(Magics):
 
         session = session_for(self.shell)
         cell_run = session.require()
-        display(Inspector(_unquoted(rest.strip()) or cell_run.run_id, store=cell_run.store, link=session))
+        display(Inspector(unquoted(rest.strip()) or cell_run.run_id, store=cell_run.store, link=session))
 
     @magic_arguments()
     @argument("--node", default=None, help="The paused cell (needed when several wait).")
@@ -391,10 +365,10 @@ class DurableMagics(Magics):
             return
         decided = session.decide(
             cell_run.run_id,
-            _unquoted(args.node),
+            unquoted(args.node),
             approved=approved,
-            comment=_unquoted(args.comment),
-            by=_unquoted(args.by),
+            comment=unquoted(args.comment),
+            by=unquoted(args.by),
         )
         node = decided.checkpoints[-1].node_id
         session.notes.say(f"{'approved' if approved else 'rejected'} the gate of cell '{node}'", "decided")

@@ -20,17 +20,14 @@ what counts as unchanged is what this kernel holds right after the restore.
 from __future__ import annotations
 
 import bisect
-import gc
-import sys
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any
 
 from ...model import Blob
 from ...store import codec
 from ..pickling import Pickled, pickle_values
+from .reference_walk import DisjointSets, likely_units, reaches_any
 from .unchanged import Witness, holds, witness
 
 __all__ = ["Known", "NamespaceTracker", "StorePlan"]
@@ -109,73 +106,9 @@ class _Unit:
         return position < len(reach) and reach[position] == object_id
 
 
-_SCAN_SKIP = (str, bytes, int, float, complex, bool, type, ModuleType, type(None))
-
-
-def _reaches_any(value: Any, covered: set[int], namespace: Mapping[str, Any], budget: int = 256) -> int | None:
-    """Return the id of an object in ``covered`` that a short walk of ``value``'s references finds.
-
-    A cheap look before a full pickle: ``axs`` or a display object holding a figure already
-    pickled joins that figure's unit instead of walking the whole figure again. A miss only
-    costs a pickle; sharing is still found from the pickles' reach.
-    """
-    numpy = sys.modules.get("numpy")
-    ndarray = numpy.ndarray if numpy is not None else ()
-    # Breadth first: an attribute such as ``ax.figure`` is two steps away, however deep the rest goes.
-    pending = deque([value])
-    seen: set[int] = set()
-    while pending and len(seen) < budget:
-        obj = pending.popleft()
-        if id(obj) in seen or isinstance(obj, _SCAN_SKIP) or obj is namespace:
-            continue  # a function's globals are the namespace: every variable, shared with none
-        if id(obj) in covered:
-            return id(obj)
-        seen.add(id(obj))
-        referents = gc.get_referents(obj)
-        if isinstance(obj, ndarray) and obj.dtype.hasobject and obj.size <= budget:
-            referents = [*referents, *obj.flat]  # numpy does not report an object array's items
-        pending.extend(referents)
-    return None
-
-
-class _Sets:
-    """Disjoint sets of indexes 0..n-1 (union-find), each named by its smallest member."""
-
-    def __init__(self, size: int) -> None:
-        self.parent = list(range(size))
-
-    def find(self, index: int) -> int:
-        while self.parent[index] != index:
-            self.parent[index] = self.parent[self.parent[index]]
-            index = self.parent[index]
-        return index
-
-    def join(self, a: int, b: int) -> None:
-        a, b = self.find(a), self.find(b)
-        if a != b:
-            self.parent[max(a, b)] = min(a, b)
-
-
-def _likely_units(names: list[str], namespace: Mapping[str, Any]) -> list[list[str]]:
-    """Group names whose values a short walk finds referring to one another (``ax`` and ``fig``),
-    so that each group is pickled once, together; sharing a short walk misses is found later."""
-    tops = {id(namespace[n]): i for i, n in enumerate(names) if not isinstance(namespace[n], _SCAN_SKIP)}
-    sets = _Sets(len(names))
-    for index, name in enumerate(names):
-        value = namespace[name]
-        others = tops.keys() - {id(value)}
-        found = _reaches_any(value, others, namespace) if others else None
-        if found is not None:
-            sets.join(index, tops[found])
-    groups: dict[int, list[str]] = {}
-    for index, name in enumerate(names):
-        groups.setdefault(sets.find(index), []).append(name)
-    return list(groups.values())
-
-
 def _merge_sharing(units: list[_Unit]) -> list[_Unit]:
     """Join units whose pickles reached a common mutable object (union-find over shared ids)."""
-    sets = _Sets(len(units))
+    sets = DisjointSets(len(units))
     if len(units) > 1:
         first: dict[int, int] = {}
         for index, unit in enumerate(units):
@@ -294,7 +227,7 @@ class NamespaceTracker:
             visit(kept.pickled)
             return True
 
-        for group in _likely_units(sorted(todo), namespace):
+        for group in likely_units(sorted(todo), namespace):
             names = [name for name in group if name not in seen]  # some came with a unit kept whole
             if not names:
                 continue
@@ -317,7 +250,7 @@ class NamespaceTracker:
                     continue
                 seen.add(name)
                 value = namespace[name]
-                found = _reaches_any(value, covered, namespace) if covered else None
+                found = reaches_any(value, covered, namespace) if covered else None
                 holder = None if found is None else next(u for u in units if u.holds(found))
                 if holder is not None:
                     holder.names.append(name)
