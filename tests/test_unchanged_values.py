@@ -81,6 +81,10 @@ def shell(store_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Shell]:
         made.ok(cell)
     yield made
     made.release()
+    # pyplot keeps every figure of this process open: each test's shell adds its own.
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
 
 
 def held(pickled: list[Any], *values: Any) -> bool:
