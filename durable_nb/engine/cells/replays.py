@@ -19,9 +19,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...errors import DurableError, InvalidReplay
+from ...errors import InvalidReplay
 from ...model import RunKind, RunRecord, RunStatus, step_name
 from ...store.protocol import Store
+from ..forks.forking import values_to_check
 from ..forks.literals import fits_type
 from ..runs.ownership import owner_alive
 from ..state.values import ValueCodec
@@ -173,17 +174,7 @@ async def _check_types(cell_run: CellRun, at: str, combos: list[dict[str, Any]])
     names = sorted({name for combo in combos for name, value in combo.items() if value is not None})
     manifest = await cell_run.manifest_before(at)
     wanted = {name: manifest[name] for name in names if name in manifest}
-    if not wanted:
-        return
-    try:
-        current = await cell_run.values.load(wanted)
-    except DurableError:
-        raise
-    except Exception as error:  # e.g. a pickled class whose module this process lacks
-        raise InvalidReplay(
-            f"Cannot check the types of {', '.join(sorted(wanted))} before cell {at!r}: their stored values do "
-            f"not load here ({type(error).__name__}: {error})."
-        ) from error
+    current = await values_to_check(cell_run.values, wanted, f"before cell {at!r}", refuse=InvalidReplay)
     for combo in combos:
         for name, value in combo.items():
             if name in current and not fits_type(current[name], value):

@@ -160,6 +160,14 @@ async def _values_at(
         return {}  # nothing typed to check: no state to read
     manifest = (await store.state_at(run.run_id, point.seq)).manifest if point is not None else run.input_manifest
     wanted = {name: manifest[name] for name in names if name in manifest}
+    return await values_to_check(values, wanted, "at the fork point", " Fork from code that can load them.")
+
+
+async def values_to_check(
+    values: ValueCodec, wanted: Mapping[str, str], where: str, fix: str = "", refuse: type[InvalidInput] = InvalidInput
+) -> dict[str, Any]:
+    """Load the stored values (name to address) that new values' types are checked against; ``refuse``
+    (saying ``where`` they are and ``fix``) when they do not load in this process."""
     if not wanted:
         return {}
     try:
@@ -167,7 +175,7 @@ async def _values_at(
     except DurableError:
         raise
     except Exception as error:  # e.g. a pickled class whose module this process lacks
-        raise InvalidInput(
-            f"Cannot check the types of {', '.join(sorted(wanted))} at the fork point: their stored values "
-            f"do not load here ({type(error).__name__}: {error}). Fork from code that can load them."
+        raise refuse(
+            f"Cannot check the types of {', '.join(sorted(wanted))} {where}: their stored values do not load "
+            f"here ({type(error).__name__}: {error}).{fix}"
         ) from error
