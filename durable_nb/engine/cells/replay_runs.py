@@ -21,6 +21,7 @@ from ..._loop import run_sync
 from ...errors import InvalidReplay
 from ...model import RunStatus
 from ...store.url import url_for_other_processes
+from ..execution.executors import usable_cores
 from .replays import ReplayPlan, ReplayProgress, create_replays, plan_replay, replay_progress
 
 if TYPE_CHECKING:
@@ -46,10 +47,7 @@ IN_REPLAY_VARIABLE = "DURABLE_NB_IN_REPLAY"
 
 def default_jobs() -> int:
     """How many forks run at once by default: the cores this process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
+    return usable_cores()
 
 
 class Replay:

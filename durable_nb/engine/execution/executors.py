@@ -22,13 +22,21 @@ from typing import Any
 from ...errors import ConfigurationError
 from .remote import RemoteOutcome, SharedPart, pack, run_remote, unpack
 
-__all__ = ["LOCAL", "Batch", "check_executor", "open_batch"]
+__all__ = ["LOCAL", "Batch", "check_executor", "open_batch", "usable_cores"]
 
 # A map's shared part up to this size is sent with every item rather than once to the cluster.
 INLINE_SHARED_BYTES = 1 << 20
 
 # executor="local" runs a node in this process even when its workflow's default is an executor.
 LOCAL = "local"
+
+
+def usable_cores() -> int:
+    """How many cores this process may run on (its CPU affinity where the system says, else all)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def _dask_client_class() -> type | None:
@@ -242,7 +250,7 @@ async def items_in_flight(executor: Any, todo: int, timed: bool) -> int:
     if is_dask_client(executor):
         threads = await asyncio.to_thread(executor.nthreads)
         return max(sum(threads.values()), 1)
-    return os.cpu_count() or 1
+    return usable_cores()
 
 
 def open_batch(executor: Any, shared: SharedPart) -> Batch:
