@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CHROMIUM", "SCREENSHOTS_ENV", "chromium", "screenshot_path"]
+__all__ = ["CHROMIUM", "SCREENSHOTS_ENV", "chromium", "require_browser", "screenshot_path"]
 
 # The folder screenshots go to when set (docs/refresh-screenshots sets it to docs/); else each
 # test's own temporary folder, so that the suite never changes a tracked file.
@@ -24,6 +24,17 @@ _ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
+
+
+def require_browser(*needs: str) -> None:
+    """Skip the calling test or fixture unless Chromium, Playwright and the modules ``needs`` are here."""
+    import pytest
+
+    if CHROMIUM is None:
+        pytest.skip("browser tests need Debian's chromium (apt-get install chromium); .ci/run installs it")
+    pytest.importorskip("playwright", reason="browser tests need Playwright for Python (pip install playwright)")
+    for module in needs:
+        pytest.importorskip(module, reason=f"this browser test needs {module} (pip install {module})")
 
 
 @contextlib.contextmanager

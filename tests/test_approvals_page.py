@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browserkit import CHROMIUM, chromium, screenshot_path
+from browserkit import chromium, require_browser, screenshot_path
 from servicekit import ADMIN, DECIDER, READER, Server, free_port
 
 import durable_nb as dnb
@@ -31,9 +31,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.backends("sqlite")]
 
 @pytest.fixture
 def server(tmp_path: Path, store_url: str) -> Iterator[Server]:
-    if CHROMIUM is None:
-        pytest.skip("browser tests need Debian's chromium (apt-get install chromium); .ci/run installs it")
-    pytest.importorskip("playwright", reason="browser tests need Playwright for Python (pip install playwright)")
+    require_browser()
     from servicekit import FLOWS
 
     (tmp_path / "service_flows.py").write_text(FLOWS)

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from browserkit import CHROMIUM, chromium, screenshot_path
+from browserkit import chromium, require_browser, screenshot_path
 
 import durable_nb as dnb
 
@@ -37,10 +37,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A JupyterLab server on 127.0.0.1 with a token, serving copies of the notebooks."""
-    if CHROMIUM is None:
-        pytest.skip("browser tests need Debian's chromium (apt-get install chromium); .ci/run installs it")
-    pytest.importorskip("playwright", reason="browser tests need Playwright for Python (pip install playwright)")
-    pytest.importorskip("jupyterlab", reason="browser tests need JupyterLab (pip install jupyterlab)")
+    require_browser("jupyterlab")
     folder = tmp_path_factory.mktemp("lab")
     for name in ("quickstart.ipynb", "counterfactuals.ipynb"):
         shutil.copy(ROOT / "notebooks" / name, folder / name)

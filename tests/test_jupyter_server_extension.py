@@ -608,11 +608,9 @@ def test_the_server_stops_cleanly_and_closes_its_stores(tmp_path: Path) -> None:
 def test_approve_from_the_approvals_page_in_a_browser(served: tuple[JupyterServer, str], tmp_path: Path) -> None:
     """Chromium: sign in to Jupyter with its token, open /durable/approvals, Approve; the page's style
     applies under its policy, hostile context stays text, and the decision is recorded once."""
-    pytest.importorskip("playwright", reason="browser tests need Playwright for Python (pip install playwright)")
-    from browserkit import CHROMIUM, chromium, screenshot_path
+    from browserkit import chromium, require_browser, screenshot_path
 
-    if CHROMIUM is None:
-        pytest.skip("browser tests need Debian's chromium (apt-get install chromium)")
+    require_browser()
     server, url = served
     hostile = "<script>window.pwned = 1</script>"
     run_id = paused_run(url, "ship the report?", {"summary": hostile})

@@ -20,7 +20,7 @@ from typing import Any
 
 import nbformat
 import pytest
-from browserkit import CHROMIUM, chromium, screenshot_path
+from browserkit import chromium, require_browser, screenshot_path
 from labkit import jupyterlab
 from test_browser import open_notebook, run_all, wait_for_run
 
@@ -41,10 +41,7 @@ KERNEL_ID = "window.jupyterapp.shell.currentWidget.sessionContext.session.kernel
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """JupyterLab with durable_nb's front end and server extension, on a store of its own."""
-    if CHROMIUM is None:
-        pytest.skip("browser tests need Debian's chromium (apt-get install chromium); .ci/run installs it")
-    pytest.importorskip("playwright", reason="browser tests need Playwright for Python (pip install playwright)")
-    pytest.importorskip("jupyterlab", reason="browser tests need JupyterLab (pip install jupyterlab)")
+    require_browser("jupyterlab")
     folder = tmp_path_factory.mktemp("lab-extension")
     store = f"sqlite:///{folder}/.durable_nb/runs.db"
     with jupyterlab(folder, store, tmp_path_factory.getbasetemp() / "config") as server:

@@ -15,7 +15,7 @@ from typing import Any
 
 import nbformat
 import pytest
-from browserkit import CHROMIUM, chromium
+from browserkit import chromium, require_browser
 from labkit import jupyterlab
 from test_browser import run_all
 
@@ -28,9 +28,7 @@ STATES = "[...document.querySelectorAll('.jp-Notebook .jp-Cell')].map(c => c.dat
 @pytest.fixture(scope="module")
 def notebook7(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """Notebook 7 with durable_nb's front end and server extension, on a store of its own."""
-    if CHROMIUM is None:
-        pytest.skip("browser tests need Debian's chromium (apt-get install chromium); .ci/run installs it")
-    pytest.importorskip("playwright", reason="browser tests need Playwright for Python (pip install playwright)")
+    require_browser()
     notebook = pytest.importorskip("notebook", reason="this test needs Notebook 7 (pip install 'notebook>=7')")
     if int(notebook.__version__.split(".")[0]) < 7:
         pytest.skip(f"this test needs Notebook 7, not {notebook.__version__} (pip install 'notebook>=7')")
