@@ -19,6 +19,7 @@ from typing import Any
 from .._loop import run_sync
 from ..errors import ConfigurationError
 from ..model import RunRecord
+from .client import durable_client_class
 from .inputs import check_output_path
 from .kernels import ipc_sockets, kernel_config
 from .notebook_run import NotebookRun, fork_last_run
@@ -114,23 +115,6 @@ def run_notebook(
             return outcome
 
 
-def _client_class() -> type:
-    try:
-        from nbclient import NotebookClient
-    except ImportError as error:
-        raise ConfigurationError(
-            "Running notebooks headless needs its extra: pip install 'durable-nb[headless]'."
-        ) from error
-
-    from .notes import NoteSeparator
-    from .streams import StreamJoiner
-
-    class DurableClient(NoteSeparator, StreamJoiner, NotebookClient):  # type: ignore[misc]
-        """nbclient's client, with durable_nb's notes kept out of the outputs and streams joined as JupyterLab does."""
-
-    return DurableClient
-
-
 def _execute(
     prepared: NotebookRun,
     target: Path | None,
@@ -143,7 +127,7 @@ def _execute(
 
     Return the exit code, the error that stopped it (type and message) and how many cells ran.
     """
-    client_class = _client_class()
+    client_class = durable_client_class()
     import nbformat
     from nbclient.exceptions import CellExecutionError, DeadKernelError
 

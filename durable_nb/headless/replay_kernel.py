@@ -19,6 +19,7 @@ from ..engine.cells.replays import SETTLED, ReplayCell
 from ..model import RunRecord, RunStatus
 from ..notebook.cell_names import is_node_name
 from ..notebook.handover import ATTACH_CODE, Handover
+from .client import durable_client_class
 from .kernels import ipc_sockets, kernel_config
 from .notebook_run import END_CODE
 
@@ -92,12 +93,10 @@ def replay_fork(store: str, run_id: str, kernel: str = "python3", cwd: str | Non
 def _execute(notebook: Any, handover: Handover, kernel: str, cwd: str | None) -> None:
     from nbclient.exceptions import CellExecutionError, DeadKernelError
 
-    from .execution import _client_class
-
     environment = handover.environment()
     environment[IN_REPLAY_VARIABLE] = "1"
     with ipc_sockets() as sockets:
-        client = _client_class()(
+        client = durable_client_class()(
             notebook,
             kernel_name=kernel,
             resources={"metadata": {"path": cwd or os.getcwd()}},
