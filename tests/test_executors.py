@@ -41,6 +41,7 @@ try:
     # does: importing it changes how exceptions pickle in this process (tblib), which the
     # executors' error paths must survive.
     import distributed
+    from distributed.diagnostics.plugin import SchedulerPlugin
 except ImportError:  # pragma: no cover - the Dask tests skip, the rest still run
     distributed = None
 
@@ -202,6 +203,33 @@ def test_dask_map_of_100_items_commits_each_once_in_order(store_url: str, dask_c
     pids = {o["pid"] for o in run.state["out"]}
     assert pids <= worker_pids(dask_client)
     assert os.getpid() not in pids
+
+
+class GraphUpdates(SchedulerPlugin if distributed is not None else object):  # type: ignore[misc]
+    """Counts, in the scheduler, the graph updates that carry tasks of a map node's items."""
+
+    name = "durable-nb-graph-updates"
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.updates: list[int] = []
+
+    def update_graph(self, scheduler: Any, *, tasks: list[Any], **kwargs: Any) -> None:
+        items = [k for k in tasks if isinstance(k, tuple) and str(k[0]).startswith(self.prefix)]
+        if items:
+            self.updates.append(len(items))
+
+
+def test_dask_map_items_reach_the_scheduler_as_one_graph(store_url: str, dask_client: Any, tmp_path: Path) -> None:
+    """The items a map starts together are submitted as one graph, as Dask's own client.map sends
+    them, not as one scheduler message and graph update per item."""
+    dask_client.register_plugin(GraphUpdates("work-"))
+    try:
+        run_big_map(store_url, dask_client, tmp_path / "ran.txt")
+        updates = dask_client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.plugins[GraphUpdates.name].updates)
+    finally:
+        dask_client.unregister_scheduler_plugin(GraphUpdates.name)
+    assert updates == [ITEMS]
 
 
 def test_pool_map_of_100_items_commits_each_once_in_order(

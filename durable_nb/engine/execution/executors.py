@@ -105,6 +105,17 @@ class _FuturesBatch(Batch):
         return _outcome(packed)
 
 
+class _Queued:
+    """A call waiting for the next submission to the cluster, and then its Dask future."""
+
+    __slots__ = ("future", "item", "waiter")
+
+    def __init__(self, item: bytes, waiter: asyncio.Future[bytes]) -> None:
+        self.item = item
+        self.waiter = waiter
+        self.future: Any = None
+
+
 class _DaskBatch(Batch):
     def __init__(self, client: Any, shared: SharedPart) -> None:
         super().__init__(shared)
@@ -112,6 +123,8 @@ class _DaskBatch(Batch):
         self._shared_future: Any = None
         self._cancels: list[Any] = []
         self._submitted = 0
+        # Calls made in one turn of the owner's loop, submitted together in the next.
+        self._queued: list[_Queued] = []
         # Finished futures waiting for their results to be fetched, and the task fetching them.
         self._done: list[tuple[Any, asyncio.Future[bytes]]] = []
         self._fetching: asyncio.Future[None] | None = None
@@ -133,15 +146,54 @@ class _DaskBatch(Batch):
         return self._shared_future
 
     async def call(self, item: bytes) -> RemoteOutcome:
-        shared = self._shared_on_cluster()
         loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[bytes] = loop.create_future()
+        queued = _Queued(item, loop.create_future())
+        self._queued.append(queued)
+        if len(self._queued) == 1:
+            loop.call_soon(self._submit_queued, loop)
+        try:
+            packed = await queued.waiter
+        except asyncio.CancelledError:
+            if queued.future is not None:
+                self._cancel_soon(queued.future)
+            raise  # not submitted yet: the submission skips a call whose waiter is done
+        # Released now, not when garbage collected: a result the cluster still holds is one it
+        # computes again (running the item's body twice) if its worker dies before the release.
+        queued.future.release()
+        return _outcome(packed)
+
+    def _submit_queued(self, loop: asyncio.AbstractEventLoop) -> None:
+        # The items a map starts together reach the scheduler as one graph, as Dask's own
+        # client.map sends them, instead of one message and one graph update per item.
+        calls, self._queued = [c for c in self._queued if not c.waiter.done()], []
+        if not calls:
+            return
         # One task prefix for the whole map (Dask learns the items' duration from it and groups them
         # on its dashboard); the number makes each attempt's key unique.
-        self._submitted += 1
-        key = (f"{self.label}-{self.token}", self._submitted)
-        future = self.client.submit(run_remote, self.token, shared, item, key=key, pure=False, retries=0)
+        first = self._submitted + 1
+        self._submitted += len(calls)
+        keys = [(f"{self.label}-{self.token}", first + n) for n in range(len(calls))]
+        try:
+            shared = self._shared_on_cluster()
+            futures = self.client.map(
+                run_remote,
+                [self.token] * len(calls),
+                [shared] * len(calls),
+                [c.item for c in calls],
+                key=keys,
+                pure=False,
+                retries=0,
+            )
+        except BaseException as error:  # noqa: BLE001 - each waiting call fails with the submission's error
+            for c in calls:
+                if not c.waiter.done():
+                    c.waiter.set_exception(error)
+            return
+        for c, future in zip(calls, futures, strict=True):
+            c.future = future
+            future.add_done_callback(self._on_cluster_done(loop, c.waiter))
 
+    def _on_cluster_done(self, loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[bytes]) -> Any:
         def finished(done: Any) -> None:
             # On Dask's one callback thread: only say so; the owner's loop fetches results in batches.
             try:
@@ -149,16 +201,7 @@ class _DaskBatch(Batch):
             except RuntimeError:
                 pass  # the owner's loop is gone: nobody waits for this result any more
 
-        future.add_done_callback(finished)
-        try:
-            packed = await waiter
-        except asyncio.CancelledError:
-            self._cancel_soon(future)
-            raise
-        # Released now, not when garbage collected: a result the cluster still holds is one it
-        # computes again (running the item's body twice) if its worker dies before the release.
-        future.release()
-        return _outcome(packed)
+        return finished
 
     def _arrived(self, future: Any, waiter: asyncio.Future[bytes]) -> None:
         if waiter.done():
@@ -208,6 +251,7 @@ class _DaskBatch(Batch):
 
     def close(self) -> None:
         self._flush_cancels()  # the loop may stop before the scheduled flush runs
+        self._queued.clear()  # their callers are cancelled: nothing to submit
         for future, _ in self._done:
             future.release()  # fetched by nobody now
         self._done.clear()
