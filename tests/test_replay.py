@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -301,6 +302,41 @@ def test_a_fork_that_cannot_start_says_why(store_url: str) -> None:
     started.wait()
     [fork] = started.runs()
     assert fork.status == "failed" and "NoSuchKernel" in (fork.error or "")
+
+
+def test_a_replay_process_that_dies_fails_its_forks_saying_what_it_printed(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process owning a replay's kernels ends in error before replaying anything: its forks fail
+    with its exit code and the end of its output (kept in a log of this user's), not left pending
+    without a word; the same replay asked for again runs them."""
+    from shellkit import Shell
+
+    from durable_nb.engine.cells import replay_runs
+    from durable_nb.engine.cells.replay_runs import start_replay
+
+    shell = Shell(store_url, "dying-worker")
+    try:
+        shell.run_all("%%durable base\nrate = 0.5", "%%durable price\nprice = 100 * rate")
+        run_id = shell.run_id
+    finally:
+        shell.close()
+    broken = [sys.executable, "-c", "import sys; print('cannot reach the kernels'); sys.exit(3)"]
+    with monkeypatch.context() as patched:
+        patched.setattr(replay_runs, "_command", lambda *args: broken)  # the injected failure
+        started = start_replay(store_url, run_id, "price", sweep={"rate": [1.0, 2.0]})
+        started.wait()
+    forks = started.runs()
+    assert [fork.status for fork in forks] == ["failed", "failed"]
+    for fork in forks:
+        assert "exited with code 3" in (fork.error or "") and "cannot reach the kernels" in (fork.error or "")
+    assert started.log is not None and started.log.parent.stat().st_mode & 0o777 == 0o700
+
+    again = start_replay(store_url, run_id, "price", sweep={"rate": [1.0, 2.0]})
+    again.wait()
+    assert [fork.status for fork in again.runs()] == ["completed", "completed"]
+    assert again.worker is not None and again.worker.wait(timeout=120) == 0
+    assert again.log is not None and not again.log.exists()  # a clean exit leaves no log behind
 
 
 @pytest.mark.slow

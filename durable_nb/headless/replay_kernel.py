@@ -23,7 +23,7 @@ from .client import durable_client_class
 from .kernels import ipc_sockets, kernel_config
 from .notebook_run import END_CODE
 
-__all__ = ["magic_line", "record_failure", "replay_fork", "replay_notebook"]
+__all__ = ["magic_line", "replay_fork", "replay_notebook"]
 
 
 def replay_notebook(cells: list[ReplayCell]) -> Any:
@@ -106,20 +106,3 @@ def _execute(notebook: Any, handover: Handover, kernel: str, cwd: str | None) ->
             client.execute(env=environment)
         except (CellExecutionError, DeadKernelError):
             pass  # the store says how the fork ended: failed, paused at a gate, or left for the next try
-
-
-def record_failure(store: str, run_id: str, error: BaseException) -> None:
-    """Mark a fork that could not be replayed (no kernel, its cells pruned) failed, saying why; a fork a
-    kernel holds is left to it."""
-    from ..errors import DurableError
-    from ..model import Commit, EventType, NewEvent, RunUpdate
-    from ..store import resolve_store
-
-    message = f"Replay could not run: {type(error).__name__}: {error}"
-    failed = RunUpdate(status=RunStatus.FAILED, error=message, error_type=type(error).__name__)
-    events = [NewEvent(EventType.RUN_FAILED, None, {"error": message})]
-    try:
-        resolved = resolve_store(store, existing=True)
-        run_sync(resolved.commit(Commit(run_id, events=events, run=failed, expect_owner=None)))
-    except DurableError:
-        pass  # a kernel took the fork meanwhile, or the store is gone: nothing to say it on

@@ -14,9 +14,10 @@ import argparse
 import os
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from pathlib import Path
 
 from .._loop import run_sync
-from ..engine.cells.replay_runs import STORE_VARIABLE, default_jobs
+from ..engine.cells.replay_runs import LOG_VARIABLE, STORE_VARIABLE, default_jobs, record_failure
 from ..model import RunStatus
 
 __all__ = ["main", "run_forks"]
@@ -28,13 +29,15 @@ def run_forks(store: str, run_ids: Sequence[str], jobs: int, kernel: str = "pyth
     A fork paused at a gate is replayed again (its committed cells restored, the gated cell continued
     with the decision) when the gate is decided while other forks are still being replayed here.
     """
-    from .replay_kernel import record_failure, replay_fork
+    from .replay_kernel import replay_fork
 
     def one(run_id: str) -> RunStatus | None:
         try:
             return replay_fork(store, run_id, kernel)
         except Exception as error:  # noqa: BLE001 - one fork's trouble must not stop the others
-            record_failure(store, run_id, error)  # said on the fork: this process has no one to tell
+            # Said on the fork: this process has no one to tell.
+            kind = type(error).__name__
+            record_failure(store, run_id, f"Replay could not run: {kind}: {error}", kind)
             return None
 
     with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(run_ids)))) as pool:
@@ -82,7 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     store = os.environ.pop(STORE_VARIABLE, None)
     if not store:
         parser.error(f"${STORE_VARIABLE} names the store the forks live in; it is not set.")
+    log = os.environ.pop(LOG_VARIABLE, None)
     run_forks(store, args.run_ids, args.jobs, args.kernel)
+    if log:
+        Path(log).unlink(missing_ok=True)  # all went as it should: nothing to read there
     return 0
 
 

@@ -13,13 +13,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..._loop import run_sync
-from ...errors import InvalidReplay
-from ...model import RunStatus
+from ...errors import DurableError, InvalidReplay
+from ...model import Commit, EventType, NewEvent, RunStatus, RunUpdate
 from ...store.url import url_for_other_processes
 from ..execution.executors import usable_cores
 from .replays import ReplayPlan, ReplayProgress, create_replays, plan_replay, replay_progress
@@ -29,10 +31,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "IN_REPLAY_VARIABLE",
+    "LOG_VARIABLE",
     "STORE_VARIABLE",
     "WORKER_MODULE",
     "Replay",
     "default_jobs",
+    "record_failure",
     "replay_task",
     "start_replay",
 ]
@@ -41,6 +45,8 @@ __all__ = [
 WORKER_MODULE = "durable_nb.headless.replay_worker"
 # Where that process finds the store's URL.
 STORE_VARIABLE = "DURABLE_NB_REPLAY_STORE"
+# Where that process's own output goes (it removes the file when it ends well).
+LOG_VARIABLE = "DURABLE_NB_REPLAY_LOG"
 # Set in a replay's kernels: a replay asked for there (a replayed cell calling dnb.replay) makes nothing.
 IN_REPLAY_VARIABLE = "DURABLE_NB_IN_REPLAY"
 
@@ -59,8 +65,13 @@ class Replay:
         self.url = url
         self.run_ids = run_ids
         self.worker: subprocess.Popen[bytes] | None = None
+        self.log: Path | None = None  # where the worker's own output goes
         self.tasks: list[Any] = []
         self.replayed: list[str] = plan.replayed
+        # Forks handed to be replayed again, as they stood then: one that failed before is not
+        # settled until its new replay has changed it.
+        self.handed: dict[str, float] = {}
+        self._worker_checked = False
 
     def progress(self) -> list[ReplayProgress]:
         """Return how far each fork got, as the store says."""
@@ -78,7 +89,34 @@ class Replay:
     def finished(self, progress: list[ReplayProgress] | None = None) -> bool:
         """True once every fork settled (finished, failed, paused at a gate), or nothing replays them any more."""
         progress = self.progress() if progress is None else progress
-        return all(p.settled for p in progress) or not self.working(progress)
+        if all(self.settled(p) for p in progress):
+            return True
+        if self.working(progress):
+            return False
+        self._after_worker(progress)
+        return True
+
+    def settled(self, progress: ReplayProgress) -> bool:
+        """True once a fork finished, failed or waits at a gate since this replay handed it out."""
+        return progress.settled and self.handed.get(progress.run_id) != progress.updated_at
+
+    def _after_worker(self, progress: list[ReplayProgress]) -> None:
+        """Once the worker process has ended: forks it left unsettled fail, saying how it ended and what it
+        printed (a later call of the same replay runs them again)."""
+        if self.worker is None or self.worker.returncode is None or self._worker_checked:
+            return
+        self._worker_checked = True
+        code = self.worker.returncode
+        if code == 0:
+            return  # it ended as it should: a fork left pending (a gate decided late) waits for the next call
+        left = [p.run_id for p in progress if not self.settled(p) and not p.held]
+        ended = f"exited with code {code}" if code >= 0 else f"was killed by signal {-code}"
+        said = _tail(self.log)
+        message = f"The replay's process {ended} before this fork settled" + (
+            f"; the end of its output ({self.log}):\n{said}" if said else "."
+        )
+        for run_id in left:
+            record_failure(self.url, run_id, message, "ReplayProcessEnded")
 
     def wait(self, poll: float = 0.2, on_progress: Callable[[list[ReplayProgress]], None] | None = None) -> None:
         """Block until every fork settled (or nothing replays them any more)."""
@@ -140,14 +178,16 @@ def start_replay(
     replay.replayed = list(dict.fromkeys(n for fork in forks for n in fork.meta.get("replay", {}).get("replayed", [])))
     # A fork that finished or waits at a gate is left as it is; any other (new, or stopped by a crash
     # or a failed cell) is replayed: its committed cells restore, the rest run.
-    statuses = {fork.run_id: run_sync(resolved.get_run(fork.run_id)).status for fork in forks}
-    todo = [run_id for run_id in replay.run_ids if statuses[run_id] not in (RunStatus.COMPLETED, RunStatus.PAUSED)]
+    records = {fork.run_id: run_sync(resolved.get_run(fork.run_id)) for fork in forks}
+    todo = [r for r in replay.run_ids if records[r].status not in (RunStatus.COMPLETED, RunStatus.PAUSED)]
+    replay.handed = {run_id: records[run_id].updated_at for run_id in todo}
     if not todo:
         return replay
     if executor is not None:
         replay.tasks = [executor.submit(replay_task, url, run_id, kernel, os.getcwd()) for run_id in todo]
     else:
-        replay.worker = _spawn(url, todo, kernel, jobs or default_jobs())
+        replay.log = _log_path(todo[0])
+        replay.worker = _spawn(url, todo, kernel, jobs or default_jobs(), replay.log)
     return replay
 
 
@@ -155,17 +195,56 @@ def _command(run_ids: list[str], kernel: str, jobs: int) -> list[str]:
     return [sys.executable, "-m", WORKER_MODULE, "--jobs", str(jobs), "--kernel", kernel, "--", *run_ids]
 
 
-def _spawn(url: str, run_ids: list[str], kernel: str, jobs: int) -> subprocess.Popen[bytes]:
+def _log_path(run_id: str) -> Path:
+    """Where a replay's process writes what it prints: a folder only this user can enter (the output may show data)."""
+    folder = Path(tempfile.gettempdir()) / f"durable-nb-{os.getuid()}"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        mine = folder.lstat()
+        if mine.st_uid != os.getuid() or not folder.is_dir() or folder.is_symlink():
+            raise PermissionError(f"{folder} is not this user's folder")
+        folder.chmod(0o700)
+    except OSError:
+        folder = Path(tempfile.mkdtemp(prefix="durable-nb-"))  # somebody else's name: a fresh private folder
+    return folder / f"replay-{run_id}-{time.time_ns()}.log"
+
+
+def _tail(log: Path | None, lines: int = 8) -> str:
+    """The last lines the replay's process wrote (empty when it wrote nothing)."""
+    if log is None:
+        return ""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def _spawn(url: str, run_ids: list[str], kernel: str, jobs: int, log: Path) -> subprocess.Popen[bytes]:
     """Start the detached process that owns the replay's kernels (it outlives this one)."""
-    return subprocess.Popen(
-        _command(run_ids, kernel, jobs),
-        env={**os.environ, STORE_VARIABLE: url},
-        cwd=os.getcwd(),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # its own session: an interrupt or the death of the asking kernel does not reach it
-    )
+    with open(log, "ab") as output:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(
+            _command(run_ids, kernel, jobs),
+            env={**os.environ, STORE_VARIABLE: url, LOG_VARIABLE: str(log)},
+            cwd=os.getcwd(),
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own session: an interrupt or the death of the asking kernel does not reach it
+        )
+
+
+def record_failure(store: str, run_id: str, message: str, error_type: str) -> None:
+    """Mark a fork that could not be replayed failed, saying why (a later call of its replay runs it again)."""
+    from ...store import resolve_store
+
+    failed = RunUpdate(status=RunStatus.FAILED, error=message, error_type=error_type)
+    events = [NewEvent(EventType.RUN_FAILED, None, {"error": message})]
+    try:
+        resolved = resolve_store(store, existing=True)
+        run_sync(resolved.commit(Commit(run_id, events=events, run=failed, expect_owner=None)))
+    except DurableError:
+        pass  # the store is gone: nothing to say it on
 
 
 def replay_task(url: str, run_id: str, kernel: str = "python3", cwd: str | None = None) -> int:

@@ -84,6 +84,7 @@ class ReplayProgress:
     status: RunStatus
     values: dict[str, Any]
     held: bool = False  # a live kernel works on it now
+    updated_at: float = 0.0  # when its run last changed
 
     @property
     def settled(self) -> bool:
@@ -252,5 +253,5 @@ async def replay_progress(store: Store, run_ids: Sequence[str]) -> list[ReplayPr
         done = {c.step for c in await store.list_checkpoints(run_id) if c.step in steps}
         held = run.status is RunStatus.RUNNING and owner_alive(run.run_id, run.owner, run.lease_until)
         shown = dict(described.get("values") or {})
-        found.append(ReplayProgress(run_id, len(done), len(replayed), run.status, shown, held))
+        found.append(ReplayProgress(run_id, len(done), len(replayed), run.status, shown, held, run.updated_at))
     return found
