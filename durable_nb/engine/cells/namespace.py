@@ -59,34 +59,6 @@ class StorePlan:
     known: dict[str, Known] = field(default_factory=dict)
 
 
-class _Reach:
-    """Which known variables reached each object id, kept up to date as the known entries change.
-
-    Plain Python (the tracker must not import numpy into a notebook that does not use it), and
-    updated entry by entry: rebuilding it after every cell would cost as much as a cell.
-    """
-
-    def __init__(self) -> None:
-        self.owners: dict[int, set[str]] = {}
-
-    def add(self, name: str, reach: Iterable[int]) -> None:
-        for object_id in reach:
-            self.owners.setdefault(object_id, set()).add(name)
-
-    def remove(self, name: str, reach: Iterable[int]) -> None:
-        for object_id in reach:
-            names = self.owners.get(object_id)
-            if names is not None:
-                names.discard(name)
-                if not names:
-                    del self.owners[object_id]
-
-    def holders(self, reach: Iterable[int]) -> set[str]:
-        """Return the known variables that reached any of the ids in ``reach``."""
-        owners = self.owners
-        return {name for object_id in reach if object_id in owners for name in owners[object_id]}
-
-
 @dataclass(slots=True)
 class _Unit:
     """Names pickled together; ``dirty`` until their joint pickle covers every one of them.
@@ -106,16 +78,134 @@ class _Unit:
         return position < len(reach) and reach[position] == object_id
 
 
-def _merge_sharing(units: list[_Unit]) -> list[_Unit]:
-    """Join units whose pickles reached a common mutable object (union-find over shared ids)."""
+class _Reach:
+    """Which known variables reached each object id, kept up to date as the known entries change.
+
+    Indexed by reach (the members of a unit share one): each reach's object ids are walked once,
+    when it is added and when its last name goes, and which other reaches it shares an object
+    with is kept beside it, so that the holders of a unit kept unchanged cost nothing to find.
+    Plain Python (the tracker must not import numpy into a notebook that does not use it), and
+    updated entry by entry: rebuilding it after every cell would cost as much as a cell.
+    """
+
+    def __init__(self) -> None:
+        self.owners: dict[int, set[int]] = {}  # object id -> keys of the reaches that met it
+        self.reaches: dict[int, Any] = {}  # key -> the reach itself (held: its id stays its key)
+        self.names: dict[int, set[str]] = {}  # key -> the names whose entry holds that reach
+        self.near: dict[int, set[int]] = {}  # key -> keys of the other reaches sharing an object with it
+
+    def add(self, name: str, reach: Any) -> None:
+        key = id(reach)
+        names = self.names.get(key)
+        if names is not None:
+            names.add(name)
+            return
+        self.reaches[key] = reach
+        self.names[key] = {name}
+        near: set[int] = set()
+        owners = self.owners
+        for object_id in reach:
+            keys = owners.get(object_id)
+            if keys is None:
+                owners[object_id] = {key}
+            else:
+                near.update(keys)
+                keys.add(key)
+        self.near[key] = near
+        for other in near:
+            self.near[other].add(key)
+
+    def remove(self, name: str, reach: Any) -> None:
+        key = id(reach)
+        names = self.names.get(key)
+        if names is None:
+            return
+        names.discard(name)
+        if names:
+            return
+        del self.names[key], self.reaches[key]
+        for other in self.near.pop(key):
+            self.near[other].discard(key)
+        for object_id in reach:
+            keys = self.owners.get(object_id)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self.owners[object_id]
+
+    def shared(self, a: Any, b: Any) -> bool:
+        """True if two known reaches met a common object."""
+        return id(b) in self.near.get(id(a), ())
+
+    def known(self, reach: Any) -> bool:
+        """True if ``reach`` is a known entry's own (not a fresh pickle's)."""
+        return self.reaches.get(id(reach)) is reach
+
+    def holders(self, reach: Any) -> set[str]:
+        """Return the known variables that reached any of the ids in ``reach``."""
+        if self.known(reach):
+            if not len(reach):
+                return set()
+            keys = {id(reach), *self.near[id(reach)]}
+        else:
+            owners = self.owners
+            keys = {key for object_id in reach if object_id in owners for key in owners[object_id]}
+        return {name for key in keys for name in self.names[key]}
+
+
+class _Covered:
+    """The ids the units of a plan reached so far: small reaches in one set, large ones looked up
+    in their own sorted ids (a figure's tens of thousands are never copied)."""
+
+    _LARGE = 512
+
+    def __init__(self, units: list[_Unit]) -> None:
+        self.units = units  # the plan's own list, mutated in place
+        self.small: set[int] = set()
+
+    def add(self, unit: _Unit) -> None:
+        if len(unit.pickled.reach) < self._LARGE:
+            self.small.update(unit.pickled.reach.tolist())
+
+    def __contains__(self, object_id: object) -> bool:
+        if object_id in self.small:
+            return True
+        return any(unit.holds(object_id) for unit in self.units if len(unit.pickled.reach) >= self._LARGE)  # type: ignore[arg-type]
+
+    def __bool__(self) -> bool:
+        return any(len(unit.pickled.reach) for unit in self.units)
+
+
+def _merge_sharing(units: list[_Unit], reach: _Reach) -> list[_Unit]:
+    """Join units whose pickles reached a common mutable object (union-find over shared ids).
+
+    Units kept unchanged are not walked id by id: two of them share what their known reaches
+    shared, and a fresh pickle's ids are looked up in their sorted reaches.
+    """
     sets = DisjointSets(len(units))
     if len(units) > 1:
         first: dict[int, int] = {}
+        kept: list[int] = []
         for index, unit in enumerate(units):
+            if unit.witness is not None and reach.known(unit.pickled.reach):
+                kept.append(index)
+                continue
             for object_id in unit.pickled.reach:
                 owner = first.setdefault(object_id, index)
                 if owner != index:
                     sets.join(owner, index)
+        for position, index in enumerate(kept):
+            unit = units[index]
+            ids = unit.pickled.reach
+            if len(ids) <= len(first):
+                hits = [first[object_id] for object_id in ids if object_id in first]
+            else:
+                hits = [owner for object_id, owner in first.items() if unit.holds(object_id)]
+            for owner in hits:
+                sets.join(owner, index)
+            for other in kept[:position]:
+                if reach.shared(units[other].pickled.reach, ids):
+                    sets.join(other, index)
     merged: dict[int, _Unit] = {}
     for index, unit in enumerate(units):
         root = sets.find(index)
@@ -165,7 +255,7 @@ class NamespaceTracker:
             except Exception:  # noqa: BLE001 - no longer picklable: stored again if it can be
                 self.drop(names)
                 continue
-            proof = witness([namespace[n] for n in names], result.buffers, result.buffer_digests)
+            proof = witness([namespace[n] for n in names], result.buffers)
             for name in names:
                 self._set(name, self._entry(address, result, names, proof))
 
@@ -207,7 +297,7 @@ class NamespaceTracker:
                 todo.add(name)
         plan = StorePlan()
         units: list[_Unit] = []
-        covered: set[int] = set()
+        covered = _Covered(units)
         seen: set[str] = set()
         queue: list[str] = []
 
@@ -223,7 +313,7 @@ class NamespaceTracker:
                 return False
             seen.update(kept.names)
             units.append(kept)
-            covered.update(kept.pickled.reach.tolist())
+            covered.add(kept)
             visit(kept.pickled)
             return True
 
@@ -241,7 +331,7 @@ class NamespaceTracker:
                 queue.extend(reversed(names))
                 continue
             units.append(_Unit(names, result))
-            covered.update(result.reach.tolist())
+            covered.add(units[-1])
             visit(result)
         while True:
             while queue:
@@ -265,9 +355,9 @@ class NamespaceTracker:
                     plan.reasons[name] = str(error) or type(error).__name__
                     continue
                 units.append(_Unit([name], result))
-                covered.update(result.reach.tolist())
+                covered.add(units[-1])
                 visit(result)
-            units = _merge_sharing(units)
+            units[:] = _merge_sharing(units, self._reach)
             dirty = [unit for unit in units if unit.dirty]
             if not dirty:
                 break
@@ -276,7 +366,7 @@ class NamespaceTracker:
                 unit.pickled = pickle_values([namespace[n] for n in unit.names], namespace)
                 unit.dirty = False
                 unit.witness = None
-                covered.update(unit.pickled.reach.tolist())
+                covered.add(unit)
                 visit(unit.pickled)
         for unit in units:
             unit.names.sort()
@@ -320,7 +410,7 @@ class NamespaceTracker:
         proof = unit.witness
         # A figure's witness costs little beside its pickle: always taken.
         if proof is None and (unchanged or unit.pickled.figures or self._changing.isdisjoint(members)):
-            proof = witness([namespace[n] for n in members], unit.pickled.buffers, unit.pickled.buffer_digests)
+            proof = witness([namespace[n] for n in members], unit.pickled.buffers)
             self._changing.difference_update(members)
         if unchanged:
             for name, entry in zip(members, entries, strict=True):
