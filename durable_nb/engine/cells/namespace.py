@@ -317,11 +317,15 @@ class NamespaceTracker:
             visit(kept.pickled)
             return True
 
-        for group in likely_units(sorted(todo), namespace):
+        # Units a witness vouches for first, each kept whole: the short walks that group the other
+        # names need not go through a figure or a forest that did not change.
+        for name in sorted(todo):
+            entry = self.known.get(name)
+            if name not in seen and entry is not None and entry.witness is not None:
+                keep_unchanged([name])
+        for group in likely_units(sorted(todo - seen), namespace):
             names = [name for name in group if name not in seen]  # some came with a unit kept whole
             if not names:
-                continue
-            if keep_unchanged(names):
                 continue
             seen.update(names)
             try:
