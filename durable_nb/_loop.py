@@ -13,6 +13,11 @@ This is the one module that deals with event loops. Three cases:
 
 Whatever runs it, the coroutine sees the caller's context variables, and an interruption
 (Ctrl-C, a kernel interrupt) cancels it and lets it finish its cleanup before re-raising.
+
+``run_in_place`` is the notebook's hot path (a cell's start and its commit): a coroutine that
+only makes store calls runs on this thread's own loop even under someone else's loop, which
+waits for the cell anyway; that spares two thread switches per call. A Ctrl-C arriving
+meanwhile is held until the coroutine ends, as the background loop's caller would see it.
 """
 
 from __future__ import annotations
@@ -22,12 +27,13 @@ import atexit
 import concurrent.futures
 import contextvars
 import functools
+import signal
 import threading
 import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar
 
-__all__ = ["blocking", "owns_running_loop", "run_blocking", "run_sync"]
+__all__ = ["blocking", "owns_running_loop", "run_blocking", "run_in_place", "run_sync"]
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -156,6 +162,32 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         _make_reentrant(running)
         return _run_here(running, coro)
     return _run_on_portal(coro)
+
+
+def run_in_place(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine that awaits nothing but store calls to completion on this thread, and return its result.
+
+    Under someone else's loop (a kernel's) it runs on this thread's own loop, that loop set aside
+    meanwhile: it cannot dispatch anything, as it could not while this thread waited on the
+    background loop. Only for coroutines that start no task meant to outlive them.
+    """
+    running = asyncio.events._get_running_loop()
+    if running is None or running in _own or threading.current_thread() is not threading.main_thread():
+        return run_sync(coro)
+    handler = signal.getsignal(signal.SIGINT)
+    if handler is not signal.default_int_handler:
+        return run_sync(coro)  # an interrupt handler of someone else's: left as it is
+    interrupted: list[int] = []
+    # A commit half done is never left behind: an interrupt waits for the coroutine to end.
+    signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
+    asyncio.events._set_running_loop(None)
+    try:
+        return _run_here(_thread_loop(), coro)
+    finally:
+        asyncio.events._set_running_loop(running)
+        signal.signal(signal.SIGINT, handler)
+        if interrupted:
+            raise KeyboardInterrupt
 
 
 def blocking(coroutine_function: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, T]:

@@ -8,6 +8,8 @@ afterwards, by hand, in place in its arrays, a cache filled in on first use.
 
 from __future__ import annotations
 
+import array
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +18,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 import durable_nb as dnb
 from durable_nb._loop import run_sync
-from durable_nb.engine.cells import namespace
+from durable_nb.engine.cells import namespace, unchanged
 
 pytestmark = pytest.mark.backends("sqlite")
 
@@ -99,6 +101,51 @@ def test_a_figure_a_cell_only_reads_is_not_pickled_again(shell: Shell) -> None:
     assert shell.changed("read") == ["limits", "size"]
     # pyplot keeps the figure open (a file backend): a cell that does not name it leaves it alone too.
     assert not held(shell.cell("%%durable other\nn = 1"), ns["fig"])
+
+
+class CountingReach(array.array):  # type: ignore[type-arg]
+    """A reach that counts the walks over its ids."""
+
+    walks = 0
+
+    def __iter__(self) -> Iterator[int]:
+        type(self).walks += 1
+        return super().__iter__()
+
+    def tolist(self) -> list[int]:
+        type(self).walks += 1
+        return super().tolist()
+
+
+def test_a_figure_a_cell_only_reads_costs_no_walk_over_its_objects(
+    shell: Shell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kept unchanged, a figure's reach (thousands of object ids) is neither walked nor copied, and its
+    arrays are hashed in one digest, not one hasher each."""
+    from durable_nb.notebook.session import session_for
+
+    tracker = session_for(shell.shell).require().tracker
+    known = tracker.known["fig"]
+    assert known.witness is not None and len(known.witness.buffers) > 1
+    counting = CountingReach("q", known.reach)
+    for name in known.members:
+        tracker._set(name, dataclasses.replace(tracker.known[name], reach=counting))
+    digests: list[int] = []
+    real = unchanged._buffers_digest
+
+    def counted(views: list[memoryview]) -> str:
+        digests.append(len(views))
+        return real(views)
+
+    monkeypatch.setattr(unchanged, "_buffers_digest", counted)
+    CountingReach.walks = 0
+    ns = shell.shell.user_ns
+    assert not held(shell.cell("%%durable read\nsize = fig.get_size_inches()"), ns["fig"], ns["axs"])
+    assert CountingReach.walks == 0
+    assert digests == [len(known.witness.buffers)]
+    # Changed, it is pickled and stored again, whatever reach it had.
+    assert held(shell.cell("%%durable title\naxs[0, 0].set_title('set')"), ns["fig"])
+    assert shell.changed("title") == ["a", "axs", "fig"]
 
 
 def test_a_figure_changed_through_matplotlib_is_stored_again(shell: Shell) -> None:

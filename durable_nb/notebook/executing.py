@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .._loop import run_sync
+from .._loop import run_in_place, run_sync
 from ..engine.cells.cell_run import CellRun
 from ..engine.execution.policy import AttemptPolicy, Attempts
 from ..engine.execution.scope import enter_scope, leave_scope
@@ -158,7 +158,7 @@ class CellExecutor:
             outcome.duration = time.perf_counter() - started
             outcome.attempts = attempt
             outcome.events = attempts.events
-            checkpoint = run_sync(cell_run.commit_cell(outcome, only_if_changed=only_if_changed))
+            checkpoint = run_in_place(cell_run.commit_cell(outcome, only_if_changed=only_if_changed))
             if checkpoint is not None:
                 self._say_committed(node, checkpoint)
             return checkpoint

@@ -9,7 +9,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from .._loop import run_sync
+from .._loop import run_in_place, run_sync
 from ..engine.cells.cell_run import CellRun
 from ..engine.cells.namespace import NamespaceTracker
 from ..engine.cells.plan import CellAction, CellPlan, continue_cell, open_cell
@@ -151,7 +151,7 @@ class KernelSession:
         self.all_cells.transformed(node, source)
         cell = analyze(source)
         figures = open_figure_ids()
-        plan = run_sync(
+        plan = run_in_place(
             open_cell(
                 cell_run,
                 node,

@@ -27,6 +27,7 @@ from typing import Any
 from ...model import Blob
 from ...store import codec
 from ..pickling import Pickled, pickle_values
+from .reach_index import ReachIndex
 from .reference_walk import DisjointSets, likely_units, reaches_any
 from .unchanged import Witness, holds, witness
 
@@ -59,34 +60,6 @@ class StorePlan:
     known: dict[str, Known] = field(default_factory=dict)
 
 
-class _Reach:
-    """Which known variables reached each object id, kept up to date as the known entries change.
-
-    Plain Python (the tracker must not import numpy into a notebook that does not use it), and
-    updated entry by entry: rebuilding it after every cell would cost as much as a cell.
-    """
-
-    def __init__(self) -> None:
-        self.owners: dict[int, set[str]] = {}
-
-    def add(self, name: str, reach: Iterable[int]) -> None:
-        for object_id in reach:
-            self.owners.setdefault(object_id, set()).add(name)
-
-    def remove(self, name: str, reach: Iterable[int]) -> None:
-        for object_id in reach:
-            names = self.owners.get(object_id)
-            if names is not None:
-                names.discard(name)
-                if not names:
-                    del self.owners[object_id]
-
-    def holders(self, reach: Iterable[int]) -> set[str]:
-        """Return the known variables that reached any of the ids in ``reach``."""
-        owners = self.owners
-        return {name for object_id in reach if object_id in owners for name in owners[object_id]}
-
-
 @dataclass(slots=True)
 class _Unit:
     """Names pickled together; ``dirty`` until their joint pickle covers every one of them.
@@ -106,16 +79,59 @@ class _Unit:
         return position < len(reach) and reach[position] == object_id
 
 
-def _merge_sharing(units: list[_Unit]) -> list[_Unit]:
-    """Join units whose pickles reached a common mutable object (union-find over shared ids)."""
+class _Covered:
+    """The ids the units of a plan reached so far: small reaches in one set, large ones looked up
+    in their own sorted ids (a figure's tens of thousands are never copied)."""
+
+    _LARGE = 512
+
+    def __init__(self, units: list[_Unit]) -> None:
+        self.units = units  # the plan's own list, mutated in place
+        self.small: set[int] = set()
+
+    def add(self, unit: _Unit) -> None:
+        if len(unit.pickled.reach) < self._LARGE:
+            self.small.update(unit.pickled.reach.tolist())
+
+    def __contains__(self, object_id: object) -> bool:
+        if object_id in self.small:
+            return True
+        return any(unit.holds(object_id) for unit in self.units if len(unit.pickled.reach) >= self._LARGE)  # type: ignore[arg-type]
+
+    def __bool__(self) -> bool:
+        return any(len(unit.pickled.reach) for unit in self.units)
+
+
+def _merge_sharing(units: list[_Unit], reach: ReachIndex) -> list[_Unit]:
+    """Join units whose pickles reached a common mutable object (union-find over shared ids).
+
+    Units kept unchanged are not walked id by id: two of them share what their known reaches
+    shared, and a fresh pickle's ids are looked up in their sorted reaches.
+    """
     sets = DisjointSets(len(units))
     if len(units) > 1:
         first: dict[int, int] = {}
+        kept: list[int] = []
         for index, unit in enumerate(units):
+            if unit.witness is not None and reach.known(unit.pickled.reach):
+                kept.append(index)
+                continue
             for object_id in unit.pickled.reach:
                 owner = first.setdefault(object_id, index)
                 if owner != index:
                     sets.join(owner, index)
+        for position, index in enumerate(kept):
+            unit = units[index]
+            ids = unit.pickled.reach
+            if len(ids) <= len(first):
+                hits = [first[object_id] for object_id in ids if object_id in first]
+            else:
+                hits = [owner for object_id, owner in first.items() if unit.holds(object_id)]
+            for owner in hits:
+                sets.join(owner, index)
+            for other in kept[:position]:
+                if reach.shared(units[other].pickled.reach, ids):
+                    sets.join(other, index)
     merged: dict[int, _Unit] = {}
     for index, unit in enumerate(units):
         root = sets.find(index)
@@ -139,7 +155,7 @@ class NamespaceTracker:
         self.known: dict[str, Known] = {}
         self._raw_addresses: dict[str, str] = {}
         self._stored_raw: set[str] = set()
-        self._reach = _Reach()
+        self._reach = ReachIndex()
         # Variables whose witness failed to hold (they change at each use: a result filling its
         # cache): no witness is taken again until a pickle finds them unchanged, so that a value
         # that keeps changing is not digested and pickled both, cell after cell (figures aside).
@@ -165,7 +181,7 @@ class NamespaceTracker:
             except Exception:  # noqa: BLE001 - no longer picklable: stored again if it can be
                 self.drop(names)
                 continue
-            proof = witness([namespace[n] for n in names], result.buffers, result.buffer_digests)
+            proof = witness([namespace[n] for n in names], result.buffers)
             for name in names:
                 self._set(name, self._entry(address, result, names, proof))
 
@@ -207,7 +223,7 @@ class NamespaceTracker:
                 todo.add(name)
         plan = StorePlan()
         units: list[_Unit] = []
-        covered: set[int] = set()
+        covered = _Covered(units)
         seen: set[str] = set()
         queue: list[str] = []
 
@@ -223,15 +239,19 @@ class NamespaceTracker:
                 return False
             seen.update(kept.names)
             units.append(kept)
-            covered.update(kept.pickled.reach.tolist())
+            covered.add(kept)
             visit(kept.pickled)
             return True
 
-        for group in likely_units(sorted(todo), namespace):
+        # Units a witness vouches for first, each kept whole: the short walks that group the other
+        # names need not go through a figure or a forest that did not change.
+        for name in sorted(todo):
+            entry = self.known.get(name)
+            if name not in seen and entry is not None and entry.witness is not None:
+                keep_unchanged([name])
+        for group in likely_units(sorted(todo - seen), namespace):
             names = [name for name in group if name not in seen]  # some came with a unit kept whole
             if not names:
-                continue
-            if keep_unchanged(names):
                 continue
             seen.update(names)
             try:
@@ -241,7 +261,7 @@ class NamespaceTracker:
                 queue.extend(reversed(names))
                 continue
             units.append(_Unit(names, result))
-            covered.update(result.reach.tolist())
+            covered.add(units[-1])
             visit(result)
         while True:
             while queue:
@@ -265,9 +285,9 @@ class NamespaceTracker:
                     plan.reasons[name] = str(error) or type(error).__name__
                     continue
                 units.append(_Unit([name], result))
-                covered.update(result.reach.tolist())
+                covered.add(units[-1])
                 visit(result)
-            units = _merge_sharing(units)
+            units[:] = _merge_sharing(units, self._reach)
             dirty = [unit for unit in units if unit.dirty]
             if not dirty:
                 break
@@ -276,7 +296,7 @@ class NamespaceTracker:
                 unit.pickled = pickle_values([namespace[n] for n in unit.names], namespace)
                 unit.dirty = False
                 unit.witness = None
-                covered.update(unit.pickled.reach.tolist())
+                covered.add(unit)
                 visit(unit.pickled)
         for unit in units:
             unit.names.sort()
@@ -320,7 +340,7 @@ class NamespaceTracker:
         proof = unit.witness
         # A figure's witness costs little beside its pickle: always taken.
         if proof is None and (unchanged or unit.pickled.figures or self._changing.isdisjoint(members)):
-            proof = witness([namespace[n] for n in members], unit.pickled.buffers, unit.pickled.buffer_digests)
+            proof = witness([namespace[n] for n in members], unit.pickled.buffers)
             self._changing.difference_update(members)
         if unchanged:
             for name, entry in zip(members, entries, strict=True):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import gc
 import sys
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from types import ModuleType
 from typing import Any
 
@@ -19,7 +19,7 @@ __all__ = ["SCAN_SKIP", "DisjointSets", "likely_units", "reaches_any"]
 SCAN_SKIP = (str, bytes, int, float, complex, bool, type, ModuleType, type(None))
 
 
-def reaches_any(value: Any, covered: set[int], namespace: Mapping[str, Any], budget: int = 256) -> int | None:
+def reaches_any(value: Any, covered: Container[int], namespace: Mapping[str, Any], budget: int = 256) -> int | None:
     """Return the id of an object in ``covered`` that a short walk of ``value``'s references finds.
 
     A cheap look before a full pickle: ``axs`` or a display object holding a figure already

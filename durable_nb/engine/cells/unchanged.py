@@ -113,7 +113,7 @@ class _FigureWitness:
 class Witness:
     """Proof that a unit's values pickle as they did: figures watched, estimators digested, buffers hashed."""
 
-    __slots__ = ("buffers", "digest", "figures", "kept", "values")
+    __slots__ = ("buffers", "bytes", "digest", "figures", "kept", "values")
 
     def __init__(
         self,
@@ -121,13 +121,24 @@ class Witness:
         figures: list[_FigureWitness],
         digest: Digest,
         buffers: list[Any],
-        hashes: list[str],
     ) -> None:
         self.values = [weakref.ref(v) if _weakrefable(v) else v for v in values]
         self.kept = digest.keep  # the objects whose identities the digest holds: none is freed and its id reused
         self.figures = figures
         self.digest = digest.hexdigest()
-        self.buffers = list(zip(buffers, hashes, strict=True))
+        # Their bytes as memory views, made once, and one digest of all of them: a figure holds
+        # thousands of small arrays, and a view and a hasher for each cost more than the hashing.
+        self.buffers = [buffer.raw() for buffer in buffers]
+        self.bytes = _buffers_digest(self.buffers)
+
+
+def _buffers_digest(views: list[memoryview]) -> str:
+    """The digest of out-of-band buffers' bytes, each one's length and whether it is read-only."""
+    hasher = xxhash.xxh3_128()
+    for view in views:
+        hasher.update(view)
+    hasher.update(repr([(view.nbytes, view.readonly) for view in views]).encode())
+    return hasher.hexdigest()
 
 
 def _weakrefable(value: Any) -> bool:
@@ -142,9 +153,9 @@ def _resolve(held: Any) -> Any:
     return held() if isinstance(held, weakref.ref) else held
 
 
-def witness(values: list[Any], buffers: list[Any], hashes: list[str]) -> Witness | None:
-    """Take a witness of a unit's values just pickled (``buffers``, ``hashes``: its out-of-band buffers,
-    kept and hashed again only for figures, whose arrays the walk does not read).
+def witness(values: list[Any], buffers: list[Any]) -> Witness | None:
+    """Take a witness of a unit's values just pickled (``buffers``: its out-of-band buffers, kept and
+    hashed again only for figures, whose arrays the walk does not read).
 
     None when a value is neither a figure, its axes, a scikit-learn estimator, a pandas object nor a
     statsmodels one (or holds something else): such a unit is pickled each time to compare.
@@ -161,8 +172,8 @@ def witness(values: list[Any], buffers: list[Any], hashes: list[str]) -> Witness
     except Exception:  # noqa: BLE001 - a library object that fails to describe itself is simply pickled
         return None
     if not figures:
-        buffers, hashes = [], []
-    return Witness(values, figures, digest, buffers, hashes)
+        buffers = []
+    return Witness(values, figures, digest, buffers)
 
 
 def _watchable(value: Any, digest: Digest, depth: int = 0) -> bool:
@@ -203,12 +214,8 @@ def holds(held: Witness, values: list[Any]) -> bool:
         return False
     if not all(figure.holds() for figure in held.figures):
         return False
-    for buffer, digest in held.buffers:
-        raw = buffer.raw()
-        hasher = xxhash.xxh3_128(raw)
-        hasher.update(b"R" if raw.readonly else b"W")
-        if hasher.hexdigest() != digest:
-            return False
+    if held.buffers and _buffers_digest(held.buffers) != held.bytes:
+        return False
     again = Digest()
     try:
         for value in values:

@@ -1,0 +1,117 @@
+"""A cell under a kernel's loop costs no thread switch: counted hand-offs and store statements, not time.
+
+In a kernel, ipykernel's loop runs on the thread that runs the cells. A cell that changed nothing
+is one read of the run row before it runs and one transaction after it, both made on that thread:
+nothing is handed to durable_nb's background loop. A Ctrl-C arriving during either waits for it
+to end, so that no commit is left half done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+from collections.abc import Iterator
+
+import pytest
+from shellkit import Shell
+
+from durable_nb import _loop
+from durable_nb._loop import run_in_place, run_sync
+from durable_nb.store.sqlite import SQLiteStore
+
+pytestmark = pytest.mark.backends("sqlite")
+
+
+@pytest.fixture
+def shell(store_url: str) -> Iterator[Shell]:
+    made = Shell(store_url, "hot")
+    made.ok("%%durable first\nx = 1")
+    yield made
+    made.close()
+
+
+def under_a_kernel_loop(shell: Shell, source: str) -> None:
+    """Run a cell as ipykernel does: inside its running loop, with Python's own Ctrl-C handler."""
+
+    async def cell() -> None:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        shell.ok(source)
+
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        asyncio.run(cell())
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def statements(store: object) -> list[str]:
+    """Record every statement the store's connection runs from now on."""
+    assert isinstance(store, SQLiteStore)
+    seen: list[str] = []
+
+    def install(conn: sqlite3.Connection) -> None:
+        conn.set_trace_callback(lambda sql: seen.append(sql.split(None, 1)[0].upper()))
+
+    run_sync(store._run(install))
+    return seen
+
+
+def test_a_cell_that_changed_nothing_makes_no_hand_off_and_one_commit(
+    shell: Shell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run twice: one read before the cell, one transaction after it, no hand-off to the background loop."""
+    handed: list[object] = []
+    real = _loop._run_on_portal
+
+    def counted(coro):  # type: ignore[no-untyped-def]
+        handed.append(coro)
+        return real(coro)
+
+    monkeypatch.setattr(_loop, "_run_on_portal", counted)
+    seen = statements(shell.session.require().store)
+    for index in range(2):
+        seen.clear()
+        under_a_kernel_loop(shell, f"%%durable nothing{index}\npass")
+        assert handed == []
+        assert seen.count("COMMIT") == 1
+        assert seen.count("SELECT") >= 1 and seen[0] == "SELECT"  # the run row, before the cell runs
+    assert shell.session.require().completed[-2:] == ["nothing0", "nothing1"]
+
+
+def test_an_interrupt_during_a_call_in_place_waits_for_its_end() -> None:
+    """A Ctrl-C arriving while the coroutine runs is raised once it has finished, never in its middle."""
+    finished: list[str] = []
+
+    async def work() -> str:
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):  # bytecodes at which a handler would raise
+            pass
+        finished.append("all of it")
+        return "done"
+
+    async def outer() -> None:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        with pytest.raises(KeyboardInterrupt):
+            run_in_place(work())
+        assert finished == ["all of it"]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert run_in_place(_value()) == 7  # and the kernel's loop is its own again
+        assert asyncio.get_running_loop() is loop_seen[0]
+
+    loop_seen: list[asyncio.AbstractEventLoop] = []
+
+    async def start() -> None:
+        loop_seen.append(asyncio.get_running_loop())
+        await outer()
+
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        asyncio.run(start())
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+async def _value() -> int:
+    return 7
