@@ -51,7 +51,7 @@ class Run:
 
     @property
     def status(self) -> str:
-        """The run's status as text: pending, running, paused, failed, cancelled or completed."""
+        """The run's status, as text (pending, running, paused, failed, cancelled or completed)."""
         return self.record.status.value
 
     @property
