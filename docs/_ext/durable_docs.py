@@ -6,9 +6,10 @@
   parsers.
 - ``durable-api``: every public name of ``durable_nb.__all__``, grouped, through autodoc (a name in
   no group fails the build, so a new public name cannot go undocumented).
-- ``durable-screenshot NAME``: a screenshot the browser tests took. With
-  ``$DURABLE_NB_SCREENSHOTS`` naming the folder they wrote to, the image comes from there;
-  otherwise the copy tracked beside this file is shown. The build never writes over tracked files.
+- ``durable-screenshot NAME``: a screenshot the browser tests took, from the folder they wrote it
+  to: ``$DURABLE_NB_SCREENSHOTS``, else the build folder's ``_build/screenshots`` (where CI's test
+  run and ``docs/refresh-screenshots`` write them); a screenshot no test wrote falls back to the
+  copy tracked in docs/ (the one the README shows). The build never writes over tracked files.
 """
 
 from __future__ import annotations
@@ -180,9 +181,9 @@ class ScreenshotDirective(SphinxDirective):
 
     def run(self) -> list[nodes.Node]:
         name = self.arguments[0]
-        taken = os.environ.get("DURABLE_NB_SCREENSHOTS")
-        candidate = Path(taken) / f"{name}.png" if taken else None
-        path = candidate if candidate is not None and candidate.is_file() else HERE / f"{name}.png"
+        folders = [Path(p) for p in (os.environ.get("DURABLE_NB_SCREENSHOTS"),) if p]
+        folders += [HERE / "_build" / "screenshots", HERE]
+        path = next((f / f"{name}.png" for f in folders if (f / f"{name}.png").is_file()), HERE / f"{name}.png")
         self.env.note_dependency(str(path))
         source = Path(self.env.doc2path(self.env.docname)).parent
         uri = os.path.relpath(path, source)

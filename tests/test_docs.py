@@ -1,0 +1,59 @@
+"""The docs site's promises that need no build: the README is a front page, every environment variable
+the library reads is documented, every public name has a docstring, every page is in a table of
+contents. The build itself (warnings as errors, notebooks executed) runs in .ci/run."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import durable_nb
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+
+
+def _pages() -> list[Path]:
+    return sorted(p for p in DOCS.rglob("*.md") if "_build" not in p.relative_to(DOCS).parts)
+
+
+def test_the_readme_fits_on_a_screen_or_two_and_links_into_the_docs() -> None:
+    """The README is at most 200 lines, and each docs page it links to exists."""
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 200
+    links = re.findall(r"\]\((docs/[^)#]+)", text)
+    broken = [link for link in links if not (ROOT / link).is_file()]
+    assert links and broken == []
+
+
+def test_every_environment_variable_the_library_reads_is_documented() -> None:
+    """Each ``DURABLE_NB_*`` name in the package's source is explained on the configuration page."""
+    sources = [path.read_text() for path in (ROOT / "durable_nb").rglob("*.py")]
+    read = {name for text in sources for name in re.findall(r"DURABLE_NB_[A-Z_]+", text)}
+    page = (DOCS / "reference" / "configuration.md").read_text()
+    assert read and {name for name in read if f"`{name}`" not in page} == set()
+
+
+def test_every_public_name_has_a_docstring_of_its_own() -> None:
+    """The API reference renders each name of ``durable_nb.__all__`` from its own docstring."""
+    missing = []
+    for name in durable_nb.__all__:
+        if name == "__version__":
+            continue
+        value = getattr(durable_nb, name)
+        own = value.__dict__.get("__doc__") if isinstance(value, type) else value.__doc__
+        if not (own or "").strip():
+            missing.append(name)
+    assert missing == []
+
+
+def test_every_page_is_in_a_table_of_contents() -> None:
+    """A page no toctree names is unreachable from the site's navigation (Sphinx only warns for it)."""
+    named = set()
+    for page in _pages():
+        for block in re.findall(r"```\{toctree\}\n(.*?)```", page.read_text(), re.S):
+            for entry in block.splitlines():
+                if entry.strip() and not entry.startswith(":"):
+                    named.add((page.parent / entry.strip()).relative_to(DOCS).as_posix())
+    pages = {p.relative_to(DOCS).with_suffix("").as_posix() for p in _pages()} - {"index"}
+    assert pages - named == set()
