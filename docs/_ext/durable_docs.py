@@ -221,6 +221,11 @@ API_GROUPS: dict[str, tuple[str, ...]] = {
 }
 
 
+# Classes whose public methods are partly defined on a base class of their own (Workflow's
+# decorators live on its graph definition).
+INHERITING = {"Workflow"}
+
+
 def _is_error(value: Any) -> bool:
     from durable_nb.errors import DurableError
 
@@ -244,7 +249,10 @@ def api_rst() -> list[str]:
             for shown in (name, f"a{name}") if f"a{name}" in twins else (name,):
                 value = getattr(durable_nb, shown)
                 kind = "autoclass" if isinstance(value, type) else "autofunction"
-                lines += [f".. {kind}:: durable_nb.{shown}", ""]
+                lines += [f".. {kind}:: durable_nb.{shown}"]
+                if shown in INHERITING:
+                    lines.append("   :inherited-members:")
+                lines.append("")
     return lines
 
 

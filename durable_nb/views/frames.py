@@ -89,7 +89,25 @@ async def _store_for(run: Any, store: Any) -> Store:
 
 
 async def aruns(name: str | None = None, *, store: Any = None) -> pd.DataFrame:
-    """Return one row per run, newest first: ids, name, kind, status, times, checkpoints, error, fork parent."""
+    """Return one row per run, newest first: ids, name, kind, status, times, checkpoints, error, fork parent.
+
+    Args:
+        name: Only the runs of this name (a workflow's, a notebook's, ``agent:<name>``); None for all.
+        store: The store's URL or a Store (default: ``$DURABLE_NB_STORE``, else ``.durable_nb/runs.db``).
+
+    Returns:
+        A DataFrame with columns ``run_id``, ``name``, ``kind`` and ``status`` (categoricals),
+        ``created_at`` and ``updated_at`` (UTC datetimes), ``elapsed`` (timedelta),
+        ``checkpoints``, ``error``, ``parent_run_id``, ``parent_checkpoint_id`` and
+        ``idempotency_key``. One query, whatever the number of runs.
+
+    Raises:
+        InvalidInput: ``name`` is not text.
+        StoreNotFound: No store exists at the URL.
+
+    Example:
+        >>> dnb.runs("support-triage").status.value_counts()  # doctest: +SKIP
+    """
     if name is not None and not isinstance(name, str):
         raise InvalidInput(
             f"runs() takes a run name (text) or None for every run, not {type(name).__name__}: {name!r}."
@@ -123,7 +141,25 @@ runs = blocking(aruns)
 
 
 async def ahistory(run: Any, *, store: Any = None) -> pd.DataFrame:
-    """Return one row per checkpoint of a run, in order: step, status, time, duration, what changed, bytes."""
+    """Return one row per checkpoint of a run, in order: step, status, time, duration, what changed, bytes.
+
+    Args:
+        run: A run id (or a start of one no other run shares), a Run, or a LangGraph config
+            (``{"configurable": {"thread_id": …}}``), found in the store of the saver that wrote it.
+        store: The store's URL or a Store (default: ``$DURABLE_NB_STORE``, else ``.durable_nb/runs.db``).
+
+    Returns:
+        A DataFrame with one row per checkpoint (``seq``, ``step``, ``status``, times and durations,
+        attempts, the names each checkpoint set, ``bytes_written``, and for agents ``agent_path``
+        and ``step_type``). In a notebook it renders with readable durations and local times.
+
+    Raises:
+        RunNotFound: No run (or thread) matches.
+        AmbiguousRunId: A shortened id matches several runs.
+
+    Example:
+        >>> dnb.history(run.id)[["seq", "step", "status"]]  # doctest: +SKIP
+    """
     pd = _pd()
     resolved = await _store_for(run, store)
     run_id = await _run_id(run, resolved)
