@@ -57,3 +57,12 @@ def test_every_page_is_in_a_table_of_contents() -> None:
                     named.add((page.parent / entry.strip()).relative_to(DOCS).as_posix())
     pages = {p.relative_to(DOCS).with_suffix("").as_posix() for p in _pages()} - {"index"}
     assert pages - named == set()
+
+
+def test_every_public_error_is_on_the_errors_page() -> None:
+    """The errors page documents ``durable_nb.errors.__all__``: every error ``durable_nb`` exports is in it."""
+    from durable_nb import errors
+
+    exported = {n for n in durable_nb.__all__ if isinstance(getattr(durable_nb, n), type)}
+    public_errors = {n for n in exported if issubclass(getattr(durable_nb, n), durable_nb.DurableError)}
+    assert public_errors - set(errors.__all__) == set()
