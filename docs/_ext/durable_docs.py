@@ -104,17 +104,29 @@ def openapi_rst(document: dict[str, Any]) -> list[str]:
     return lines
 
 
-class OpenAPIDirective(SphinxDirective):
-    """``.. durable-openapi::`` renders the service's endpoints and body schemas."""
+class GeneratedDirective(SphinxDirective):
+    """A directive whose content is reStructuredText generated from the code (sections allowed)."""
 
-    has_content = False
+    source = ""
+
+    def lines(self) -> list[str]:
+        """The generated reStructuredText, one line an item."""
+        raise NotImplementedError
 
     def run(self) -> list[nodes.Node]:
-        document = openapi_document()
         container = nodes.section()
         container.document = self.state.document
-        nested_parse_with_titles(self.state, StringList(openapi_rst(document), source="openapi.json"), container)
+        nested_parse_with_titles(self.state, StringList(self.lines(), source=self.source), container)
         return container.children
+
+
+class OpenAPIDirective(GeneratedDirective):
+    """``.. durable-openapi::`` renders the service's endpoints and body schemas."""
+
+    source = "openapi.json"
+
+    def lines(self) -> list[str]:
+        return openapi_rst(openapi_document())
 
 
 # The magics whose arguments are parsed, in the order a reader meets them: (shown as, method name).
@@ -162,14 +174,13 @@ def magics_rst() -> list[str]:
     return lines
 
 
-class MagicsDirective(SphinxDirective):
+class MagicsDirective(GeneratedDirective):
     """``.. durable-magics::`` renders the magics' arguments from their parsers."""
 
-    def run(self) -> list[nodes.Node]:
-        container = nodes.section()
-        container.document = self.state.document
-        nested_parse_with_titles(self.state, StringList(magics_rst(), source="durable_nb.notebook.magics"), container)
-        return container.children
+    source = "durable_nb.notebook.magics"
+
+    def lines(self) -> list[str]:
+        return magics_rst()
 
 
 class ScreenshotDirective(SphinxDirective):
@@ -256,14 +267,13 @@ def api_rst() -> list[str]:
     return lines
 
 
-class ApiDirective(SphinxDirective):
+class ApiDirective(GeneratedDirective):
     """``.. durable-api::`` documents ``durable_nb.__all__`` through autodoc."""
 
-    def run(self) -> list[nodes.Node]:
-        container = nodes.section()
-        container.document = self.state.document
-        nested_parse_with_titles(self.state, StringList(api_rst(), source="durable_nb.__all__"), container)
-        return container.children
+    source = "durable_nb.__all__"
+
+    def lines(self) -> list[str]:
+        return api_rst()
 
 
 def _public_reference(app: Sphinx, env: Any, node: Any, contnode: nodes.Node) -> nodes.Node | None:
