@@ -73,6 +73,9 @@ nb_execution_raise_on_error = True
 nb_execution_show_tb = True
 nb_merge_streams = True
 
+# Quotes and ellipses only: "--store" in a command's help must not become an en dash.
+smartquotes_action = "qe"
+
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 autodoc_typehints_format = "short"

@@ -150,7 +150,8 @@ def _argument_lines(parser: Any) -> list[str]:
             "" if action.nargs == 0 else f" {(action.metavar or action.dest).upper()}" if action.option_strings else ""
         )
         default = "" if action.default in (None, False, [], "==SUPPRESS==") else f" (default: ``{action.default}``)"
-        text = (action.help or "").replace("`", "``").replace("````", "``")
+        # argparse's own expansion: %(default)s filled in, %% read as one %.
+        text = parser._get_formatter()._expand_help(action) if action.help else ""
         lines.append(f"- ``{name}{metavar}``: {text}{default}")
     return lines
 
@@ -169,7 +170,11 @@ def magics_rst() -> list[str]:
         lines += [f"``{shown}``", "-" * (len(shown) + 4), ""]
         if parser.description:
             # The description holds examples laid out for a terminal: shown as it is.
-            lines += ["::", "", *("    " + line for line in inspect.cleandoc(parser.description).splitlines()), ""]
+            shown_lines = [
+                line.removesuffix("::") + (":" if line.endswith("::") else "")
+                for line in inspect.cleandoc(parser.description).splitlines()
+            ]
+            lines += ["::", "", *("    " + line for line in shown_lines), ""]
         lines += [*_argument_lines(parser), ""]
     return lines
 
