@@ -82,6 +82,8 @@ autodoc_typehints_format = "short"
 autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": True}
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
+# Attributes: sections become fields of the class, not entries that clash with autodoc's own for a dataclass.
+napoleon_use_ivar = True
 
 html_theme = "pydata_sphinx_theme"
 html_title = "durable_nb"

@@ -43,7 +43,7 @@ class Run:
 
     @property
     def id(self) -> str:
-        """The run's id (a UUIDv7: ids sort by creation time)."""
+        """The run's id, a UUIDv7 (ids sort by creation time)."""
         return self.record.run_id
 
     @property
