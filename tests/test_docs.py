@@ -5,7 +5,10 @@ contents. The build itself (warnings as errors, notebooks executed) runs in .ci/
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
+
+import pytest
 
 import durable_nb
 
@@ -66,3 +69,20 @@ def test_every_public_error_is_on_the_errors_page() -> None:
     exported = {n for n in durable_nb.__all__ if isinstance(getattr(durable_nb, n), type)}
     public_errors = {n for n in exported if issubclass(getattr(durable_nb, n), durable_nb.DurableError)}
     assert public_errors - set(errors.__all__) == set()
+
+
+def test_screenshots_come_from_the_browser_tests_folder_else_the_tracked_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The docs show the image the browser tests wrote ($DURABLE_NB_SCREENSHOTS) when there is one;
+    a screenshot they did not write falls back to the copy tracked in docs/."""
+    sys.path.insert(0, str(DOCS / "_ext"))
+    try:
+        from durable_docs import screenshot_path
+    finally:
+        sys.path.remove(str(DOCS / "_ext"))
+    (tmp_path / "inspector.png").write_bytes(b"taken by a test")
+    monkeypatch.setenv("DURABLE_NB_SCREENSHOTS", str(tmp_path))
+    assert screenshot_path("inspector") == tmp_path / "inspector.png"
+    tracked = screenshot_path("gate-panel")
+    assert tracked.parent in {DOCS, DOCS / "_build" / "screenshots"} and tracked.is_file()

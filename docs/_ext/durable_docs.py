@@ -188,6 +188,13 @@ class MagicsDirective(GeneratedDirective):
         return magics_rst()
 
 
+def screenshot_path(name: str) -> Path:
+    """Where the screenshot ``name`` is taken from: the browser tests' folder, else the tracked copy."""
+    folders = [Path(p) for p in (os.environ.get("DURABLE_NB_SCREENSHOTS"),) if p]
+    folders += [HERE / "_build" / "screenshots", HERE]
+    return next((f / f"{name}.png" for f in folders if (f / f"{name}.png").is_file()), HERE / f"{name}.png")
+
+
 class ScreenshotDirective(SphinxDirective):
     """``.. durable-screenshot:: NAME`` shows NAME.png from the browser tests' folder, else the tracked copy."""
 
@@ -197,9 +204,7 @@ class ScreenshotDirective(SphinxDirective):
 
     def run(self) -> list[nodes.Node]:
         name = self.arguments[0]
-        folders = [Path(p) for p in (os.environ.get("DURABLE_NB_SCREENSHOTS"),) if p]
-        folders += [HERE / "_build" / "screenshots", HERE]
-        path = next((f / f"{name}.png" for f in folders if (f / f"{name}.png").is_file()), HERE / f"{name}.png")
+        path = screenshot_path(name)
         self.env.note_dependency(str(path))
         source = Path(self.env.doc2path(self.env.docname)).parent
         uri = os.path.relpath(path, source)
