@@ -86,3 +86,13 @@ def test_screenshots_come_from_the_browser_tests_folder_else_the_tracked_copy(
     assert screenshot_path("inspector") == tmp_path / "inspector.png"
     tracked = screenshot_path("gate-panel")
     assert tracked.parent in {DOCS, DOCS / "_build" / "screenshots"} and tracked.is_file()
+
+
+def test_ci_builds_the_docs_with_the_readmes_commands() -> None:
+    """.ci/run installs the docs extra and runs the README's docs build command, in an environment of its own."""
+    readme = (ROOT / "README.md").read_text()
+    (build,) = [line for line in readme.splitlines() if line.startswith("python -m sphinx ")]
+    assert "-W" in build.split() and "-n" in build.split()
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert ".venv-docs/bin/python -m pip install --quiet -e '.[docs]'" in ci
+    assert f".venv-docs/bin/{build}" in ci
