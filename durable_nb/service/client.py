@@ -32,10 +32,10 @@ class Client:
         ConfigurationError: httpx is not installed (the ``serve`` extra).
 
     Example:
-        >>> client = dnb.Client("http://localhost:8000", token=token)  # doctest: +SKIP
-        >>> run = client.run("triage", {"ticket": 4813}, idempotency_key="ticket-4813")  # doctest: +SKIP
-        >>> client.wait(run["id"], until="paused")  # doctest: +SKIP
-        >>> client.approve(run["id"], comment="ok")  # doctest: +SKIP
+        >>> client = dnb.Client("http://localhost:8000", token=token)
+        >>> run = client.run("triage", {"ticket": 4813}, idempotency_key="ticket-4813")
+        >>> client.wait(run["id"], until="paused")
+        >>> client.approve(run["id"], comment="ok")
     """
 
     def __init__(self, url: str, *, token: str | None = None, timeout: float = 30.0) -> None:

@@ -44,8 +44,8 @@ def connect(url: str | os.PathLike[str] | None = None, *, durability: str = "ful
         StoreUnavailable: The URL is malformed or its driver is not installed.
 
     Example:
-        >>> store = dnb.connect("sqlite:///runs.db")  # doctest: +SKIP
-        >>> flow = dnb.Workflow("triage", store=store)  # doctest: +SKIP
+        >>> store = dnb.connect("sqlite:///runs.db")
+        >>> nightly = dnb.Workflow("nightly", store=store)
     """
     if durability not in DURABILITY_LEVELS:
         raise InvalidInput(

@@ -106,7 +106,7 @@ async def aruns(name: str | None = None, *, store: Any = None) -> pd.DataFrame:
         StoreNotFound: No store exists at the URL.
 
     Example:
-        >>> dnb.runs("support-triage").status.value_counts()  # doctest: +SKIP
+        >>> dnb.runs("support-triage").status.value_counts()
     """
     if name is not None and not isinstance(name, str):
         raise InvalidInput(
@@ -158,7 +158,7 @@ async def ahistory(run: Any, *, store: Any = None) -> pd.DataFrame:
         AmbiguousRunId: A shortened id matches several runs.
 
     Example:
-        >>> dnb.history(run.id)[["seq", "step", "status"]]  # doctest: +SKIP
+        >>> dnb.history(run.id)[["seq", "step", "status"]]
     """
     pd = _pd()
     resolved = await _store_for(run, store)
@@ -325,7 +325,7 @@ async def acompare(run_ids: Any, names: Any = None, *, store: Any = None) -> pd.
         RunNotFound: A run does not exist.
 
     Example:
-        >>> dnb.compare([run.id, fork.id], ["threshold", "score"])  # doctest: +SKIP
+        >>> dnb.compare([run.id, fork.id], ["category"])
     """
     pd = _pd()
     if not isinstance(run_ids, str | Iterable):

@@ -92,9 +92,9 @@ async def aagent(
         GatePending: A tool's gate waits, outside a node or cell (the message names the run).
 
     Example:
-        >>> reply = dnb.agent(openai.OpenAI(), "Where is order A-12?", [lookup_order],  # doctest: +SKIP
+        >>> reply = dnb.agent(openai.OpenAI(), "Where is order A-12?", [lookup_order],
         ...                   model="gpt-4o-mini", name="support")
-        >>> reply.text  # doctest: +SKIP
+        >>> reply.text
     """
     call = AgentCall(client, messages, tools, model, name, system, max_turns, options)
     if current_scope() is None:

@@ -73,7 +73,7 @@ def idempotent(fn: Any = None, *, key: Callable[..., Any] | None = None) -> Any:
         The function wrapped (or a decorator, when only ``key`` is given).
 
     Example:
-        >>> @dnb.idempotent  # doctest: +SKIP
+        >>> @dnb.idempotent
         ... def charge(customer: str, cents: int) -> str:
         ...     return payments.charge(customer, cents)  # runs once per run and arguments
     """

@@ -153,8 +153,13 @@ def interrupt(
     Takes the arguments of :func:`gate` (``reason`` is its name) and raises the same errors.
 
     Example:
-        >>> answer = dnb.interrupt("pick a category", {"choices": ["billing", "bug"]})  # doctest: +SKIP
-        >>> flow.resume(run.id, dnb.Resume("billing"))  # from any process  # doctest: +SKIP
+        >>> by_hand = dnb.Workflow("sort-by-hand")
+        >>> @by_hand.node()
+        ... def pick(state):
+        ...     return {"category": dnb.interrupt("pick a category", {"choices": ["billing", "bug"]})}
+        >>> paused = by_hand.run({})
+        >>> by_hand.resume(paused.id, dnb.Resume("billing")).state["category"]  # from any process
+        'billing'
     """
     return _answer(reason, context, timeout_seconds, on_timeout, "interrupt").value
 
@@ -189,7 +194,7 @@ def gate(
         ConfigurationError: Called inside a map item (put the gate in a node of its own).
 
     Example:
-        >>> @flow.node(after="draft")  # doctest: +SKIP
+        >>> @flow.node(after="draft")
         ... def review(state):
         ...     decision = dnb.gate("send it?", {"draft": state["draft"]})
         ...     return {"approved": decision.approved}

@@ -113,7 +113,7 @@ async def aapprove(
         RunNotFound: No run has that id.
 
     Example:
-        >>> dnb.approve(run.id, comment="refund is right")  # doctest: +SKIP
+        >>> dnb.approve(run.id, comment="refund is right")
     """
     resolved = resolve_store(store, existing=True)
     decision = make_decision(approved, value, comment, by)
@@ -225,7 +225,8 @@ async def aprune(older_than: float | timedelta | datetime, *, store: Any = None)
         InvalidInput: ``older_than`` is none of those, or negative.
 
     Example:
-        >>> dnb.prune(older_than=timedelta(days=30))  # doctest: +SKIP
+        >>> from datetime import timedelta
+        >>> dnb.prune(older_than=timedelta(days=30))
     """
     return await resolve_store(store, existing=True).prune(_cutoff(older_than))
 

@@ -77,7 +77,7 @@ async def arecover(
         ConfigurationError: The workflows are on different stores (call it once per store).
 
     Example:
-        >>> dnb.recover([flow])  # at a process's start  # doctest: +SKIP
+        >>> dnb.recover([flow])  # at a process's start
     """
     flows = list(workflows)
     resolved = _store_of(flows, store)

@@ -63,7 +63,7 @@ class GraphDefinition:
             ConfigurationError: An argument is of the wrong kind or a name is taken.
 
         Example:
-            >>> @flow.node(after="classify", retry_count=3, timeout_seconds=30)  # doctest: +SKIP
+            >>> @flow.node(after="classify", retry_count=3, timeout_seconds=30)
             ... def draft(state):
             ...     return {"draft": "We are on it"}
         """

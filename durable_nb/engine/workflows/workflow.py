@@ -71,11 +71,11 @@ class Workflow(GraphDefinition):
         ConfigurationError: The name is empty, or the executor is not one.
 
     Example:
-        >>> flow = dnb.Workflow("triage")  # doctest: +SKIP
-        >>> @flow.node()  # doctest: +SKIP
+        >>> flow = dnb.Workflow("triage")
+        >>> @flow.node()
         ... def classify(state):
         ...     return {"category": "billing"}
-        >>> flow.run({"ticket": "Charged twice"}).state["category"]  # doctest: +SKIP
+        >>> flow.run({"ticket": "Charged twice"}).state["category"]
         'billing'
     """
 
