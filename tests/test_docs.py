@@ -96,3 +96,13 @@ def test_ci_builds_the_docs_with_the_readmes_commands() -> None:
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert ".venv-docs/bin/python -m pip install --quiet -e '.[docs]'" in ci
     assert f".venv-docs/bin/{build}" in ci
+
+
+def test_the_readmes_headline_figures_are_the_benchmarks_pages() -> None:
+    """Each figure of the README's "How fast" section is one the benchmarks page reports, so that a new
+    benchmark run that changes the page cannot leave the front page quoting old figures."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## How fast", 1)[1].split("\n## ", 1)[0]
+    figures = set(re.findall(r"\b\d+\.\d{3}\b", section))
+    page = (DOCS / "benchmarks.md").read_text()
+    assert len(figures) >= 6 and {f for f in figures if f not in page} == set()
