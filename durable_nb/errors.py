@@ -48,6 +48,7 @@ __all__ = [
     "CheckpointNotFound",
     "ConfigurationError",
     "DurableError",
+    "GatePending",
     "IdempotencyKeyReused",
     "InvalidDecision",
     "InvalidInput",

@@ -1,8 +1,13 @@
-"""Run the README's snippets as written: parse its fenced blocks, run them, say where one failed.
+"""Run the snippets of the README and the docs as written: parse their fenced blocks, run them, say
+where one failed.
+
+The documents are README.md and every Markdown page under docs/ (``documents()``); pages that are
+notebooks (MyST-NB ``{code-cell}`` blocks) are executed by the docs build instead, and their cells
+are not read here.
 
 A block is what a reader copies:
 
-- ``python`` blocks run in order, the blocks of one ``##`` section together (later blocks use what
+- ``python`` blocks run in order, the blocks of one section (a ``#`` or ``##`` heading) together (later blocks use what
   earlier ones defined), in a fresh interpreter working in an empty folder on the default store. A
   section with notebook magics (a line starting with ``%``) runs in a real IPython shell, cell by
   cell; the others run as a script would.
@@ -35,9 +40,12 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 RUN_LANGUAGES = {"python", "bash", "json"}
 QUIET_LANGUAGES = {"text", ""}
 _FENCE = re.compile(r"^ {0,3}```\s*([\w+-]*)\s*$")
+# Any fence, a MyST directive's (```{code-cell}) included: its lines are not headings.
+_ANY_FENCE = re.compile(r"^ {0,3}```")
 _DIRECTIVE = re.compile(r"^<!--\s*readme-test:\s*(.*?)\s*-->$")
 _SKIP = re.compile(r"^skip\s*\((.+)\)$")
 _SETUP = re.compile(r"^setup\s+([\w-]+(?:\s+[\w-]+)*)\s*(?:\(.*\))?$")
@@ -56,6 +64,7 @@ class Block:
     section: str
     skip: str | None = None
     setups: tuple[str, ...] = ()
+    document: str = "README.md"
 
     @property
     def magic(self) -> bool:
@@ -64,7 +73,7 @@ class Block:
 
     @property
     def where(self) -> str:
-        return f"README.md:{self.line} ({self.section})"
+        return f"{self.document}:{self.line} ({self.section})"
 
 
 @dataclass
@@ -85,8 +94,9 @@ class Readme:
         return sections
 
 
-def parse(text: str) -> Readme:
-    """Return the README's fenced blocks with their sections and directives."""
+def parse(text: str, document: str = "README.md") -> Readme:
+    """Return a document's fenced blocks with their sections and directives (``document``: its path
+    from the repository's root, as messages name it)."""
     found = Readme()
     lines = text.splitlines()
     section = "(introduction)"
@@ -94,24 +104,27 @@ def parse(text: str) -> Readme:
     while number < len(lines):
         line = lines[number]
         number += 1
-        if line.startswith("## "):
-            section = line[3:].strip()
+        if line.startswith("## ") or (line.startswith("# ") and document != "README.md"):
+            section = line.lstrip("#").strip()
+            continue
+        if _ANY_FENCE.match(line) is None:
             continue
         fence = _FENCE.match(line)
-        if fence is None:
-            continue
         start = number
         while number < len(lines) and not lines[number].strip() == "```":
             number += 1
         if number == len(lines):
-            found.problems.append(f"README.md:{start}: a block that is never closed")
+            found.problems.append(f"{document}:{start}: a block that is never closed")
             break
+        if fence is None:  # a MyST directive (a notebook's code cell, a figure): the docs build runs it
+            number += 1
+            continue
         # A block inside a list item is indented as its fence is: that much indentation is not code.
         indent = len(line) - len(line.lstrip(" "))
         code = "\n".join(_unindented(text, indent) for text in lines[start:number]) + "\n"
         number += 1
-        skip, setups = _directive(lines, start - 1, found.problems)
-        found.blocks.append(Block(fence[1], code, start + 1, section, skip, setups))
+        skip, setups = _directive(lines, start - 1, found.problems, document)
+        found.blocks.append(Block(fence[1], code, start + 1, section, skip, setups, document))
     return found
 
 
@@ -120,7 +133,9 @@ def _unindented(line: str, indent: int) -> str:
     return line[min(indent, len(line) - len(line.lstrip(" "))) :]
 
 
-def _directive(lines: list[str], fence: int, problems: list[str]) -> tuple[str | None, tuple[str, ...]]:
+def _directive(
+    lines: list[str], fence: int, problems: list[str], document: str = "README.md"
+) -> tuple[str | None, tuple[str, ...]]:
     before = fence - 1
     while before >= 0 and not lines[before].strip():
         before -= 1
@@ -134,14 +149,20 @@ def _directive(lines: list[str], fence: int, problems: list[str]) -> tuple[str |
         names = tuple(setup[1].split())
         unknown = [n for n in names if n not in SETUPS]
         if unknown:
-            problems.append(f"README.md:{before + 1}: no set-up named {unknown} (known: {sorted(SETUPS)})")
+            problems.append(f"{document}:{before + 1}: no set-up named {unknown} (known: {sorted(SETUPS)})")
         return None, names
-    problems.append(f"README.md:{before + 1}: cannot read {text!r}: write 'skip (why)' or 'setup NAME … (why)'")
+    problems.append(f"{document}:{before + 1}: cannot read {text!r}: write 'skip (why)' or 'setup NAME … (why)'")
     return None, ()
 
 
 def read_readme(path: Path = README) -> Readme:
-    return parse(path.read_text())
+    return parse(path.read_text(), path.relative_to(ROOT).as_posix())
+
+
+def documents() -> list[Path]:
+    """README.md and the docs' Markdown pages (not the build's output)."""
+    pages = sorted(p for p in DOCS.rglob("*.md") if "_build" not in p.relative_to(DOCS).parts)
+    return [README, *pages]
 
 
 # -- commands of a shell block ------------------------------------------------------------------
@@ -153,6 +174,7 @@ class Command:
 
     text: str
     line: int
+    document: str = "README.md"
 
     @property
     def expected_exit(self) -> int:
@@ -178,7 +200,7 @@ def commands(block: Block) -> list[Command]:
         text = " ".join([*pending, raw]).strip()
         pending = []
         if text and not text.startswith("#"):
-            found.append(Command(text, first))
+            found.append(Command(text, first, block.document))
     return found
 
 
@@ -193,10 +215,14 @@ def install_problems(command: Command) -> list[str]:
     for target in targets:
         name, _, wanted = target.partition("[")
         if name not in (".", project["name"]):
-            problems.append(f"README.md:{command.line}: installs {name!r}, not this project ({project['name']})")
+            problems.append(
+                f"{command.document}:{command.line}: installs {name!r}, not this project ({project['name']})"
+            )
         unknown = [e for e in wanted.rstrip("]").split(",") if e and e not in extras]
         if unknown:
-            problems.append(f"README.md:{command.line}: extras {unknown} are not in pyproject.toml ({sorted(extras)})")
+            problems.append(
+                f"{command.document}:{command.line}: extras {unknown} are not in pyproject.toml ({sorted(extras)})"
+            )
     return problems
 
 
@@ -231,7 +257,8 @@ def run_python(
     """Run a section's python blocks in order in a fresh interpreter working in ``folder``."""
     plan = folder.parent / f"{folder.name}-blocks.json"
     cells = [{"code": b.code, "line": b.line, "magic": b.magic} for b in blocks]
-    plan.write_text(json.dumps({"readme": str(readme), "blocks": cells}))
+    name = blocks[0].document if blocks else "README.md"
+    plan.write_text(json.dumps({"readme": str(readme), "name": name, "blocks": cells}))
     done = subprocess.run(
         [sys.executable, __file__, str(plan)],
         cwd=folder,
@@ -254,7 +281,7 @@ def shell_script(block: Block) -> str:
         parts.append(command.text)
         parts.append(
             f'code=$?; if [ "$code" -ne {expected} ]; then '
-            f'echo "README.md:{command.line}: exited $code, expected {expected}" >&2; exit 1; fi'
+            f'echo "{command.document}:{command.line}: exited $code, expected {expected}" >&2; exit 1; fi'
         )
     return "\n".join(parts) + "\n"
 
@@ -361,32 +388,33 @@ def drive(plan: Path) -> int:
     loaded = json.loads(plan.read_text())
     blocks = loaded["blocks"]
     if any(b["magic"] for b in blocks):
-        return _drive_shell(blocks)
+        return _drive_shell(blocks, loaded.get("name", "README.md"))
     import linecache
     import traceback
 
-    # Tracebacks name README.md and its lines, and show them.
+    # Tracebacks name the document and its lines, and show them.
+    name = loaded.get("name", "README.md")
     readme = Path(loaded["readme"]).read_text().splitlines(keepends=True)
-    linecache.cache["README.md"] = (len(readme), None, readme, "README.md")
+    linecache.cache[name] = (len(readme), None, readme, name)
     namespace: dict[str, Any] = {"__name__": "__main__"}
     for block in blocks:
         try:
-            exec(compile("\n" * (block["line"] - 1) + block["code"], "README.md", "exec"), namespace)
+            exec(compile("\n" * (block["line"] - 1) + block["code"], name, "exec"), namespace)
         except BaseException:  # noqa: BLE001 - whatever the snippet raised is the report
             traceback.print_exc()
-            print(f"README.md:{block['line']}: this block failed", file=sys.stderr)
+            print(f"{name}:{block['line']}: this block failed", file=sys.stderr)
             return 1
     return 0
 
 
-def _drive_shell(blocks: list[dict[str, Any]]) -> int:
+def _drive_shell(blocks: list[dict[str, Any]], name: str = "README.md") -> int:
     from IPython.core.interactiveshell import InteractiveShell
 
     shell = InteractiveShell.instance()
     for block in blocks:
         result = shell.run_cell(block["code"], store_history=True)
         if not result.success:
-            print(f"README.md:{block['line']}: this cell failed: {result.error_before_exec or result.error_in_exec!r}")
+            print(f"{name}:{block['line']}: this cell failed: {result.error_before_exec or result.error_in_exec!r}")
             return 1
     return 0
 

@@ -7,7 +7,7 @@ decides the gate as the token's name; the run then completes in the server. An a
 served from another port of 127.0.0.1 (the same site: the browser sends it the session cookie),
 auto-submits a decision form and frames the page: the gate stays undecided, the frame shows
 nothing. The screenshot of the page is
-taken here (into the test's folder; docs/refresh-screenshots refreshes the README's).
+taken here (into the test's folder, or $DURABLE_NB_SCREENSHOTS: docs/refresh-screenshots).
 """
 
 from __future__ import annotations

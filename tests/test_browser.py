@@ -2,7 +2,7 @@
 
 Needs Debian's chromium, Playwright for Python and JupyterLab; `.ci/run` installs them. These tests
 take the screenshots in docs/ (shown in the README) into their temporary folder; docs/refresh-screenshots
-runs them with $DURABLE_NB_SCREENSHOTS=docs to refresh the README's.
+runs them with $DURABLE_NB_SCREENSHOTS set to the docs' build folder, where the docs build takes them.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Each durable cell's DOM node reads ``data-durable-state`` (committed, restored, 
 failed, stale); the Durable panel (``#durable-nb-panel``) shows the notebook's run, its gates with
 Approve / Reject, and follows decisions made elsewhere. The built front end is shown to JupyterLab
 through a data folder on ``$JUPYTER_PATH`` (labkit); with no build and no Node, the tests skip.
-docs/refresh-screenshots runs them with $DURABLE_NB_SCREENSHOTS=docs to refresh the README's images.
+docs/refresh-screenshots runs them with $DURABLE_NB_SCREENSHOTS set to the docs' build folder.
 """
 
 from __future__ import annotations

@@ -161,20 +161,19 @@ def test_the_views_find_a_thread_in_its_savers_store(paused: Any, tmp_path: Path
 
 
 def _readme_langgraph_section() -> str:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    start = readme.index("## LangGraph")
-    return readme[start : readme.index("\n## ", start + 1)]
+    """The LangGraph how-to (the README's short example runs in tests/test_readme.py)."""
+    return (Path(__file__).resolve().parent.parent / "docs" / "how-to" / "langgraph.md").read_text()
 
 
 def test_the_readme_langgraph_snippets_run_as_written(tmp_path: Path) -> None:
-    """Issue 27 item 23: the README's LangGraph example runs as written (in a fresh folder), and so does
-    every call the paragraph after it shows, reading the thread the example made."""
+    """The LangGraph how-to's example runs as written (in a fresh folder), and so does every call the
+    paragraph after it shows, reading the thread the example made."""
     section = _readme_langgraph_section()
     (example,) = re.findall(r"```python\n(.*?)```", section, re.S)
     namespace: dict[str, Any] = {"__name__": "readme_example"}
     try:
         # As a reader runs it: without this file's ``from __future__ import annotations``.
-        exec(compile(example, "README.md", "exec", dont_inherit=True), namespace)
+        exec(compile(example, "docs/how-to/langgraph.md", "exec", dont_inherit=True), namespace)
         paragraph = section[section.index("A thread is a run.") :].split("\n\n")[0]
         calls = re.findall(r"`((?:durable_nb|saver)\.[^`]*\))`", paragraph)
         assert len(calls) >= 7, calls

@@ -1,9 +1,10 @@
-"""Every command and snippet in the README runs as written.
+"""Every command and snippet in the README and the docs' Markdown pages runs as written.
 
-A newcomer reads the README top to bottom and tries every example; so does this test, through
+A newcomer reads the README and the docs and tries every example; so does this test, through
 ``readmekit`` (how blocks are found, run, skipped or set up is described there). Each python
-section, each shell block and each JSON block is a test of its own, named after its section; a
-failure names the README line that failed. The two set-up commands at the top create virtual
+section, each shell block and each JSON block is a test of its own, named after its page and
+section; a failure names the line that failed. The docs' notebook pages are executed by the docs
+build. The two set-up commands at the top create virtual
 environments and install, so they are checked rather than run here (``.ci/run`` runs the second;
 ``.ci/readme-first-command`` runs the first in a fresh clone).
 """
@@ -20,12 +21,12 @@ from pathlib import Path
 import pytest
 from readmekit import (
     QUIET_LANGUAGES,
-    README,
     ROOT,
     RUN_LANGUAGES,
     SETUPS,
     Block,
     commands,
+    documents,
     environment,
     install_problems,
     parse,
@@ -40,6 +41,7 @@ from durable_nb.cli import COMMANDS
 pytestmark = pytest.mark.slow
 
 READ = read_readme()
+PAGES = {path.relative_to(ROOT).as_posix(): read_readme(path) for path in documents()}
 
 
 # Sections whose snippets other items of issue 27 fix at the same time (the service's curl examples,
@@ -50,13 +52,23 @@ def _slug(text: str) -> str:
 
 def _python_cases() -> list[object]:
     cases = []
-    for section, blocks in READ.python_sections().items():
-        cases.append(pytest.param(section, blocks, id=_slug(section)))
+    for name, read in PAGES.items():
+        for section, blocks in read.python_sections().items():
+            cases.append(pytest.param(section, blocks, id=f"{_page(name)}{_slug(section)}"))
     return cases
 
 
+def _page(name: str) -> str:
+    """A test id's prefix naming a docs page (none for the README, whose ids stay as they were)."""
+    return "" if name == "README.md" else _slug(name.removeprefix("docs/").removesuffix(".md")) + "-"
+
+
 def _shell_cases() -> list[object]:
-    return [pytest.param(block, id=f"{_slug(block.section)}-L{block.line}") for block in READ.of("bash")]
+    return [
+        pytest.param(block, id=f"{_page(name)}{_slug(block.section)}-L{block.line}")
+        for name, read in PAGES.items()
+        for block in read.of("bash")
+    ]
 
 
 @pytest.mark.parametrize(("section", "blocks"), _python_cases())
@@ -73,7 +85,7 @@ def test_python_snippets_run_as_written(section: str, blocks: list[Block], tmp_p
     folder.mkdir()
     env = environment(dict(os.environ))
     with set_up(tuple(name for b in runnable for name in b.setups), folder, env):
-        outcome = run_python(runnable, folder, env)
+        outcome = run_python(runnable, folder, env, readme=ROOT / blocks[0].document)
     assert outcome.ok, outcome.output
 
 
@@ -101,18 +113,21 @@ def test_shell_snippets_run_as_written(block: Block, tmp_path: Path) -> None:
 
 def test_json_snippets_parse() -> None:
     """Configuration shown as JSON is JSON."""
-    for block in READ.of("json"):
-        json.loads(block.code)
+    for read in PAGES.values():
+        for block in read.of("json"):
+            json.loads(block.code)
 
 
 def test_every_block_is_run_checked_or_skipped_with_a_reason() -> None:
     """Every block's language is one the test runs or one that is not code (a transcript, a diagram);
     every directive is understood and names set-ups that exist; a skip says why."""
-    assert not READ.problems, READ.problems
-    languages = {b.language for b in READ.blocks}
+    blocks = [b for read in PAGES.values() for b in read.blocks]
+    problems = [p for read in PAGES.values() for p in read.problems]
+    assert not problems, problems
+    languages = {b.language for b in blocks}
     assert languages <= RUN_LANGUAGES | QUIET_LANGUAGES, languages - RUN_LANGUAGES - QUIET_LANGUAGES
-    assert all(b.skip.strip() for b in READ.blocks if b.skip is not None)
-    assert {n for b in READ.blocks for n in b.setups} <= set(SETUPS)
+    assert all(b.skip.strip() for b in blocks if b.skip is not None)
+    assert {n for b in blocks for n in b.setups} <= set(SETUPS)
 
 
 def test_the_setup_commands_are_two_and_name_real_extras_and_commands() -> None:
@@ -143,8 +158,8 @@ def test_the_setup_commands_are_two_and_name_real_extras_and_commands() -> None:
 
 
 def test_every_durable_nb_command_the_readme_names_exists() -> None:
-    """Each ``durable-nb WORD`` in the README, in prose or in a block, is one of the CLI's commands."""
-    named = set(re.findall(r"durable-nb ([a-z][\w-]*)", README.read_text()))
+    """Each ``durable-nb WORD`` in the README and the docs, in prose or in a block, is one of the CLI's commands."""
+    named = {word for path in documents() for word in re.findall(r"durable-nb ([a-z][\w-]*)", path.read_text())}
     assert named - {name for name, *_ in COMMANDS} == set()
 
 

@@ -47,7 +47,15 @@ class Blob:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """A recorded answer to a gate: who decided what, when, and why."""
+    """A recorded answer to a gate: who decided what, when, and why.
+
+    Attributes:
+        approved: True for an approval, False for a rejection.
+        value: The JSON value given with the decision (``approve(..., value=…)``), else None.
+        comment: Why, as the decider wrote it.
+        by: Who decided: a user name, or a service token's name.
+        at: When the decision was recorded (UTC).
+    """
 
     approved: bool
     value: Any = None

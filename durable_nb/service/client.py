@@ -17,7 +17,26 @@ FINISHED = ("completed", "failed", "cancelled", "paused")
 
 
 class Client:
-    """A client of ``durable-nb serve`` at ``url``; each method has an async twin named ``a<method>``."""
+    """A client of ``durable-nb serve`` at ``url``; each method has an async twin named ``a<method>``.
+
+    Errors the server answers come back as the library's own types (``RunNotFound``,
+    ``AlreadyResumed``, …), so code written against the library works against the service.
+
+    Args:
+        url: The server's address, ``http://host:port`` or ``https://…``.
+        token: A bearer token of the scope the calls need (``read``, ``decide`` or ``admin``).
+        timeout: Seconds each request may take.
+
+    Raises:
+        InvalidInput: ``url`` is not an http(s) address.
+        ConfigurationError: httpx is not installed (the ``serve`` extra).
+
+    Example:
+        >>> client = dnb.Client("http://localhost:8000", token=token)
+        >>> run = client.run("triage", {"ticket": 4813}, idempotency_key="ticket-4813")
+        >>> client.wait(run["id"], until="paused")
+        >>> client.approve(run["id"], comment="ok")
+    """
 
     def __init__(self, url: str, *, token: str | None = None, timeout: float = 30.0) -> None:
         try:

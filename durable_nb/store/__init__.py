@@ -29,6 +29,23 @@ def connect(url: str | os.PathLike[str] | None = None, *, durability: str = "ful
     ``create=False`` is for callers that only read or act on stored runs: a store that does not
     exist yet raises StoreNotFound when first used, and nothing is created (a mistyped URL must
     not leave an empty store behind).
+
+    Args:
+        url: ``sqlite:///relative.db``, ``sqlite:////absolute.db``, a path, or
+            ``postgresql://user@host:5432/db?schema=…&pool_max=…`` (the postgres extra).
+        durability: ``"full"`` (a commit survives a power cut) or ``"process"`` (a killed process).
+        create: False to refuse creating a store that does not exist.
+
+    Returns:
+        The store, shared by every caller of this process with the same URL.
+
+    Raises:
+        InvalidInput: ``durability`` is neither level.
+        StoreUnavailable: The URL is malformed or its driver is not installed.
+
+    Example:
+        >>> store = dnb.connect("sqlite:///runs.db")
+        >>> nightly = dnb.Workflow("nightly", store=store)
     """
     if durability not in DURABILITY_LEVELS:
         raise InvalidInput(

@@ -89,7 +89,25 @@ async def _store_for(run: Any, store: Any) -> Store:
 
 
 async def aruns(name: str | None = None, *, store: Any = None) -> pd.DataFrame:
-    """Return one row per run, newest first: ids, name, kind, status, times, checkpoints, error, fork parent."""
+    """Return one row per run, newest first: ids, name, kind, status, times, checkpoints, error, fork parent.
+
+    Args:
+        name: Only the runs of this name (a workflow's, a notebook's, ``agent:<name>``); None for all.
+        store: The store's URL or a Store (default: ``$DURABLE_NB_STORE``, else ``.durable_nb/runs.db``).
+
+    Returns:
+        A DataFrame with columns ``run_id``, ``name``, ``kind`` and ``status`` (categoricals),
+        ``created_at`` and ``updated_at`` (UTC datetimes), ``elapsed`` (timedelta),
+        ``checkpoints``, ``error``, ``parent_run_id``, ``parent_checkpoint_id`` and
+        ``idempotency_key``. One query, whatever the number of runs.
+
+    Raises:
+        InvalidInput: ``name`` is not text.
+        StoreNotFound: No store exists at the URL.
+
+    Example:
+        >>> dnb.runs("support-triage").status.value_counts()
+    """
     if name is not None and not isinstance(name, str):
         raise InvalidInput(
             f"runs() takes a run name (text) or None for every run, not {type(name).__name__}: {name!r}."
@@ -123,7 +141,25 @@ runs = blocking(aruns)
 
 
 async def ahistory(run: Any, *, store: Any = None) -> pd.DataFrame:
-    """Return one row per checkpoint of a run, in order: step, status, time, duration, what changed, bytes."""
+    """Return one row per checkpoint of a run, in order: step, status, time, duration, what changed, bytes.
+
+    Args:
+        run: A run id (or a start of one no other run shares), a Run, or a LangGraph config
+            (``{"configurable": {"thread_id": …}}``), found in the store of the saver that wrote it.
+        store: The store's URL or a Store (default: ``$DURABLE_NB_STORE``, else ``.durable_nb/runs.db``).
+
+    Returns:
+        A DataFrame with one row per checkpoint (``seq``, ``step``, ``status``, times and durations,
+        attempts, the names each checkpoint set, ``bytes_written``, and for agents ``agent_path``
+        and ``step_type``). In a notebook it renders with readable durations and local times.
+
+    Raises:
+        RunNotFound: No run (or thread) matches.
+        AmbiguousRunId: A shortened id matches several runs.
+
+    Example:
+        >>> dnb.history(run.id)[["seq", "step", "status"]]
+    """
     pd = _pd()
     resolved = await _store_for(run, store)
     run_id = await _run_id(run, resolved)
@@ -186,7 +222,19 @@ history = blocking(ahistory)
 
 
 async def aforks(run: Any, *, store: Any = None) -> pd.DataFrame:
-    """Return the whole fork tree holding a run, from its root: name, parent, fork point, overrides, status."""
+    """Return the whole fork tree holding a run, from its root: name, parent, fork point, overrides, status.
+
+    Args:
+        run: A run id (or a start of one no other run shares), a Run, or a LangGraph config.
+        store: The store's URL or a Store (default: ``$DURABLE_NB_STORE``, else ``.durable_nb/runs.db``).
+
+    Returns:
+        A DataFrame with one row per run of the tree (``run_id``, ``parent_run_id``, ``depth``, the
+        fork point, the overrides with their values, ``status``), whichever run of it was given.
+
+    Raises:
+        RunNotFound: No run matches.
+    """
     pd = _pd()
     resolved = await _store_for(run, store)
     run_id = await _run_id(run, resolved)
@@ -225,7 +273,19 @@ forks = blocking(aforks)
 
 
 async def aevents(run: Any, *, store: Any = None) -> pd.DataFrame:
-    """Return a run's event log: seq, type, node, time, details."""
+    """Return a run's event log: seq, type, node, time, details.
+
+    Args:
+        run: A run id (or a start of one no other run shares), a Run, or a LangGraph config.
+        store: The store's URL or a Store (default: ``$DURABLE_NB_STORE``, else ``.durable_nb/runs.db``).
+
+    Returns:
+        A DataFrame with one row per event, in order (run started, node started, gate opened,
+        decision, failure, …; see :class:`EventType`).
+
+    Raises:
+        RunNotFound: No run matches.
+    """
     pd = _pd()
     resolved = await _store_for(run, store)
     run_id = await _run_id(run, resolved)
@@ -249,7 +309,24 @@ events = blocking(aevents)
 
 
 async def acompare(run_ids: Any, names: Any = None, *, store: Any = None) -> pd.DataFrame:
-    """Return one row per run and one column per chosen state value (all when ``names`` is None)."""
+    """Return one row per run and one column per chosen state value (all when ``names`` is None).
+
+    Args:
+        run_ids: A run id, a list of them, or a LangGraph config.
+        names: The state values to show (default: every one).
+        store: The store's URL or a Store (default: ``$DURABLE_NB_STORE``, else ``.durable_nb/runs.db``).
+
+    Returns:
+        A DataFrame indexed by run id, with each run's status, parent and fork point, then one
+        column per value.
+
+    Raises:
+        InvalidInput: ``run_ids`` is neither an id nor a list of them.
+        RunNotFound: A run does not exist.
+
+    Example:
+        >>> dnb.compare([run.id, fork.id], ["category"])
+    """
     pd = _pd()
     if not isinstance(run_ids, str | Iterable):
         raise InvalidInput(f"compare takes a run id or a list of run ids, not {type(run_ids).__name__}.")

@@ -36,7 +36,28 @@ async def afork_agent(
     store: Any = None,
 ) -> Run:
     """Fork a run at an agent checkpoint: ``messages`` replace the history at ``turn:N``, or
-    ``tool_result`` answers the tool call at ``turn:N/tool:<name>`` instead of calling the tool."""
+    ``tool_result`` answers the tool call at ``turn:N/tool:<name>`` instead of calling the tool.
+
+    The fork waits, ``pending``, until something runs it: the workflow of the node that ran the
+    agent (``flow.resume(fork.id)``), or, for an agent run of its own, the agent called again with
+    ``run_id=fork.id``. The original run is untouched.
+
+    Args:
+        run_id: The run the agent's checkpoints belong to.
+        checkpoint_id: A ``turn:N`` checkpoint (with ``messages``) or a ``turn:N/tool:<name>`` one
+            (with ``tool_result``), from ``dnb.history(run_id)``.
+        messages: The history to ask the model with at that turn, in place of the stored one.
+        tool_result: What the tool call returns in the fork, in place of calling the tool.
+        store: The store's URL or a Store (default: ``$DURABLE_NB_STORE``, else ``.durable_nb/runs.db``).
+
+    Returns:
+        The fork, ``pending``.
+
+    Raises:
+        InvalidInput: The checkpoint is not an agent's turn or tool call, or the wrong one of
+            ``messages`` and ``tool_result`` is given.
+        CheckpointNotFound: The run has no checkpoint with that id.
+    """
     resolved = resolve_store(store, existing=True)
     source = await resolved.get_checkpoint(run_id, checkpoint_id)
     data = source.node_input if isinstance(source.node_input, dict) else {}

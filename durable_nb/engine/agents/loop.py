@@ -66,6 +66,35 @@ async def aagent(
     checkpoints go to that run; anywhere else the agent is a run of its own in ``store``, which
     ``run_key`` finds again (to resume it after a crash), or ``run_id`` names (a fork made with
     ``fork_agent``, or an earlier run of this agent, to go on with). Returns an ``AgentResult``.
+
+    Args:
+        client: An ``openai`` client (Chat Completions) or an ``anthropic`` client (Messages), sync
+            or async, or any function ``(messages, tools) -> message`` in the Chat Completions shape.
+        messages: The question (text) or the conversation so far (a list of messages).
+        tools: Plain functions, sync or async, or ``@dnb.tool`` ones; a tool that raises hands
+            its error to the model as the call's result.
+        model: The model's name, sent with each request.
+        name: The agent's name: its checkpoints are under ``agent:<name>``.
+        system: A system prompt.
+        max_turns: How many model calls before giving up with ``AgentFailed``.
+        store: Outside a node or cell, the store the agent's own run lives in.
+        run_key: Outside a node or cell, a key that finds the agent's run again after a crash.
+        run_id: Outside a node or cell, a run to go on with (a fork made with ``fork_agent``).
+        **options: Sent with each request (``temperature=…``, ``max_tokens=…``).
+
+    Returns:
+        The final text, the whole history and the number of turns.
+
+    Raises:
+        AgentFailed: ``max_turns`` were used up, a reply cannot be read, or the agent's own run failed.
+        ConfigurationError: Inside a map item, or the client is none of the kinds above.
+        RunOwnedElsewhere: Another live call works on the run of that ``run_key``.
+        GatePending: A tool's gate waits, outside a node or cell (the message names the run).
+
+    Example:
+        >>> reply = dnb.agent(openai.OpenAI(), "Where is order A-12?", [lookup_order],
+        ...                   model="gpt-4o-mini", name="support")
+        >>> reply.text
     """
     call = AgentCall(client, messages, tools, model, name, system, max_turns, options)
     if current_scope() is None:

@@ -47,7 +47,20 @@ def tool(
     description: str | None = None,
     parameters: Mapping[str, Any] | None = None,
 ) -> Any:
-    """Describe a function as a tool (its name, description or JSON schema); usable bare or with arguments."""
+    """Describe a function as a tool (its name, description or JSON schema); usable bare or with arguments.
+
+    A plain function needs no decorator: its name, docstring and type hints describe it. Use this
+    one to show the model another name, description or schema.
+
+    Args:
+        fn: The function, sync or async (given when used as ``@dnb.tool`` without arguments).
+        name: The name the model calls it by (default: the function's).
+        description: What the model is told it does (default: the docstring's first paragraph).
+        parameters: A JSON schema of its arguments (default: built from the type hints).
+
+    Returns:
+        A Tool (or a decorator that makes one).
+    """
 
     def describe(function: Callable[..., Any]) -> Tool:
         if not callable(function):

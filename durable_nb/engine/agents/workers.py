@@ -31,7 +31,27 @@ def worker(
     max_turns: int = 20,
     **options: Any,
 ) -> Tool:
-    """Return an agent as a tool for another agent: the supervisor sends it a task, it answers with text."""
+    """Return an agent as a tool for another agent: the supervisor sends it a task, it answers with text.
+
+    Each call of the worker starts it afresh; its checkpoints are under
+    ``supervisor:<s>/worker:<name>``, so a crash inside it repeats only its call in flight.
+
+    Args:
+        client: The worker's model client (as for :func:`agent`).
+        tools: The worker's own tools.
+        name: Its name as a tool: 1 to 64 letters, digits, ``_`` or ``-``.
+        description: What the supervisor is told it does.
+        model: The worker's model.
+        system: The worker's system prompt.
+        max_turns: The worker's turn limit.
+        **options: Sent with each of the worker's requests.
+
+    Returns:
+        A Tool to pass to the supervisor's ``dnb.agent(..., tools=[...])``.
+
+    Raises:
+        ConfigurationError: The name or description is not usable.
+    """
     if not isinstance(name, str) or not NAME.match(name):
         raise ConfigurationError(f"A worker's name is 1 to 64 letters, digits, '_' or '-', not {name!r}.")
     if not isinstance(description, str) or not description:

@@ -63,6 +63,19 @@ def idempotent(fn: Any = None, *, key: Callable[..., Any] | None = None) -> Any:
 
     The call is named by sha256 of the function's qualified name and its arguments, or of
     ``key(*args, **kwargs)``. Outside a durable node the function simply runs.
+
+    Args:
+        fn: The function, sync or async (given when used as ``@dnb.idempotent``).
+        key: A function of the call's arguments that names the call instead of the arguments
+            themselves (for arguments that do not pickle, or that differ without mattering).
+
+    Returns:
+        The function wrapped (or a decorator, when only ``key`` is given).
+
+    Example:
+        >>> @dnb.idempotent
+        ... def charge(customer: str, cents: int) -> str:
+        ...     return payments.charge(customer, cents)  # runs once per run and arguments
     """
     if fn is None:
         return lambda f: idempotent(f, key=key)

@@ -147,7 +147,20 @@ def interrupt(
     timeout_seconds: float | None = None,
     on_timeout: str = "reject",
 ) -> Any:
-    """Pause the run until a value is supplied (``Resume(value)``), then return that value."""
+    """Pause the run until a value is supplied (``Resume(value)``), then return that value.
+
+    The lower-level form of :func:`gate`: the answer is any JSON value rather than a decision.
+    Takes the arguments of :func:`gate` (``reason`` is its name) and raises the same errors.
+
+    Example:
+        >>> by_hand = dnb.Workflow("sort-by-hand")
+        >>> @by_hand.node()
+        ... def pick(state):
+        ...     return {"category": dnb.interrupt("pick a category", {"choices": ["billing", "bug"]})}
+        >>> paused = by_hand.run({})
+        >>> by_hand.resume(paused.id, dnb.Resume("billing")).state["category"]  # from any process
+        'billing'
+    """
     return _answer(reason, context, timeout_seconds, on_timeout, "interrupt").value
 
 
@@ -158,5 +171,32 @@ def gate(
     timeout_seconds: float | None = None,
     on_timeout: str = "reject",
 ) -> Decision:
-    """Pause the run for a person's approval and return their Decision once it is recorded."""
+    """Pause the run for a person's approval and return their Decision once it is recorded.
+
+    Call it inside a workflow node, an agent's tool or a ``%%durable`` cell. The first time, it
+    commits the gate's checkpoint, the pending gate and the ``paused`` status in one transaction
+    and stops the node (nothing after it runs). Once a decision is recorded (``dnb.approve``,
+    ``flow.approve``, the panel, the command line, the service), the node runs again from its top
+    and this call returns the decision.
+
+    Args:
+        name: What is asked; shown to the person and recorded with the gate.
+        context: JSON-serializable facts frozen with the gate (what the person decides on).
+        timeout_seconds: How long the gate may wait (at least 1 s; default: for ever).
+        on_timeout: ``"reject"`` (the gate returns a rejection) or ``"fail"`` (the run fails) once
+            the deadline passed; applied by whoever next looks at the run.
+
+    Returns:
+        The recorded decision, with ``approved``, ``value``, ``comment``, ``by`` and ``at``.
+
+    Raises:
+        NoActiveNode: Called outside a durable node, tool or cell.
+        ConfigurationError: Called inside a map item (put the gate in a node of its own).
+
+    Example:
+        >>> @flow.node(after="draft")
+        ... def review(state):
+        ...     decision = dnb.gate("send it?", {"draft": state["draft"]})
+        ...     return {"approved": decision.approved}
+    """
     return _answer(name, context, timeout_seconds, on_timeout, "gate")

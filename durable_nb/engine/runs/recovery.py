@@ -63,6 +63,21 @@ async def arecover(
     Paused runs are left alone (their gates' deadlines are applied); a run whose owner is
     alive is never touched. ``resume(flow, run_id)`` replaces waiting for each resumed run to
     end (a server starts it in the background and returns None).
+
+    Args:
+        workflows: The workflows whose stranded runs to continue; other workflows' stranded runs
+            are marked failed (``Interrupted by restart — resume from last checkpoint``).
+        store: The store's URL or a Store (default: the first workflow's, else ``durable_nb.connect()``).
+        resume: How to continue each run (default: ``flow.resume``, waited for).
+
+    Returns:
+        The runs resumed, those marked failed, those left alone, and the gates whose deadline passed.
+
+    Raises:
+        ConfigurationError: The workflows are on different stores (call it once per store).
+
+    Example:
+        >>> dnb.recover([flow])  # at a process's start
     """
     flows = list(workflows)
     resolved = _store_of(flows, store)

@@ -43,39 +43,47 @@ class Run:
 
     @property
     def id(self) -> str:
+        """The run's id, a UUIDv7 (ids sort by creation time)."""
         return self.record.run_id
 
     @property
     def name(self) -> str:
+        """The name of the workflow, notebook or agent the run belongs to."""
         return self.record.name
 
     @property
     def status(self) -> str:
-        """The run's status as text: pending, running, paused, failed, cancelled or completed."""
+        """The run's status, as text (pending, running, paused, failed, cancelled or completed)."""
         return self.record.status.value
 
     @property
     def error(self) -> str | None:
+        """Why the run failed or was cancelled, else None."""
         return self.record.error
 
     @property
     def parent_run_id(self) -> str | None:
+        """The run this one was forked from, else None."""
         return self.record.parent_run_id
 
     @property
     def parent_checkpoint_id(self) -> str | None:
+        """The checkpoint of the parent run this fork starts from, else None."""
         return self.record.parent_checkpoint_id
 
     @property
     def idempotency_key(self) -> str | None:
+        """The key the run was started with, else None."""
         return self.record.idempotency_key
 
     @property
     def created_at(self) -> datetime:
+        """When the run was created (UTC)."""
         return datetime.fromtimestamp(self.record.created_at, UTC)
 
     @property
     def updated_at(self) -> datetime:
+        """When the run last changed (UTC)."""
         return datetime.fromtimestamp(self.record.updated_at, UTC)
 
     @property

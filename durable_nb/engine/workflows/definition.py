@@ -41,11 +41,31 @@ class GraphDefinition:
     ) -> Any:
         """Register a node function ``fn(state) -> dict of updates`` (sync or async).
 
-        ``after`` names the nodes (or node functions) it waits for; ``retry_count`` extra
-        attempts follow a failure; each attempt may run ``timeout_seconds``.
-        ``writes`` optionally declares the keys it returns, so that two nodes of one wave
-        writing one key are refused before anything runs. ``executor`` (a Dask client, any
-        ``concurrent.futures.Executor``, or "local") runs the function there instead of here.
+        Used as ``@flow.node`` or ``@flow.node(...)``. Nodes whose dependencies are met run
+        together; each is committed on its own as ``after:<node>``.
+
+        Args:
+            fn: The function (given when used as ``@flow.node`` without parentheses).
+            after: The nodes (names or functions) it waits for; none: it starts the run.
+            retry_count: Extra attempts after a failure, with backoff 1, 2, 4, … 30 s (default 1).
+            timeout_seconds: A hard wall-clock limit per attempt; an overrun is a failed attempt.
+            label: The name shown in errors and views (default: the node's name).
+            name: The node's name (default: the function's).
+            writes: The state keys it returns, so that two nodes of one wave writing one key are
+                refused before anything runs.
+            executor: A Dask client, any ``concurrent.futures.Executor``, or ``"local"``: where
+                the function runs (default: the workflow's executor, else here).
+
+        Returns:
+            The function, unchanged (or a decorator that registers it).
+
+        Raises:
+            ConfigurationError: An argument is of the wrong kind or a name is taken.
+
+        Example:
+            >>> @flow.node(after="classify", retry_count=3, timeout_seconds=30)
+            ... def draft(state):
+            ...     return {"draft": "We are on it"}
         """
         if isinstance(writes, str) or not isinstance(writes, Iterable) or not all(isinstance(k, str) for k in writes):
             raise ConfigurationError(f"writes= takes a list of the state names the node returns, not {writes!r}.")

@@ -52,7 +52,32 @@ Sleep = Callable[[float], Awaitable[Any]]
 
 
 class Workflow(GraphDefinition):
-    """A named graph of node functions; each finished node is committed as a checkpoint."""
+    """A named graph of node functions; each finished node is committed as a checkpoint.
+
+    Nodes are registered with the decorators :meth:`node`, :meth:`loop`, :meth:`switch` and
+    :meth:`map`. Every call that runs or continues a run has an async twin (``arun``, ``aresume``,
+    ``aapprove``, ``afork``, …); the sync calls work in scripts, inside a running event loop (a
+    Jupyter cell) and from other threads.
+
+    Args:
+        name: The workflow's name; its runs carry it, and ``recover`` and the service find the
+            workflow of a run by it.
+        store: Where runs are kept: a Store, its URL or a path (default: ``durable_nb.connect()``).
+        sleep: How to wait between retries (a test may pass a fake clock).
+        executor: Where nodes and map items run unless they name their own: a
+            ``dask.distributed.Client`` or any ``concurrent.futures.Executor`` (default: here).
+
+    Raises:
+        ConfigurationError: The name is empty, or the executor is not one.
+
+    Example:
+        >>> flow = dnb.Workflow("triage")
+        >>> @flow.node()
+        ... def classify(state):
+        ...     return {"category": "billing"}
+        >>> flow.run({"ticket": "Charged twice"}).state["category"]
+        'billing'
+    """
 
     def __init__(
         self,
@@ -84,7 +109,21 @@ class Workflow(GraphDefinition):
     # -- starting and continuing ----------------------------------------------------------
 
     async def arun(self, input: Any = None, *, idempotency_key: str | None = None) -> Run:
-        """Start a run with ``input`` as its state and drive it until it pauses, fails or ends."""
+        """Start a run with ``input`` as its state and drive it until it pauses, fails or ends.
+
+        Args:
+            input: The run's initial state, a dict with text keys (default: empty).
+            idempotency_key: A key that names this run: a repeated key with the same input returns
+                the first run (whatever its status) instead of starting another.
+
+        Returns:
+            The run as it stopped (``completed``, ``paused`` at a gate, ``failed`` or ``cancelled``).
+
+        Raises:
+            InvalidState: ``input`` is not a dict with text keys, or sets a name starting with ``__``.
+            IdempotencyKeyReused: The key names a run started with other input.
+            ConfigurationError: The graph cannot run (a cycle, an unknown ``after``).
+        """
         owner = this_owner()
         values = self._values()
         state = check_state(input, "The run input")
@@ -206,7 +245,24 @@ class Workflow(GraphDefinition):
         by: str | None = None,
         node: str | None = None,
     ) -> Run:
-        """Record a decision on the run's gate (atomically, once) and continue the run."""
+        """Record a decision on the run's gate (atomically, once) and continue the run.
+
+        Args:
+            run_id: The paused run.
+            approved: False records a rejection (``gate()`` returns ``approved=False``).
+            value: Any JSON value handed back with the decision.
+            comment: Why, recorded with the decision.
+            by: Who decides (default: the user name of this process).
+            node: The gate's node, needed only when gates wait at several nodes.
+
+        Returns:
+            The run as it stopped after the decision (``completed``, at another gate, or failed).
+
+        Raises:
+            AlreadyResumed: Someone else decided first.
+            UnknownGate: No gate waits at ``node``.
+            WorkflowMismatch: The run is not one of this workflow's.
+        """
         self._graph.check()
         await self._own_run(run_id)
         return await self._decide(run_id, make_decision(approved, value, comment, by), node)
@@ -228,7 +284,22 @@ class Workflow(GraphDefinition):
     reject = blocking(areject)
 
     async def afork(self, run_id: str, checkpoint_id: str | None = None, state: dict[str, Any] | None = None) -> Run:
-        """Branch a new run from a checkpoint (default: the latest) with ``state`` overrides, and run it."""
+        """Branch a new run from a checkpoint (default: the latest) with ``state`` overrides, and run it.
+
+        Only the nodes after the checkpoint run; the original run is never touched.
+
+        Args:
+            run_id: The run to branch from.
+            checkpoint_id: Where to branch (an id from ``dnb.history(run_id).checkpoint_id``).
+            state: Values to change, name to value.
+
+        Returns:
+            The fork, run until it stopped.
+
+        Raises:
+            CheckpointNotFound: The run has no checkpoint with that id.
+            InvalidState: ``state`` sets a name starting with ``__`` or is not a dict.
+        """
         self._graph.check()
         source = await self._own_run(run_id)
         overrides = check_state(state, "Fork state overrides")
