@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 
+from .. import _tally as tally
 from ..errors import StoreFailed
 
 __all__ = ["WRITES", "advice_for", "operation_name", "store_failed"]
@@ -71,7 +72,9 @@ def advice_for(error: BaseException) -> str:
 
 
 def store_failed(store: str, operation: str, error: BaseException, attempts: int = 1) -> StoreFailed:
-    """Return the ``StoreFailed`` for ``error`` raised by ``operation`` on ``store`` (chain it with ``from``)."""
+    """Return the ``StoreFailed`` for ``error`` raised by ``operation`` on ``store`` (chain it with ``from``);
+    a server counts it in its metrics."""
+    tally.store_failed()
     reason = " ".join(str(error).split()) or type(error).__name__
     tried = f" (tried {attempts} times)" if attempts > 1 else ""
     return StoreFailed(

@@ -17,6 +17,7 @@ from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from .. import _tally as tally
 from ..errors import InvalidInput, StoreFailed, StoreNotFound, StoreUnavailable
 from ..model import (
     Commit,
@@ -219,7 +220,9 @@ class PostgresStore(SQLStore):
 
         for attempt in range(1, _COMMIT_ATTEMPTS + 1):
             try:
-                return await self._run_once(postgres_ops._commit, commit, time.time(), self.url)
+                result = await self._run_once(postgres_ops._commit, commit, time.time(), self.url)
+                tally.committed(commit)
+                return result
             except (OperationalError, PoolTimeout) as error:
                 if attempt == _COMMIT_ATTEMPTS:
                     raise self._failed(postgres_ops._commit, error, _COMMIT_ATTEMPTS) from error
@@ -229,6 +232,7 @@ class PostgresStore(SQLStore):
                 except StoreFailed as lost:
                     raise self._failed(postgres_ops._commit, lost.__cause__ or error, attempt) from error
                 if landed is not None:
+                    tally.committed(commit)
                     return landed
             except Error as error:
                 raise self._failed(postgres_ops._commit, error, 1) from error
