@@ -9,9 +9,7 @@ test client) is where a failure is injected and the statements of a scrape are c
 
 from __future__ import annotations
 
-import importlib
 import sqlite3
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +26,7 @@ import httpx
 from conftest import execute_sql
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
-from servicekit import ADMIN, BASE, DECIDER, FLOWS, READER, TOKENS, Server, free_port
+from servicekit import ADMIN, BASE, DECIDER, READER, TOKENS, Servers, load_flows, stranded_in_work
 
 from durable_nb.service.app import create_app
 from durable_nb.store.figures import DURATIONS_SINCE
@@ -95,18 +93,10 @@ def _work_of_another_process(store_url: str) -> None:
 
 
 @pytest.fixture
-def serving(tmp_path: Path, store_url: str) -> Iterator[Any]:
-    (tmp_path / "service_flows.py").write_text(FLOWS)
-    started: list[Server] = []
-
-    def start() -> Server:
-        server = Server(tmp_path, store_url, free_port())
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.stop()
+def serving(tmp_path: Path, store_url: str) -> Iterator[Servers]:
+    servers = Servers(tmp_path, store_url)
+    yield servers
+    servers.stop()
 
 
 def test_runs_gates_durations_and_commits_of_every_process(serving: Any, store_url: str) -> None:
@@ -150,23 +140,9 @@ def test_runs_gates_durations_and_commits_of_every_process(serving: Any, store_u
     assert _one(again, "durable_nb_commits_total") == _one(after, "durable_nb_commits_total")
 
 
-def _stranded_in_work(serving: Any, tmp_path: Path) -> str:
-    """Start a 'slow' run in a server and kill the server (SIGKILL) in the middle of node 'work'."""
-    side = tmp_path / "side.txt"
-    first = serving()
-    run_id = first.client.run("slow")["id"]
-    for _ in range(600):
-        if side.exists() and "work" in side.read_text():
-            break
-        time.sleep(0.05)
-    first.kill()
-    (tmp_path / "release").touch()
-    return run_id
-
-
 @pytest.mark.backends("sqlite")  # a real server killed and started again: the figures above cover PostgreSQL
 def test_a_recovery_takeover_is_counted(serving: Any, tmp_path: Path) -> None:
-    run_id = _stranded_in_work(serving, tmp_path)
+    _, run_id = stranded_in_work(serving, tmp_path)
     second = serving()
     assert second.client.wait(run_id, timeout=120)["status"] == "completed"
     samples = _scrape(second.url)
@@ -179,12 +155,7 @@ def test_a_recovery_takeover_is_counted(serving: Any, tmp_path: Path) -> None:
 
 @pytest.fixture
 def flows(tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.setenv("SERVICE_STORE", store_url)
-    monkeypatch.setenv("SERVICE_SIDE", str(tmp_path / "side.txt"))
-    (tmp_path / "release").touch()
-    (tmp_path / "service_flows.py").write_text(FLOWS)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    return importlib.reload(importlib.import_module("service_flows"))
+    return load_flows(tmp_path, store_url, monkeypatch)
 
 
 def _app(flows: Any, store_url: str) -> Any:
