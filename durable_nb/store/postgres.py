@@ -193,8 +193,10 @@ class PostgresStore(SQLStore):
         with pool.connection(timeout=self.pool_timeout) as conn:
             return fn(conn, *args)
 
-    def _failed(self, fn: Callable[..., Any], error: BaseException, attempts: int) -> StoreFailed:
-        return store_failed(_shown(self.url), operation_name(fn.__name__), error, attempts)
+    def _failed(
+        self, fn: Callable[..., Any], error: BaseException, attempts: int, *, reported: bool = False
+    ) -> StoreFailed:
+        return store_failed(_shown(self.url), operation_name(fn.__name__), error, attempts, reported=reported)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await offload(partial(self._call, fn, *args))
@@ -229,8 +231,8 @@ class PostgresStore(SQLStore):
                 # The connection died: the commit either landed whole or not at all.
                 try:
                     landed = await self._run(postgres_ops._landed, commit)
-                except StoreFailed as lost:
-                    raise self._failed(postgres_ops._commit, lost.__cause__ or error, attempt) from error
+                except StoreFailed as lost:  # counted once: as the read that failed
+                    raise self._failed(postgres_ops._commit, lost.__cause__ or error, attempt, reported=True) from error
                 if landed is not None:
                     tally.committed(commit)
                     return landed
