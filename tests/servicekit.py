@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import signal
@@ -11,10 +12,26 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 import durable_nb as dnb
 
-__all__ = ["ADMIN", "BASE", "DECIDER", "FLOWS", "READER", "TOKENS", "Server", "free_port", "gate_form"]
+__all__ = [
+    "ADMIN",
+    "BASE",
+    "DECIDER",
+    "FLOWS",
+    "READER",
+    "TOKENS",
+    "Server",
+    "Servers",
+    "free_port",
+    "gate_form",
+    "load_flows",
+    "stranded_in_work",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 ADMIN, DECIDER, READER = "a" * 24, "d" * 24, "r" * 24
@@ -141,3 +158,46 @@ class Server:
             self.process.terminate()
             self.process.wait(timeout=30)
         self.client.close()
+
+
+class Servers:
+    """The real servers a test starts on one folder and store (``FLOWS`` written there), each on a port of its own."""
+
+    def __init__(self, folder: Path, store: str) -> None:
+        (folder / "service_flows.py").write_text(FLOWS)
+        self.folder = folder
+        self.store = store
+        self.started: list[Server] = []
+
+    def __call__(self) -> Server:
+        server = Server(self.folder, self.store, free_port())
+        self.started.append(server)
+        return server
+
+    def stop(self) -> None:
+        for server in self.started:
+            server.stop()
+
+
+def stranded_in_work(start: Servers, folder: Path) -> tuple[Path, str]:
+    """Start a 'slow' run in a server and kill the server (SIGKILL) in the middle of node 'work'."""
+    side = folder / "side.txt"
+    first = start()
+    run_id = first.client.run("slow")["id"]
+    for _ in range(600):
+        if side.exists() and "work" in side.read_text():
+            break
+        time.sleep(0.05)
+    first.kill()
+    (folder / "release").touch()  # the node's next run may finish
+    return side, run_id
+
+
+def load_flows(folder: Path, store_url: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Import ``FLOWS`` afresh from ``folder`` on ``store_url``, for an app in this process."""
+    monkeypatch.setenv("SERVICE_STORE", store_url)
+    monkeypatch.setenv("SERVICE_SIDE", str(folder / "side.txt"))
+    (folder / "release").touch()
+    (folder / "service_flows.py").write_text(FLOWS)
+    monkeypatch.syspath_prepend(str(folder))
+    return importlib.reload(importlib.import_module("service_flows"))

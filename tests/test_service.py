@@ -23,7 +23,7 @@ from durable_nb.service.auth import Auth, load_tokens
 pytest.importorskip("fastapi", reason="the service needs the serve extra (fastapi, uvicorn)")
 
 from fastapi.testclient import TestClient
-from servicekit import ADMIN, BASE, DECIDER, FLOWS, READER, TOKENS, Server, free_port
+from servicekit import ADMIN, BASE, DECIDER, FLOWS, READER, TOKENS, Servers, stranded_in_work
 
 from durable_nb.service.app import create_app
 
@@ -222,18 +222,10 @@ def test_openapi_document_lists_every_endpoint(app_client: TestClient) -> None:
 
 
 @pytest.fixture
-def serving(tmp_path: Path, store_url: str) -> Iterator[Any]:
-    (tmp_path / "service_flows.py").write_text(FLOWS)
-    started: list[Server] = []
-
-    def start() -> Server:
-        server = Server(tmp_path, store_url, free_port())
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.stop()
+def serving(tmp_path: Path, store_url: str) -> Iterator[Servers]:
+    servers = Servers(tmp_path, store_url)
+    yield servers
+    servers.stop()
 
 
 def test_a_paused_run_survives_a_killed_server_and_completes_when_approved(serving: Any, store_url: str) -> None:
@@ -251,25 +243,11 @@ def test_a_paused_run_survives_a_killed_server_and_completes_when_approved(servi
     assert dnb.get_run(run_id, store=store_url).state["by"] == "ana"
 
 
-def _stranded_in_work(serving: Any, tmp_path: Path) -> tuple[Path, str]:
-    """Start a 'slow' run in a server and kill the server (SIGKILL) in the middle of node 'work'."""
-    side = tmp_path / "side.txt"
-    first = serving()
-    run_id = first.client.run("slow")["id"]
-    for _ in range(600):
-        if side.exists() and "work" in side.read_text():
-            break
-        time.sleep(0.05)
-    first.kill()
-    (tmp_path / "release").touch()  # the node's next run may finish
-    return side, run_id
-
-
 @pytest.mark.backends("sqlite")  # a real server: its PostgreSQL case is the paused run above
 def test_a_run_killed_mid_node_is_continued_by_the_restarted_server(
     serving: Any, tmp_path: Path, store_url: str
 ) -> None:
-    side, run_id = _stranded_in_work(serving, tmp_path)
+    side, run_id = stranded_in_work(serving, tmp_path)
     second = serving()
     # Nobody asks: the server's recovery on start takes the stranded run over.
     assert second.client.wait(run_id, until=("completed", "failed"), timeout=120)["status"] == "completed"
@@ -278,7 +256,7 @@ def test_a_run_killed_mid_node_is_continued_by_the_restarted_server(
 
 
 def test_two_servers_on_one_store_continue_a_stranded_run_once(serving: Any, tmp_path: Path, store_url: str) -> None:
-    side, run_id = _stranded_in_work(serving, tmp_path)
+    side, run_id = stranded_in_work(serving, tmp_path)
     # Two servers start at once; both look for stranded runs every second.
     second, third = serving(), serving()
     assert second.client.wait(run_id, until=("completed", "failed"), timeout=120)["status"] == "completed"

@@ -9,7 +9,6 @@ browser are in tests/test_approvals_page.py.
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
 import select
@@ -27,7 +26,7 @@ pytest.importorskip("fastapi", reason="the service needs the serve extra (fastap
 
 import httpx
 from fastapi.testclient import TestClient
-from servicekit import ADMIN, BASE, DECIDER, FLOWS, READER, TOKENS, Server, gate_form
+from servicekit import ADMIN, BASE, DECIDER, FLOWS, READER, TOKENS, Server, gate_form, load_flows
 
 from durable_nb.service.app import create_app
 from durable_nb.service.page import STYLE_HASH
@@ -43,12 +42,7 @@ def _bearer(token: str) -> dict[str, str]:
 
 @pytest.fixture
 def flows(tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.setenv("SERVICE_STORE", store_url)
-    monkeypatch.setenv("SERVICE_SIDE", str(tmp_path / "side.txt"))
-    (tmp_path / "release").touch()
-    (tmp_path / "service_flows.py").write_text(FLOWS)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    return importlib.reload(importlib.import_module("service_flows"))
+    return load_flows(tmp_path, store_url, monkeypatch)
 
 
 def _app(flows: Any, store_url: str, *, open_access: bool = False, **options: Any) -> Any:

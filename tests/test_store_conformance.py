@@ -654,3 +654,44 @@ def test_bulk_reads_and_deletes(store: dnb.Store) -> None:
             await store.get_run(other.run_id)
 
     sync(main())
+
+
+def test_figures_count_runs_open_gates_and_durations_since_a_time(store: dnb.Store) -> None:
+    """A server's metrics read runs by status, the open gates and the durations written after a time."""
+
+    async def main() -> None:
+        empty = await store.figures(0.0)
+        assert (empty.runs, empty.gates, empty.first_gate_at, empty.durations) == ({}, 0, None, [])
+        paused, _ = await store.create_run(new_run())
+        gate = draft("gate:a", "a", CheckpointStatus.INTERRUPTED)
+        opened = _interrupt(paused.run_id, "a", gate.checkpoint_id)
+        await store.commit(
+            Commit(
+                run_id=paused.run_id,
+                checkpoints=[gate],
+                open_interrupts=[opened],
+                run=RunUpdate(status=RunStatus.PAUSED),
+            )
+        )
+        done, _ = await store.create_run(new_run())
+        await store.commit(Commit(run_id=done.run_id, checkpoints=[draft(duration=1.5)]))
+        between = time.time()
+        await store.commit(
+            Commit(
+                run_id=done.run_id,
+                checkpoints=[draft("after:b", "b", duration=0.25)],
+                run=RunUpdate(status=RunStatus.COMPLETED),
+            )
+        )
+        figures = await store.figures(0.0)
+        assert figures.runs == {"paused": 1, "completed": 1}
+        assert (figures.gates, figures.first_gate_at, figures.gate_times_sum) == (
+            1,
+            opened.created_at,
+            opened.created_at,
+        )
+        # The gate's checkpoint has no duration: only the nodes' ends are read.
+        assert sorted((run_id, d) for run_id, _, _, d in figures.durations) == [(done.run_id, 0.25), (done.run_id, 1.5)]
+        assert [d for _, _, _, d in (await store.figures(between)).durations] == [0.25]
+
+    sync(main())

@@ -6,9 +6,10 @@ the runs that dead processes left of the workflows it serves and marks the other
 Given a notebooks folder, it also runs any notebook in it, each in a child process, and starts
 those children again after a decision or a crash.
 
-Before any endpoint, every request passes three layers, outermost first: the security headers
-(headers.py) on whatever is answered, the Host allow-list (hosts.py), and the request guard
-(guard.py: the token before the body, no cross-origin state change, JSON only, bounded bodies).
+Before any endpoint, every request passes four layers, outermost first: the metrics' count of
+requests (metrics.py), the security headers (headers.py) on whatever is answered, the Host
+allow-list (hosts.py), and the request guard (guard.py: the token before the body, no
+cross-origin state change, JSON only, bounded bodies). ``/metrics`` answers a ``read`` token.
 The approvals page's forms carry a CSRF token per session (forms.py).
 """
 
@@ -41,6 +42,7 @@ from .guard import MAX_BODY, RequestGuard
 from .headers import SecurityHeaders, content_security_policy
 from .hosts import AllowedHosts, allowed_hosts
 from .mcp_tools import build_mcp
+from .metrics import Measured, Metrics
 from .notebook_folder import NotebookFolder
 from .notebook_runs import NotebookRuns
 from .operations import Service
@@ -171,11 +173,16 @@ def create_app(
         redoc_url=None,
     )
     app.state.service = service
+    metrics = Metrics(resolved)
+    app.state.metrics = metrics
     app.mount("/mcp", _TokenGate(tools_app, auth, asked_by))
     # Added innermost first: headers on every answer, then the Host, then the request's own checks.
     app.add_middleware(RequestGuard, auth=auth, max_body=max_body)
     app.add_middleware(AllowedHosts, hosts=hosts)
     app.add_middleware(SecurityHeaders, policy=content_security_policy([STYLE_HASH]))
+    # Outermost: every answer is counted, refusals included, and what the app and the runs it
+    # drives (tasks started inside, the lifespan's recovery too) write is counted as this server's.
+    app.add_middleware(Measured, metrics=metrics)
     read, decide, admin = caller("read"), caller("decide"), caller("admin")
 
     @app.exception_handler(DurableError)
@@ -251,6 +258,16 @@ def create_app(
     async def fork_run(run_id: str, body: ForkBody, token: Token = admin) -> dict[str, Any]:
         """Branch a run from a checkpoint (default: its latest) with state overrides; the server runs it."""
         return await service.fork(run_id, body.checkpoint_id, body.state)
+
+    @app.get(
+        "/metrics",
+        response_class=Response,
+        responses={200: {"description": "The metrics.", "content": {"text/plain": {}}}},
+    )
+    async def get_metrics(request: Request, token: Token = read) -> Response:
+        """Metrics in Prometheus's text format (OpenMetrics when the Accept header asks for it)."""
+        body, content_type = await metrics.scrape(request.headers.get("accept"))
+        return Response(body, media_type=content_type)
 
     # -- the approvals page ---------------------------------------------------------------------
 

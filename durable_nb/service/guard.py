@@ -1,6 +1,6 @@
 """The checks every request passes before the app sees it, cheapest and most telling first.
 
-1. ``/api`` and ``/mcp``: the bearer token is checked before a byte of the body is read, so an
+1. ``/api``, ``/mcp`` and ``/metrics``: the bearer token is checked before a byte of the body is read, so an
    unknown caller costs the server nothing however large the body it announces or streams.
 2. State-changing requests (POST, PUT, PATCH, DELETE) from a browser page of another origin are
    refused; the pages' own forms must also say where they come from (Origin or Referer).
@@ -44,8 +44,8 @@ class _ClientGone(Exception):
 
 
 def is_api(path: str) -> bool:
-    """Whether ``path`` is the API or MCP's (bearer tokens, JSON), not the pages'."""
-    return path.startswith("/api/") or path == "/mcp" or path.startswith("/mcp/")
+    """Whether ``path`` is the API, MCP's or the metrics' (bearer tokens, JSON), not the pages'."""
+    return path.startswith("/api/") or path in ("/mcp", "/metrics") or path.startswith("/mcp/")
 
 
 def json_too_deep(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["BLOB_PARTS_V2", "BLOB_SEALS_V4", "live_blobs", "schema_v1", "state_changes_v3"]
+__all__ = ["BLOB_PARTS_V2", "BLOB_SEALS_V4", "CHECKPOINTS_BY_TIME_V5", "live_blobs", "schema_v1", "state_changes_v3"]
 
 _V1 = """
 CREATE TABLE runs (
@@ -150,3 +150,8 @@ def state_changes_v3(snapshot: str) -> str:
 # Version 4: JSON values and lists are signed like pickles; those stored before, under their
 # SHA-256, keep their address and get a seal under the key (the migration computes it).
 BLOB_SEALS_V4 = "ALTER TABLE blobs ADD COLUMN seal TEXT"
+
+
+# Version 5: the checkpoints with a duration (a node's or a cell's end) by when they were written,
+# so a server's metrics read the durations since their last scrape without scanning the history.
+CHECKPOINTS_BY_TIME_V5 = "CREATE INDEX checkpoints_by_time ON checkpoints (created_at) WHERE duration IS NOT NULL"

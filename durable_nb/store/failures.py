@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 
+from .. import _tally as tally
 from ..errors import StoreFailed
 
 __all__ = ["WRITES", "advice_for", "operation_name", "store_failed"]
@@ -70,8 +71,13 @@ def advice_for(error: BaseException) -> str:
     return "check the store"
 
 
-def store_failed(store: str, operation: str, error: BaseException, attempts: int = 1) -> StoreFailed:
-    """Return the ``StoreFailed`` for ``error`` raised by ``operation`` on ``store`` (chain it with ``from``)."""
+def store_failed(
+    store: str, operation: str, error: BaseException, attempts: int = 1, *, reported: bool = False
+) -> StoreFailed:
+    """Return the ``StoreFailed`` for ``error`` raised by ``operation`` on ``store`` (chain it with ``from``);
+    a server counts it in its metrics unless it was ``reported`` already (one failure told anew)."""
+    if not reported:
+        tally.store_failed()
     reason = " ".join(str(error).split()) or type(error).__name__
     tried = f" (tried {attempts} times)" if attempts > 1 else ""
     return StoreFailed(

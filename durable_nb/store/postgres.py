@@ -17,6 +17,7 @@ from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from .. import _tally as tally
 from ..errors import InvalidInput, StoreFailed, StoreNotFound, StoreUnavailable
 from ..model import (
     Commit,
@@ -192,8 +193,10 @@ class PostgresStore(SQLStore):
         with pool.connection(timeout=self.pool_timeout) as conn:
             return fn(conn, *args)
 
-    def _failed(self, fn: Callable[..., Any], error: BaseException, attempts: int) -> StoreFailed:
-        return store_failed(_shown(self.url), operation_name(fn.__name__), error, attempts)
+    def _failed(
+        self, fn: Callable[..., Any], error: BaseException, attempts: int, *, reported: bool = False
+    ) -> StoreFailed:
+        return store_failed(_shown(self.url), operation_name(fn.__name__), error, attempts, reported=reported)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await offload(partial(self._call, fn, *args))
@@ -219,16 +222,19 @@ class PostgresStore(SQLStore):
 
         for attempt in range(1, _COMMIT_ATTEMPTS + 1):
             try:
-                return await self._run_once(postgres_ops._commit, commit, time.time(), self.url)
+                result = await self._run_once(postgres_ops._commit, commit, time.time(), self.url)
+                tally.committed(commit)
+                return result
             except (OperationalError, PoolTimeout) as error:
                 if attempt == _COMMIT_ATTEMPTS:
                     raise self._failed(postgres_ops._commit, error, _COMMIT_ATTEMPTS) from error
                 # The connection died: the commit either landed whole or not at all.
                 try:
                     landed = await self._run(postgres_ops._landed, commit)
-                except StoreFailed as lost:
-                    raise self._failed(postgres_ops._commit, lost.__cause__ or error, attempt) from error
+                except StoreFailed as lost:  # counted once: as the read that failed
+                    raise self._failed(postgres_ops._commit, lost.__cause__ or error, attempt, reported=True) from error
                 if landed is not None:
+                    tally.committed(commit)
                     return landed
             except Error as error:
                 raise self._failed(postgres_ops._commit, error, 1) from error

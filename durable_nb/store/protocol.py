@@ -25,6 +25,7 @@ from ..model import (
     RunStatus,
     StatusRows,
 )
+from .figures import Figures
 
 __all__ = ["HISTORY_COLUMNS", "Conflict", "Store"]
 
@@ -175,6 +176,11 @@ class Store(Protocol):
     async def forget_checkpoints(self, doomed: Mapping[str, Sequence[tuple[int, str]]]) -> list[str]:
         """Delete checkpoints (run -> [(seq, key prefix of its keyed results)]) and those results, keeping
         the rest rebuildable; delete and return the runs left empty."""
+        ...
+
+    async def figures(self, since: float) -> Figures:
+        """Return runs by status, the open gates, and the node durations of checkpoints written after
+        the epoch time ``since``: a few aggregate, indexed queries, whatever the store's size."""
         ...
 
     async def close(self) -> None:

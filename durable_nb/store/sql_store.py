@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import ModuleType
 from typing import Any, TypeVar
 
+from .. import _tally as tally
 from ..errors import CheckpointNotFound, RunNotFound
 from ..model import (
     Blob,
@@ -28,6 +29,7 @@ from ..model import (
     StatusRows,
 )
 from . import bulk_ops
+from .figures import Figures, read_figures
 from .rules import check_event_seq, check_run_id
 
 __all__ = ["SQLStore"]
@@ -72,7 +74,9 @@ class SQLStore:
 
     async def commit(self, commit: Commit) -> CommitResult:
         """Write a commit in one transaction; its checks first, nothing written if one fails."""
-        return await self._run(self._sql._commit, commit, time.time(), self.url)
+        result = await self._run(self._sql._commit, commit, time.time(), self.url)
+        tally.committed(commit)
+        return result
 
     async def resume_point(self, run_id: str) -> CheckpointRecord | None:
         """Return the latest checkpoint that is not a run_end tombstone."""
@@ -179,3 +183,7 @@ class SQLStore:
         """Delete checkpoints (run -> [(seq, key prefix of its keyed results)]) and those results, keeping
         the rest rebuildable; delete and return the runs left empty."""
         return await self._run(bulk_ops.forget_checkpoints, self._dialect, self._sql._state_at, doomed)
+
+    async def figures(self, since: float) -> Figures:
+        """Return runs by status, the open gates, and node durations written after ``since`` (bounded cost)."""
+        return await self._run(read_figures, self._dialect, since)
