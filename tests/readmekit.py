@@ -14,7 +14,7 @@ A block is what a reader copies:
 - ``bash`` blocks run with bash in an empty folder, the project's environment first on PATH. Each
   command must exit 0, or the code its comment names (``# exit 1: a cell failed``). ``pip
   install`` commands are not run: they must name this project and extras it has.
-- ``json`` blocks must parse; ``text`` and unlabelled blocks (transcripts, diagrams) are not run.
+- ``json`` and ``yaml`` blocks must parse; ``text`` and unlabelled blocks (transcripts, diagrams) are not run.
 
 An HTML comment on the line before a block (invisible on GitHub) says what a test cannot do as
 is: ``<!-- readme-test: skip (needs an OpenAI key) -->`` (the reason is required; a skipped
@@ -41,7 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
-RUN_LANGUAGES = {"python", "bash", "json"}
+RUN_LANGUAGES = {"python", "bash", "json", "yaml"}
 QUIET_LANGUAGES = {"text", ""}
 _FENCE = re.compile(r"^ {0,3}```\s*([\w+-]*)\s*$")
 # Any fence, a MyST directive's (```{code-cell}) included: its lines are not headings.

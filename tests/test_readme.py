@@ -118,6 +118,15 @@ def test_json_snippets_parse() -> None:
             json.loads(block.code)
 
 
+def test_yaml_snippets_parse() -> None:
+    """Configuration shown as YAML (a Prometheus scrape, a compose file) is YAML."""
+    yaml = pytest.importorskip("yaml", reason="PyYAML comes with the headless extra")
+    blocks = [block for read in PAGES.values() for block in read.of("yaml")]
+    assert blocks
+    for block in blocks:
+        assert isinstance(yaml.safe_load(block.code), dict)
+
+
 def test_every_block_is_run_checked_or_skipped_with_a_reason() -> None:
     """Every block's language is one the test runs or one that is not code (a transcript, a diagram);
     every directive is understood and names set-ups that exist; a skip says why."""
