@@ -7,7 +7,6 @@ wait for a person's decision without a live process; any checkpoint can be forke
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
-from ._loop import run_blocking as _run_blocking
 from .errors import (
     AgentFailed,
     AlreadyResumed,
@@ -146,6 +145,15 @@ _LAZY: dict[str, str] = {
 }
 
 __version__ = "0.1.0"
+
+
+def _run_blocking(call: _Any) -> _Any:
+    """Run a store's blocking call where the sync driver says, installing the driver's own policy."""
+    from ._loop import run_blocking
+
+    _use_offload(run_blocking)  # later calls go straight to it
+    return run_blocking(call)
+
 
 # The sync driver decides where the stores' blocking work runs (the store does not know it).
 _use_offload(_run_blocking)

@@ -3,24 +3,35 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from .._loop import run_sync
-from ..engine.forks.lineage_values import shared_with
-from ..engine.forks.literals import OverrideText
 from ..errors import DurableError, GatePending
-from ..model import RunStatus
 from .cell_names import is_node_name
 from .handover import ATTACH_VARIABLE, Handover, run_key
 from .magic_arguments import cell_arguments, names_in, unquoted
 from .notebook_tags import notebook_path
-from .session import CellOptions, session_for
+
+if TYPE_CHECKING:
+    from .session import KernelSession
 
 __all__ = ["DurableMagics"]
+
+
+def session_for(shell: Any) -> KernelSession:
+    """Return the shell's session, importing the engine on the first magic that needs it.
+
+    ``%load_ext durable_nb`` only registers the magics: the engine and the store load with
+    the first cell or subcommand.
+    """
+    from .session import session_for as session_of
+
+    return session_of(shell)
+
 
 SUBCOMMANDS = (
     "run",
@@ -79,6 +90,8 @@ class DurableMagics(Magics):
             raise UsageError("--retries takes a whole number >= 0.")
         if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
             raise UsageError("--timeout takes a number of seconds > 0.")
+        from .executing import CellOptions
+
         options = CellOptions(
             retries=args.retries,
             timeout=args.timeout,
@@ -241,6 +254,8 @@ class DurableMagics(Magics):
         return styled(forks(run_id, store=cell_run.store), f"Forks of run {run_id}")
 
     def _end(self, rest: str) -> None:
+        from ..model import RunStatus
+
         session = session_for(self.shell)
         if session.cell_run is None and session.handed_over:
             return  # run-notebook's own last line, after the notebook's %durable end completed the run
@@ -265,6 +280,8 @@ class DurableMagics(Magics):
         """
 
     def _fork(self, rest: str) -> None:
+        from ..engine.forks.lineage_values import shared_with
+        from ..engine.forks.literals import OverrideText
         from ..engine.runs.calls import fork
 
         args = parse_argstring(self._fork_args, rest)
@@ -308,7 +325,7 @@ class DurableMagics(Magics):
         """
 
     def _replay(self, rest: str) -> None:
-        from ..engine.forks.literals import parse_sweep
+        from ..engine.forks.literals import OverrideText, parse_sweep
         from .replays import replay
 
         args = parse_argstring(self._replay_args, rest)
@@ -356,6 +373,8 @@ class DurableMagics(Magics):
         """
 
     def _approve(self, rest: str, approved: bool = True) -> None:
+        from ..model import RunStatus
+
         args = parse_argstring(self._decision_args, rest)
         session = session_for(self.shell)
         cell_run = session.require()
