@@ -74,6 +74,43 @@ def test_import_is_light() -> None:
     assert result.stdout.strip() == "[]"
 
 
+def test_import_loads_neither_the_engine_nor_the_store_nor_an_event_loop() -> None:
+    """`import durable_nb` loads the errors and the store's entry point only; every public name
+    still imports on first use."""
+    code = (
+        "import sys, durable_nb\n"
+        "heavy = ('asyncio', 'sqlite3', 'cloudpickle', 'durable_nb._loop', 'durable_nb.model',\n"
+        "         'durable_nb.engine', 'durable_nb.store.protocol', 'durable_nb.store.sqlite', 'durable_nb.notebook')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+        "missing = [n for n in durable_nb.__all__ if getattr(durable_nb, n, None) is None]\n"
+        "print(missing)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env_with_repo(), check=True
+    )
+    assert result.stdout.split("\n")[:2] == ["[]", "[]"]
+
+
+def test_loading_the_extension_only_registers() -> None:
+    """`%load_ext durable_nb` registers the magics and loads no engine, store backend, model,
+    widgets, views, service, headless runs, LangGraph, dask or pandas."""
+    code = (
+        "import sys\nfrom IPython.core.interactiveshell import InteractiveShell\n"
+        "shell = InteractiveShell()\nshell.run_line_magic('load_ext', 'durable_nb')\n"
+        "magics = shell.magics_manager.magics\n"
+        "assert 'durable' in magics['line'] and 'durable' in magics['cell']\n"
+        "heavy = ('durable_nb.engine', 'durable_nb.model', 'durable_nb.store.protocol', 'durable_nb.store.sqlite',\n"
+        "         'durable_nb.store.postgres', 'durable_nb.notebook.session', 'durable_nb.widgets',\n"
+        "         'durable_nb.views', 'durable_nb.service', 'durable_nb.headless', 'durable_nb.langgraph',\n"
+        "         'cloudpickle', 'ipywidgets', 'pandas', 'numpy', 'dask', 'psycopg', 'langgraph')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(heavy)))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env_with_repo(), check=True
+    )
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
 def test_loading_the_extension_and_attaching_import_only_what_a_cell_needs(tmp_path: Path) -> None:
     """`%load_ext durable_nb` and `%durable run` load no agents, views, service client, numpy or pandas:
     a kernel pays for them only when it uses them."""
@@ -81,8 +118,9 @@ def test_loading_the_extension_and_attaching_import_only_what_a_cell_needs(tmp_p
         "import sys\nfrom IPython.core.interactiveshell import InteractiveShell\n"
         "shell = InteractiveShell()\nshell.run_line_magic('load_ext', 'durable_nb')\n"
         "assert shell.run_cell(f'%durable run light --store sqlite:///{sys.argv[1]}/runs.db').success\n"
-        "heavy = ('durable_nb.engine.agents.loop', 'durable_nb.views', 'durable_nb.service.client',\n"
-        "         'durable_nb.engine.forks.forking', 'durable_nb.widgets', 'numpy', 'pandas')\n"
+        "heavy = ('durable_nb.engine.agents.loop', 'durable_nb.views', 'durable_nb.service', 'durable_nb.headless',\n"
+        "         'durable_nb.langgraph', 'durable_nb.store.postgres', 'durable_nb.engine.forks.forking',\n"
+        "         'durable_nb.widgets', 'numpy', 'pandas', 'ipywidgets', 'dask', 'psycopg')\n"
         "print(sorted(m for m in heavy if m in sys.modules))"
     )
     result = subprocess.run(
