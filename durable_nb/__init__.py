@@ -7,6 +7,7 @@ wait for a person's decision without a live process; any checkpoint can be forke
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
+from ._lazy import lazy_names as _lazy_names
 from .errors import (
     AgentFailed,
     AlreadyResumed,
@@ -185,20 +186,7 @@ def inspect(run: object = None, *, store: object = None) -> object:
     return Inspector(run, store=store, link=session)
 
 
-def __getattr__(name: str) -> _Any:
-    """Import a public name's module the first time the name is used."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'durable_nb' has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = _lazy_names(__name__, _LAZY)
 
 
 def load_ipython_extension(ip: object) -> None:

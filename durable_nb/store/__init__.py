@@ -6,6 +6,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any
 
+from .._lazy import lazy_names
 from ..errors import InvalidInput, StoreUnavailable
 
 if TYPE_CHECKING:
@@ -106,13 +107,4 @@ def resolve_store(store: Any, *, existing: bool = False) -> Store:
     )
 
 
-def __getattr__(name: str) -> Any:
-    """Import a public name's module the first time the name is used."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)
