@@ -7,7 +7,7 @@ wait for a person's decision without a live process; any checkpoint can be forke
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
-from ._loop import run_blocking as _run_blocking
+from ._lazy import lazy_names as _lazy_names
 from .errors import (
     AgentFailed,
     AlreadyResumed,
@@ -147,6 +147,15 @@ _LAZY: dict[str, str] = {
 
 __version__ = "0.1.0"
 
+
+def _run_blocking(call: _Any) -> _Any:
+    """Run a store's blocking call where the sync driver says, installing the driver's own policy."""
+    from ._loop import run_blocking
+
+    _use_offload(run_blocking)  # later calls go straight to it
+    return run_blocking(call)
+
+
 # The sync driver decides where the stores' blocking work runs (the store does not know it).
 _use_offload(_run_blocking)
 
@@ -177,20 +186,7 @@ def inspect(run: object = None, *, store: object = None) -> object:
     return Inspector(run, store=store, link=session)
 
 
-def __getattr__(name: str) -> _Any:
-    """Import a public name's module the first time the name is used."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'durable_nb' has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = _lazy_names(__name__, _LAZY)
 
 
 def load_ipython_extension(ip: object) -> None:

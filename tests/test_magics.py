@@ -20,6 +20,7 @@ from shellkit import Shell
 import durable_nb as dnb
 from durable_nb._loop import run_sync
 from durable_nb.notebook.handover import ATTACH_VARIABLE, Handover
+from durable_nb.notebook.magic_arguments import parser_of
 from durable_nb.notebook.magics import SUBCOMMANDS, DurableMagics
 
 Out = pytest.CaptureFixture[str]
@@ -48,7 +49,7 @@ def exercise(subcommand: str, *options: str) -> Callable[[Exercise], Exercise]:
 
 def _options(function: Any) -> set[str]:
     """The ``--options`` a magic's parser knows, read from its usage line."""
-    return set(re.findall(r"--[\w-]+", function.parser.format_usage()))
+    return set(re.findall(r"--[\w-]+", parser_of(function).format_usage()))
 
 
 def said(out: Out) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -65,30 +66,58 @@ def test_engine_and_store_import_no_front_end_library() -> None:
         assert not (_imports(path) & FRONT_END_ONLY), path
 
 
+def loaded(setup: str, heavy: tuple[str, ...], *args: str) -> list[str]:
+    """The modules of ``heavy`` (or inside them) that a fresh Python process has loaded after ``setup``."""
+    code = (
+        f"{setup}\nimport json, sys\nheavy = {heavy!r}\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m in heavy or m.startswith(tuple(h + '.' for h in heavy)))))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env_with_repo(), check=True
+    )
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 def test_import_is_light() -> None:
     """`import durable_nb` loads no IPython, ipywidgets or pandas, and works in a plain script."""
-    code = "import sys, durable_nb; print(sorted(m for m in ('IPython', 'ipywidgets', 'pandas') if m in sys.modules))"
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env_with_repo(), check=True
+    assert loaded("import durable_nb", ("IPython", "ipywidgets", "pandas")) == []
+
+
+def test_import_loads_neither_the_engine_nor_the_store_nor_an_event_loop() -> None:
+    """`import durable_nb` loads the errors and the store's entry point only (the rest on first use)."""
+    heavy = ("asyncio", "sqlite3", "cloudpickle", "durable_nb._loop", "durable_nb.model", "durable_nb.engine")
+    heavy += ("durable_nb.store.protocol", "durable_nb.store.sqlite", "durable_nb.notebook")
+    assert loaded("import durable_nb", heavy) == []
+
+
+SHELL = "from IPython.core.interactiveshell import InteractiveShell\nshell = InteractiveShell()\n"
+
+
+def test_loading_the_extension_only_registers() -> None:
+    """`%load_ext durable_nb` registers the magics and loads no engine, store backend, model,
+    widgets, views, service, headless runs, LangGraph, dask or pandas."""
+    setup = (
+        f"{SHELL}shell.run_line_magic('load_ext', 'durable_nb')\nmagics = shell.magics_manager.magics\n"
+        "assert 'durable' in magics['line'] and 'durable' in magics['cell']"
     )
-    assert result.stdout.strip() == "[]"
+    heavy = ("durable_nb.engine", "durable_nb.model", "durable_nb.store.protocol", "durable_nb.store.sqlite")
+    heavy += ("durable_nb.store.postgres", "durable_nb.notebook.session", "durable_nb.widgets", "durable_nb.views")
+    heavy += ("durable_nb.service", "durable_nb.headless", "durable_nb.langgraph", "cloudpickle", "ipywidgets")
+    heavy += ("pandas", "numpy", "dask", "psycopg", "langgraph")
+    assert loaded(setup, heavy) == []
 
 
 def test_loading_the_extension_and_attaching_import_only_what_a_cell_needs(tmp_path: Path) -> None:
     """`%load_ext durable_nb` and `%durable run` load no agents, views, service client, numpy or pandas:
     a kernel pays for them only when it uses them."""
-    code = (
-        "import sys\nfrom IPython.core.interactiveshell import InteractiveShell\n"
-        "shell = InteractiveShell()\nshell.run_line_magic('load_ext', 'durable_nb')\n"
-        "assert shell.run_cell(f'%durable run light --store sqlite:///{sys.argv[1]}/runs.db').success\n"
-        "heavy = ('durable_nb.engine.agents.loop', 'durable_nb.views', 'durable_nb.service.client',\n"
-        "         'durable_nb.engine.forks.forking', 'durable_nb.widgets', 'numpy', 'pandas')\n"
-        "print(sorted(m for m in heavy if m in sys.modules))"
+    setup = (
+        f"import sys\n{SHELL}shell.run_line_magic('load_ext', 'durable_nb')\n"
+        "assert shell.run_cell(f'%durable run light --store sqlite:///{sys.argv[1]}/runs.db').success"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=env_with_repo(), check=True
-    )
-    assert result.stdout.strip().splitlines()[-1] == "[]"
+    heavy = ("durable_nb.engine.agents.loop", "durable_nb.views", "durable_nb.service", "durable_nb.headless")
+    heavy += ("durable_nb.langgraph", "durable_nb.store.postgres", "durable_nb.engine.forks.forking")
+    heavy += ("durable_nb.widgets", "numpy", "pandas", "ipywidgets", "dask", "psycopg")
+    assert loaded(setup, heavy, str(tmp_path)) == []
 
 
 def test_typed_marker_ships() -> None:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import stat
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from conftest import db_path
+from conftest import db_path, env_with_repo
 
 import durable_nb as dnb
 from durable_nb._loop import run_sync
@@ -79,6 +82,59 @@ def test_schema_version_recorded(store_url: str) -> None:
     with sqlite3.connect(store_url[len("sqlite:///") :]) as conn:
         versions = [row[0] for row in conn.execute("SELECT version FROM schema_version")]
     assert versions == list(range(1, SCHEMA_VERSION + 1))
+
+
+# Opens the store at argv[1] in a fresh process and prints every statement its connection ran:
+# sqlite3.connect is wrapped (in that process only) to trace each real connection from its start.
+_TRACE_OPEN = """
+import json, sqlite3, sys
+statements = []
+real_connect = sqlite3.connect
+def traced_connect(*args, **kwargs):
+    conn = real_connect(*args, **kwargs)
+    conn.set_trace_callback(statements.append)
+    return conn
+sqlite3.connect = traced_connect
+import durable_nb as dnb
+from durable_nb._loop import run_sync
+run_sync(dnb.connect(sys.argv[1]).list_runs())
+print(json.dumps(statements))
+"""
+
+
+def statements_opening(url: str) -> list[str]:
+    """The SQL a new process runs to open the store at ``url`` and list its runs."""
+    result = subprocess.run(
+        [sys.executable, "-c", _TRACE_OPEN, url], capture_output=True, text=True, env=env_with_repo(), check=True
+    )
+    return [" ".join(s.split()) for s in json.loads(result.stdout.splitlines()[-1])]
+
+
+def _changes_schema(statement: str) -> bool:
+    return statement.upper().startswith(("CREATE", "ALTER", "DROP", "INSERT INTO SCHEMA_VERSION", "UPDATE"))
+
+
+def test_opening_a_store_at_this_schema_reads_its_version_once(store_url: str) -> None:
+    """Opening a store that is up to date runs no DDL and one read of its schema version."""
+    touch(dnb.connect(store_url))
+    dnb.store.disconnect(store_url)
+    statements = statements_opening(store_url)
+    assert not [s for s in statements if _changes_schema(s)]
+    assert [s for s in statements if "schema_version" in s or "sqlite_master" in s] == [
+        "SELECT MAX(version) FROM schema_version"
+    ]
+    assert not [s for s in statements if s.startswith("BEGIN")], "no write transaction to open a store"
+
+
+def test_a_new_store_creates_its_schema_in_one_transaction(store_url: str) -> None:
+    """A new file gets its whole schema, every version's steps, in one IMMEDIATE transaction."""
+    statements = statements_opening(store_url)
+    begins = [i for i, s in enumerate(statements) if s.startswith("BEGIN")]
+    assert len(begins) == 1 and statements[begins[0]] == "BEGIN IMMEDIATE"
+    end = statements.index("COMMIT", begins[0])
+    inside = statements[begins[0] + 1 : end]
+    assert [s for s in statements if _changes_schema(s)] == [s for s in inside if _changes_schema(s)]
+    assert sum(s.startswith("INSERT INTO schema_version") for s in inside) == SCHEMA_VERSION
 
 
 def test_two_stores_on_one_file_see_each_other(store_url: str) -> None:

@@ -4,9 +4,31 @@ from __future__ import annotations
 
 from typing import Any
 
-from IPython.core.magic_arguments import parse_argstring
+from IPython.core.magic_arguments import ArgDecorator, MagicArgumentParser, construct_parser, parse_argstring
 
-__all__ = ["cell_arguments", "names_in", "unquoted"]
+__all__ = ["cell_arguments", "lazy_arguments", "names_in", "parser_of", "subcommand_arguments", "unquoted"]
+
+
+class lazy_arguments(ArgDecorator):
+    """``@magic_arguments()`` for a subcommand, whose parser is built the first time it is used.
+
+    IPython builds a parser (and formats its help) when the class is defined; for %durable's
+    subcommands that was most of what ``%load_ext durable_nb`` cost.
+    """
+
+
+def parser_of(spec: Any) -> MagicArgumentParser:
+    """Return the parser of a subcommand's ``@lazy_arguments`` stub (built on first use)."""
+    func = getattr(spec, "__func__", spec)  # a bound method forwards reads, not writes
+    parser = getattr(func, "parser", None)
+    if parser is None:
+        parser = func.parser = construct_parser(func)
+    return parser
+
+
+def subcommand_arguments(spec: Any, line: str) -> Any:
+    """Parse a subcommand's arguments with the parser of its ``@lazy_arguments`` stub."""
+    return parser_of(spec).parse_argstring(line)
 
 
 def unquoted(text: str | None) -> str | None:

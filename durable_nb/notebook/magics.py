@@ -3,24 +3,34 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 
-from .._loop import run_sync
-from ..engine.forks.lineage_values import shared_with
-from ..engine.forks.literals import OverrideText
 from ..errors import DurableError, GatePending
-from ..model import RunStatus
 from .cell_names import is_node_name
 from .handover import ATTACH_VARIABLE, Handover, run_key
-from .magic_arguments import cell_arguments, names_in, unquoted
+from .magic_arguments import cell_arguments, lazy_arguments, names_in, subcommand_arguments, unquoted
 from .notebook_tags import notebook_path
-from .session import CellOptions, session_for
+
+if TYPE_CHECKING:
+    from .session import KernelSession
 
 __all__ = ["DurableMagics"]
+
+
+def session_for(shell: Any) -> KernelSession:
+    """Return the shell's session, importing the engine on the first magic that needs it.
+
+    ``%load_ext durable_nb`` only registers the magics: the engine and the store load with
+    the first cell or subcommand.
+    """
+    from .session import session_for as session_of
+
+    return session_of(shell)
+
 
 SUBCOMMANDS = (
     "run",
@@ -44,7 +54,7 @@ SUBCOMMANDS = (
 class DurableMagics(Magics):
     """%durable … (runs, views, forks, decisions) and %%durable NODE (a committed cell)."""
 
-    @magic_arguments()
+    @magic_arguments()  # built now: its help is what %%durable? shows
     @argument("node", help="The cell's node name: how the run knows this cell (e.g. load, train).")
     @argument("--retries", type=int, default=0, help="Extra attempts after a failure (backoff 1, 2, 4 … s).")
     @argument("--timeout", type=float, default=None, help="Hard limit in seconds for each attempt.")
@@ -79,6 +89,8 @@ class DurableMagics(Magics):
             raise UsageError("--retries takes a whole number >= 0.")
         if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
             raise UsageError("--timeout takes a number of seconds > 0.")
+        from .executing import CellOptions
+
         options = CellOptions(
             retries=args.retries,
             timeout=args.timeout,
@@ -123,7 +135,7 @@ class DurableMagics(Magics):
         except DurableError as error:
             raise UsageError(str(error)) from None
 
-    @magic_arguments()
+    @lazy_arguments()
     @argument("name", nargs="?", default=None, help="The run's name (usually the notebook's).")
     @argument("--new", action="store_true", help="Always start a new run.")
     @argument("--id", dest="run_id", default=None, help="Attach to this run (e.g. a fork).")
@@ -149,7 +161,7 @@ class DurableMagics(Magics):
         """
 
     def _run(self, rest: str) -> None:
-        args = parse_argstring(self._run_args, rest)
+        args = subcommand_arguments(self._run_args, rest)
         if args.from_env:
             if any(given is not None for given in (args.name, args.key, args.store, args.run_id)) or args.new:
                 raise UsageError("%durable run --from-env takes the name, key and store from the environment only.")
@@ -241,6 +253,9 @@ class DurableMagics(Magics):
         return styled(forks(run_id, store=cell_run.store), f"Forks of run {run_id}")
 
     def _end(self, rest: str) -> None:
+        from .._loop import run_sync
+        from ..model import RunStatus
+
         session = session_for(self.shell)
         if session.cell_run is None and session.handed_over:
             return  # run-notebook's own last line, after the notebook's %durable end completed the run
@@ -255,7 +270,7 @@ class DurableMagics(Magics):
         session.notes.say(f"run {cell_run.run_id} '{cell_run.run.name}' completed", "completed")
         session.cell_run = None
 
-    @magic_arguments()
+    @lazy_arguments()
     @argument("--at", default=None, help="Fork just before this cell was committed (default: the latest state).")
     @argument("--set", dest="overrides", action="append", default=[], help="name=python_literal to change.")
     def _fork_args(self, line: str) -> None:
@@ -265,9 +280,12 @@ class DurableMagics(Magics):
         """
 
     def _fork(self, rest: str) -> None:
+        from .._loop import run_sync
+        from ..engine.forks.lineage_values import shared_with
+        from ..engine.forks.literals import OverrideText
         from ..engine.runs.calls import fork
 
-        args = parse_argstring(self._fork_args, rest)
+        args = subcommand_arguments(self._fork_args, rest)
         session = session_for(self.shell)
         cell_run = session.require()
         try:
@@ -291,7 +309,7 @@ class DurableMagics(Magics):
         )
         session.warn_shared(shared, "at the fork point")
 
-    @magic_arguments()
+    @lazy_arguments()
     @argument("--at", required=True, help="The cell to replay from: the forks branch just before it.")
     @argument("--set", dest="overrides", action="append", default=[], help="name=python_literal every fork takes.")
     @argument(
@@ -308,10 +326,10 @@ class DurableMagics(Magics):
         """
 
     def _replay(self, rest: str) -> None:
-        from ..engine.forks.literals import parse_sweep
+        from ..engine.forks.literals import OverrideText, parse_sweep
         from .replays import replay
 
-        args = parse_argstring(self._replay_args, rest)
+        args = subcommand_arguments(self._replay_args, rest)
         session = session_for(self.shell)
         cell_run = session.require()
         try:
@@ -345,7 +363,7 @@ class DurableMagics(Magics):
         cell_run = session.require()
         display(Inspector(unquoted(rest.strip()) or cell_run.run_id, store=cell_run.store, link=session))
 
-    @magic_arguments()
+    @lazy_arguments()
     @argument("--node", default=None, help="The paused cell (needed when several wait).")
     @argument("--comment", default=None, help="Why.")
     @argument("--by", default=None, help="Who decides (default: your user name).")
@@ -356,7 +374,10 @@ class DurableMagics(Magics):
         """
 
     def _approve(self, rest: str, approved: bool = True) -> None:
-        args = parse_argstring(self._decision_args, rest)
+        from .._loop import run_sync
+        from ..model import RunStatus
+
+        args = subcommand_arguments(self._decision_args, rest)
         session = session_for(self.shell)
         cell_run = session.require()
         if run_sync(cell_run.refresh()).status is not RunStatus.PAUSED:

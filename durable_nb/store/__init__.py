@@ -6,12 +6,17 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any
 
+from .._lazy import lazy_names
 from ..errors import InvalidInput, StoreUnavailable
-from .protocol import Conflict, Store
-from .url import DEFAULT_URL, ENV_VAR, parse_url, resolve_url
 
 if TYPE_CHECKING:
+    from .protocol import Conflict, Store
     from .sql_store import SQLStore
+    from .url import DEFAULT_URL, ENV_VAR
+
+# Imported on first use: ``import durable_nb`` (which installs the store's offload policy) must
+# not pay for the records and the protocol of a store it may never open.
+_LAZY = {"Conflict": ".protocol", "Store": ".protocol", "DEFAULT_URL": ".url", "ENV_VAR": ".url"}
 
 DURABILITY_LEVELS = ("full", "process")
 
@@ -52,6 +57,8 @@ def connect(url: str | os.PathLike[str] | None = None, *, durability: str = "ful
             f"durability must be 'full' (survives power loss) or 'process' (survives a crash of this "
             f"process, faster), not {durability!r}."
         )
+    from .url import parse_url, resolve_url
+
     text = resolve_url(url)
     parsed = parse_url(text)
     key_path = os.path.abspath(parsed.path) if parsed.path and not parsed.is_memory else text
@@ -71,6 +78,8 @@ def connect(url: str | os.PathLike[str] | None = None, *, durability: str = "ful
 
 def disconnect(url: str | os.PathLike[str] | None = None) -> None:
     """Close and forget this process's shared stores at ``url`` (all of them when None)."""
+    from .url import resolve_url
+
     text = None if url is None else resolve_url(url)
     with _lock:
         chosen = [k for k, s in _stores.items() if text is None or getattr(s, "url", None) == text]
@@ -101,6 +110,8 @@ def resolve_store(store: Any, *, existing: bool = False) -> Store:
     name a store that exists (StoreNotFound otherwise, nothing created); the default store is
     created on first use, as ever.
     """
+    from .protocol import Store
+
     if store is None:
         return connect()
     if isinstance(store, (str, os.PathLike)):
@@ -111,3 +122,6 @@ def resolve_store(store: Any, *, existing: bool = False) -> Store:
         f"store= takes a store URL (sqlite:///path/to/runs.db, postgresql://user@host/db), a store "
         f"from durable_nb.connect(), or None for the default store; not {type(store).__name__}: {store!r}."
     )
+
+
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)

@@ -8,7 +8,6 @@ package's driver) installs a policy of its own with ``use_offload``.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -19,6 +18,8 @@ Offload = Callable[[Callable[[], Any]], Awaitable[Any]]
 
 
 async def _in_a_thread(call: Callable[[], T]) -> T:
+    import asyncio  # here: importing the package installs a policy before any loop is needed
+
     return await asyncio.to_thread(call)
 
 

@@ -88,12 +88,13 @@ class SQLiteStore(SQLStore):
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             # Refuse foreign or newer stores before any pragma can change the file.
-            if check_schema(conn, self.path) == 0 and not self.creates and self.path != ":memory:":
+            version = check_schema(conn, self.path)
+            if version == 0 and not self.creates and self.path != ":memory:":
                 raise StoreNotFound(os.path.abspath(self.path), "the file holds no durable_nb store")
             if self.path != ":memory:":
                 conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={_DURABILITY[self.durability]}")
-            ensure_schema(conn, self.path)
+            ensure_schema(conn, self.path, version)
         except (sqlite3.DatabaseError, OSError) as exc:
             if conn is not None:
                 conn.close()

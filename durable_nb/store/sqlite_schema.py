@@ -20,16 +20,26 @@ _OUR_TABLES = {"runs", "checkpoints", "pending_interrupts", "idempotency", "blob
 
 
 def _current_version(conn: sqlite3.Connection, where: str) -> int:
-    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    if "schema_version" not in tables:
-        if tables - {"sqlite_sequence"}:
-            raise StoreUnavailable(
-                f"{where} is a SQLite database that durable_nb did not create (it has tables "
-                f"{sorted(tables)[:5]}). Point durable_nb at a new file instead."
-            )
-        return 0
-    row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+    # One read for a store that exists (every open asks); only a new or foreign file, which has
+    # no schema_version, is looked at further.
+    try:
+        row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+    except sqlite3.OperationalError as error:
+        if "no such table" not in str(error):
+            raise
+        return _unversioned(conn, where)
     return int(row[0] or 0)
+
+
+def _unversioned(conn: sqlite3.Connection, where: str) -> int:
+    """Return 0 for a new database; refuse one that holds tables of someone else's."""
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if tables - {"sqlite_sequence"}:
+        raise StoreUnavailable(
+            f"{where} is a SQLite database that durable_nb did not create (it has tables "
+            f"{sorted(tables)[:5]}). Point durable_nb at a new file instead."
+        )
+    return 0
 
 
 def check_schema(conn: sqlite3.Connection, where: str) -> int:
@@ -40,9 +50,13 @@ def check_schema(conn: sqlite3.Connection, where: str) -> int:
     return version
 
 
-def ensure_schema(conn: sqlite3.Connection, where: str) -> int:
-    """Create or migrate the schema in one IMMEDIATE transaction; refuse newer schemas."""
-    version = _current_version(conn, where)
+def ensure_schema(conn: sqlite3.Connection, where: str, version: int | None = None) -> int:
+    """Create or migrate the schema in one IMMEDIATE transaction; refuse newer schemas.
+
+    ``version`` is what ``check_schema`` just read on this connection, if it did.
+    """
+    if version is None:
+        version = check_schema(conn, where)
     if version == SCHEMA_VERSION:
         return version
     if version > SCHEMA_VERSION:

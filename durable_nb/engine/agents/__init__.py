@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..._lazy import lazy_names
 
 if TYPE_CHECKING:
     from .forks import afork_agent, fork_agent
@@ -44,17 +46,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """Import a public name's module the first time the name is used."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)
