@@ -227,6 +227,10 @@ def test_an_agent_turn_and_tool_call_are_spans_in_the_node(spans: InMemorySpanEx
     assert {_parent_of(s) for s in [*turns, tool]} == {node.context.span_id}
     assert tool.attributes["durable_nb.tool"] == "lookup"
     assert {s.attributes["durable_nb.run_id"] for s in [*turns, tool]} == {run.id}
+    # Each names the checkpoint committed before it ran: its turn, its tool call.
+    committed = dict(_history(run.id, store_url))
+    assert [t.attributes["durable_nb.checkpoint_id"] for t in turns] == [committed["turn:1"], committed["turn:2"]]
+    assert tool.attributes["durable_nb.checkpoint_id"] == committed["turn:1/tool:lookup"]
 
 
 def test_a_durable_cell_is_a_span(spans: InMemorySpanExporter, tmp_path: Path) -> None:
@@ -234,18 +238,25 @@ def test_a_durable_cell_is_a_span(spans: InMemorySpanExporter, tmp_path: Path) -
     shell = Shell(url, "traced-cells")
     try:
         shell.ok("%%durable load\nx = 41")
+        shell.ok(
+            "%%durable items\nimport durable_nb as dnb\nys = dnb.map_items(lambda i: i + x, range(3), name='plus')"
+        )
         result = shell.run("%%durable broken\nraise KeyError('gone')")
         assert not result.success
         run_id = shell.run_id
     finally:
         shell.close()
     cells = _named(spans, "durable_nb.cell")
-    assert [c.attributes["durable_nb.node"] for c in cells] == ["load", "broken"]
+    assert [c.attributes["durable_nb.node"] for c in cells] == ["load", "items", "broken"]
     assert {c.attributes["durable_nb.run_id"] for c in cells} == {run_id}
     committed = dict(_history(run_id, url))
     assert cells[0].attributes["durable_nb.checkpoint_id"] == committed["after:load"]
     assert cells[0].status.status_code is not StatusCode.ERROR
-    assert cells[1].status.status_code is StatusCode.ERROR
+    assert cells[2].status.status_code is StatusCode.ERROR
+    # map_items in a cell: its items are the cell span's children, each naming its item checkpoint.
+    items = sorted(_named(spans, "durable_nb.map_item"), key=lambda s: s.attributes["durable_nb.item_index"])
+    assert [_parent_of(i) for i in items] == [cells[1].context.span_id] * 3
+    assert [i.attributes["durable_nb.checkpoint_id"] for i in items] == [committed[f"item:{n}"] for n in range(3)]
 
 
 CHILD = """

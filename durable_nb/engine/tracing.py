@@ -40,6 +40,7 @@ __all__ = [
     "current",
     "failed",
     "finish",
+    "name_checkpoint",
     "run_span",
     "start",
     "trace_meta",
@@ -115,6 +116,12 @@ def failed(span: Any, error: BaseException) -> None:
         span.set_status(_trace.Status(_trace.StatusCode.ERROR, f"{type(error).__name__}: {error}"))
 
 
+def name_checkpoint(span: Any, checkpoint_id: str | None) -> None:
+    """Name on ``span`` the checkpoint its work was committed in."""
+    if checkpoint_id is not None and span is not None and span.is_recording():
+        span.set_attribute(CHECKPOINT_ID, checkpoint_id)
+
+
 def error_status(span: Any, description: str) -> None:
     """Set ``span``'s status to ERROR for a failure that raised nothing (a tool's error handed to a model)."""
     if span is not None and span.is_recording():
@@ -125,8 +132,7 @@ def finish(span: Any, checkpoint_id: str | None = None, error: BaseException | N
     """End ``span``, naming the checkpoint its work was committed in, and the error it failed with."""
     if span is None or not span.is_recording():
         return
-    if checkpoint_id is not None:
-        span.set_attribute(CHECKPOINT_ID, checkpoint_id)
+    name_checkpoint(span, checkpoint_id)
     if error is not None:
         failed(span, error)
     span.end()
