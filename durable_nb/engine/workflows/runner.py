@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ...errors import ConfigurationError, NodeFailed, RunCancelled, StoreError
+from ...errors import ConfigurationError, RunCancelled, StoreError
 from ...model import (
     RUN_END,
     CheckpointStatus,
@@ -33,7 +33,7 @@ from ..runs.settle import release_after_failure
 from ..runs.watch import Watch
 from ..state.statelog import StateLog
 from ..state.values import ValueCodec
-from ..tracing import current, finish, run_span
+from ..tracing import current, error_status, finish, run_span
 from .graph import Graph, NodeSpec
 from .map_node import MapNodes
 from .run_commits import RunCommits, finished
@@ -123,9 +123,8 @@ class Runner:
             failure = error if isinstance(error, Exception) else None
             raise
         finally:
-            run = commits.run
-            if failure is None and run.status is RunStatus.FAILED:
-                failure = NodeFailed(run.error or "the run failed")
+            if failure is None and commits.run.status is RunStatus.FAILED:
+                error_status(span, commits.run.error or "the run failed")  # its node's span holds the exception
             finish(span, commits.head, failure)
 
     async def _drive(self) -> RunRecord:
@@ -295,18 +294,22 @@ class Runner:
             events = [
                 NewEvent(EventType.NODE_FINISHED, node_id, {"duration": outcome.duration, "attempts": outcome.attempts})
             ]
-            checkpoint_id = await self._commit_node(
-                node_id,
-                blobs + outcome.record_blobs,
-                events,
-                wave_busy,
-                idempotent=outcome.records,
-                node_output=delta,
-                duration=outcome.duration,
-                attempts=outcome.attempts,
-                iteration=iteration,
-                item_index=outcome.value if spec.kind == "map" else None,
-            )
+            try:
+                checkpoint_id = await self._commit_node(
+                    node_id,
+                    blobs + outcome.record_blobs,
+                    events,
+                    wave_busy,
+                    idempotent=outcome.records,
+                    node_output=delta,
+                    duration=outcome.duration,
+                    attempts=outcome.attempts,
+                    iteration=iteration,
+                    item_index=outcome.value if spec.kind == "map" else None,
+                )
+            except BaseException:
+                outcome.end_span()  # nothing of it was kept
+                raise
         outcome.end_span(checkpoint_id)
         return outcome
 
