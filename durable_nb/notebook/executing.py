@@ -13,6 +13,7 @@ from ..engine.cells.cell_run import CellRun
 from ..engine.execution.policy import AttemptPolicy, Attempts
 from ..engine.execution.scope import enter_scope, leave_scope
 from ..engine.gates.gate import Suspend
+from ..engine.tracing import GATE, event
 from ..errors import GatePending
 from ..model import CheckpointRecord
 from .capture import Capture, is_quiet
@@ -112,6 +113,7 @@ class CellExecutor:
                 gate = run_sync(
                     cell_run.writer.pause_cell(node, suspend, source, cell.source_hash, took, attempts.events)
                 )
+                event(None, GATE, cell_run.run_id, gate, node=node, reason=suspend.reason, state="paused")
                 self.show_gate(cell_run.run_id, node, suspend.reason, suspend.context, gate)
                 raise GatePending(
                     f"Paused at gate '{suspend.reason}': decide in the panel above; the cell then continues.",

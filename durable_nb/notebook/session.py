@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .._loop import run_in_place, run_sync
+from ..engine import tracing
 from ..engine.cells.cell_run import CellRun
 from ..engine.cells.namespace import NamespaceTracker
 from ..engine.cells.plan import CellAction, CellPlan, continue_cell, open_cell
@@ -186,13 +187,18 @@ class KernelSession:
         __tracebackhide__ = True
         self.frontend.started(cell_run.run_id, node)
         started = time.perf_counter()
+        span = tracing.start(tracing.CELL, cell_run.run_id, node)
         try:
-            checkpoint = self.executor.run(cell_run, node, source, cell, options, **how)
+            with tracing.current(span):
+                checkpoint = self.executor.run(cell_run, node, source, cell, options, **how)
         except GatePending:
+            tracing.finish(span)
             raise  # the front ends heard of the pause from _pause
-        except BaseException:
+        except BaseException as error:
+            tracing.finish(span, error=error if isinstance(error, Exception) else None)
             self.frontend.failed(cell_run.run_id, node, time.perf_counter() - started)
             raise
+        tracing.finish(span, checkpoint.checkpoint_id if checkpoint is not None else None)
         self.frontend.finished(cell_run, node, checkpoint)
 
     def _pause(self, run_id: str, node: str, reason: str, context: Any, gate: str | None = None) -> None:

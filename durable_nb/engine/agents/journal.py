@@ -39,6 +39,8 @@ class Step:
     step_type: str
     item_index: int | None = None
     idempotent: list[tuple[str, str]] = field(default_factory=list)
+    # Set by the writer once the step's checkpoint is committed (for its trace span).
+    checkpoint_id: str | None = None
 
 
 # Commits its steps in one transaction, a checkpoint each.
@@ -100,6 +102,8 @@ class Journal:
         # A worker's checkpoints name the supervisor's call that started it: an earlier call's are not its own.
         self.invocation = invocation
         self._history_address: str | None = None
+        # The checkpoint this journal committed last (named by the agent's trace spans).
+        self.last_checkpoint: str | None = None
 
     async def latest(self) -> Mark | None:
         """Return where the agent stood at its latest checkpoint of this node's execution, if any."""
@@ -163,14 +167,14 @@ class Journal:
             node_input["results"] = mark.results or []
         if mark.kind == "final":
             node_input["text"] = mark.text
-        await self.steps.write(
-            Step(
-                node_id=self.scope.node_id,
-                item_index=self.scope.item_index,
-                step=step,
-                agent_path=tool_path or self.path,
-                node_input=node_input,
-                blobs=blobs,
-                step_type=kind,
-            )
+        written = Step(
+            node_id=self.scope.node_id,
+            item_index=self.scope.item_index,
+            step=step,
+            agent_path=tool_path or self.path,
+            node_input=node_input,
+            blobs=blobs,
+            step_type=kind,
         )
+        await self.steps.write(written)
+        self.last_checkpoint = written.checkpoint_id

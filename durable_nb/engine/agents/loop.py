@@ -21,6 +21,7 @@ from typing import Any
 from ..._loop import blocking
 from ...errors import AgentFailed, ConfigurationError, NoActiveNode
 from ..execution.scope import NodeScope, current_scope, enter_scope, leave_scope
+from ..tracing import AGENT_TOOL, AGENT_TURN, error_status, name_checkpoint, traced
 from .arguments import AgentCall
 from .journal import Journal, Mark
 from .models import Model, ToolCall
@@ -196,7 +197,10 @@ class _Loop:
                 return AgentResult(mark.text, mark.history, mark.turn - 1)
             if mark.kind == "turn":
                 self._check_turns_left(mark.turn)
-                reply = await self.model.ask(mark.history, list(self.tools.values()))
+                with traced(AGENT_TURN, self.scope.run_id, self.scope.node_id, agent=self.path, turn=mark.turn) as span:
+                    # The turn's checkpoint, committed before the model is asked (unknown when resumed at it).
+                    name_checkpoint(span, self.journal.last_checkpoint)
+                    reply = await self.model.ask(mark.history, list(self.tools.values()))
                 self.tell.reply(mark.turn, reply.text, reply.calls)
                 history = [*mark.history, reply.message]
                 if not reply.calls:
@@ -221,7 +225,8 @@ class _Loop:
                 results.append([call.id, NOT_RUN, True])
                 continue
             at = Mark("tool", mark.turn, mark.history, self.scope.gate_calls, call=index, results=results)
-            if not (resumed and index == mark.call and mark.started):
+            written = not (resumed and index == mark.call and mark.started)
+            if written:
                 await self.journal.write(
                     f"turn:{mark.turn}/tool:{call.name}",
                     "tool_call",
@@ -231,7 +236,11 @@ class _Loop:
                     call_id=call.id,
                     arguments=_arguments_record(call),
                 )
-            text, is_error = await self._dispatch(call)
+            with traced(AGENT_TOOL, self.scope.run_id, self.scope.node_id, agent=self.path, tool=call.name) as span:
+                name_checkpoint(span, self.journal.last_checkpoint if written else None)
+                text, is_error = await self._dispatch(call)
+                if is_error:
+                    error_status(span, text)  # the model is shown the failure; the span says the call failed
             self.tell.result(mark.turn, call, text, is_error)
             results.append([call.id, text, is_error])
         by_id = {c.id: c for c in calls}

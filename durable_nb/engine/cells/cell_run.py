@@ -376,3 +376,5 @@ class CellRun:
         blobs = [b for s in steps for b in s.blobs]
         await self.writer.commit(checkpoints=drafts, blobs=blobs, idempotent=[r for s in steps for r in s.idempotent])
         self.values.mark_stored(blobs)
+        for step, draft in zip(steps, drafts, strict=True):
+            step.checkpoint_id = draft.checkpoint_id

@@ -19,6 +19,7 @@ from ...model import Blob, Commit, Decision, NewEvent
 from ...store import codec
 from ..gates.gate import Suspend
 from ..state.values import check_state
+from ..tracing import MAP_ITEM, NODE, enter, finish, start
 from ..workflows.graph import NodeSpec
 from .executors import Batch
 from .policy import Attempts
@@ -99,6 +100,19 @@ class Outcome:
     # @idempotent results made on an executor's worker, to commit with the node: (key, address), blobs.
     records: list[tuple[str, str]] = field(default_factory=list)
     record_blobs: list[Blob] = field(default_factory=list)
+    # Its trace span, ended by whoever commits the outcome (end_span).
+    span: Any = None
+    # The span of a map's last item, whose checkpoint is this (the map node's) commit.
+    riding: Any = None
+
+    def end_span(self, checkpoint_id: str | None = None) -> None:
+        """End the outcome's span, naming the checkpoint it was committed in (or its error)."""
+        if self.riding is not None:
+            riding, self.riding = self.riding, None
+            finish(riding, checkpoint_id if self.error is None else None)
+        if self.span is not None:
+            span, self.span = self.span, None
+            finish(span, checkpoint_id, self.error)
 
 
 def node_journal(node_id: str) -> str:
@@ -134,10 +148,16 @@ class Attempter:
         self.events = events
         # Where agents in the nodes write their checkpoints (set by the runner that drives them).
         self.steps: Any = None
+        # The checkpoint the run continued from (a decision's, when one resumed it), for gate events.
+        self.resumed_from: str | None = None
 
-    async def _call(self, spec: NodeSpec, args: tuple[Any, ...], scope: NodeScope, alone: bool) -> Any:
+    async def _call(
+        self, spec: NodeSpec, args: tuple[Any, ...], scope: NodeScope, alone: bool, span: Any = None
+    ) -> Any:
         context = contextvars.copy_context()
         context.run(enter_scope, scope)
+        if span is not None:
+            context.run(enter, span)  # spans the function starts are the node's children
         loop = asyncio.get_running_loop()
         call: Awaitable[Any]
         if spec.is_async:
@@ -222,6 +242,26 @@ class Attempter:
         remote: RemoteCall | None = None,
     ) -> Outcome:
         """Run attempts of one node until one succeeds, pauses, or the retries are spent."""
+        span = start(MAP_ITEM if item_index is not None else NODE, self.run_id, spec.node_id, item_index)
+        try:
+            outcome = await self._attempts(spec, args, decisions, expect_dict, item_index, alone, remote, span)
+        except BaseException as error:
+            finish(span, error=error if isinstance(error, Exception) else None)
+            raise
+        outcome.span = span
+        return outcome
+
+    async def _attempts(
+        self,
+        spec: NodeSpec,
+        args: tuple[Any, ...],
+        decisions: list[Decision],
+        expect_dict: bool,
+        item_index: int | None,
+        alone: bool,
+        remote: RemoteCall | None,
+        span: Any,
+    ) -> Outcome:
         started = time.perf_counter()
         attempts = Attempts(spec.policy, spec.node_id, self.events, item_index)
         for attempt in attempts:
@@ -233,10 +273,11 @@ class Attempter:
                 decisions=list(decisions),
                 steps=self.steps,
                 item_index=item_index,
+                resumed_from=self.resumed_from,
             )
             try:
                 if remote is None:
-                    result = await self._call(spec, args, scope, alone)
+                    result = await self._call(spec, args, scope, alone, span)
                 else:
                     result = await self._call_remote(spec, remote, args, scope)
             except Suspend as suspend:

@@ -153,25 +153,26 @@ class _Items:
 
     async def commit(self, finished: list[Finished], last: bool) -> None:
         """Commit items that finished together, a checkpoint each, in one transaction."""
-        await self.scope.steps.write(
-            *(
-                Step(
-                    node_id=self.scope.node_id,
-                    item_index=f.index,
-                    step=f"item:{f.index}",
-                    agent_path=self.path,
-                    node_input={
-                        "value": f.delta["value"],
-                        "duration": f.outcome.duration,
-                        "attempts": f.outcome.attempts,
-                    },
-                    blobs=f.blobs + f.outcome.record_blobs,
-                    step_type=_STEP_TYPE,
-                    idempotent=f.outcome.records,
-                )
-                for f in finished
+        steps = [
+            Step(
+                node_id=self.scope.node_id,
+                item_index=f.index,
+                step=f"item:{f.index}",
+                agent_path=self.path,
+                node_input={
+                    "value": f.delta["value"],
+                    "duration": f.outcome.duration,
+                    "attempts": f.outcome.attempts,
+                },
+                blobs=f.blobs + f.outcome.record_blobs,
+                step_type=_STEP_TYPE,
+                idempotent=f.outcome.records,
             )
-        )
+            for f in finished
+        ]
+        await self.scope.steps.write(*steps)
+        for f, step in zip(finished, steps, strict=True):
+            f.outcome.end_span(step.checkpoint_id)
         for f in finished:
             self.results[f.index] = f.outcome.value
             self.shown.done()

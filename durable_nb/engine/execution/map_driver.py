@@ -133,6 +133,7 @@ def _item_runner(
             outcome.suspend, outcome.error = None, ConfigurationError(hooks.gate_refusal)
         if outcome.error is not None:
             outcome.value = index
+            outcome.end_span()
             failures.append(outcome)
             await attempter.keep_calls(outcome.record_blobs, outcome.records)
             hooks.failed(index)
@@ -140,6 +141,8 @@ def _item_runner(
         try:
             delta, blobs = hooks.encode(index, outcome.value)
         except Exception as error:  # noqa: BLE001 - an unserializable item result fails the item
+            outcome.error = error
+            outcome.end_span()
             failures.append(Outcome(spec.node_id, error=error, attempts=outcome.attempts, value=index))
             await attempter.keep_calls(outcome.record_blobs, outcome.records)
             hooks.failed(index)
@@ -152,6 +155,10 @@ def _item_runner(
             if not together:
                 return  # committed with an earlier item's group
             remaining.difference_update(f.index for f in together)
-            await hooks.commit(together, not remaining and not failures)
+            try:
+                await hooks.commit(list(together), not remaining and not failures)
+            finally:
+                for f in together:
+                    f.outcome.end_span()  # those the hook's commit did not name (a map's last item rides later)
 
     return item

@@ -32,6 +32,8 @@ class NodeScope:
     invocation: str | None = None
     # On an executor's worker: the @idempotent results the owner shipped, and the new ones.
     remote: Any = None
+    # The checkpoint the run continued from (a decision's, when one resumed it): named by gate events.
+    resumed_from: str | None = None
 
 
 _current: contextvars.ContextVar[NodeScope | None] = contextvars.ContextVar("durable_nb_scope", default=None)

@@ -16,6 +16,7 @@ from typing import Any
 from ...errors import InvalidInput, NoActiveNode
 from ...model import Decision, PendingInterrupt
 from ..execution.scope import NodeScope, current_scope
+from ..tracing import GATE, event
 
 __all__ = ["ON_TIMEOUT", "Resume", "Suspend", "freeze_context", "gate", "interrupt"]
 
@@ -136,7 +137,9 @@ def _answer(reason: str, context: Any, timeout_seconds: float | None, on_timeout
     index = scope.gate_calls
     scope.gate_calls += 1
     if index < len(scope.decisions):
-        return scope.decisions[index]
+        decision = scope.decisions[index]
+        event(None, GATE, scope.run_id, scope.resumed_from, reason=reason, state="resumed", approved=decision.approved)
+        return decision
     raise Suspend(reason, freeze_context(context), timeout_seconds, on_timeout, kind, scope.agent_path)
 
 

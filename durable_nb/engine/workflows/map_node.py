@@ -11,6 +11,7 @@ from ...errors import InvalidState
 from ...model import CheckpointStatus, EventType, NewEvent
 from ..execution.attempts import Attempter, Outcome
 from ..execution.map_driver import Finished, drive_items
+from ..tracing import NODE, current, start
 from .graph import ITEM_KEY_PREFIX, NodeSpec
 from .run_commits import RunCommits
 from .run_progress import RunProgress
@@ -36,7 +37,18 @@ class MapNodes:
         self.executor_of = executor_of
 
     async def run(self, spec: NodeSpec) -> Outcome:
-        """Run a map node: once per item, each item committed on its own."""
+        """Run a map node: once per item, each item committed on its own; its items' spans are its children."""
+        span = start(NODE, self.commits.run.run_id, spec.node_id)
+        try:
+            with current(span):
+                outcome = await self._run(spec)
+        except BaseException:
+            Outcome(spec.node_id, span=span).end_span()
+            raise
+        outcome.span = span
+        return outcome
+
+    async def _run(self, spec: NodeSpec) -> Outcome:
         started = time.perf_counter()
         try:
             items = self._items_of(spec)
@@ -71,6 +83,7 @@ class MapNodes:
             spec, len(items), started, held.index, held.blobs + held.outcome.record_blobs
         )
         outcome.records = held.outcome.records
+        outcome.riding = hooks.held_span
         return outcome
 
     async def commit_items(self, spec: NodeSpec, done: list[Finished]) -> None:
@@ -105,6 +118,8 @@ class MapNodes:
             blobs += item.blobs + outcome.record_blobs
             records += outcome.records
         await self.commits.commit(events, checkpoints=drafts, blobs=blobs, idempotent=records)
+        for item, draft in zip(done, drafts, strict=True):
+            item.outcome.end_span(draft.checkpoint_id)
 
     def _items_of(self, spec: NodeSpec) -> list[Any]:
         if not isinstance(spec.items, str):
@@ -154,6 +169,7 @@ class _MapNodeItems:
         self.items = items
         self.seen = seen
         self.held: Finished | None = None
+        self.held_span: Any = None
 
     def arguments(self, index: int, remote: bool) -> tuple[Any, ...]:
         """Local items get the state with them; remote ones find it in the batch's shared part."""
@@ -170,6 +186,8 @@ class _MapNodeItems:
             await self.maps.commit_items(self.spec, finished)
         if held is not None:
             self.held = held
+            # Its checkpoint is the map node's own commit: its span ends with the node's.
+            self.held_span, held.outcome.span = held.outcome.span, None
             self.maps.progress.state[self.spec.item_key(held.index)] = held.outcome.value
             self.maps.progress.log.update(held.delta)
 

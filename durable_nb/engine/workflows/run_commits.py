@@ -155,6 +155,8 @@ class RunCommits:
             ]
             blobs = [b for s in steps for b in s.blobs]
             await self.commit([], checkpoints=drafts, blobs=blobs, idempotent=[r for s in steps for r in s.idempotent])
+            for step, draft in zip(steps, drafts, strict=True):
+                step.checkpoint_id = draft.checkpoint_id
 
     async def record_interrupt(self) -> None:
         """Record that this process stopped working on the run: a server stopping hands it back for

@@ -33,6 +33,7 @@ from ..runs.settle import release_after_failure
 from ..runs.watch import Watch
 from ..state.statelog import StateLog
 from ..state.values import ValueCodec
+from ..tracing import current, error_status, finish, run_span
 from .graph import Graph, NodeSpec
 from .map_node import MapNodes
 from .run_commits import RunCommits, finished
@@ -76,6 +77,7 @@ class Runner:
         self.progress = RunProgress(graph, state, log, skipped, routes, resumes, head_wave_writes)
         self.commits = RunCommits(store, values, run, owner, self.progress, head_checkpoint_id)
         self.attempter = Attempter(run.run_id, store, values.secret, sleep, self.commits.carry)
+        self.attempter.resumed_from = head_checkpoint_id
         self.switches = Switches(self.progress, self.commits)
         self.maps = MapNodes(self.progress, self.commits, self.attempter, self.executor_of)
         self.stops = WaveStops(self.progress, self.commits)
@@ -83,6 +85,8 @@ class Runner:
         self._ended = False
         self._stopped = False
         self._announced = False
+        # The run's trace span, when the caller started it (a new run stores it with the run).
+        self.span: Any = None
 
     @property
     def state(self) -> dict[str, Any]:
@@ -109,6 +113,21 @@ class Runner:
 
     async def drive(self) -> RunRecord:
         """Run waves until the run pauses, fails or completes; return the run as it ends."""
+        commits = self.commits
+        span = self.span if self.span is not None else run_span(commits.run.run_id, commits.run.meta)
+        failure: BaseException | None = None
+        try:
+            with current(span):
+                return await self._drive()
+        except BaseException as error:
+            failure = error if isinstance(error, Exception) else None
+            raise
+        finally:
+            if failure is None and commits.run.status is RunStatus.FAILED:
+                error_status(span, commits.run.error or "the run failed")  # its node's span holds the exception
+            finish(span, commits.head, failure)
+
+    async def _drive(self) -> RunRecord:
         commits = self.commits
         store = commits.store
         self.attempter.steps = AgentSteps(asyncio.get_running_loop(), commits.agent_steps, commits.values)
@@ -192,13 +211,17 @@ class Runner:
             for task in tasks:
                 task.cancel()
                 self._tasks.discard(task)
-        failures = [o for o in troubled if o.error is not None]
-        if failures:
-            await self.stops.commit_failure(failures)
-            self._stopped = True
-        elif troubled:
-            await self.stops.commit_pause(troubled)
-            self._stopped = True
+        try:
+            failures = [o for o in troubled if o.error is not None]
+            if failures:
+                await self.stops.commit_failure(failures)
+                self._stopped = True
+            elif troubled:
+                await self.stops.commit_pause(troubled)
+                self._stopped = True
+        finally:
+            for outcome in troubled:
+                outcome.end_span()  # those the stop's commit did not name (or that commit failed)
         if troubled:
             return
         self.progress.wave_writes = {}
@@ -271,18 +294,23 @@ class Runner:
             events = [
                 NewEvent(EventType.NODE_FINISHED, node_id, {"duration": outcome.duration, "attempts": outcome.attempts})
             ]
-            await self._commit_node(
-                node_id,
-                blobs + outcome.record_blobs,
-                events,
-                wave_busy,
-                idempotent=outcome.records,
-                node_output=delta,
-                duration=outcome.duration,
-                attempts=outcome.attempts,
-                iteration=iteration,
-                item_index=outcome.value if spec.kind == "map" else None,
-            )
+            try:
+                checkpoint_id = await self._commit_node(
+                    node_id,
+                    blobs + outcome.record_blobs,
+                    events,
+                    wave_busy,
+                    idempotent=outcome.records,
+                    node_output=delta,
+                    duration=outcome.duration,
+                    attempts=outcome.attempts,
+                    iteration=iteration,
+                    item_index=outcome.value if spec.kind == "map" else None,
+                )
+            except BaseException:
+                outcome.end_span()  # nothing of it was kept
+                raise
+        outcome.end_span(checkpoint_id)
         return outcome
 
     async def _commit_node(
@@ -293,8 +321,9 @@ class Runner:
         wave_busy: bool,
         idempotent: list[tuple[str, str]] | None = None,
         **fields: Any,
-    ) -> None:
-        """Commit ``after:<node>``; when the wave is done, the next wave's start (or the end) rides along."""
+    ) -> str:
+        """Commit ``after:<node>``; when the wave is done, the next wave's start (or the end) rides along.
+        Return the node's checkpoint id."""
         upcoming = self.progress.ready()
         if wave_busy:
             fields["extra"] = {"wave_writes": dict(self.progress.wave_writes)}
@@ -313,3 +342,4 @@ class Runner:
         await self.commits.commit(
             events, checkpoints=checkpoints, blobs=blobs, run=run_update, idempotent=idempotent or []
         )
+        return checkpoints[0].checkpoint_id

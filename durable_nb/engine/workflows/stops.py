@@ -17,6 +17,7 @@ from ...model import (
     RunUpdate,
 )
 from ..execution.attempts import Outcome
+from ..tracing import GATE, event
 from .run_commits import RunCommits, finished
 from .run_progress import RunProgress
 
@@ -75,6 +76,8 @@ class WaveStops:
         ]
         events.append(NewEvent(EventType.RUN_FAILED, first.node_id, {"error": message}))
         await self.commits.commit(events, checkpoints=checkpoints, run=finished(RunStatus.FAILED, message, error_type))
+        for failure in failures:
+            failure.end_span(checkpoints[0].checkpoint_id if failure is first else None)
 
     async def commit_pause(self, suspends: list[Outcome]) -> None:
         """Pause the run at the wave's gates, a checkpoint and a pending interrupt each."""
@@ -105,3 +108,8 @@ class WaveStops:
             open_interrupts=interrupts,
             run=RunUpdate(status=RunStatus.PAUSED, owner=None, lease_until=None),
         )
+        run_id = self.commits.run.run_id
+        for outcome, draft in zip(suspends, checkpoints, strict=True):
+            reason = outcome.suspend.reason if outcome.suspend is not None else None
+            event(outcome.span, GATE, run_id, draft.checkpoint_id, node=outcome.node_id, reason=reason, state="paused")
+            outcome.end_span(draft.checkpoint_id)

@@ -42,6 +42,7 @@ from ..runs.run import Run, load_run
 from ..runs.status import describe
 from ..state.statelog import StateLog
 from ..state.values import ValueCodec, check_state
+from ..tracing import finish, run_span, trace_meta
 from .definition import GraphDefinition
 from .runner import Runner
 
@@ -128,11 +129,20 @@ class Workflow(GraphDefinition):
         values = self._values()
         state = check_state(input, "The run input")
         run_id = new_id()
+        # Started before the run is written: its context is stored with the run, for the processes
+        # that resume it to continue its trace.
+        span = run_span(run_id)
         with active(run_id):
-            record, created = await self._create(run_id, values, state, idempotency_key, owner)
+            try:
+                record, created = await self._create(run_id, values, state, idempotency_key, owner, trace_meta(span))
+            except Exception as error:
+                finish(span, error=error)
+                raise
             if not created:
+                finish(span)
                 return await load_run(self.store, record.run_id, record)
             runner = self._runner(values, record, owner, state, CheckpointState(dict(record.input_manifest), []), None)
+            runner.span = span
             return await self._finish(runner)
 
     run = blocking(arun)
@@ -152,6 +162,7 @@ class Workflow(GraphDefinition):
         state: dict[str, Any],
         idempotency_key: str | None,
         owner: str | None = None,
+        meta: dict[str, Any] | None = None,
     ) -> tuple[RunRecord, bool]:
         """Write a new run (running under ``owner``, else pending); a repeated key returns the first, when
         it comes with the same input (IdempotencyKeyReused otherwise)."""
@@ -170,6 +181,7 @@ class Workflow(GraphDefinition):
                 idempotency_key=idempotency_key,
                 owner=owner,
                 lease_until=lease_deadline() if owner else None,
+                meta=meta or {},
                 events=[NewEvent(EventType.RUN_STARTED)]
                 + ([NewEvent(EventType.NODE_STARTED, n) for n in self._graph.ready([])] if owner else []),
             )
