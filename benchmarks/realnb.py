@@ -11,6 +11,11 @@ alternate (P D P D …). After every run the kernel prints fingerprints of every
 (``realnb_probe.py``); they, the PNG images and the errors of each cell are compared with the plain
 run. What differs between two plain runs (a training time, a plot titled with it) is reported as
 nondeterministic, not against durable_nb; a restore-all must match the durable run it restores exactly.
+
+Wall time and the kernel's CPU time are both reported; the CPU time of a durable run is also split
+into durable_nb's own threads (its commits) and the rest. On a busy machine the rest swings widely
+between runs of either mode in code that calls BLAS often on small matrices (statsmodels' ARIMA fits):
+the BLAS library's worker threads spin while they wait, and wait longer when the machine is loaded.
 """
 
 from __future__ import annotations
