@@ -11,6 +11,11 @@ alternate (P D P D …). After every run the kernel prints fingerprints of every
 (``realnb_probe.py``); they, the PNG images and the errors of each cell are compared with the plain
 run. What differs between two plain runs (a training time, a plot titled with it) is reported as
 nondeterministic, not against durable_nb; a restore-all must match the durable run it restores exactly.
+
+Wall time and the kernel's CPU time are both reported; the CPU time of a durable run is also split
+into durable_nb's own threads (its commits) and the rest. On a busy machine the rest swings widely
+between runs of either mode in code that calls BLAS often on small matrices (statsmodels' ARIMA fits):
+the BLAS library's worker threads spin while they wait, and wait longer when the machine is loaded.
 """
 
 from __future__ import annotations
@@ -55,6 +60,8 @@ NOTEBOOKS = (
 )
 PROBE = Path(__file__).with_name("realnb_probe.py")
 MARKER = "REALNB-FINGERPRINT "
+THREADS_MARKER = "REALNB-THREADS "
+OWN_THREADS = "durable-nb"  # the names of durable_nb's own threads start so (its event loop's: durable-nb-loop)
 RESTORED_NOTE = re.compile(r"restored '([^']+)' from checkpoint")
 CELL_TIMEOUT = 1800.0
 SHORT_CELL = 0.2  # a cell shorter than this (plain) is killed as soon as it starts
@@ -285,6 +292,7 @@ class CellResult:
     error: str | None = None
     text: str = ""
     cpu: float = 0.0  # CPU seconds the kernel process used meanwhile (all its threads)
+    thread_cpu: dict[int, float] = field(default_factory=dict)  # the same, per thread (native id)
 
     @property
     def restored(self) -> list[str]:
@@ -322,12 +330,43 @@ class Kernel:
             return 0.0
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
+    def thread_cpu(self) -> dict[int, float]:
+        """CPU seconds each thread of the kernel process has used so far, by native thread id.
+
+        Tells durable_nb's own work (its commits run on its event loop's thread) from the cell's
+        code and the threads it starts (a BLAS library's workers), whose CPU time swings with the
+        machine's load."""
+        try:
+            process = self.manager.provisioner.process  # type: ignore[union-attr]
+            tasks = Path(f"/proc/{process.pid}/task")
+            found = {}
+            for task in tasks.iterdir():
+                try:
+                    fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue  # the thread ended meanwhile
+                found[int(task.name)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            return found
+        except (OSError, AttributeError, IndexError, ValueError):
+            return {}
+
+    def thread_names(self) -> dict[int, str]:
+        """The names of the kernel's Python threads, by native thread id (empty if it cannot answer)."""
+        # No name is bound: the fingerprints taken next see the user's variables only.
+        threads = "{t.native_id: t.name for t in __import__('threading').enumerate()}"
+        code = f"print({THREADS_MARKER!r} + __import__('json').dumps({threads}))"
+        for line in self._execute(code, None, 60).text.splitlines():
+            if line.startswith(THREADS_MARKER):
+                return {int(key): name for key, name in json.loads(line[len(THREADS_MARKER) :]).items()}
+        return {}
+
     def execute(self, code: str, kill_after: float | None = None, timeout: float = CELL_TIMEOUT) -> CellResult:
         """Run one cell and collect its output; with ``kill_after``, SIGKILL the kernel that long after it starts."""
-        before = self.cpu()
+        before, threads_before = self.cpu(), self.thread_cpu()
         result = self._execute(code, kill_after, timeout)
-        after = self.cpu()
+        after, threads_after = self.cpu(), self.thread_cpu()
         result.cpu = max(after - before, 0.0) if after else 0.0
+        result.thread_cpu = {tid: seconds - threads_before.get(tid, 0.0) for tid, seconds in threads_after.items()}
         return result
 
     def _execute(self, code: str, kill_after: float | None, timeout: float) -> CellResult:
@@ -409,6 +448,7 @@ class NotebookRun:
     total_s: float = 0.0
     setup: CellResult | None = None  # a durable notebook's first cell (%load_ext, %durable run)
     cpu_s: float = 0.0  # the kernel's CPU seconds over the cells (setup cell included)
+    own_cpu_s: float = 0.0  # of which durable_nb's own threads used (its commits); 0 in a plain kernel
 
     @property
     def stopped(self) -> str | None:
@@ -423,7 +463,12 @@ class NotebookRun:
     def without_setup(self) -> NotebookRun:
         """The same run with its first (setup) cell apart, so that cell i is c<i+1> again."""
         return NotebookRun(
-            self.cells[1:], self.variables, self.total_s, self.cells[0] if self.cells else None, self.cpu_s
+            self.cells[1:],
+            self.variables,
+            self.total_s,
+            self.cells[0] if self.cells else None,
+            self.cpu_s,
+            self.own_cpu_s,
         )
 
 
@@ -442,10 +487,14 @@ def run_notebook(
             if result.status != "ok" or index == kill_at:
                 break
         alive = kernel.manager.is_alive() and (not results or results[-1].status not in ("killed", "dead", "timeout"))
+        names = kernel.thread_names() if alive else {}
         variables = kernel.fingerprints() if alive else None
     finally:
         kernel.close()
-    return NotebookRun(results, variables, sum(r.seconds for r in results), cpu_s=sum(r.cpu for r in results))
+    own = sum(s for r in results for tid, s in r.thread_cpu.items() if names.get(tid, "").startswith(OWN_THREADS))
+    return NotebookRun(
+        results, variables, sum(r.seconds for r in results), cpu_s=sum(r.cpu for r in results), own_cpu_s=own
+    )
 
 
 # -- comparing runs ------------------------------------------------------------------------------
@@ -707,6 +756,8 @@ def measure_notebook(path: str, source: str, reps: int, work: Path, time_imports
     durable_total = _median([d.total_s for d in durables])
     plain_cpu = _median([p.cpu_s for p in plains])
     durable_cpu = _median([d.cpu_s for d in durables])
+    durable_own_cpu = _median([d.own_cpu_s for d in durables])
+    durable_rest_cpu = _median([d.cpu_s - d.own_cpu_s for d in durables])
     restored_all = [node for r in restores for c in r.cells for node in c.restored]
     return {
         "notebook": name,
@@ -733,7 +784,9 @@ def measure_notebook(path: str, source: str, reps: int, work: Path, time_imports
             "store_bytes": int(statistics.median(store_bytes)),
         },
         "overhead_pct": round((durable_total / plain_total - 1) * 100, 1) if plain_total else None,
-        "cpu": {"plain_s": plain_cpu, "durable_s": durable_cpu},
+        # durable_s = own_s (durable_nb's threads: its commits) + rest_s (the cell's code and the
+        # threads it starts, durable_nb's work on the kernel's main thread included).
+        "cpu": {"plain_s": plain_cpu, "durable_s": durable_cpu, "own_s": durable_own_cpu, "rest_s": durable_rest_cpu},
         "overhead_cpu_pct": round((durable_cpu / plain_cpu - 1) * 100, 1) if plain_cpu else None,
         "restore_all": {
             "total_s": _median([r.total_s for r in restores]),
@@ -863,6 +916,12 @@ def _details(nb: dict[str, Any]) -> str:
         f"killed in {kill['cell']} ({kill['plain_s']:.2f} s plain) after {kill['kill_after_s']:.2f} s{missed}, "
         f"Run All again restored {len(kill['restored'])} cells, {agrees}"
     )
+    cpu = nb.get("cpu", {})
+    if "own_s" in cpu:
+        parts.append(
+            f"CPU s plain {cpu['plain_s']:.2f}, durable {cpu['durable_s']:.2f} = durable_nb's threads "
+            f"{cpu['own_s']:.2f} + the rest {cpu['rest_s']:.2f}"
+        )
     parts.append(f"durable (executing) vs plain: {_verdict(nb['faithful']['durable'])}")
     noise = ", ".join(noisy["variables"] + noisy["images"]) or "nothing"
     parts.append(f"nondeterministic (differs between runs of one mode): {noise}")

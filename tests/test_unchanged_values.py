@@ -336,3 +336,24 @@ def test_a_frame_that_changed_is_vouched_for_again_once_found_unchanged(shell: S
     assert held(shell.cell("%%durable first\nn = len(df)"), ns["df"])
     assert not held(shell.cell("%%durable second\nm = len(df)"), ns["df"])
     assert shell.changed("second") == ["m"]
+
+
+def test_a_changed_unit_reached_through_each_of_its_names_is_checked_once(
+    shell: Shell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cell that changes one name of a unit reaches the others through it: the unit's witness is
+    checked once in that commit, not once per name, and every name is stored again."""
+    checks: list[Any] = []
+    real = namespace.holds
+
+    def counting(held: Any, values: list[Any]) -> bool:
+        checks.append(held)
+        return real(held, values)
+
+    monkeypatch.setattr(namespace, "holds", counting)
+    shell.cell(f"{FRAME}\nframes = [df, s]\nmore = [df]")
+    checks.clear()
+    shell.cell("%%durable change\ndf.loc[10, 'a'] = 5.0")
+    assert {"df", "frames", "more"} <= set(shell.changed("change"))
+    # The figure the shell keeps open has a witness of its own, checked once too.
+    assert checks and len(checks) == len({id(c) for c in checks})

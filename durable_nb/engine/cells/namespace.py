@@ -226,6 +226,9 @@ class NamespaceTracker:
         covered = _Covered(units)
         seen: set[str] = set()
         queue: list[str] = []
+        # Witnesses found not to hold in this commit: a unit of many names is reached once per
+        # name, and nothing changes while the commit runs, so each is checked once.
+        refused: set[int] = set()
 
         def visit(result: Pickled) -> None:
             for other in sorted(result.uses | self._reach.holders(result.reach)):
@@ -234,7 +237,7 @@ class NamespaceTracker:
 
         def keep_unchanged(names: list[str]) -> bool:
             # A group known unchanged is kept as it was stored, without pickling it again.
-            kept = self._unchanged(names, namespace, stored, storable)
+            kept = self._unchanged(names, namespace, stored, storable, refused)
             if kept is None:
                 return False
             seen.update(kept.names)
@@ -305,12 +308,19 @@ class NamespaceTracker:
         return plan
 
     def _unchanged(
-        self, names: list[str], namespace: Mapping[str, Any], stored: Mapping[str, str], storable: Callable[[str], bool]
+        self,
+        names: list[str],
+        namespace: Mapping[str, Any],
+        stored: Mapping[str, str],
+        storable: Callable[[str], bool],
+        refused: set[int],
     ) -> _Unit | None:
         """The whole unit ``names`` belong to, as last pickled, if its witness shows it unchanged (no pickle
         needed); a cell that names ``fig`` alone keeps ``fig, ax`` whole."""
         first = self.known.get(names[0])
         if first is None or first.witness is None or first.reach is None or first.fingerprint is None:
+            return None
+        if id(first.witness) in refused:
             return None
         members = first.members
         if not set(names) <= set(members) or not all(m in namespace and storable(m) for m in members):
@@ -322,6 +332,7 @@ class NamespaceTracker:
             if entry.address != stored.get(name):
                 return None
         if not holds(first.witness, [namespace[n] for n in members]):
+            refused.add(id(first.witness))
             self._changing.update(members)
             return None
         last = Pickled(b"", [], first.reach, first.uses, first.figures, first.fingerprint, [], held=first.held)
