@@ -114,8 +114,10 @@ def _pending(conn: Any, run_id: str) -> list[PendingInterrupt]:
     return [rows.interrupt_from_row(row) for row in cursor]
 
 
-_UPDATE_RUN = rows.UPDATE_RUN.format(p="%s")
-_UPDATE_SEEN_RUN = f"{_UPDATE_RUN} AND {rows.SEEN_CONDITION.format(p='%s', same='IS NOT DISTINCT FROM')}"
+# Indexed by whether the UPDATE sets the status (see rows.run_update).
+_UPDATE_RUN = {True: rows.UPDATE_RUN.format(p="%s"), False: rows.UPDATE_RUN_SAME_STATUS.format(p="%s")}
+_SEEN = rows.SEEN_CONDITION.format(p="%s", same="IS NOT DISTINCT FROM")
+_UPDATE_SEEN_RUN = {sets: f"{sql} AND {_SEEN}" for sets, sql in _UPDATE_RUN.items()}
 
 
 class _Stale(Exception):
@@ -143,7 +145,8 @@ def _commit_seen(conn: Any, seen: RunRecord, commit: Commit, now: float) -> Comm
     after = updated_run(seen, commit, now, len(commit.checkpoints), len(commit.events))
     with conn.transaction():
         with conn.pipeline():
-            updated = conn.execute(_UPDATE_SEEN_RUN, rows.run_update_values(after) + rows.seen_values(seen))
+            sets, values = rows.run_update(seen, after)
+            updated = conn.execute(_UPDATE_SEEN_RUN[sets], values + rows.seen_values(seen))
             checkpoints = _write_rest(conn, seen, commit, now)
         if updated.rowcount != 1:
             raise _Stale
@@ -173,7 +176,8 @@ def _commit_read(conn: Any, commit: Commit, now: float, url: str) -> CommitResul
         # The checks are done: send every write in one pipeline instead of a round trip each.
         with conn.pipeline():
             checkpoints = _write_rest(conn, run, commit, now)
-            conn.execute(_UPDATE_RUN, rows.run_update_values(after))
+            sets, values = rows.run_update(run, after)
+            conn.execute(_UPDATE_RUN[sets], values)
     return CommitResult(after, checkpoints, claimed)
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "RUN_COLUMNS",
     "SEEN_CONDITION",
     "UPDATE_RUN",
+    "UPDATE_RUN_SAME_STATUS",
     "checkpoint_from_draft",
     "checkpoint_from_row",
     "checkpoint_values",
@@ -43,6 +44,7 @@ __all__ = [
     "interrupt_values",
     "run_from_new",
     "run_from_row",
+    "run_update",
     "run_update_values",
     "run_values",
     "seen_values",
@@ -166,6 +168,10 @@ UPDATE_RUN = (
     "UPDATE runs SET status = {p}, error = {p}, error_type = {p}, owner = {p}, lease_until = {p}, "
     "head_seq = {p}, event_seq = {p}, updated_at = {p} WHERE run_id = {p}"
 )
+# The same UPDATE for a commit that leaves the status as it was: a status in the SET list
+# rewrites the status index even to the same value (one more page per commit in SQLite, no
+# heap-only update in PostgreSQL).
+UPDATE_RUN_SAME_STATUS = UPDATE_RUN.replace("status = {p}, ", "", 1)
 
 # The columns a commit rewrites, as the committer saw them: while they still hold, the run
 # row it computed from them is the one it would compute from a fresh read. ``{same}`` is the
@@ -179,6 +185,15 @@ SEEN_CONDITION = (
 def seen_values(run: RunRecord) -> tuple[Any, ...]:
     """Return the values for SEEN_CONDITION."""
     return (run.status.value, run.error, run.error_type, run.owner, run.lease_until, run.head_seq, run.event_seq)
+
+
+def run_update(before: RunRecord, after: RunRecord) -> tuple[bool, tuple[Any, ...]]:
+    """Return whether the commit's UPDATE sets the status (UPDATE_RUN, else UPDATE_RUN_SAME_STATUS)
+    and its values."""
+    values = run_update_values(after)
+    if after.status is before.status:
+        return False, values[1:]
+    return True, values
 
 
 def run_update_values(run: RunRecord) -> tuple[Any, ...]:
