@@ -92,8 +92,16 @@ def blob_values(blob: Blob, created_at: float) -> tuple[Any, ...]:
     return (blob.hash, blob.codec, blob.size, created_at, blob.data, dumps(list(blob.parts)) if blob.parts else None)
 
 
+# Most of a checkpoint's JSON columns hold an empty list or dict: made directly, not parsed
+# (a history of thousands of checkpoints reads each row's dozen columns).
+_EMPTY: dict[str, Any] = {"{}": dict, "[]": list}
+
+
 def _loads(text: str | None, default: Any = None) -> Any:
-    return default if text is None else json.loads(text)
+    if text is None:
+        return default
+    empty = _EMPTY.get(text)
+    return empty() if empty is not None else json.loads(text)
 
 
 def run_from_row(row: Sequence[Any]) -> RunRecord:
@@ -282,13 +290,13 @@ def checkpoint_from_row(row: Sequence[Any]) -> CheckpointRecord:
         step=row[4],
         node_id=row[5],
         status=CheckpointStatus(row[6]),
-        changes=json.loads(row[7]),
-        completed_added=(completed := json.loads(row[8])).get("added", []),
+        changes=_loads(row[7]),
+        completed_added=(completed := _loads(row[8])).get("added", []),
         completed_removed=completed.get("removed", []),
         snapshot=snapshot_from_json(row[9]),
-        queue=json.loads(row[10]),
-        skipped=json.loads(row[11]),
-        routes=json.loads(row[12]),
+        queue=_loads(row[10]),
+        skipped=_loads(row[11]),
+        routes=_loads(row[12]),
         iteration=row[13],
         item_index=row[14],
         branch_key=row[15],
