@@ -94,3 +94,27 @@ def test_smoke_run_writes_tables_and_json(tmp_path: Path) -> None:
                 if row["contender"].startswith("durable_nb"):
                     assert row["committed"]["runs"] == 2 and row["committed"]["checkpoints_per_run"], row
         assert "A map on a 2-worker Dask LocalCluster" in result.stdout
+
+
+@pytest.mark.skipif(importlib.util.find_spec("langgraph") is None, reason="LangGraph is not installed")
+def test_profile_prints_where_a_node_and_a_saver_step_spend_their_time() -> None:
+    """`python -m benchmarks.profile`: phases and areas, per workflow node and per saver step."""
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.profile", "--runs", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env_with_repo(),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "**One workflow node**" in result.stdout
+    assert "**One LangGraph step with DurableSaver**" in result.stdout
+    for phase in (
+        "| node (whole process) | 1.00 |",
+        "| step (whole process) | 1.00 |",
+        "| saver.put |",
+        "store: commit",
+    ):
+        assert phase in result.stdout, phase
+    assert result.stdout.count("| area (cProfile own CPU time) |") == 2
