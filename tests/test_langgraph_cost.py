@@ -2,12 +2,14 @@
 
 Each ``put`` and ``put_writes`` of a thread the saver already wrote to is one store call: one
 transaction whose run row is checked and written by one conditional UPDATE (no read of the
-row first), which leaves the status column (and its index) alone when the status stays.
+row first), which leaves the status column (and its index) alone when the status stays; on
+PostgreSQL the whole transaction is one round trip.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 from typing import Any, TypedDict
 
 import pytest
@@ -21,6 +23,7 @@ from langgraph.graph import END, START, StateGraph
 from durable_nb._loop import run_sync
 from durable_nb.langgraph import DurableSaver
 from durable_nb.store import postgres_ops, sqlite_ops
+from durable_nb.store.postgres import PostgresStore
 from durable_nb.store.sqlite import SQLiteStore
 
 NODES = 5
@@ -148,3 +151,35 @@ def test_a_step_is_two_transactions_of_inserts_and_one_update_each(store_url: st
         "INSERT INTO checkpoints",
         "INSERT OR IGNORE INTO idempotency",
     }
+
+
+@pytest.mark.backends("postgres")
+def test_on_postgresql_each_put_and_put_writes_is_one_round_trip(
+    store_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """libpq's trace of the saver's connections: one ReadyForQuery (the server's answer to a
+    pipeline's Sync or to a query) per put and per put_writes."""
+    saver = DurableSaver(store_url)
+    store = saver.store
+    assert isinstance(store, PostgresStore)
+    config = {"configurable": {"thread_id": "traced"}}
+    chain(saver).invoke({"step": -1}, config, durability="sync")
+    steps(saver, saver.get_tuple(config), 1)
+    latest = saver.get_tuple(config)
+    trace = tmp_path / "libpq.trace"
+    original = PostgresStore._call_once
+
+    def traced(self: PostgresStore, fn: Any, *args: Any) -> Any:
+        pool = self._pool_or_open()
+        with pool.connection(timeout=self.pool_timeout) as conn, trace.open("a") as out:
+            conn.pgconn.trace(out.fileno())
+            try:
+                return fn(conn, *args)
+            finally:
+                conn.pgconn.untrace()
+
+    monkeypatch.setattr(PostgresStore, "_call_once", traced)
+    steps(saver, latest, NODES)
+    monkeypatch.setattr(PostgresStore, "_call_once", original)
+    answers = [line for line in trace.read_text().splitlines() if "\tReadyForQuery" in line]
+    assert len(answers) == 2 * NODES

@@ -117,7 +117,12 @@ def _pending(conn: Any, run_id: str) -> list[PendingInterrupt]:
 # Indexed by whether the UPDATE sets the status (see rows.run_update).
 _UPDATE_RUN = {True: rows.UPDATE_RUN.format(p="%s"), False: rows.UPDATE_RUN_SAME_STATUS.format(p="%s")}
 _SEEN = rows.SEEN_CONDITION.format(p="%s", same="IS NOT DISTINCT FROM")
-_UPDATE_SEEN_RUN = {sets: f"{sql} AND {_SEEN}" for sets, sql in _UPDATE_RUN.items()}
+# The conditional UPDATE, failing (division by zero) when it matched no row: so that the
+# transaction it opens can be sent whole, its COMMIT included, without waiting for its count.
+_UPDATE_SEEN_RUN = {
+    sets: f"WITH updated AS ({sql} AND {_SEEN} RETURNING 1) SELECT 1 / (SELECT count(*) FROM updated)"
+    for sets, sql in _UPDATE_RUN.items()
+}
 
 
 class _Stale(Exception):
@@ -139,17 +144,25 @@ def _commit(conn: Any, commit: Commit, now: float, url: str) -> CommitResult:
 
 
 def _commit_seen(conn: Any, seen: RunRecord, commit: Commit, now: float) -> CommitResult:
-    # A running node's commit: one pipeline, one round trip. The UPDATE's condition does the
-    # checks (re-evaluated after any concurrent writer commits); when it matches nothing, the
-    # transaction is rolled back.
+    # A running node's commit: BEGIN, the conditional UPDATE, the writes and COMMIT in one
+    # pipeline, one round trip. The UPDATE's condition does the checks (re-evaluated after any
+    # concurrent writer commits); when it matches nothing it fails, and the server skips the
+    # rest of the pipeline, COMMIT included: nothing is written, and the transaction is rolled back.
+    from psycopg.errors import DivisionByZero
+
     after = updated_run(seen, commit, now, len(commit.checkpoints), len(commit.events))
-    with conn.transaction():
+    sets, values = rows.run_update(seen, after)
+    try:
         with conn.pipeline():
-            sets, values = rows.run_update(seen, after)
-            updated = conn.execute(_UPDATE_SEEN_RUN[sets], values + rows.seen_values(seen))
+            conn.execute("BEGIN")
+            conn.execute(_UPDATE_SEEN_RUN[sets], values + rows.seen_values(seen))
             checkpoints = _write_rest(conn, seen, commit, now)
-        if updated.rowcount != 1:
-            raise _Stale
+            conn.execute("COMMIT")
+    except BaseException as error:
+        conn.rollback()  # the failed transaction, if the server still holds it open
+        if isinstance(error, DivisionByZero):
+            raise _Stale from None
+        raise
     return CommitResult(after, checkpoints)
 
 
