@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 import pytest
 
@@ -18,8 +18,8 @@ pytest.importorskip("langgraph")
 
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.base.id import uuid6
-from langgraph.graph import END, START, StateGraph
 
+from benchmarks.saver import chain_graph
 from durable_nb._loop import run_sync
 from durable_nb.langgraph import DurableSaver
 from durable_nb.store import postgres_ops, sqlite_ops
@@ -29,24 +29,9 @@ from durable_nb.store.sqlite import SQLiteStore
 NODES = 5
 
 
-class Chain(TypedDict, total=False):
-    step: int
-
-
 def chain(saver: DurableSaver) -> Any:
-    """A chain of NODES nodes, each writing its index."""
-    graph = StateGraph(Chain)
-    previous = START
-    for index in range(NODES):
-
-        def step(state: Chain, index: int = index) -> Chain:
-            return {"step": index}
-
-        graph.add_node(f"n{index}", step)
-        graph.add_edge(previous, f"n{index}")
-        previous = f"n{index}"
-    graph.add_edge(previous, END)
-    return graph.compile(checkpointer=saver)
+    """The benchmark's chain of NODES nodes, each writing its index."""
+    return chain_graph(saver, NODES)
 
 
 class Counted:
