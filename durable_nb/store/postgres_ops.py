@@ -148,21 +148,33 @@ def _commit_seen(conn: Any, seen: RunRecord, commit: Commit, now: float) -> Comm
     # pipeline, one round trip. The UPDATE's condition does the checks (re-evaluated after any
     # concurrent writer commits); when it matches nothing it fails, and the server skips the
     # rest of the pipeline, COMMIT included: nothing is written, and the transaction is rolled back.
+    from psycopg import Error
     from psycopg.errors import DivisionByZero
 
     after = updated_run(seen, commit, now, len(commit.checkpoints), len(commit.events))
     sets, values = rows.run_update(seen, after)
+    failed: Error | None = None
     try:
         with conn.pipeline():
-            conn.execute("BEGIN")
-            conn.execute(_UPDATE_SEEN_RUN[sets], values + rows.seen_values(seen))
-            checkpoints = _write_rest(conn, seen, commit, now)
-            conn.execute("COMMIT")
-    except BaseException as error:
-        conn.rollback()  # the failed transaction, if the server still holds it open
-        if isinstance(error, DivisionByZero):
-            raise _Stale from None
+            # A statement's error can surface while later ones are queued: kept here, not raised
+            # out of the pipeline's block (psycopg would log the pipeline's own abort as a warning).
+            try:
+                conn.execute("BEGIN")
+                conn.execute(_UPDATE_SEEN_RUN[sets], values + rows.seen_values(seen))
+                checkpoints = _write_rest(conn, seen, commit, now)
+                conn.execute("COMMIT")
+            except Error as error:
+                failed = error
+    except Error as error:
+        failed = failed or error
+    except BaseException:
+        conn.rollback()
         raise
+    if failed is not None:
+        conn.rollback()  # the failed transaction, which the server holds open
+        if isinstance(failed, DivisionByZero):
+            raise _Stale from None
+        raise failed
     return CommitResult(after, checkpoints)
 
 
