@@ -15,17 +15,22 @@ ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.slow, pytest.mark.sqlite_only]
 
 
-def test_smoke_run_writes_tables_and_json(tmp_path: Path) -> None:
-    """README Benchmarks: every scenario reports medians and ratios against durable_nb and the floor."""
-    out = tmp_path / "results.json"
-    result = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--smoke", "--json", str(out)],
+def _run(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m module args`` from the repository, with its output."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,
         env=env_with_repo(),
     )
+
+
+def test_smoke_run_writes_tables_and_json(tmp_path: Path) -> None:
+    """README Benchmarks: every scenario reports medians and ratios against durable_nb and the floor."""
+    out = tmp_path / "results.json"
+    result = _run("benchmarks", "--smoke", "--json", str(out))
     assert result.returncode == 0, result.stderr
     assert "x floor" in result.stdout
     data = json.loads(out.read_text())
@@ -94,3 +99,20 @@ def test_smoke_run_writes_tables_and_json(tmp_path: Path) -> None:
                 if row["contender"].startswith("durable_nb"):
                     assert row["committed"]["runs"] == 2 and row["committed"]["checkpoints_per_run"], row
         assert "A map on a 2-worker Dask LocalCluster" in result.stdout
+
+
+@pytest.mark.skipif(importlib.util.find_spec("langgraph") is None, reason="LangGraph is not installed")
+def test_profile_prints_where_a_node_and_a_saver_step_spend_their_time() -> None:
+    """`python -m benchmarks.profile`: phases and areas, per workflow node and per saver step."""
+    result = _run("benchmarks.profile", "--runs", "1")
+    assert result.returncode == 0, result.stderr
+    assert "**One workflow node**" in result.stdout
+    assert "**One LangGraph step with DurableSaver**" in result.stdout
+    for phase in (
+        "| node (whole process) | 1.00 |",
+        "| step (whole process) | 1.00 |",
+        "| saver.put |",
+        "store: commit",
+    ):
+        assert phase in result.stdout, phase
+    assert result.stdout.count("| area (cProfile own CPU time) |") == 2

@@ -25,6 +25,9 @@ class ThreadRuns:
         self._heads: dict[str, Head] = {}
         # Per run, the checkpoint at which this saver saw the thread stop (an interrupt, a failed task).
         self._stops: dict[str, str] = {}
+        # Per run, its row as this saver's last commit left it: a commit that passes it as seen
+        # is one conditional UPDATE instead of a read and an update (a stale one is read again).
+        self._rows: dict[str, RunRecord] = {}
 
     async def of_thread(self, thread_id: str) -> list[RunRecord]:
         """Return the runs of a thread, one per namespace."""
@@ -65,6 +68,7 @@ class ThreadRuns:
             )
         )
         self._runs[thread_id, ns] = run.run_id
+        self._rows[run.run_id] = run
         return run.run_id
 
     def forget(self, run_ids: Sequence[str]) -> None:
@@ -72,6 +76,7 @@ class ThreadRuns:
         for run_id in run_ids:
             self._heads.pop(run_id, None)
             self._stops.pop(run_id, None)
+            self._rows.pop(run_id, None)
         gone = set(run_ids)
         for key in [k for k, v in self._runs.items() if v in gone]:
             del self._runs[key]
@@ -81,6 +86,7 @@ class ThreadRuns:
         head = self._heads.get(run_id)
         if head is None:
             run = await self.store.get_run(run_id)
+            self._rows[run_id] = run
             record, _ = await self.latest(run_id)
             if record is None:
                 head = Head(run.head_seq, None, {}, {}, 0, run.status, {}, None)
@@ -104,8 +110,20 @@ class ThreadRuns:
         """Remember the run's new head (None: read it again, another writer moved it on)."""
         if head is None:
             self._heads.pop(run_id, None)
+            self._rows.pop(run_id, None)
         else:
             self._heads[run_id] = head
+
+    def row(self, run_id: str) -> RunRecord | None:
+        """Return the run's row as this saver's last commit (or read) left it, if remembered."""
+        return self._rows.get(run_id)
+
+    def committed(self, run: RunRecord) -> None:
+        """Remember the run's row as a commit left it (not an older one: LangGraph stores a step's
+        writes and its checkpoint from two threads, which may report back in either order)."""
+        known = self._rows.get(run.run_id)
+        if known is None or known.head_seq <= run.head_seq:
+            self._rows[run.run_id] = run
 
     def stopped(self, run_id: str, checkpoint_id: str) -> None:
         """Note that the thread stopped at a checkpoint (an interrupt, a failed task)."""

@@ -285,6 +285,7 @@ class DurableSaver(BaseCheckpointSaver[int]):
                         # A step stored past the thread's stop answered the gates it waited at.
                         release_interrupts=moved_on is not None and head.status is RunStatus.PAUSED,
                         expect_head_seq=head.seq,
+                        seen=self._runs.row(run_id),
                     )
                 )
             except Conflict:
@@ -293,6 +294,7 @@ class DurableSaver(BaseCheckpointSaver[int]):
             except RunNotFound:
                 self._runs.forget([run_id])  # the thread was deleted meanwhile: start it again
                 continue
+            self._runs.committed(result.run)
             self._runs.moved(
                 run_id,
                 Head(

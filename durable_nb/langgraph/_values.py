@@ -141,8 +141,15 @@ class ChannelValues:
         values = ValueCodec(self.store, self._secret)
         loaded = await values.load_many(manifests)
         written = loaded["writes"]
-        # A write names its value's address; the value is the blob a channel holding it names too.
-        typed = await values.load({w[4]: w[4] for w in written.values()}) if written else {}
+        # A write names its value's address; the value is the blob a channel holding it names
+        # too (a node's output is the next checkpoint's value): those loaded already are not read again.
+        typed: dict[str, Any] = {}
+        for i in range(len(records)):
+            state, got = manifests[i], loaded[i]
+            typed.update((state[channel], value) for channel, value in got.items())
+        missing = {w[4]: w[4] for w in written.values() if w[4] not in typed}
+        if missing:
+            typed.update(await values.load(missing))
         found = []
         for i, record in enumerate(records):
             keys = keys_of.get(lg(record)["id"], [])

@@ -164,8 +164,15 @@ class PendingWrites:
                 self._runs.stopped(run_id, checkpoint_id)
             gates = await self._gates(run_id, checkpoint_id, channels, writes, task_id, task_path)
             try:
-                await self.store.commit(
-                    Commit(run_id, blobs=blobs, idempotent=list(manifest.items()), run=update, **gates)
+                result = await self.store.commit(
+                    Commit(
+                        run_id,
+                        blobs=blobs,
+                        idempotent=list(manifest.items()),
+                        run=update,
+                        seen=self._runs.row(run_id),
+                        **gates,
+                    )
                 )
             except RunNotFound:
                 self._runs.forget([run_id])
@@ -181,6 +188,7 @@ class PendingWrites:
                 if invocation is not None:
                     invocation.lost[thread_id, ns, checkpoint_id] = lost
                 raise lost from None
+            self._runs.committed(result.run)
             return
 
     async def _gates(

@@ -131,6 +131,10 @@ class _Pickler(cloudpickle.Pickler):
 
 
 def _pickle(value: Any) -> bytes:
+    if type(value) is tuple and all(type(item) is str or type(item) is bytes for item in value):
+        # A serializer's (type, bytes), as LangGraph's values come: the same bytes as the
+        # pickler below makes, without building one per value.
+        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     out = io.BytesIO()
     _Pickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
     return out.getvalue()
@@ -161,7 +165,8 @@ def encode(value: Any, key: bytes, name: str = "value") -> Blob:
 
 
 def _sign(key: bytes, data: Any) -> str:
-    return hmac.new(key, data, hashlib.sha256).hexdigest()
+    # One call into OpenSSL: hmac.new() builds its object in Python, a few µs per value.
+    return hmac.digest(key, data, "sha256").hex()
 
 
 def seal(address: str, key: bytes) -> str:
@@ -311,9 +316,13 @@ def open_list(blob: Blob, key: bytes) -> list[ListChunk]:
     return [ListChunk(str(a), int(n), bool(single)) for a, n, single in json.loads(bytes(blob.data))]
 
 
+# The address forms whose digest is the HMAC of the bytes with the store's key.
+_SIGNED_FORMS = (_PICKLE_PREFIX, _GROUP_PREFIX, _JSON_PREFIX, _LIST_PREFIX)
+
+
 def address_hasher(address: str, key: bytes) -> Any:
     """Return a fresh hash object that computes ``address``'s digest from the bytes, or None."""
-    if address.startswith((_PICKLE_PREFIX, _GROUP_PREFIX, _JSON_PREFIX, _LIST_PREFIX)):
+    if address.startswith(_SIGNED_FORMS):
         return hmac.new(key, digestmod=hashlib.sha256)
     if address.startswith((_RAW_PREFIX, *UNSIGNED_PREFIXES)):
         return hashlib.sha256()
@@ -324,6 +333,8 @@ def _digest(blob: Blob, key: bytes) -> str:
     # The digest the store computed while reading, if it used this key; else one pass now.
     if blob.read_digest is not None and hmac.compare_digest(blob.read_digest[0], key):
         return blob.read_digest[1]
+    if blob.hash.startswith(_SIGNED_FORMS):
+        return _sign(key, blob.data)
     hasher = address_hasher(blob.hash, key)
     hasher.update(blob.data)
     return str(hasher.hexdigest())

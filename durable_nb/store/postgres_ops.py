@@ -114,8 +114,15 @@ def _pending(conn: Any, run_id: str) -> list[PendingInterrupt]:
     return [rows.interrupt_from_row(row) for row in cursor]
 
 
-_UPDATE_RUN = rows.UPDATE_RUN.format(p="%s")
-_UPDATE_SEEN_RUN = f"{_UPDATE_RUN} AND {rows.SEEN_CONDITION.format(p='%s', same='IS NOT DISTINCT FROM')}"
+# Indexed by whether the UPDATE sets the status (see rows.run_update).
+_UPDATE_RUN = {True: rows.UPDATE_RUN.format(p="%s"), False: rows.UPDATE_RUN_SAME_STATUS.format(p="%s")}
+_SEEN = rows.SEEN_CONDITION.format(p="%s", same="IS NOT DISTINCT FROM")
+# The conditional UPDATE, failing (division by zero) when it matched no row: so that the
+# transaction it opens can be sent whole, its COMMIT included, without waiting for its count.
+_UPDATE_SEEN_RUN = {
+    sets: f"WITH updated AS ({sql} AND {_SEEN} RETURNING 1) SELECT 1 / (SELECT count(*) FROM updated)"
+    for sets, sql in _UPDATE_RUN.items()
+}
 
 
 class _Stale(Exception):
@@ -137,16 +144,37 @@ def _commit(conn: Any, commit: Commit, now: float, url: str) -> CommitResult:
 
 
 def _commit_seen(conn: Any, seen: RunRecord, commit: Commit, now: float) -> CommitResult:
-    # A running node's commit: one pipeline, one round trip. The UPDATE's condition does the
-    # checks (re-evaluated after any concurrent writer commits); when it matches nothing, the
-    # transaction is rolled back.
+    # A running node's commit: BEGIN, the conditional UPDATE, the writes and COMMIT in one
+    # pipeline, one round trip. The UPDATE's condition does the checks (re-evaluated after any
+    # concurrent writer commits); when it matches nothing it fails, and the server skips the
+    # rest of the pipeline, COMMIT included: nothing is written, and the transaction is rolled back.
+    from psycopg import Error
+    from psycopg.errors import DivisionByZero
+
     after = updated_run(seen, commit, now, len(commit.checkpoints), len(commit.events))
-    with conn.transaction():
+    sets, values = rows.run_update(seen, after)
+    failed: Error | None = None
+    try:
         with conn.pipeline():
-            updated = conn.execute(_UPDATE_SEEN_RUN, rows.run_update_values(after) + rows.seen_values(seen))
-            checkpoints = _write_rest(conn, seen, commit, now)
-        if updated.rowcount != 1:
-            raise _Stale
+            # A statement's error can surface while later ones are queued: kept here, not raised
+            # out of the pipeline's block (psycopg would log the pipeline's own abort as a warning).
+            try:
+                conn.execute("BEGIN")
+                conn.execute(_UPDATE_SEEN_RUN[sets], values + rows.seen_values(seen))
+                checkpoints = _write_rest(conn, seen, commit, now)
+                conn.execute("COMMIT")
+            except Error as error:
+                failed = error
+    except Error as error:
+        failed = failed or error
+    except BaseException:
+        conn.rollback()
+        raise
+    if failed is not None:
+        conn.rollback()  # the failed transaction, which the server holds open
+        if isinstance(failed, DivisionByZero):
+            raise _Stale from None
+        raise failed
     return CommitResult(after, checkpoints)
 
 
@@ -173,7 +201,8 @@ def _commit_read(conn: Any, commit: Commit, now: float, url: str) -> CommitResul
         # The checks are done: send every write in one pipeline instead of a round trip each.
         with conn.pipeline():
             checkpoints = _write_rest(conn, run, commit, now)
-            conn.execute(_UPDATE_RUN, rows.run_update_values(after))
+            sets, values = rows.run_update(run, after)
+            conn.execute(_UPDATE_RUN[sets], values)
     return CommitResult(after, checkpoints, claimed)
 
 

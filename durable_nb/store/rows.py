@@ -31,6 +31,7 @@ __all__ = [
     "RUN_COLUMNS",
     "SEEN_CONDITION",
     "UPDATE_RUN",
+    "UPDATE_RUN_SAME_STATUS",
     "checkpoint_from_draft",
     "checkpoint_from_row",
     "checkpoint_values",
@@ -43,6 +44,7 @@ __all__ = [
     "interrupt_values",
     "run_from_new",
     "run_from_row",
+    "run_update",
     "run_update_values",
     "run_values",
     "seen_values",
@@ -90,8 +92,16 @@ def blob_values(blob: Blob, created_at: float) -> tuple[Any, ...]:
     return (blob.hash, blob.codec, blob.size, created_at, blob.data, dumps(list(blob.parts)) if blob.parts else None)
 
 
+# Most of a checkpoint's JSON columns hold an empty list or dict: made directly, not parsed
+# (a history of thousands of checkpoints reads each row's dozen columns).
+_EMPTY: dict[str, Any] = {"{}": dict, "[]": list}
+
+
 def _loads(text: str | None, default: Any = None) -> Any:
-    return default if text is None else json.loads(text)
+    if text is None:
+        return default
+    empty = _EMPTY.get(text)
+    return empty() if empty is not None else json.loads(text)
 
 
 def run_from_row(row: Sequence[Any]) -> RunRecord:
@@ -166,6 +176,10 @@ UPDATE_RUN = (
     "UPDATE runs SET status = {p}, error = {p}, error_type = {p}, owner = {p}, lease_until = {p}, "
     "head_seq = {p}, event_seq = {p}, updated_at = {p} WHERE run_id = {p}"
 )
+# The same UPDATE for a commit that leaves the status as it was: a status in the SET list
+# rewrites the status index even to the same value (one more page per commit in SQLite, no
+# heap-only update in PostgreSQL).
+UPDATE_RUN_SAME_STATUS = UPDATE_RUN.replace("status = {p}, ", "", 1)
 
 # The columns a commit rewrites, as the committer saw them: while they still hold, the run
 # row it computed from them is the one it would compute from a fresh read. ``{same}`` is the
@@ -179,6 +193,15 @@ SEEN_CONDITION = (
 def seen_values(run: RunRecord) -> tuple[Any, ...]:
     """Return the values for SEEN_CONDITION."""
     return (run.status.value, run.error, run.error_type, run.owner, run.lease_until, run.head_seq, run.event_seq)
+
+
+def run_update(before: RunRecord, after: RunRecord) -> tuple[bool, tuple[Any, ...]]:
+    """Return whether the commit's UPDATE sets the status (UPDATE_RUN, else UPDATE_RUN_SAME_STATUS)
+    and its values."""
+    values = run_update_values(after)
+    if after.status is before.status:
+        return False, values[1:]
+    return True, values
 
 
 def run_update_values(run: RunRecord) -> tuple[Any, ...]:
@@ -267,13 +290,13 @@ def checkpoint_from_row(row: Sequence[Any]) -> CheckpointRecord:
         step=row[4],
         node_id=row[5],
         status=CheckpointStatus(row[6]),
-        changes=json.loads(row[7]),
-        completed_added=(completed := json.loads(row[8])).get("added", []),
+        changes=_loads(row[7]),
+        completed_added=(completed := _loads(row[8])).get("added", []),
         completed_removed=completed.get("removed", []),
         snapshot=snapshot_from_json(row[9]),
-        queue=json.loads(row[10]),
-        skipped=json.loads(row[11]),
-        routes=json.loads(row[12]),
+        queue=_loads(row[10]),
+        skipped=_loads(row[11]),
+        routes=_loads(row[12]),
         iteration=row[13],
         item_index=row[14],
         branch_key=row[15],

@@ -160,8 +160,10 @@ def _create_run(conn: sqlite3.Connection, new: NewRun, now: float) -> tuple[RunR
         return run, True
 
 
-_UPDATE_RUN = rows.UPDATE_RUN.format(p="?")
-_UPDATE_SEEN_RUN = f"{_UPDATE_RUN} AND {rows.SEEN_CONDITION.format(p='?', same='IS')}"
+# Indexed by whether the UPDATE sets the status (see rows.run_update).
+_UPDATE_RUN = {True: rows.UPDATE_RUN.format(p="?"), False: rows.UPDATE_RUN_SAME_STATUS.format(p="?")}
+_SEEN = rows.SEEN_CONDITION.format(p="?", same="IS")
+_UPDATE_SEEN_RUN = {sets: f"{sql} AND {_SEEN}" for sets, sql in _UPDATE_RUN.items()}
 
 
 def _commit(conn: sqlite3.Connection, commit: Commit, now: float, url: str) -> CommitResult:
@@ -170,7 +172,8 @@ def _commit(conn: sqlite3.Connection, commit: Commit, now: float, url: str) -> C
         if seen is not None:
             # A running node's commit: one conditional UPDATE checks the row and writes it.
             after = updated_run(seen, commit, now, len(commit.checkpoints), len(commit.events))
-            if conn.execute(_UPDATE_SEEN_RUN, rows.run_update_values(after) + rows.seen_values(seen)).rowcount:
+            sets, values = rows.run_update(seen, after)
+            if conn.execute(_UPDATE_SEEN_RUN[sets], values + rows.seen_values(seen)).rowcount:
                 return CommitResult(after, _write_rest(conn, seen, commit, now))
         run = _get_run(conn, commit.run_id)
         if run is None:
@@ -188,7 +191,8 @@ def _commit(conn: sqlite3.Connection, commit: Commit, now: float, url: str) -> C
             )
         checkpoints = _write_rest(conn, run, commit, now)
         after = updated_run(run, commit, now, len(commit.checkpoints), len(commit.events), still_pending)
-        conn.execute(_UPDATE_RUN, rows.run_update_values(after))
+        sets, values = rows.run_update(run, after)
+        conn.execute(_UPDATE_RUN[sets], values)
         return CommitResult(after, checkpoints, claimed)
 
 

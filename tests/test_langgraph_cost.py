@@ -1,0 +1,170 @@
+"""What one LangGraph step costs DurableSaver, counted (never timed), on SQLite and PostgreSQL.
+
+Each ``put`` and ``put_writes`` of a thread the saver already wrote to is one store call: one
+transaction whose run row is checked and written by one conditional UPDATE (no read of the
+row first), which leaves the status column (and its index) alone when the status stays; on
+PostgreSQL the whole transaction is one round trip.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langgraph")
+
+from langgraph.checkpoint.base import CheckpointTuple
+from langgraph.checkpoint.base.id import uuid6
+
+from benchmarks.saver import chain_graph
+from durable_nb._loop import run_sync
+from durable_nb.langgraph import DurableSaver
+from durable_nb.store import postgres_ops, sqlite_ops
+from durable_nb.store.postgres import PostgresStore
+from durable_nb.store.sqlite import SQLiteStore
+
+NODES = 5
+
+
+def chain(saver: DurableSaver) -> Any:
+    """The benchmark's chain of NODES nodes, each writing its index."""
+    return chain_graph(saver, NODES)
+
+
+class Counted:
+    """Counts the saver's writes, the store's commits and the run rows read, from any thread."""
+
+    def __init__(self, saver: DurableSaver, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[str] = []
+        for name in ("put", "put_writes"):
+            self._count(monkeypatch, saver, name, name)
+        self._count(monkeypatch, saver.store, "commit", "commit")
+        # Every read of a run row by the store, commits' included, goes through _get_run.
+        for module in (sqlite_ops, postgres_ops):
+            self._count(monkeypatch, module, "_get_run", "read run row")
+
+    def _count(self, monkeypatch: pytest.MonkeyPatch, owner: Any, name: str, label: str) -> None:
+        original = getattr(owner, name)
+        calls = self.calls
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            calls.append(label)
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, counted)
+
+    def count(self, label: str) -> int:
+        return self.calls.count(label)
+
+
+def steps(saver: DurableSaver, latest: CheckpointTuple | None, count: int) -> None:
+    """Store ``count`` steps after the checkpoint ``latest``, one after the other, as LangGraph
+    does with durability="sync": a task's writes, then the checkpoint they lead to."""
+    assert latest is not None
+    checkpoint, at = latest.checkpoint, latest.config
+    for step in range(count):
+        saver.put_writes(at, [("step", step)], f"task-{step}")
+        version = int(checkpoint["channel_versions"].get("step", 0)) + 1
+        checkpoint = {
+            **checkpoint,
+            "id": str(uuid6(clock_seq=step)),
+            "channel_values": {**checkpoint["channel_values"], "step": step},
+            "channel_versions": {**checkpoint["channel_versions"], "step": version},
+        }
+        at = saver.put(at, checkpoint, {"source": "loop", "step": step}, {"step": version})
+
+
+def test_a_graph_step_is_one_commit_per_put_and_put_writes(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    saver = DurableSaver(store_url)
+    app = chain(saver)
+    config = {"configurable": {"thread_id": "counted"}}
+    app.invoke({"step": -1}, config, durability="sync")
+    counted = Counted(saver, monkeypatch)
+    app.invoke({"step": -1}, config, durability="sync")
+    # The input's checkpoint, the start's and one per node; the writes of each of those tasks.
+    assert counted.count("put") == NODES + 2
+    assert counted.count("put_writes") >= NODES + 1
+    assert counted.count("commit") == counted.count("put") + counted.count("put_writes")
+    assert app.get_state(config).values == {"step": NODES - 1}
+
+
+def test_put_and_put_writes_commit_without_reading_the_run_row(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    saver = DurableSaver(store_url)
+    config = {"configurable": {"thread_id": "direct"}}
+    chain(saver).invoke({"step": -1}, config, durability="sync")  # the thread's run exists
+    steps(saver, saver.get_tuple(config), 1)
+    latest = saver.get_tuple(config)
+    counted = Counted(saver, monkeypatch)
+    steps(saver, latest, NODES)
+    assert counted.count("put") == counted.count("put_writes") == NODES
+    assert counted.count("commit") == 2 * NODES
+    # The saver passes the row as its last commit left it: one conditional UPDATE checks it.
+    assert counted.count("read run row") == 0
+    stored = saver.get_tuple(config)
+    assert stored is not None and stored.checkpoint["channel_values"]["step"] == NODES - 1
+
+
+@pytest.mark.sqlite_only
+def test_a_step_is_two_transactions_of_inserts_and_one_update_each(store_url: str) -> None:
+    saver = DurableSaver(store_url)
+    store = saver.store
+    assert isinstance(store, SQLiteStore)
+    config = {"configurable": {"thread_id": "traced"}}
+    chain(saver).invoke({"step": -1}, config, durability="sync")
+    statements: list[str] = []
+    steps(saver, saver.get_tuple(config), 1)  # the saver has read the thread's head
+    latest = saver.get_tuple(config)
+
+    def trace(conn: sqlite3.Connection) -> None:
+        conn.set_trace_callback(statements.append)
+
+    run_sync(store._run(trace))
+    steps(saver, latest, NODES)
+    run_sync(store._run(lambda conn: conn.set_trace_callback(None)))
+    written = statements
+    assert written.count("BEGIN IMMEDIATE") == written.count("COMMIT") == 2 * NODES
+    updates = [s for s in written if s.startswith("UPDATE runs")]
+    assert len(updates) == 2 * NODES
+    # The status stays: the UPDATE leaves it (and its index) alone.
+    assert not any(s.startswith("UPDATE runs SET status") for s in updates)
+    assert not [s for s in written if s.startswith("SELECT")]
+    assert {s.split(" (")[0] for s in written if s.startswith("INSERT")} == {
+        "INSERT OR IGNORE INTO blobs",
+        "INSERT INTO checkpoints",
+        "INSERT OR IGNORE INTO idempotency",
+    }
+
+
+@pytest.mark.backends("postgres")
+def test_on_postgresql_each_put_and_put_writes_is_one_round_trip(
+    store_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """libpq's trace of the saver's connections: one ReadyForQuery (the server's answer to a
+    pipeline's Sync or to a query) per put and per put_writes."""
+    saver = DurableSaver(store_url)
+    store = saver.store
+    assert isinstance(store, PostgresStore)
+    config = {"configurable": {"thread_id": "traced"}}
+    chain(saver).invoke({"step": -1}, config, durability="sync")
+    steps(saver, saver.get_tuple(config), 1)
+    latest = saver.get_tuple(config)
+    trace = tmp_path / "libpq.trace"
+    original = PostgresStore._call_once
+
+    def traced(self: PostgresStore, fn: Any, *args: Any) -> Any:
+        pool = self._pool_or_open()
+        with pool.connection(timeout=self.pool_timeout) as conn, trace.open("a") as out:
+            conn.pgconn.trace(out.fileno())
+            try:
+                return fn(conn, *args)
+            finally:
+                conn.pgconn.untrace()
+
+    monkeypatch.setattr(PostgresStore, "_call_once", traced)
+    steps(saver, latest, NODES)
+    monkeypatch.setattr(PostgresStore, "_call_once", original)
+    answers = [line for line in trace.read_text().splitlines() if "\tReadyForQuery" in line]
+    assert len(answers) == 2 * NODES
