@@ -160,13 +160,14 @@ def magics_rst() -> list[str]:
     """The magics' reference as reStructuredText, from their argument parsers and docstrings."""
     import inspect
 
+    from durable_nb.notebook.magic_arguments import parser_of
     from durable_nb.notebook.magics import DurableMagics
 
     lines = ["``%durable`` (line magic)", "-------------------------", ""]
     usage = inspect.cleandoc(DurableMagics.durable_line.__doc__ or "").split("Usage::", 1)[1]
     lines += ["::", "", *("    " + line for line in inspect.cleandoc(usage).splitlines()), ""]
     for shown, method in MAGICS:
-        parser = getattr(DurableMagics, method).parser
+        parser = parser_of(getattr(DurableMagics, method))  # subcommands' parsers are built on first use
         lines += [f"``{shown}``", "-" * (len(shown) + 4), ""]
         if parser.description:
             # The description holds examples laid out for a terminal: shown as it is.
