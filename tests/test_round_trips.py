@@ -85,16 +85,17 @@ def test_a_gate_claimed_by_its_checkpoint_is_decided_once(store_url: str) -> Non
 
 
 class Hops:
-    """Counts the notebook layer's sync-to-async hops: its calls of the sync driver, by module."""
+    """Counts the notebook layer's sync-to-async calls, by module: ``run_sync`` (a hand-off to the
+    background loop) as the module's name, ``run_in_place`` (on the calling thread) as ``name:here``."""
 
     def __init__(self) -> None:
         self.calls: list[str] = []
 
-    def wrap(self, module: Any) -> Any:
-        driver = module.run_sync
+    def wrap(self, module: Any, driver_name: str, suffix: str) -> Any:
+        driver = getattr(module, driver_name)
 
         def counted(coro: Any) -> Any:
-            self.calls.append(module.__name__.rsplit(".", 1)[-1])
+            self.calls.append(module.__name__.rsplit(".", 1)[-1] + suffix)
             return driver(coro)
 
         return counted
@@ -102,13 +103,14 @@ class Hops:
 
 @pytest.fixture
 def hops(monkeypatch: pytest.MonkeyPatch) -> Iterator[Hops]:
-    """Count every call of ``run_sync`` made from the notebook layer and the gate panel."""
+    """Count every call of ``run_sync`` and ``run_in_place`` made from the notebook layer and the gate panel."""
     counter = Hops()
     names = [f"durable_nb.notebook.{m.name}" for m in pkgutil.iter_modules(durable_nb.notebook.__path__)]
     for name in [*names, "durable_nb.widgets.gate_panel"]:
         module = importlib.import_module(name)
-        if hasattr(module, "run_sync"):
-            monkeypatch.setattr(module, "run_sync", counter.wrap(module))
+        for driver_name, suffix in (("run_sync", ""), ("run_in_place", ":here")):
+            if hasattr(module, driver_name):
+                monkeypatch.setattr(module, driver_name, counter.wrap(module, driver_name, suffix))
     yield counter
 
 
@@ -147,16 +149,16 @@ def marker(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(string, "durable_nb_counted", None, raising=False)
 
 
-def test_a_new_cell_is_two_round_trips_and_two_hops(store_url: str, hops: Hops, marker: None) -> None:
+def test_a_new_cell_is_two_round_trips_on_the_kernels_thread(store_url: str, hops: Hops, marker: None) -> None:
     """A new %%durable cell asks the engine once what to do (one read: the run row) and commits
-    its values, settings and shown value with one more call."""
+    its values, settings and shown value with one more call, both on the kernel's own thread."""
     shell, counting = _kernel(store_url)
     assert shell.run_cell("%%durable first\nx = 1").success
     counting.calls.clear()
     hops.calls.clear()
     assert shell.run_cell("%%durable second\nimport string\nstring.durable_nb_counted = 3\ny = x + 1\ny * 2").success
     assert counting.calls == ["get_run", "commit"]
-    assert hops.calls == ["session", "executing"]
+    assert hops.calls == ["session:here", "executing:here"]
     assert shell.user_ns["y"] == 2
 
 
@@ -174,7 +176,7 @@ def test_a_restore_in_a_new_kernel_is_two_round_trips(store_url: str, hops: Hops
     result = fresh.run_cell(cell)
     assert result.success and result.result == [1, 2, 3]
     assert counting.calls == ["node_checkpoint", "get_blobs"]
-    assert hops.calls == ["session"]
+    assert hops.calls == ["session:here"]
     assert fresh.user_ns["x"] == [1, 2]
     assert string.durable_nb_counted == 6  # type: ignore[attr-defined]
 
@@ -189,7 +191,7 @@ def test_a_click_decides_with_four_round_trips_and_continues(store_url: str, hop
     panel.approve_button.click()
     assert shell.user_ns["shipped"] is True, panel.status.value
     assert counting.calls == ["pending_interrupts", "resume_point", "commit", "commit"]
-    assert hops.calls == ["gate_panel", "session", "executing"]
+    assert hops.calls == ["gate_panel", "session", "executing:here"]
     history = dnb.history(session_for(shell).require().run_id, store=store_url)
     assert list(history["step"])[-2:] == ["approved:review", "after:review"]
 
