@@ -161,7 +161,22 @@ _use_offload(_run_blocking)
 
 
 def inspect(run: object = None, *, store: object = None) -> object:
-    """Return the fork inspector for a run or a LangGraph config (default: this kernel's run, else the latest)."""
+    """Return the fork inspector for a run or a LangGraph config (default: this kernel's run, else the latest).
+
+    The inspector is a widget over the run's fork tree: pick a run and one of its checkpoints,
+    set values, and fork there.
+
+    Args:
+        run: A run id, a run handle, or a LangGraph config (``{"configurable": {"thread_id": …}}``).
+        store: The store's URL or a Store (default: this kernel's, else ``$DURABLE_NB_STORE``).
+
+    Returns:
+        The inspector widget (displayed when it is a cell's last expression).
+
+    Raises:
+        DurableError: No run was given, none is attached and the store has none yet.
+        StoreNotFound: The store named does not exist.
+    """
     from ._loop import run_sync
     from .views.threads import find_thread, is_thread_config
     from .widgets.inspector import Inspector

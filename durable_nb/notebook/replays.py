@@ -32,13 +32,28 @@ def replay(
 ) -> list[Run]:
     """Fork the run just before cell ``at`` once per combination of values; replay the rest in background kernels.
 
-    ``set`` gives values every fork takes, ``sweep`` lists of values to try (one fork per
-    combination). ``run`` defaults to the run this kernel is attached to. The same call again
-    returns the same forks (and continues those a crash stopped). ``wait=True`` blocks until every
-    fork finished, failed or paused at a gate. ``executor``: a ``concurrent.futures`` executor or a
-    Dask client to run the forks on (default: a process of their own, as many at once as cores).
-    In a notebook, a bar per fork shows its progress. InvalidReplay, and nothing created, for an
-    unknown cell, a value of another type, an empty sweep or a run with no committed cell.
+    The cells before ``at`` are not run again: each fork restores them. The same call again
+    returns the same forks (and continues those a crash stopped). In a notebook, a bar per fork
+    shows its progress.
+
+    Args:
+        at: The cell to replay from (its name, as ``%%durable NAME`` or the notebook gave it).
+        set: Values every fork takes, by variable name; each must have the type of the value the
+            run had.
+        sweep: Lists of values to try, by variable name: one fork per combination.
+        run: The run to fork (default: the run this kernel is attached to).
+        wait: Block until every fork finished, failed or paused at a gate.
+        executor: A ``concurrent.futures`` executor or a Dask client to run the forks on
+            (default: a process of their own, as many forks at once as cores).
+        store: The store's URL or a Store (default: the store of this kernel's run).
+
+    Returns:
+        The forks, one per combination, as run handles (``status`` as the store says now).
+
+    Raises:
+        InvalidReplay: Nothing is created: an unknown cell, a value of another type, an empty
+            sweep, a run with no committed cell, or no run attached and none given.
+        RunNotFound: No run has the id given.
 
     Example::
 

@@ -254,9 +254,28 @@ async def acompare_cells(runs: Any, *, store: Any = None) -> pd.DataFrame:
     """Return one row per cell and per run: status, values set and those differing from the first run's,
     an output digest, duration.
 
-    ``runs``: a list of runs (ids or the objects durable_nb returns), the first being the one the
-    others are compared with; a single run stands for it and every fork made from it. In a
-    notebook the result shows the cells' outputs side by side, the cells that differ marked.
+    In a notebook the result shows the cells' outputs side by side, the cells that differ marked.
+
+    Args:
+        runs: A list of runs (ids, or the objects durable_nb returns), the first being the one the
+            others are compared with; a single run stands for it and every fork made from it.
+        store: The store's URL or a Store (default: ``$DURABLE_NB_STORE``, else ``.durable_nb/runs.db``).
+
+    Returns:
+        A DataFrame with columns ``cell``, ``position``, ``run_id``, ``status`` (committed, failed,
+        paused, inherited from the parent run, not run), ``inherited_from``, ``changed`` (the
+        names the cell set), ``overridden`` (the names a fork set), ``differing`` and
+        ``values_differ`` (against the first run's cell), ``output_digest``, ``outputs_differ``,
+        ``duration``, ``checkpoint_id`` and ``outputs``.
+
+    Raises:
+        InvalidInput: No run, a run given twice, or runs of different notebooks.
+        RunNotFound: No run has an id given.
+
+    Example::
+
+        forks = dnb.replay(at="train", sweep={"rate": [0.1, 0.01]}, wait=True)
+        dnb.compare_cells([forks[0].parent_run_id, *forks])
     """
     from ..store import resolve_store
 

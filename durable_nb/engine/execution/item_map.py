@@ -62,11 +62,33 @@ async def amap_items(
     """Return ``[fn(item) for item in items]``, committing each item as it finishes; a rerun after a crash
     computes only the items not committed.
 
-    Inside a ``%%durable`` cell or a workflow node each item is a checkpoint (``item:<i>`` of
-    ``map:<name>``; give two maps of one cell different names). ``executor`` (a Dask client, any
-    ``concurrent.futures.Executor``) runs the items there; ``max_concurrency`` caps the items in
-    flight (default 8 here, all of them on an executor). An item that fails after its ``retry_count``
-    retries raises its error once the other items have ended; the finished ones stay committed.
+    Call it inside a ``%%durable`` cell or a workflow node: each item is a checkpoint of that run
+    (``item:<i>`` of ``map:<name>``). Items that finish together share one commit.
+
+    Args:
+        fn: Called once per item with the item; its result must pickle.
+        items: The items (read once, in order).
+        executor: A Dask client or any ``concurrent.futures.Executor`` to run the items on
+            (default: threads of this process).
+        name: Tells two maps of one cell apart: give each its own.
+        max_concurrency: The most items in flight (default 8 here, all of them on an executor).
+        retry_count: Retries of an item that raised, before it fails.
+        timeout_seconds: An item running longer fails (and is retried as above).
+
+    Returns:
+        The results, in the order of ``items``.
+
+    Raises:
+        NoActiveNode: Called outside a ``%%durable`` cell or a node.
+        InvalidInput: ``fn`` is not callable, or a bad name, retry count, timeout or limit.
+        ConfigurationError: Called on an executor's worker, or a bad ``executor``.
+        Exception: The error of the first item that failed for good, raised once the other items
+            ended (the finished ones stay committed); its note says which item.
+
+    Example::
+
+        %%durable embed
+        vectors = dnb.map_items(embed_one, documents, executor=client, name="embed")
     """
     _check(name, retry_count, timeout_seconds, max_concurrency, fn)
     executor = check_executor(executor)
