@@ -78,7 +78,7 @@ def test_screenshots_come_from_the_browser_tests_folder_else_the_tracked_copy(
     a screenshot they did not write falls back to the copy tracked in docs/."""
     sys.path.insert(0, str(DOCS / "_ext"))
     try:
-        from durable_docs import screenshot_path
+        from screenshots import screenshot_path  # the directives' own choice, without Sphinx
     finally:
         sys.path.remove(str(DOCS / "_ext"))
     (tmp_path / "inspector.png").write_bytes(b"taken by a test")

@@ -23,11 +23,10 @@ from typing import Any, ClassVar
 from docutils import nodes
 from docutils.parsers.rst import directives
 from docutils.statemachine import StringList
+from screenshots import screenshot_path
 from sphinx.application import Sphinx
 from sphinx.util.docutils import SphinxDirective
 from sphinx.util.nodes import nested_parse_with_titles
-
-HERE = Path(__file__).resolve().parent.parent
 
 
 def openapi_document() -> dict[str, Any]:
@@ -187,13 +186,6 @@ class MagicsDirective(GeneratedDirective):
 
     def lines(self) -> list[str]:
         return magics_rst()
-
-
-def screenshot_path(name: str) -> Path:
-    """Where the screenshot ``name`` is taken from: the browser tests' folder, else the tracked copy."""
-    folders = [Path(p) for p in (os.environ.get("DURABLE_NB_SCREENSHOTS"),) if p]
-    folders += [HERE / "_build" / "screenshots", HERE]
-    return next((f / f"{name}.png" for f in folders if (f / f"{name}.png").is_file()), HERE / f"{name}.png")
 
 
 class ScreenshotDirective(SphinxDirective):
