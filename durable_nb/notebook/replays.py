@@ -55,9 +55,7 @@ def replay(
             sweep, a run with no committed cell, or no run attached and none given.
         RunNotFound: No run has the id given.
 
-    Example::
-
-        forks = dnb.replay(at="train", sweep={"learning_rate": [0.1, 0.01, 0.001]})
+    The what-if tutorial of the documentation runs it on a notebook, forks and all.
     """
     if os.environ.get(IN_REPLAY_VARIABLE):
         return []  # a replayed cell asking for a replay: the kernel that asked first owns the replays

@@ -272,10 +272,7 @@ async def acompare_cells(runs: Any, *, store: Any = None) -> pd.DataFrame:
         InvalidInput: No run, a run given twice, or runs of different notebooks.
         RunNotFound: No run has an id given.
 
-    Example::
-
-        forks = dnb.replay(at="train", sweep={"rate": [0.1, 0.01]}, wait=True)
-        dnb.compare_cells([forks[0].parent_run_id, *forks])
+    The what-if tutorial of the documentation runs it on a notebook, forks and all.
     """
     from ..store import resolve_store
 

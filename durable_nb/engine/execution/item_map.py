@@ -84,11 +84,6 @@ async def amap_items(
         ConfigurationError: Called on an executor's worker, or a bad ``executor``.
         Exception: The error of the first item that failed for good, raised once the other items
             ended (the finished ones stay committed); its note says which item.
-
-    Example::
-
-        %%durable embed
-        vectors = dnb.map_items(embed_one, documents, executor=client, name="embed")
     """
     _check(name, retry_count, timeout_seconds, max_concurrency, fn)
     executor = check_executor(executor)
