@@ -174,6 +174,16 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dnb.Store]
 
 
 @pytest.fixture
+def serving(tmp_path: Path, store_url: str) -> Iterator[Any]:
+    """Real ``durable-nb serve`` processes on the test's store, started by calling it; all stopped afterwards."""
+    from servicekit import Servers
+
+    servers = Servers(tmp_path, store_url)
+    yield servers
+    servers.stop()
+
+
+@pytest.fixture
 def kernels(tmp_path: Path, store_url: str) -> Iterator[Callable[[], Any]]:
     """Start real kernels working in ``tmp_path`` on the test's store; all are closed afterwards."""
     from kernelkit import Kernel

@@ -26,7 +26,7 @@ import httpx
 from conftest import execute_sql
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
-from servicekit import ADMIN, BASE, DECIDER, READER, TOKENS, Servers, load_flows, stranded_in_work
+from servicekit import ADMIN, BASE, DECIDER, READER, TOKENS, load_flows, stranded_in_work
 
 from durable_nb.service.app import create_app
 from durable_nb.store.figures import DURATIONS_SINCE
@@ -90,13 +90,6 @@ def _work_of_another_process(store_url: str) -> None:
 
 
 # -- a real server ----------------------------------------------------------------------------
-
-
-@pytest.fixture
-def serving(tmp_path: Path, store_url: str) -> Iterator[Servers]:
-    servers = Servers(tmp_path, store_url)
-    yield servers
-    servers.stop()
 
 
 def test_runs_gates_durations_and_commits_of_every_process(serving: Any, store_url: str) -> None:

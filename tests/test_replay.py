@@ -286,18 +286,23 @@ def test_sweep_text_is_read_as_literals_never_run() -> None:
             parse_sweep(bad)
 
 
-def test_a_fork_that_cannot_start_says_why(store_url: str) -> None:
-    """A fork whose kernel cannot start is marked failed with the reason, not left pending without a word."""
+def _priced_run(store_url: str, name: str) -> str:
+    """Commit a two-cell notebook run (``base`` sets ``rate``, ``price`` uses it) in a shell; return its id."""
     from shellkit import Shell
 
-    from durable_nb.engine.cells.replay_runs import start_replay
-
-    shell = Shell(store_url, "no-kernel")
+    shell = Shell(store_url, name)
     try:
         shell.run_all("%%durable base\nrate = 0.5", "%%durable price\nprice = 100 * rate")
-        run_id = shell.run_id
+        return shell.run_id
     finally:
         shell.close()
+
+
+def test_a_fork_that_cannot_start_says_why(store_url: str) -> None:
+    """A fork whose kernel cannot start is marked failed with the reason, not left pending without a word."""
+    from durable_nb.engine.cells.replay_runs import start_replay
+
+    run_id = _priced_run(store_url, "no-kernel")
     started = start_replay(store_url, run_id, "price", {"rate": 1.0}, kernel="no-such-kernel")
     started.wait()
     [fork] = started.runs()
@@ -310,17 +315,10 @@ def test_a_replay_process_that_dies_fails_its_forks_saying_what_it_printed(
     """The process owning a replay's kernels ends in error before replaying anything: its forks fail
     with its exit code and the end of its output (kept in a log of this user's), not left pending
     without a word; the same replay asked for again runs them."""
-    from shellkit import Shell
-
     from durable_nb.engine.cells import replay_runs
     from durable_nb.engine.cells.replay_runs import start_replay
 
-    shell = Shell(store_url, "dying-worker")
-    try:
-        shell.run_all("%%durable base\nrate = 0.5", "%%durable price\nprice = 100 * rate")
-        run_id = shell.run_id
-    finally:
-        shell.close()
+    run_id = _priced_run(store_url, "dying-worker")
     broken = [sys.executable, "-c", "import sys; print('cannot reach the kernels'); sys.exit(3)"]
     with monkeypatch.context() as patched:
         patched.setattr(replay_runs, "_command", lambda *args: broken)  # the injected failure

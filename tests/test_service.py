@@ -23,7 +23,7 @@ from durable_nb.service.auth import Auth, load_tokens
 pytest.importorskip("fastapi", reason="the service needs the serve extra (fastapi, uvicorn)")
 
 from fastapi.testclient import TestClient
-from servicekit import ADMIN, BASE, DECIDER, FLOWS, READER, TOKENS, Servers, stranded_in_work
+from servicekit import ADMIN, BASE, DECIDER, FLOWS, READER, TOKENS, stranded_in_work
 
 from durable_nb.service.app import create_app
 
@@ -219,13 +219,6 @@ def test_openapi_document_lists_every_endpoint(app_client: TestClient) -> None:
 
 
 # -- the real server, killed and started again --------------------------------------------------
-
-
-@pytest.fixture
-def serving(tmp_path: Path, store_url: str) -> Iterator[Servers]:
-    servers = Servers(tmp_path, store_url)
-    yield servers
-    servers.stop()
 
 
 def test_a_paused_run_survives_a_killed_server_and_completes_when_approved(serving: Any, store_url: str) -> None:
