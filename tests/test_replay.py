@@ -337,6 +337,46 @@ def test_a_replay_process_that_dies_fails_its_forks_saying_what_it_printed(
     assert again.log is not None and not again.log.exists()  # a clean exit leaves no log behind
 
 
+def test_a_dead_replay_process_fails_each_fork_once_when_asked_from_many_threads(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A progress widget's thread and the caller both ask whether a replay finished: a process that died
+    has its unsettled forks marked failed once each, not once per asker."""
+    import threading
+
+    from durable_nb.engine.cells import replay_runs
+    from durable_nb.engine.cells.replay_runs import start_replay
+
+    run_id = _priced_run(store_url, "asked-twice")
+    broken = [sys.executable, "-c", "import sys; sys.exit(4)"]
+    with monkeypatch.context() as patched:
+        patched.setattr(replay_runs, "_command", lambda *args: broken)  # the injected failure
+        started = start_replay(store_url, run_id, "price", sweep={"rate": [1.0, 2.0]})
+        assert started.worker is not None and started.worker.wait(timeout=120) == 4
+    progress = started.progress()
+    askers = 8
+    together = threading.Barrier(askers)
+    answers: list[bool] = []
+
+    def ask() -> None:
+        together.wait()
+        answers.append(started.finished(progress))
+
+    threads = [threading.Thread(target=ask) for _ in range(askers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert answers == [True] * askers
+    from durable_nb._loop import run_sync
+    from durable_nb.store import connect
+
+    store = connect(store_url)
+    for fork in started.runs():
+        failures = [event for event in run_sync(store.list_events(fork.id)) if event.type == "run_failed"]
+        assert fork.status == "failed" and len(failures) == 1, failures
+
+
 @pytest.mark.slow
 def test_a_replayed_cell_keeps_its_options(store_url: str, tmp_path: Path) -> None:
     """A replayed cell runs with the options it was committed with: ``--retries`` retries it in the fork,

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -71,6 +72,9 @@ class Replay:
         # Forks handed to be replayed again, as they stood then: one that failed before is not
         # settled until its new replay has changed it.
         self.handed: dict[str, float] = {}
+        # finished() may be called from a progress widget's thread and the caller's at once: the
+        # check of how the worker ended, which may mark forks failed, must run once.
+        self._worker_lock = threading.Lock()
         self._worker_checked = False
 
     def progress(self) -> list[ReplayProgress]:
@@ -103,9 +107,10 @@ class Replay:
     def _after_worker(self, progress: list[ReplayProgress]) -> None:
         """Once the worker process has ended: forks it left unsettled fail, saying how it ended and what it
         printed (a later call of the same replay runs them again)."""
-        if self.worker is None or self.worker.returncode is None or self._worker_checked:
-            return
-        self._worker_checked = True
+        with self._worker_lock:
+            if self.worker is None or self.worker.returncode is None or self._worker_checked:
+                return
+            self._worker_checked = True
         code = self.worker.returncode
         if code == 0:
             return  # it ended as it should: a fork left pending (a gate decided late) waits for the next call
