@@ -352,6 +352,29 @@ def test_the_page_decides_with_its_own_form(client: TestClient, flows: Any, stor
     assert dnb.get_run(run_id, store=store_url).pending_interrupt is None
 
 
+def test_a_page_form_from_one_server_decides_on_another_of_the_same_store(
+    flows: Any, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Servers behind one proxy share the store's signing key, and so the forms' key: a form one showed
+    is accepted by another (and after a restart). A server with another signing key refuses it."""
+    monkeypatch.setenv("DURABLE_NB_SECRET", "one key for every server of this store")
+    run_id = _paused(flows)
+    with TestClient(_app(flows, store_url), base_url=BASE) as shown:
+        _signed_in(shown)
+        fields = {**gate_form(shown.get("/").text, run_id), "approved": "true", "comment": "from the other"}
+    cookie = shown.cookies["durable_nb_token"]
+    before = _stored(store_url, run_id)
+    monkeypatch.setenv("DURABLE_NB_SECRET", "another key")
+    with TestClient(_app(flows, store_url), base_url=BASE, cookies={"durable_nb_token": cookie}) as stranger:
+        assert _post_form(stranger, run_id, fields).status_code == 403
+    assert _stored(store_url, run_id) == before
+    monkeypatch.setenv("DURABLE_NB_SECRET", "one key for every server of this store")
+    with TestClient(_app(flows, store_url), base_url=BASE, cookies={"durable_nb_token": cookie}) as other:
+        answer = _post_form(other, run_id, fields)
+    assert answer.status_code == 200, answer.text
+    assert dnb.get_run(run_id, store=store_url).pending_interrupt is None
+
+
 def test_without_tokens_the_page_opens_its_own_session(open_client: TestClient, flows: Any, store_url: str) -> None:
     """Under --no-auth the page sets a session cookie of its own, so its forms still carry a token
     another page cannot know; a form without it decides nothing."""

@@ -32,12 +32,13 @@ from pydantic import BaseModel, StrictBool
 from starlette.exceptions import HTTPException
 
 from ..engine.workflows.workflow import Workflow
-from ..errors import ConfigurationError, DurableError, InvalidDecision
+from ..errors import ConfigurationError, DurableError, InvalidDecision, KeyFileError
 from ..model import RunStatus
 from ..store import resolve_store
+from ..store.secret import load_secret
 from .auth import Auth, Forbidden, Token, Unauthorized
 from .errors import CrossSiteRequest, UnsupportedMediaType, error_body, status_of
-from .forms import CsrfTokens, page_decision, read_form
+from .forms import CsrfTokens, forms_key, page_decision, read_form
 from .guard import MAX_BODY, RequestGuard
 from .headers import SecurityHeaders, content_security_policy
 from .hosts import AllowedHosts, allowed_hosts
@@ -100,6 +101,15 @@ class _TokenGate:
             return
         self.holder.set(token)
         await self.inner(scope, receive, send)
+
+
+def _shared_forms_key() -> bytes | None:
+    """The page forms' key, shared by every server with the same signing key; None (a key of this
+    process alone) when the signing key cannot be read, which the store's first value reports."""
+    try:
+        return forms_key(load_secret())
+    except KeyFileError:
+        return None
 
 
 def create_app(
@@ -271,7 +281,7 @@ def create_app(
 
     # -- the approvals page ---------------------------------------------------------------------
 
-    forms = CsrfTokens()
+    forms = CsrfTokens(_shared_forms_key())
 
     def page_caller(request: Request, needed: str) -> Token:
         header = request.headers.get("authorization")

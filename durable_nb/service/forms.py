@@ -3,8 +3,11 @@
 A page of another origin on the same host (another port, a subdomain) is "same-site": the
 browser sends it the session cookie even under SameSite=Strict. What it cannot do is read this
 server's page, so it cannot know the token the page's forms carry: an HMAC-SHA256 of the
-session's credential under a key only this server process holds, compared in constant time.
-A cookie another page planted is no help either: without the key it has no token.
+session's credential under a key only the servers hold, compared in constant time. A cookie
+another page planted is no help either: without the key it has no token.
+
+The key is derived from the store's signing key, which every server of one store shares: a
+form one server showed is accepted by another behind the same proxy, and after a restart.
 """
 
 from __future__ import annotations
@@ -18,13 +21,21 @@ from urllib.parse import parse_qs
 from ..errors import InvalidDecision
 from .errors import CrossSiteRequest, UnsupportedMediaType
 
-__all__ = ["FORM_TYPE", "CsrfTokens", "PageDecision", "page_decision", "read_form"]
+__all__ = ["FORM_TYPE", "CsrfTokens", "PageDecision", "forms_key", "page_decision", "read_form"]
 
 FORM_TYPE = "application/x-www-form-urlencoded"
 
 
+_PURPOSE = b"durable_nb approvals page form tokens"
+
+
+def forms_key(secret: bytes) -> bytes:
+    """Return the key of the page's form tokens, derived from the signing key (never the key itself)."""
+    return hmac.new(secret, _PURPOSE, hashlib.sha256).digest()
+
+
 class CsrfTokens:
-    """Issues and checks the CSRF tokens of sessions, under a key made when the server starts."""
+    """Issues and checks the CSRF tokens of sessions, under a key the servers of one store share."""
 
     def __init__(self, key: bytes | None = None) -> None:
         self._key = key if key is not None else secrets.token_bytes(32)
@@ -38,7 +49,7 @@ class CsrfTokens:
         if not session or not token or not hmac.compare_digest(self.issue(session), token):
             raise CrossSiteRequest(
                 "This form does not carry this session's token: it was not sent from this server's approvals "
-                "page, or the page is older than the server's last start. Open the page again and decide there."
+                "page, or the servers' signing key changed since. Open the page again and decide there."
             )
 
 
