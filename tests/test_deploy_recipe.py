@@ -27,17 +27,15 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import stat
 import subprocess
 import sys
-import time
 import tomllib
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -57,12 +55,12 @@ from deploykit import (
     referenced,
     strings,
 )
+from servicekit import free_port, until
 
 import durable_nb as dnb
 from durable_nb.cli import build_parser
 from durable_nb.service.auth import load_tokens
 
-T = TypeVar("T")
 COMPOSE = DEPLOY / "compose.yaml"
 DOCKERFILE = DEPLOY / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
@@ -71,23 +69,6 @@ NGINX = DEPLOY / "nginx.conf"
 ENTRYPOINT = DEPLOY / "entrypoint.sh"
 DURABLE_IMAGE_COMMAND = ["durable-nb", "serve"]
 DEADLINE = 240.0  # seconds: kernels and Dask workers start slowly on a busy machine
-
-
-def _until(look: Callable[[], T | None], what: str, deadline: float = DEADLINE) -> T:
-    """Poll ``look`` until it returns something truthy; fail saying ``what`` was awaited."""
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        found = look()
-        if found:
-            return found
-        time.sleep(0.2)
-    raise AssertionError(f"gave up waiting for {what}")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _raw_compose() -> dict[str, Any]:
@@ -385,7 +366,7 @@ class Deployment:
                 text=True,
             )
         for name in self.servers:
-            _until(lambda name=name: self._answers(name), f"{name} to answer")
+            until(lambda name=name: self._answers(name), f"{name} to answer")
 
     def _here(
         self, compose: dict[str, Any], service: dict[str, Any], base: Any, name: str
@@ -398,7 +379,7 @@ class Deployment:
         for volume in service["volumes"]:
             source, target = volume.split(":")[:2]
             paths[target] = str(DEPLOY / source) if source.startswith(".") else str(self.outputs)
-        self.ports[name] = _free_port()
+        self.ports[name] = free_port()
         command = [paths.get(word, word) for word in service["command"]]
         command[command.index("--port") + 1] = str(self.ports[name])
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DURABLE_NB_", "PG"))}
@@ -487,7 +468,7 @@ def test_a_notebook_run_started_on_one_server_is_seen_and_completed_on_the_other
         assert status["status"] not in ("failed", "cancelled"), status
         return status if status["status"] == "completed" else None
 
-    _until(completed, "the notebook run to complete")
+    until(completed, "the notebook run to complete")
     executed = list(deployment.outputs.rglob("*.ipynb"))
     assert executed and "hello compose" in executed[0].read_text()
     # The notebooks folder is mounted read-only: the run wrote only into the outputs volume.
@@ -502,7 +483,7 @@ def test_the_image_healthcheck_passes_against_each_server(deployment: Deployment
     for name, port in deployment.ports.items():
         here = [sys.executable, *command[1:2], command[2].replace(":8000/", f":{port}/")]
         assert subprocess.run(here, capture_output=True, check=False).returncode == 0, name
-    stopped = [sys.executable, *command[1:2], command[2].replace(":8000/", f":{_free_port()}/")]
+    stopped = [sys.executable, *command[1:2], command[2].replace(":8000/", f":{free_port()}/")]
     assert subprocess.run(stopped, capture_output=True, check=False).returncode != 0
 
 
@@ -522,7 +503,7 @@ class Proxy:
         conf = NGINX.read_text(encoding="utf-8")
         for name, port in deployment.ports.items():
             conf = conf.replace(f"server {name}:8000", f"server 127.0.0.1:{port}")
-        self.https, self.http = _free_port(), _free_port()
+        self.https, self.http = free_port(), free_port()
         conf = conf.replace("listen [::]:80;", "").replace("listen [::]:443 ssl;", "")
         if _nginx_version() < (1, 25, 1):
             conf = conf.replace("http2 on;", "")  # older nginx (Debian 12's 1.22) lacks the directive
@@ -563,7 +544,7 @@ class Proxy:
                 return False
             return True
 
-        _until(answers, "nginx to answer")
+        until(answers, "nginx to answer")
 
     def stop(self) -> None:
         self.client.close()
@@ -630,7 +611,7 @@ def test_nginx_keeps_a_signed_in_browser_on_one_server(deployment: Deployment, p
 def test_dask_scheduler_and_workers_as_composed_run_a_durable_map(tmp_path: Path) -> None:
     distributed = pytest.importorskip("distributed", reason="the Dask services need the dask extra")
     services = _compose()["services"]
-    port, dashboard = _free_port(), _free_port()
+    port, dashboard = free_port(), free_port()
     address = f"tcp://127.0.0.1:{port}"
     scheduler = [
         w.replace("8786", str(port)).replace(":8787", f":{dashboard}") for w in services["dask-scheduler"]["command"]
@@ -642,7 +623,7 @@ def test_dask_scheduler_and_workers_as_composed_run_a_durable_map(tmp_path: Path
     try:
         check = services["dask-scheduler"]["healthcheck"]["test"]
         here = [sys.executable, *check[2:3], check[3].replace(":8787/", f":{dashboard}/")]
-        _until(lambda: subprocess.run(here, capture_output=True, check=False).returncode == 0, "the scheduler's health")
+        until(lambda: subprocess.run(here, capture_output=True, check=False).returncode == 0, "the scheduler's health")
         for _ in range(services["dask-worker"]["deploy"]["replicas"]):
             started.append(
                 subprocess.Popen(["sh", str(ENTRYPOINT), *worker], env=env, cwd=tmp_path, stderr=subprocess.DEVNULL)
