@@ -10,9 +10,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -31,7 +31,10 @@ __all__ = [
     "gate_form",
     "load_flows",
     "stranded_in_work",
+    "until",
 ]
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent.parent
 ADMIN, DECIDER, READER = "a" * 24, "d" * 24, "r" * 24
@@ -87,6 +90,20 @@ def gate_form(page: str, run_id: str) -> dict[str, str]:
     """The hidden fields (csrf, node) of the approvals page's form for ``run_id``'s gate."""
     section = page.split(f"data-run='{run_id}'", 1)[1].split("</section>", 1)[0]
     return dict(re.findall(r"<input type='hidden' name='(\w+)' value='([^']*)'>", section))
+
+
+def until(look: Callable[[], T | None], what: str, deadline: float = 240.0) -> T:
+    """Poll ``look`` until it returns something truthy; fail saying ``what`` was awaited.
+
+    The deadline is generous: kernels and servers start slowly on a busy machine.
+    """
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        found = look()
+        if found:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"gave up waiting for {what}")
 
 
 def free_port() -> int:

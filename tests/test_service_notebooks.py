@@ -16,10 +16,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import nbformat
 import pytest
@@ -31,7 +30,7 @@ from durable_nb.service.auth import Auth, load_tokens
 pytest.importorskip("fastapi", reason="the service needs the serve extra (fastapi, uvicorn)")
 
 from fastapi.testclient import TestClient
-from servicekit import ADMIN, BASE, DECIDER, READER, ROOT, TOKENS, Server, free_port, gate_form
+from servicekit import ADMIN, BASE, DECIDER, READER, ROOT, TOKENS, Server, free_port, gate_form, until
 
 from durable_nb.headless.notebook_run import run_key as command_key
 from durable_nb.service.app import create_app
@@ -42,19 +41,7 @@ from durable_nb.service.operations import Service
 
 # Notebooks the service runs, on SQLite but for one PostgreSQL case (the store is tested on both elsewhere).
 pytestmark = [pytest.mark.slow, pytest.mark.backends("sqlite")]
-T = TypeVar("T")
 DEADLINE = 240.0  # seconds: kernels start slowly on a busy machine
-
-
-def _until(look: Callable[[], T | None], what: str, deadline: float = DEADLINE) -> T:
-    """Poll ``look`` until it returns something truthy; fail saying ``what`` was awaited."""
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        found = look()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"gave up waiting for {what}")
 
 
 def _headers(token: str) -> dict[str, str]:
@@ -136,7 +123,7 @@ def _status(client: TestClient, run_id: str) -> str:
 
 
 def _reaches(client: TestClient, run_id: str, status: str) -> None:
-    _until(lambda: _status(client, run_id) == status, f"run {run_id} to be {status} (it is {_status(client, run_id)})")
+    until(lambda: _status(client, run_id) == status, f"run {run_id} to be {status} (it is {_status(client, run_id)})")
 
 
 # -- running a notebook ------------------------------------------------------------------------------
@@ -157,7 +144,7 @@ def test_a_notebook_runs_once_per_path_and_parameters(
     record = dnb.get_run(run_id, store=store_url).record
     assert record.idempotency_key == command_key(path.resolve(), body["parameters"])
 
-    _until(lambda: _status(app_client, run_id) == "running" and "wait" in _side(tmp_path), "the last cell to run")
+    until(lambda: _status(app_client, run_id) == "running" and "wait" in _side(tmp_path), "the last cell to run")
     # The store's URL reaches the child in its environment; its command line, which any user can read, lacks it.
     child = app_client.app.state.service.notebooks.children[run_id].process  # type: ignore[attr-defined]
     assert store_url not in Path(f"/proc/{child.pid}/cmdline").read_bytes().decode()
@@ -211,7 +198,7 @@ def test_a_gated_notebook_waits_for_approval_and_completes(
     # Approved over the API: the server starts the notebook's process again; it resumes to the next gate.
     decided = app_client.post(f"/api/runs/{run_id}/approve", json={"comment": "ok"}, headers=_headers(DECIDER))
     assert decided.status_code == 202, decided.text
-    _until(
+    until(
         lambda: "really publish?" in app_client.get("/", headers=_headers(READER)).text,
         "the second gate to show on the approvals page",
     )
@@ -376,7 +363,7 @@ class _NotebookServer(Server):
                     raise AssertionError(self.process.stderr.read().decode()[-2000:]) from None  # type: ignore[union-attr]
                 return False
 
-        _until(up, "the server to start")
+        until(up, "the server to start")
 
 
 def _pid_gone(pid: int) -> bool:
@@ -396,7 +383,7 @@ def test_a_notebook_run_killed_with_its_server_starts_again_when_the_server_does
         servers.append(_NotebookServer(tmp_path, notebooks, store_url))
         started = servers[0].client.start_notebook("reports/report.ipynb", {"region": "EU"})
         run_id = started["id"]
-        _until(lambda: "wait" in _side(tmp_path), "the last cell to run")
+        until(lambda: "wait" in _side(tmp_path), "the last cell to run")
         # The machine goes down: the server, then the kernel working on the run (its child
         # process, left without a kernel, exits on its own).
         servers[0].kill()
@@ -404,7 +391,7 @@ def test_a_notebook_run_killed_with_its_server_starts_again_when_the_server_does
         assert owner is not None
         kernel = parse_owner(owner)[1]
         os.kill(kernel, signal.SIGKILL)
-        _until(lambda: _pid_gone(kernel), "the kernel to be gone")
+        until(lambda: _pid_gone(kernel), "the kernel to be gone")
         assert dnb.get_run(run_id, store=store_url).status == "running"
         (tmp_path / "release").touch()
 
