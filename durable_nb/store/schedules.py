@@ -71,9 +71,7 @@ def _record(row: Any) -> ScheduleRecord:
 
 def get_schedule(conn: Any, d: Dialect, schedule_id: str) -> ScheduleRecord | None:
     """Return one schedule, or None."""
-    row = conn.execute(
-        f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE schedule_id = {d.p}", (schedule_id,)
-    ).fetchone()
+    row = conn.execute(f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE schedule_id = {d.p}", (schedule_id,)).fetchone()
     return None if row is None else _record(row)
 
 
