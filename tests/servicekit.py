@@ -169,8 +169,8 @@ class Servers:
         self.store = store
         self.started: list[Server] = []
 
-    def __call__(self) -> Server:
-        server = Server(self.folder, self.store, free_port())
+    def __call__(self, *options: str) -> Server:
+        server = Server(self.folder, self.store, free_port(), options)
         self.started.append(server)
         return server
 
