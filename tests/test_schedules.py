@@ -286,6 +286,29 @@ def test_a_server_leaves_alone_the_schedules_it_cannot_run(flows: Any, store_url
     assert execute_sql(store_url, "SELECT COUNT(*) FROM runs") == [(0,)]
 
 
+@pytest.mark.backends("sqlite")
+def test_a_time_whose_notebook_is_gone_is_passed_over(flows: Any, store_url: str, tmp_path: Path) -> None:
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    _notebook(folder / "report.ipynb", tmp_path)
+
+    async def body() -> Any:
+        store = dnb.connect(store_url)
+        service = Service([flows.gated], store, NotebookRuns(NotebookFolder(folder), store))
+        schedules = Schedules(service, clock=lambda: T0)
+        try:
+            await schedules.add(schedules.resolve("*/5 * * * *", notebook="report.ipynb"))
+            (folder / "report.ipynb").unlink()
+            started = await schedules.tick(_at("2026-12-03T10:05:01+00:00"))
+            return started, await schedules.list()
+        finally:
+            await service.stop()
+
+    started, (listed,) = asyncio.run(body())
+    assert started == [] and listed["next_run"] == "2026-12-03T10:10:00Z" and listed["last_run"] is None
+    assert execute_sql(store_url, "SELECT COUNT(*) FROM runs") == [(0,)]
+
+
 # -- the command line --------------------------------------------------------------------------------
 
 

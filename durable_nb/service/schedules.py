@@ -9,7 +9,9 @@ when it (or another) comes back, for the key finds the run it started.
 
 Times that passed while no server ran (a due time more than ``grace`` seconds old when a server
 first sees it) are missed: ``run-once`` starts one run, for the latest of them, and ``skip``
-starts none; either way the schedule then goes on from the next time to come. A server starts
+starts none; either way the schedule then goes on from the next time to come. A time whose run
+cannot start (its notebook was removed, say) is passed over with a warning in the server's log;
+one the store failed to take stays due. A server starts
 only the schedules it can run (the workflows it serves, the notebooks in its folder); the others
 wait for a server that can.
 """
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ..errors import ConfigurationError, DurableError
+from ..errors import ConfigurationError, DurableError, StoreError
 from ..store.schedules import ScheduleRecord
 from .cron import Cron, parse_cron
 from .errors import InvalidSchedule, NotebooksNotServed, ScheduleNotFound
@@ -237,7 +239,12 @@ class Schedules:
         due = cron.latest(now)
         run_id = None
         if schedule.missed == "run-once" or now - due <= self.grace:
-            run_id = await self._start(schedule, due)
+            try:
+                run_id = await self._start(schedule, due)
+            except StoreError:
+                raise  # the store's trouble: the time stays due, for the next look
+            except DurableError as error:  # its target cannot run now (a notebook gone): this time is passed over
+                log.warning("schedule %s started no run for %s: %s", schedule.schedule_id, _iso(due), error)
         # Only from the time seen: a server that moved it meanwhile wins, and the key made the run one.
         moved = await self.store.advance_schedule(
             schedule.schedule_id, schedule.next_run, cron.after(now), None if run_id is None else due, run_id
