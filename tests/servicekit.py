@@ -10,9 +10,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -31,6 +31,7 @@ __all__ = [
     "gate_form",
     "load_flows",
     "stranded_in_work",
+    "until",
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,6 +82,21 @@ def work(state):
         time.sleep(0.05)
     return {"two": 2}
 """
+
+
+T = TypeVar("T")
+DEADLINE = 240.0  # seconds: kernels and servers start slowly on a busy machine
+
+
+def until(look: Callable[[], T | None], what: str, deadline: float = DEADLINE) -> T:
+    """Poll ``look`` until it returns something truthy; fail saying ``what`` was awaited."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        found = look()
+        if found:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"gave up waiting for {what}")
 
 
 def gate_form(page: str, run_id: str) -> dict[str, str]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,7 +29,7 @@ from durable_nb.service.auth import Auth, load_tokens
 pytest.importorskip("fastapi", reason="the service needs the serve extra (fastapi, uvicorn)")
 
 from fastapi.testclient import TestClient
-from servicekit import ADMIN, BASE, DECIDER, READER, TOKENS, Servers, load_flows
+from servicekit import ADMIN, BASE, DECIDER, READER, TOKENS, Servers, load_flows, until
 
 from durable_nb.cli import build_parser
 from durable_nb.cli.serve import _planned, schedule_groups
@@ -587,16 +586,6 @@ def test_a_schema_5_store_gets_the_schedules_table_and_keeps_its_runs(flows: Any
 # -- real servers ------------------------------------------------------------------------------------
 
 
-def _until(look: Any, what: str, deadline: float = 120.0) -> Any:
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        found = look()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"gave up waiting for {what}")
-
-
 @pytest.mark.slow
 def test_a_real_server_starts_due_runs_and_keeps_one_schedule_across_restarts(serving: Servers) -> None:
     """``serve --schedule`` every second: the server starts runs on its own, one per time; restarted
@@ -605,13 +594,13 @@ def test_a_real_server_starts_due_runs_and_keeps_one_schedule_across_restarts(se
     first = serving(*options)
     (listed,) = first.client.schedules()
     assert listed["source"] == "command line" and listed["input"] == {"who": "cron"}
-    ran = _until(lambda: first.client.schedules()[0]["last_run_id"], "a scheduled run")
+    ran = until(lambda: first.client.schedules()[0]["last_run_id"], "a scheduled run")
     record = dnb.get_run(ran, store=serving.store).record
     assert record.name == "gated" and record.idempotency_key.startswith(f"schedule:{listed['id']}:")
     first.stop()
     second = serving(*options)
     assert [s["id"] for s in second.client.schedules()] == [listed["id"]]
-    keys = _until(lambda: len(_keyed(serving.store, listed["id"])) > 2 and _keyed(serving.store, listed["id"]), "more")
+    keys = until(lambda: len(_keyed(serving.store, listed["id"])) > 2 and _keyed(serving.store, listed["id"]), "more")
     assert len(keys) == len(set(keys))  # each time one run
     assert second.client.unschedule(listed["id"]) == {"id": listed["id"], "deleted": True}
     assert second.client.schedules() == []

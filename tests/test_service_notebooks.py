@@ -16,8 +16,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,6 +31,7 @@ pytest.importorskip("fastapi", reason="the service needs the serve extra (fastap
 
 from fastapi.testclient import TestClient
 from servicekit import ADMIN, BASE, DECIDER, READER, ROOT, TOKENS, Server, free_port, gate_form
+from servicekit import until as _until
 
 from durable_nb.headless.notebook_run import run_key as command_key
 from durable_nb.service.app import create_app
@@ -44,17 +44,6 @@ from durable_nb.service.operations import Service
 pytestmark = [pytest.mark.slow, pytest.mark.backends("sqlite")]
 T = TypeVar("T")
 DEADLINE = 240.0  # seconds: kernels start slowly on a busy machine
-
-
-def _until(look: Callable[[], T | None], what: str, deadline: float = DEADLINE) -> T:
-    """Poll ``look`` until it returns something truthy; fail saying ``what`` was awaited."""
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        found = look()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"gave up waiting for {what}")
 
 
 def _headers(token: str) -> dict[str, str]:

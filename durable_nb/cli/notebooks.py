@@ -10,7 +10,7 @@ from typing import Any
 from .common import Command
 from .output import dumps, printable
 
-__all__ = ["COMMANDS", "add_arguments", "parameter_pairs", "parameter_value"]
+__all__ = ["COMMANDS", "add_arguments", "add_parameter_option", "parameter_pairs", "parameter_value"]
 
 
 def parameter_value(text: str) -> Any:
@@ -86,19 +86,16 @@ COMMANDS: list[Command] = [
 ]
 
 
+def add_parameter_option(sub: argparse.ArgumentParser, help: str) -> None:
+    """Add ``-p NAME VALUE`` (repeatable), read as papermill reads it (see ``parameter_pairs``)."""
+    sub.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"), help=help)
+
+
 def add_arguments(name: str, sub: argparse.ArgumentParser) -> None:
     """Add the arguments of command ``name`` of this module."""
     sub.add_argument("notebook", help="the notebook to run (it is not changed)")
     sub.add_argument("-o", "--output", default=None, help="write the executed notebook here, as cells finish")
-    sub.add_argument(
-        "-p",
-        "--parameter",
-        nargs=2,
-        action="append",
-        default=[],
-        metavar=("NAME", "VALUE"),
-        help="a parameter, injected after the cell tagged 'parameters' (repeatable)",
-    )
+    add_parameter_option(sub, "a parameter, injected after the cell tagged 'parameters' (repeatable)")
     sub.add_argument("--parameter-pair", action="append", default=[], help=argparse.SUPPRESS)
     sub.add_argument("-f", "--parameters-file", default=None, help="parameters from a YAML or JSON file")
     sub.add_argument("--run", default=None, help="the run's name (default: the notebook's)")

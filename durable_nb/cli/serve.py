@@ -8,7 +8,7 @@ from typing import Any
 
 from ..errors import ConfigurationError
 from .common import Command, load_workflow, parse_positive_int
-from .notebooks import parameter_value
+from .notebooks import add_parameter_option, parameter_value
 
 __all__ = ["COMMANDS", "add_arguments", "schedule_groups"]
 
@@ -136,15 +136,7 @@ def add_arguments(name: str, sub: argparse.ArgumentParser) -> None:
         "-p NAME VALUE after it gives it a parameter); kept in the store until deleted (DELETE /api/schedules/ID)",
     )
     sub.add_argument("--schedule-spec", action="append", default=[], help=argparse.SUPPRESS)
-    sub.add_argument(
-        "-p",
-        "--parameter",
-        nargs=2,
-        action="append",
-        default=[],
-        metavar=("NAME", "VALUE"),
-        help="an input value or parameter of the --schedule before it (repeatable)",
-    )
+    add_parameter_option(sub, "an input value or parameter of the --schedule before it (repeatable)")
     sub.add_argument(
         "--missed",
         choices=["run-once", "skip"],
