@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,6 +42,7 @@ from durable_nb.service.notebook_runs import NotebookRuns
 from durable_nb.service.operations import Service
 from durable_nb.service.schedules import GRACE, Planned, Schedules, schedule_key
 from durable_nb.store import disconnect
+from durable_nb.store.schedules import ScheduleRecord
 from durable_nb.store.sqlite_schema import SCHEMA_VERSION
 
 JSON = {"Content-Type": "application/json"}
@@ -533,6 +535,35 @@ def test_the_python_client_adds_lists_and_deletes_schedules(client: TestClient, 
     (listed,) = client.get("/api/schedules", headers=_bearer(READER)).json()
     assert listed["notebook"] == "report.ipynb" and listed["parameters"] == {"region": "EU"}
     assert listed["id"] == added["id"] and listed["next_run"].endswith(("04:00:00Z", "05:00:00Z"))  # 6:00 in Paris
+
+
+@pytest.mark.backends("sqlite")
+def test_metrics_count_the_schedules_and_how_overdue_they_are(client: TestClient, store_url: str) -> None:
+    def figure(name: str) -> float:
+        text = client.get("/metrics", headers=_bearer(READER)).text
+        (line,) = [line for line in text.splitlines() if line.startswith(name + " ")]
+        return float(line.split()[1])
+
+    assert figure("durable_nb_schedules") == 0 and figure("durable_nb_schedule_overdue_seconds") == 0
+    client.post("/api/schedules", json=EVERY_FIVE, headers=_bearer(ADMIN))
+    assert figure("durable_nb_schedules") == 1 and figure("durable_nb_schedule_overdue_seconds") == 0
+    # A schedule of a workflow no server serves, due an hour ago: it stays due, an hour overdue.
+    due = time.time() - 3600
+    asyncio.run(
+        _put(
+            store_url,
+            ScheduleRecord("sch-orphan", "0 * * * *", "UTC", "workflow", "elsewhere", {}, "run-once", "api", due),
+        )
+    )
+    assert figure("durable_nb_schedules") == 2 and figure("durable_nb_schedule_overdue_seconds") >= 3600
+
+
+async def _put(store_url: str, record: ScheduleRecord) -> None:
+    store = new_store(store_url)
+    try:
+        await store.put_schedule(record)
+    finally:
+        await store.close()
 
 
 # -- the approvals page -------------------------------------------------------------------------------
