@@ -287,6 +287,24 @@ def test_a_server_leaves_alone_the_schedules_it_cannot_run(flows: Any, store_url
     assert execute_sql(store_url, "SELECT COUNT(*) FROM runs") == [(0,)]
 
 
+def test_a_schedule_row_this_server_cannot_read_holds_up_no_other(flows: Any, store_url: str) -> None:
+    async def body(server: _Server) -> list[Any]:
+        sid = await server.add()
+        unreadable = ScheduleRecord(
+            "sch-unreadable", "0 * * * *", "Nowhere/Land", "workflow", "gated", {}, "skip", "api", 0.0
+        )
+        await server.store.put_schedule(unreadable)  # as a store written elsewhere might hold
+        started = await server.schedules.tick(_at("2026-12-03T10:05:01+00:00"))
+        assert [s for s, _, _ in started] == [sid]
+        return await server.schedules.list()
+
+    listed = _run(flows, store_url, body)
+    assert [(s["id"], s["next_run"]) for s in listed] == [
+        ("sch-unreadable", "1970-01-01T00:00:00Z"),  # left as it was, for a server that can read it
+        (listed[1]["id"], "2026-12-03T10:10:00Z"),
+    ]
+
+
 @pytest.mark.backends("sqlite")
 def test_a_time_whose_notebook_is_gone_is_passed_over(flows: Any, store_url: str, tmp_path: Path) -> None:
     folder = tmp_path / "notebooks"

@@ -1,4 +1,5 @@
-"""The approvals page: every open gate across runs, with its frozen context, Approve and Reject.
+"""The approvals page: every open gate across runs, with its frozen context, Approve and Reject;
+below them, the store's schedules with their next and last runs.
 
 Server-rendered HTML, every value escaped, no script and no build step; its one stylesheet is
 inline and allowed by its hash (``STYLE_HASH``, in the Content-Security-Policy). A browser signs

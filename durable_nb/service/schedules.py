@@ -229,6 +229,9 @@ class Schedules:
             except DurableError as error:  # the schedule stays due: the next look tries again
                 log.warning("schedule %s could not start its run: %s", schedule.schedule_id, error)
                 continue
+            except Exception:  # a row this server cannot read (a zone it lacks) must not hold up the others
+                log.exception("schedule %s could not be read; the others go on", schedule.schedule_id)
+                continue
             if ran is not None:
                 started.append((schedule.schedule_id, *ran))
         return started
@@ -260,9 +263,10 @@ class Schedules:
             started = await self.service.notebooks.start(schedule.target, schedule.input, None, key)
         return str(started["id"])
 
-    async def next_due(self) -> float | None:
-        """The soonest next run among the schedules this server can run, if any."""
-        return min((s.next_run for s in await self.store.list_schedules() if self.can_run(s)), default=None)
+    async def next_due(self, after: float) -> float | None:
+        """The soonest next run after ``after`` among the schedules this server can run, if any."""
+        upcoming = [s.next_run for s in await self.store.list_schedules() if self.can_run(s) and s.next_run > after]
+        return min(upcoming, default=None)
 
     async def run(self, look_every: float = _LOOK_EVERY) -> None:
         """Start due runs until cancelled: at each due time, and every ``look_every`` seconds at least."""
@@ -271,9 +275,11 @@ class Schedules:
             self._woken.clear()  # before looking: a schedule added meanwhile wakes the next wait
             try:
                 await self.tick()
-                soonest = await self.next_due()
+                now = self.clock()
+                # One still due right after a look could not start: the next look tries it again, no sooner.
+                soonest = await self.next_due(now)
                 if soonest is not None:
-                    wait = min(look_every, max(0.0, soonest - self.clock()))
+                    wait = min(look_every, soonest - now)
             except Exception:  # a failing store now must not stop the next look
                 log.exception("starting scheduled runs failed; trying again later")
             try:
