@@ -86,17 +86,11 @@ def work(state):
 """
 
 
-def gate_form(page: str, run_id: str) -> dict[str, str]:
-    """The hidden fields (csrf, node) of the approvals page's form for ``run_id``'s gate."""
-    section = page.split(f"data-run='{run_id}'", 1)[1].split("</section>", 1)[0]
-    return dict(re.findall(r"<input type='hidden' name='(\w+)' value='([^']*)'>", section))
+DEADLINE = 240.0  # seconds: kernels and servers start slowly on a busy machine
 
 
-def until(look: Callable[[], T | None], what: str, deadline: float = 240.0) -> T:
-    """Poll ``look`` until it returns something truthy; fail saying ``what`` was awaited.
-
-    The deadline is generous: kernels and servers start slowly on a busy machine.
-    """
+def until(look: Callable[[], T | None], what: str, deadline: float = DEADLINE) -> T:
+    """Poll ``look`` until it returns something truthy; fail saying ``what`` was awaited."""
     end = time.monotonic() + deadline
     while time.monotonic() < end:
         found = look()
@@ -104,6 +98,12 @@ def until(look: Callable[[], T | None], what: str, deadline: float = 240.0) -> T
             return found
         time.sleep(0.1)
     raise AssertionError(f"gave up waiting for {what}")
+
+
+def gate_form(page: str, run_id: str) -> dict[str, str]:
+    """The hidden fields (csrf, node) of the approvals page's form for ``run_id``'s gate."""
+    section = page.split(f"data-run='{run_id}'", 1)[1].split("</section>", 1)[0]
+    return dict(re.findall(r"<input type='hidden' name='(\w+)' value='([^']*)'>", section))
 
 
 def free_port() -> int:
@@ -186,8 +186,8 @@ class Servers:
         self.store = store
         self.started: list[Server] = []
 
-    def __call__(self) -> Server:
-        server = Server(self.folder, self.store, free_port())
+    def __call__(self, *options: str) -> Server:
+        server = Server(self.folder, self.store, free_port(), options)
         self.started.append(server)
         return server
 

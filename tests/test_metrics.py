@@ -226,7 +226,7 @@ def test_two_apps_in_one_process_count_apart(flows: Any, store_url: str) -> None
 
 
 @pytest.mark.backends("sqlite")
-def test_a_scrape_costs_three_indexed_queries_whatever_the_store_holds(app_client: TestClient, store_url: str) -> None:
+def test_a_scrape_costs_four_indexed_queries_whatever_the_store_holds(app_client: TestClient, store_url: str) -> None:
     store = dnb.connect(store_url)
     filler = dnb.Workflow("filler", store=store_url)
 
@@ -252,7 +252,7 @@ def test_a_scrape_costs_three_indexed_queries_whatever_the_store_holds(app_clien
     for n in range(60):
         filler.run({"n": n})
     large = statements_of_a_scrape()
-    assert len(small) == len(large) == 3, large
+    assert len(small) == len(large) == 4, large
     assert _runs(_get(app_client))["completed"] == 60
     # The durations are read through the index of checkpoints by time, never by scanning the history.
     with sqlite3.connect(store_url.removeprefix("sqlite:///")) as conn:

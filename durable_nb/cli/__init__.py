@@ -104,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
     parser = build_parser()
-    args = parser.parse_args(notebooks.parameter_pairs(list(sys.argv[1:] if argv is None else argv)))
+    words = notebooks.parameter_pairs(list(sys.argv[1:] if argv is None else argv))
+    args = parser.parse_args(serve.schedule_groups(words))
     try:
         code = args.handler(args)
     except (Exception, KeyboardInterrupt) as error:  # noqa: BLE001 - every error is one line, never a traceback

@@ -10,10 +10,10 @@ from typing import Any
 from .common import Command
 from .output import dumps, printable
 
-__all__ = ["COMMANDS", "add_arguments", "parameter_pairs"]
+__all__ = ["COMMANDS", "add_arguments", "add_parameter_option", "parameter_pairs", "parameter_value"]
 
 
-def _parameter_value(text: str) -> Any:
+def parameter_value(text: str) -> Any:
     """A -p value as papermill reads it: True, False and None as written, an int, a float, else the text."""
     if text in ("True", "False", "None"):
         return {"True": True, "False": False, "None": None}[text]
@@ -55,7 +55,7 @@ def cmd_run_notebook(args: argparse.Namespace) -> int:
         parameters.update(read_parameters_file(args.parameters_file))
     # main() gave every -p NAME VALUE as one --parameter-pair (see parameter_pairs).
     pairs = [json.loads(pair) for pair in args.parameter_pair]
-    parameters.update({name: _parameter_value(value) for name, value in pairs})
+    parameters.update({name: parameter_value(value) for name, value in pairs})
     # With --json, stdout holds only the outcome: the progress and the messages go to stderr.
     said = sys.stderr if args.json else sys.stdout
     outcome = run_notebook(
@@ -69,6 +69,7 @@ def cmd_run_notebook(args: argparse.Namespace) -> int:
         say=lambda line: print(printable(line), file=said, flush=True),
         progress=sys.stderr,
         fork=args.fork,
+        key=args.key,
     )
     if args.json:
         print(dumps(outcome.as_json()), flush=True)
@@ -85,22 +86,21 @@ COMMANDS: list[Command] = [
 ]
 
 
+def add_parameter_option(sub: argparse.ArgumentParser, help: str) -> None:
+    """Add ``-p NAME VALUE`` (repeatable), read as papermill reads it (see ``parameter_pairs``)."""
+    sub.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"), help=help)
+
+
 def add_arguments(name: str, sub: argparse.ArgumentParser) -> None:
     """Add the arguments of command ``name`` of this module."""
     sub.add_argument("notebook", help="the notebook to run (it is not changed)")
     sub.add_argument("-o", "--output", default=None, help="write the executed notebook here, as cells finish")
-    sub.add_argument(
-        "-p",
-        "--parameter",
-        nargs=2,
-        action="append",
-        default=[],
-        metavar=("NAME", "VALUE"),
-        help="a parameter, injected after the cell tagged 'parameters' (repeatable)",
-    )
+    add_parameter_option(sub, "a parameter, injected after the cell tagged 'parameters' (repeatable)")
     sub.add_argument("--parameter-pair", action="append", default=[], help=argparse.SUPPRESS)
     sub.add_argument("-f", "--parameters-file", default=None, help="parameters from a YAML or JSON file")
     sub.add_argument("--run", default=None, help="the run's name (default: the notebook's)")
+    # The service's schedules give each due time a run of its own, keyed by the schedule and the time.
+    sub.add_argument("--key", default=None, help=argparse.SUPPRESS)
     sub.add_argument("--kernel", default="python3", help="the kernel to run it in (default python3)")
     sub.add_argument("--wait", action="store_true", help="at a gate, wait for the decision, then go on")
     sub.add_argument(

@@ -81,6 +81,7 @@ def run_notebook(
     cell_timeout: float | None = None,
     progress: Any = None,
     fork: bool = False,
+    key: str | None = None,
 ) -> NotebookOutcome:
     """Run a notebook durably; its outcome's exit code is 0 (completed), 1 (a cell failed) or 3 (paused at a gate).
 
@@ -88,10 +89,11 @@ def run_notebook(
     finished cell is one line through ``say``. ``fork``: parameters not run before branch the
     notebook's last run at the parameters cell instead of starting from the first cell. A path,
     run name, parameter or store it cannot use raises ``InvalidNotebookRun`` before any kernel starts.
+    ``key`` names the run instead of the path and parameters (a schedule gives each due time one).
     """
     target = check_output_path(output) if output is not None else None
     while True:
-        prepared = NotebookRun.prepare(path, parameters, run, store, kernel)
+        prepared = NotebookRun.prepare(path, parameters, run, store, kernel, key)
         if fork:
             forked = fork_last_run(prepared)
             if forked is not None:

@@ -12,6 +12,7 @@ original sources.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,10 @@ def kernel_store(store: str | None) -> str:
     return shared
 
 
+# A key given to a run (a schedule's: its id and due time); other runs are keyed by path and parameters.
+_KEY = re.compile(r"^[A-Za-z0-9_.:+-]{1,128}$")
+
+
 def _tagged(cells: list[Any], tag: str) -> int:
     return next((i for i, c in enumerate(cells) if tag in c.get("metadata", {}).get("tags", [])), -1)
 
@@ -108,6 +113,7 @@ class NotebookRun:
         run: str | None = None,
         store: str | None = None,
         kernel: str | None = None,
+        key: str | None = None,
     ) -> NotebookRun:
         """Read ``path`` and build the durable copy (the file itself is never changed).
 
@@ -122,7 +128,9 @@ class NotebookRun:
         notebook = read_notebook(path)  # a regular file, or refused unopened
         source = Path(path).resolve()
         name = run if run is not None else check_run_name(source.stem, "give the run a name with --run NAME")
-        prepared = cls(source, name, run_key(source, values), url, values, notebook)
+        if key is not None and (not isinstance(key, str) or not _KEY.match(key)):
+            raise InvalidNotebookRun(f"--key {key!r:.80} is no run key: give letters, digits and '_.:+-' (up to 128).")
+        prepared = cls(source, name, key or run_key(source, values), url, values, notebook)
         prepared._inject(kernel)
         prepared._make_durable()
         return prepared

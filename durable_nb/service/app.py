@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import contextvars
 import secrets
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from http import HTTPStatus
 from pathlib import Path
 from typing import Annotated, Any
@@ -48,6 +48,7 @@ from .notebook_folder import NotebookFolder
 from .notebook_runs import NotebookRuns
 from .operations import Service
 from .page import COOKIE, STYLE_HASH, approvals_page, history_page, refusal_page
+from .schedules import Planned, Schedules
 
 __all__ = ["Service", "create_app"]
 
@@ -63,6 +64,18 @@ class NotebookStartBody(BaseModel):
 
     parameters: dict[str, Any] = {}
     run: str | None = None
+
+
+class ScheduleBody(BaseModel):
+    """``POST /api/schedules``: a workflow with its input, or a notebook with its parameters, on a cron schedule."""
+
+    cron: str
+    workflow: str | None = None
+    input: dict[str, Any] | None = None
+    notebook: str | None = None
+    parameters: dict[str, Any] | None = None
+    timezone: str = "UTC"
+    missed: str = "run-once"
 
 
 class DecisionBody(BaseModel):
@@ -123,9 +136,13 @@ def create_app(
     notebook_outputs: str | Path | None = None,
     allowed_host: Iterable[str] = (),
     max_body: int = MAX_BODY,
+    schedules: Sequence[Planned] = (),
 ) -> FastAPI:
     """Return the ASGI app serving ``workflows`` on ``store`` (default: the first workflow's), and the
     notebooks in the folder ``notebooks`` (outputs in ``notebook_outputs``, default a folder inside it).
+
+    The server starts the runs of the store's schedules that it can run when they are due (looking
+    at least every ``recover_every`` seconds, up to 30), and adds ``schedules`` to them as it starts.
 
     Requests must name a loopback host, ``host`` (unless a wildcard address) or one of
     ``allowed_host``; bodies are at most ``max_body`` bytes.
@@ -136,6 +153,8 @@ def create_app(
     resolved = resolve_store(store) if store is not None or not workflows else workflows[0].store
     runner = None if notebooks is None else NotebookRuns(NotebookFolder(notebooks, notebook_outputs), resolved)
     service = Service(workflows, resolved, runner)
+    timetable = Schedules(service)
+    planned = [timetable.planned(plan) for plan in schedules]  # refused here, before the server listens
 
     def caller(needed: str) -> Any:
         """A dependency that checks the request's token for ``needed`` and returns its Token."""
@@ -163,13 +182,18 @@ def create_app(
                 await service.recover()
                 await asyncio.sleep(recover_every)
 
-        recovering = asyncio.get_running_loop().create_task(every())
+        for record in planned:
+            await timetable.add(record)
+        loop = asyncio.get_running_loop()
+        recovering = loop.create_task(every())
+        scheduling = loop.create_task(timetable.run(min(recover_every, 30.0)))
         try:
             async with tools.session_manager.run():
                 yield
         finally:
             recovering.cancel()
-            await asyncio.gather(recovering, return_exceptions=True)
+            scheduling.cancel()
+            await asyncio.gather(recovering, scheduling, return_exceptions=True)
             await service.stop()
 
     app = FastAPI(
@@ -183,6 +207,7 @@ def create_app(
         redoc_url=None,
     )
     app.state.service = service
+    app.state.schedules = timetable
     metrics = Metrics(resolved)
     app.state.metrics = metrics
     app.mount("/mcp", _TokenGate(tools_app, auth, asked_by))
@@ -268,6 +293,38 @@ def create_app(
     async def fork_run(run_id: str, body: ForkBody, token: Token = admin) -> dict[str, Any]:
         """Branch a run from a checkpoint (default: its latest) with state overrides; the server runs it."""
         return await service.fork(run_id, body.checkpoint_id, body.state)
+
+    @app.post("/api/schedules", status_code=201)
+    async def add_schedule(body: ScheduleBody, token: Token = admin) -> dict[str, Any]:
+        """Start a workflow (with ``input``) or a notebook (with ``parameters``) at each time of ``cron``
+        (in ``timezone``, default UTC), once per time whichever server gets there; times missed while no
+        server ran get one run (``missed``: ``run-once``) or none (``skip``). The same schedule again is kept."""
+        record = await asyncio.to_thread(
+            timetable.resolve,
+            body.cron,
+            workflow=body.workflow,
+            notebook=body.notebook,
+            input=body.input,
+            parameters=body.parameters,
+            timezone=body.timezone,
+            missed=body.missed,
+        )
+        return await timetable.add(record)
+
+    @app.get("/api/schedules")
+    async def list_schedules(token: Token = read) -> list[dict[str, Any]]:
+        """Every schedule of the store, the soonest due first, with its next and last runs."""
+        return await timetable.list()
+
+    @app.get("/api/schedules/{schedule_id}")
+    async def get_schedule(schedule_id: str, token: Token = read) -> dict[str, Any]:
+        """One schedule, with its next and last runs."""
+        return await timetable.get(schedule_id)
+
+    @app.delete("/api/schedules/{schedule_id}")
+    async def delete_schedule(schedule_id: str, token: Token = admin) -> dict[str, Any]:
+        """Stop a schedule: no more runs start from it (those it started stay)."""
+        return await timetable.delete(schedule_id)
 
     @app.get(
         "/metrics",

@@ -114,6 +114,31 @@ class Client:
         """Branch a run at a checkpoint with state overrides; the server runs the fork."""
         return self._call("POST", f"/api/runs/{run_id}/fork", {"checkpoint_id": checkpoint_id, "state": state or {}})
 
+    def schedule(
+        self,
+        cron: str,
+        *,
+        workflow: str | None = None,
+        input: dict[str, Any] | None = None,
+        notebook: str | None = None,
+        parameters: dict[str, Any] | None = None,
+        timezone: str = "UTC",
+        missed: str = "run-once",
+    ) -> dict[str, Any]:
+        """Start ``workflow`` (with ``input``) or ``notebook`` (with ``parameters``) at each time of ``cron``;
+        return ``{"id", "next_run", "created"}`` (the same schedule again returns the same id)."""
+        return self._call(
+            "POST", "/api/schedules", _schedule(cron, workflow, input, notebook, parameters, timezone, missed)
+        )
+
+    def schedules(self) -> list[dict[str, Any]]:
+        """Every schedule of the server's store, the soonest due first, with its next and last runs."""
+        return self._call("GET", "/api/schedules")
+
+    def unschedule(self, schedule_id: str) -> dict[str, Any]:
+        """Delete a schedule (the runs it started stay)."""
+        return self._call("DELETE", f"/api/schedules/{quote(schedule_id, safe='')}")
+
     def wait(
         self, run_id: str, until: Iterable[str] = FINISHED, *, timeout: float = 600.0, poll: float = 0.2
     ) -> dict[str, Any]:
@@ -181,6 +206,29 @@ class Client:
         return await self._acall(
             "POST", f"/api/runs/{run_id}/fork", {"checkpoint_id": checkpoint_id, "state": state or {}}
         )
+
+    async def aschedule(
+        self,
+        cron: str,
+        *,
+        workflow: str | None = None,
+        input: dict[str, Any] | None = None,
+        notebook: str | None = None,
+        parameters: dict[str, Any] | None = None,
+        timezone: str = "UTC",
+        missed: str = "run-once",
+    ) -> dict[str, Any]:
+        """Async ``schedule``."""
+        body = _schedule(cron, workflow, input, notebook, parameters, timezone, missed)
+        return await self._acall("POST", "/api/schedules", body)
+
+    async def aschedules(self) -> list[dict[str, Any]]:
+        """Async ``schedules``."""
+        return await self._acall("GET", "/api/schedules")
+
+    async def aunschedule(self, schedule_id: str) -> dict[str, Any]:
+        """Async ``unschedule``."""
+        return await self._acall("DELETE", f"/api/schedules/{quote(schedule_id, safe='')}")
 
     async def await_run(
         self, run_id: str, until: Iterable[str] = FINISHED, *, timeout: float = 600.0, poll: float = 0.2
@@ -264,6 +312,20 @@ def _params(**values: Any) -> dict[str, Any]:
 
 def _decision(approved: bool, comment: str | None, value: Any, node: str | None) -> dict[str, Any]:
     return {"approved": approved, "comment": comment, "value": value, "node": node}
+
+
+def _schedule(
+    cron: str,
+    workflow: str | None,
+    input: dict[str, Any] | None,
+    notebook: str | None,
+    parameters: dict[str, Any] | None,
+    timezone: str,
+    missed: str,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"cron": cron, "timezone": timezone, "missed": missed}
+    given = {"workflow": workflow, "input": input, "notebook": notebook, "parameters": parameters}
+    return {**body, **{k: v for k, v in given.items() if v is not None}}
 
 
 def _statuses(until: Iterable[str]) -> set[str]:

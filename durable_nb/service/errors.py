@@ -6,10 +6,12 @@ before doing anything:
     DurableError
      ├── NotebookNotFound         no notebook at that path in the notebooks folder
      │    └── NotebooksNotServed  the server was started without --notebooks
+     ├── ScheduleNotFound         no schedule of that id (404)
      ├── HostNotAllowed           a Host header the server does not answer for (400)
      ├── CrossSiteRequest         a state-changing request from another origin or without its CSRF token (403)
      └── InvalidInput
           ├── NotebookPathRefused a path that is absolute, climbs out of the folder, or is no .ipynb
+          ├── InvalidSchedule     cron text, a time zone or a missed-time policy that cannot be used
           ├── UnsupportedMediaType a state-changing request whose body is not the type it must be (415)
           ├── BodyTooLarge        a body over the server's limit (413)
           └── JsonTooDeep         a JSON body nested deeper than the server reads (400)
@@ -44,11 +46,13 @@ __all__ = [
     "BodyTooLarge",
     "CrossSiteRequest",
     "HostNotAllowed",
+    "InvalidSchedule",
     "JsonTooDeep",
     "LIBRARY_STATUS",
     "NotebookNotFound",
     "NotebookPathRefused",
     "NotebooksNotServed",
+    "ScheduleNotFound",
     "UnsupportedMediaType",
     "error_body",
     "error_from",
@@ -67,6 +71,14 @@ class NotebooksNotServed(NotebookNotFound):
 
 class NotebookPathRefused(InvalidInput):
     """A notebook path that is absolute, leads out of the notebooks folder, or names no .ipynb file."""
+
+
+class ScheduleNotFound(DurableError, LookupError):
+    """The store holds no schedule of that id."""
+
+
+class InvalidSchedule(InvalidInput):
+    """A schedule's cron text, time zone or missed-time policy that cannot be used."""
 
 
 class HostNotAllowed(DurableError):
@@ -97,6 +109,8 @@ _OWN = {
         NotebookNotFound,
         NotebooksNotServed,
         NotebookPathRefused,
+        ScheduleNotFound,
+        InvalidSchedule,
         HostNotAllowed,
         CrossSiteRequest,
         UnsupportedMediaType,
@@ -135,6 +149,7 @@ _STATUS: tuple[tuple[type[DurableError], int], ...] = (
     (UnsupportedMediaType, 415),
     (BodyTooLarge, 413),
     (NotebookNotFound, 404),
+    (ScheduleNotFound, 404),
     *LIBRARY_STATUS,
 )
 

@@ -3,9 +3,10 @@
 Two kinds of figures, each where it is true:
 
 - What the store holds (runs by status, the gates waiting and how long they have waited, how
-  long nodes took) is read from the store at each scrape, so it counts the work of every
-  process on the store: kernels, the CLI, other servers on one PostgreSQL. A scrape costs three
-  aggregate, indexed queries whatever the store's size (store/figures.py).
+  long nodes took, the schedules and how overdue they are) is read from the store at each
+  scrape, so it counts the work of every process on the store: kernels, the CLI, other servers
+  on one PostgreSQL. A scrape costs four aggregate, indexed queries whatever the store's size
+  (store/figures.py).
 - What this server itself does (its commits, the runs its recovery took over, the store
   operations that failed in it, the HTTP requests it answered) is counted in the process:
   the store reports to the ``Tally`` the server sets for its requests and runs (_tally.py).
@@ -152,6 +153,14 @@ class Metrics:
             "durable_nb_gates_waiting_seconds",
             "How long the waiting gates have waited, summed; divided by durable_nb_gates_waiting it is the mean wait.",
             value=max(0.0, figures.gates * at - figures.gate_times_sum),
+        )
+        yield GaugeMetricFamily("durable_nb_schedules", "Schedules in the store.", value=figures.schedules)
+        overdue = 0.0 if figures.first_next_run is None else max(0.0, at - figures.first_next_run)
+        yield GaugeMetricFamily(
+            "durable_nb_schedule_overdue_seconds",
+            "How long past its due time the most overdue schedule is (0 when none is): above a minute or so, "
+            "no server is starting the runs of that schedule.",
+            value=overdue,
         )
         cumulative, buckets = 0, []
         for le, count in zip((*DURATION_BUCKETS, float("inf")), self._buckets, strict=True):

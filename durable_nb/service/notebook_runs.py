@@ -3,9 +3,10 @@
 The service finds or creates the run in the store under the very name and key by which the
 child's kernel attaches (``%durable run NAME --key KEY``): the run's id is known before the
 kernel starts, the same path and parameters find the same run, and other parameters make
-another. The notebook's path (relative to the folder) and its parameters ride with the run in
-its ``meta``, so that a decision, a resume or the next server can start the child again; the
-child resumes the run after its last committed cell.
+another (a schedule's run has a key of its own, made of the schedule and its due time). The
+notebook's path (relative to the folder) and its parameters ride with the run in its ``meta``,
+so that a decision, a resume or the next server can start the child again; the child resumes
+the run after its last committed cell.
 
 When a child exits, the service settles what the command leaves open: a run whose cells all
 ran is ended (completed, as ``%durable end`` does), and a run left running by a child that
@@ -127,6 +128,7 @@ class _Spec:
     relative: str
     parameters: dict[str, Any]
     run: str | None
+    key: str | None = None  # a schedule's run of one due time; None: the path's and parameters' own
 
 
 @dataclass
@@ -148,23 +150,31 @@ class NotebookRuns:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.stopping = False
 
-    async def start(self, path: str, parameters: dict[str, Any], run: str | None) -> dict[str, Any]:
-        """Find or create the run of ``path`` with ``parameters``; start its child unless it is finished,
-        paused, or already worked on. Return ``{"id", "status", "output"}``."""
+    def check(self, path: str, parameters: dict[str, Any]) -> str:
+        """Refuse what ``start`` would refuse of ``path`` and ``parameters``; return the path in the folder."""
+        notebook = self.folder.notebook(path)
+        _run_name(notebook, None)
+        check_parameters(parameters)
+        _check_notebook(notebook)
+        return self.folder.relative(notebook)
+
+    async def start(
+        self, path: str, parameters: dict[str, Any], run: str | None, key: str | None = None
+    ) -> dict[str, Any]:
+        """Find or create the run of ``path`` with ``parameters`` (or of ``key``: a schedule's due time);
+        start its child unless it is finished, paused, or already worked on. Return ``{"id", "status", "output"}``."""
         notebook = await asyncio.to_thread(self.folder.notebook, path)
         name = _run_name(notebook, run)
         # The same checks as run-notebook's, here before the run exists: a refused call leaves nothing behind.
         check_parameters(parameters)
         await asyncio.to_thread(_check_notebook, notebook)
-        spec = _Spec(notebook, self.folder.relative(notebook), parameters, run)
+        spec = _Spec(notebook, self.folder.relative(notebook), parameters, run, key)
+        recorded: dict[str, Any] = {"path": spec.relative, "parameters": parameters, "run": run}
+        if key is not None:
+            recorded["key"] = key
         # The same row `%durable run NAME --key KEY` creates, pending and unowned: the kernel takes it.
         record, _ = await self.store.create_run(
-            new_notebook_run(
-                name,
-                run_key(notebook, parameters),
-                owned=False,
-                meta={META: {"path": spec.relative, "parameters": parameters, "run": run}},
-            )
+            new_notebook_run(name, key or run_key(notebook, parameters), owned=False, meta={META: recorded})
         )
         if self._may_start(record):
             await self._launch(record.run_id, spec)
@@ -238,10 +248,11 @@ class NotebookRuns:
         if not isinstance(recorded, dict) or not isinstance(recorded.get("parameters"), dict):
             return None
         notebook = self.folder.notebook(str(recorded.get("path")))
-        parameters, name = recorded["parameters"], recorded.get("run")
-        if run.idempotency_key != run_key(notebook, parameters) or run.name != _run_name(notebook, name):
+        parameters, name, key = recorded["parameters"], recorded.get("run"), recorded.get("key")
+        expected = key if isinstance(key, str) else run_key(notebook, parameters)
+        if run.idempotency_key != expected or run.name != _run_name(notebook, name):
             return None
-        return _Spec(notebook, self.folder.relative(notebook), parameters, name)
+        return _Spec(notebook, self.folder.relative(notebook), parameters, name, key if isinstance(key, str) else None)
 
     async def _launch(self, run_id: str, spec: _Spec) -> None:
         if run_id in self.children or self.stopping:
@@ -263,6 +274,8 @@ class NotebookRuns:
         command = [sys.executable, "-m", "durable_nb.cli", "run-notebook", str(spec.notebook), "-o", str(output)]
         if spec.run is not None:
             command += ["--run", spec.run]
+        if spec.key is not None:
+            command += ["--key", spec.key]
         if spec.parameters:
             parameters = output.with_suffix(".parameters.yaml")
             parameters.write_text(_parameters_text(spec.parameters), encoding="utf-8")

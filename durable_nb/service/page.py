@@ -1,4 +1,5 @@
-"""The approvals page: every open gate across runs, with its frozen context, Approve and Reject.
+"""The approvals page: every open gate across runs, with its frozen context, Approve and Reject;
+below them, the store's schedules with their next and last runs.
 
 Server-rendered HTML, every value escaped, no script and no build step; its one stylesheet is
 inline and allowed by its hash (``STYLE_HASH``, in the Content-Security-Policy). A browser signs
@@ -15,12 +16,13 @@ import hashlib
 import html
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..model import STATUS_COLOURS, PendingInterrupt, RunStatus, format_seconds
 from ..store import Store
+from ..store.schedules import ScheduleRecord
 from ..views import ahistory
 from ..views.render import LABEL_COLOURS, checkpoint_labels, human_duration, local_time
 
@@ -143,25 +145,54 @@ async def waiting_gates(store: Store, fields: tuple[tuple[str, str], ...] = ()) 
     return gates
 
 
-def approvals_html(gates: list[WaitingGate], forms: PageForms, note: str | None = None, error: bool = False) -> str:
+def _schedules(schedules: Sequence[ScheduleRecord], run_link: Callable[[str], str] | None) -> str:
+    """The table of schedules: what each starts, when, and its next and last runs."""
+    if not schedules:
+        return ""
+    rows = []
+    for schedule in schedules:
+        last = _time(schedule.last_run) if schedule.last_run is not None else "not yet"
+        if schedule.last_run_id is not None:
+            run = _e(schedule.last_run_id)
+            if run_link is not None:
+                run = f"<a href='{_e(run_link(schedule.last_run_id))}'>{run}</a>"
+            last += f" · run {run}"
+        rows.append(
+            f"<tr data-schedule='{_e(schedule.schedule_id)}'><td>{_e(schedule.kind)} <b>{_e(schedule.target)}</b>"
+            f"<div class='meta'>{_e(schedule.schedule_id)}</div></td>"
+            f"<td><code>{_e(schedule.cron)}</code> <span class='meta'>{_e(schedule.timezone)}</span></td>"
+            f"<td>{_time(schedule.next_run)}</td><td>{last}</td><td>{_e(schedule.missed)}</td></tr>"
+        )
+    head = "".join(f"<th>{c}</th>" for c in ("starts", "cron", "next run", "last run", "missed times"))
+    return f"<h2>Schedules ({len(schedules)})</h2><table class='schedules'><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def approvals_html(
+    gates: list[WaitingGate],
+    forms: PageForms,
+    note: str | None = None,
+    error: bool = False,
+    schedules: Sequence[ScheduleRecord] = (),
+) -> str:
     """Return the page of ``gates``, oldest first, its forms made by ``forms`` (``note``: the outcome
-    of the last decision)."""
+    of the last decision), then the ``schedules`` with their next and last runs."""
     ordered = sorted(gates, key=lambda waiting: waiting.gate.created_at)
     told = f"<p class='note{' error' if error else ''}'>{_e(note)}</p>" if note else ""
     listed = "".join(_gate(w, forms) for w in ordered) or "<p>No gate is waiting for a decision.</p>"
-    return _page("Approvals · durable_nb", f"<h1>Waiting for a decision ({len(ordered)})</h1>{told}{listed}")
+    planned = _schedules(schedules, forms.run_link)
+    return _page("Approvals · durable_nb", f"<h1>Waiting for a decision ({len(ordered)})</h1>{told}{listed}{planned}")
 
 
 async def approvals_page(store: Store, csrf: str, note: str | None = None, error: bool = False) -> str:
     """Return the service's page of every open gate, oldest first, its forms carrying ``csrf`` (``note``:
-    the outcome of the last decision)."""
+    the outcome of the last decision), and the store's schedules."""
     forms = PageForms(
         action=lambda waiting: f"/runs/{waiting.gate.run_id}/decide",
         csrf_field="csrf",
         csrf_value=csrf,
         run_link=lambda run_id: f"/runs/{run_id}",
     )
-    return approvals_html(await waiting_gates(store), forms, note, error)
+    return approvals_html(await waiting_gates(store), forms, note, error, await store.list_schedules())
 
 
 async def history_page(store: Store, run_id: str) -> str:

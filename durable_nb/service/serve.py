@@ -58,10 +58,12 @@ def serve(
     notebook_outputs: str | None = None,
     allowed_host: Sequence[str] = (),
     max_body: int | None = None,
+    schedules: Sequence[Any] = (),
 ) -> None:
     """Serve ``workflows`` and the ``notebooks`` folder until interrupted; refuse to start without tokens
     unless told, on loopback only. Requests must name a loopback host, ``host`` or one of
-    ``allowed_host``; bodies are at most ``max_body`` bytes (default 1 MiB)."""
+    ``allowed_host``; bodies are at most ``max_body`` bytes (default 1 MiB). ``schedules`` (each a
+    ``Planned``) join the store's schedules, which the server starts when due."""
     try:
         import uvicorn
 
@@ -93,6 +95,7 @@ def serve(
         notebook_outputs=notebook_outputs,
         allowed_host=allowed_host,
         max_body=MAX_BODY if max_body is None else max_body,
+        schedules=schedules,
     )
     # Bound here, not by uvicorn: the line below names the port really listened on, and a port in
     # use is a clean error.

@@ -28,6 +28,7 @@ __all__ = [
     "forget_checkpoints",
     "keyed_results",
     "runs_by_id_prefix",
+    "transaction",
     "unfinished_steps",
 ]
 
@@ -60,7 +61,8 @@ POSTGRES = Dialect("%s", False)
 
 
 @contextmanager
-def _transaction(conn: Any, d: Dialect) -> Iterator[None]:
+def transaction(conn: Any, d: Dialect) -> Iterator[None]:
+    """Run the block in one transaction of the backend's kind (IMMEDIATE on SQLite)."""
     if not d.sqlite:
         with conn.transaction():
             yield
@@ -131,7 +133,7 @@ def _delete_rows(conn: Any, d: Dialect, run_ids: list[str]) -> None:
 def delete_runs(conn: Any, d: Dialect, run_ids: list[str]) -> None:
     """Delete runs with everything they hold (their values stay until garbage collection)."""
     if run_ids:
-        with _transaction(conn, d):
+        with transaction(conn, d):
             _delete_rows(conn, d, run_ids)
 
 
@@ -148,7 +150,7 @@ def forget_checkpoints(
     if not doomed:
         return []
     p = d.p
-    with _transaction(conn, d):
+    with transaction(conn, d):
         keep_rebuildable(
             [(run_id, seq) for run_id, items in doomed.items() for seq, _ in items],
             lambda run_id: conn.execute(

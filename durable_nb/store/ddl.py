@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-__all__ = ["BLOB_PARTS_V2", "BLOB_SEALS_V4", "CHECKPOINTS_BY_TIME_V5", "live_blobs", "schema_v1", "state_changes_v3"]
+__all__ = [
+    "BLOB_PARTS_V2",
+    "BLOB_SEALS_V4",
+    "CHECKPOINTS_BY_TIME_V5",
+    "live_blobs",
+    "schedules_v6",
+    "schema_v1",
+    "state_changes_v3",
+]
 
 _V1 = """
 CREATE TABLE runs (
@@ -155,3 +163,30 @@ BLOB_SEALS_V4 = "ALTER TABLE blobs ADD COLUMN seal TEXT"
 # Version 5: the checkpoints with a duration (a node's or a cell's end) by when they were written,
 # so a server's metrics read the durations since their last scrape without scanning the history.
 CHECKPOINTS_BY_TIME_V5 = "CREATE INDEX checkpoints_by_time ON checkpoints (created_at) WHERE duration IS NOT NULL"
+
+
+# Version 6: the service's schedules. Each due time starts one run, keyed by the schedule and the
+# time; ``next_run`` moves on by compare-and-set, so servers sharing the store agree on it.
+_SCHEDULES_V6 = """
+CREATE TABLE schedules (
+    schedule_id TEXT PRIMARY KEY,
+    cron TEXT NOT NULL,
+    timezone TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    target TEXT NOT NULL,
+    input TEXT NOT NULL,
+    missed TEXT NOT NULL,
+    source TEXT NOT NULL,
+    next_run {real} NOT NULL,
+    last_run {real},
+    last_run_id TEXT,
+    created_at {real} NOT NULL,
+    updated_at {real} NOT NULL
+);
+CREATE INDEX schedules_by_next_run ON schedules (next_run)
+"""
+
+
+def schedules_v6(real: str) -> str:
+    """Return version 6 for a dialect (its float type): the schedules table."""
+    return _SCHEDULES_V6.format(real=real)

@@ -1,10 +1,10 @@
 """What a server's metrics read from the store at each scrape: a few aggregates, bounded in cost.
 
 The figures are the store's, so they count the work of every process on it (kernels, the CLI,
-other servers). Three queries, none of which grows with the history a store keeps: runs by
-status walks the status index, the open gates are the small table of gates still waiting, and
-node durations are read only for checkpoints written since a time, through the partial index
-on ``created_at`` of the checkpoints that have a duration.
+other servers). Four queries, none of which grows with the history a store keeps: runs by
+status walks the status index, the open gates are the small table of gates still waiting, node
+durations are read only for checkpoints written since a time, through the partial index on
+``created_at`` of the checkpoints that have a duration, and the schedules are a small table.
 """
 
 from __future__ import annotations
@@ -33,6 +33,9 @@ class Figures:
     gate_times_sum: float
     # (run_id, seq, created_at, duration) of each checkpoint with a duration written after ``since``.
     durations: list[tuple[str, int, float, float]]
+    # The schedules: how many, and the soonest next run among them.
+    schedules: int = 0
+    first_next_run: float | None = None
 
 
 def read_figures(conn: Any, d: Dialect, since: float) -> Figures:
@@ -43,4 +46,13 @@ def read_figures(conn: Any, d: Dialect, since: float) -> Figures:
     ).fetchone()
     rows = conn.execute(DURATIONS_SINCE.format(p=d.p), (since,)).fetchall()
     durations = [(str(r[0]), int(r[1]), float(r[2]), float(r[3])) for r in rows]
-    return Figures(runs, int(gates), None if first is None else float(first), float(summed), durations)
+    schedules, soonest = conn.execute("SELECT COUNT(*), MIN(next_run) FROM schedules").fetchone()
+    return Figures(
+        runs,
+        int(gates),
+        None if first is None else float(first),
+        float(summed),
+        durations,
+        int(schedules),
+        None if soonest is None else float(soonest),
+    )

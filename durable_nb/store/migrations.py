@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import SchemaMismatch, TamperedValueError
 from ..model import Blob
 from . import codec
-from .ddl import BLOB_PARTS_V2, BLOB_SEALS_V4, CHECKPOINTS_BY_TIME_V5, schema_v1, state_changes_v3
+from .ddl import BLOB_PARTS_V2, BLOB_SEALS_V4, CHECKPOINTS_BY_TIME_V5, schedules_v6, schema_v1, state_changes_v3
 from .secret import ENV_SECRET, key_file_path, load_secret
 
 __all__ = ["Step", "migrations", "newer_schema", "run_migrations", "seal_unsigned_values"]
@@ -37,6 +37,7 @@ def migrations(*, real: str, blob: str, bigint: str, snapshot_json: str) -> list
         state_changes_v3(snapshot_json),
         seal_unsigned_values,
         CHECKPOINTS_BY_TIME_V5,
+        schedules_v6(real),
     ]
 
 

@@ -26,6 +26,7 @@ from ..model import (
     StatusRows,
 )
 from .figures import Figures
+from .schedules import ScheduleRecord
 
 __all__ = ["HISTORY_COLUMNS", "Conflict", "Store"]
 
@@ -181,6 +182,30 @@ class Store(Protocol):
     async def figures(self, since: float) -> Figures:
         """Return runs by status, the open gates, and the node durations of checkpoints written after
         the epoch time ``since``: a few aggregate, indexed queries, whatever the store's size."""
+        ...
+
+    async def put_schedule(self, schedule: ScheduleRecord) -> tuple[ScheduleRecord, bool]:
+        """Add a schedule, or keep the one with its id (its ``missed`` policy and source updated, its next
+        and last runs kept); return it and whether it is new."""
+        ...
+
+    async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
+        """Return one schedule, or None."""
+        ...
+
+    async def list_schedules(self) -> list[ScheduleRecord]:
+        """Return every schedule, the soonest due first."""
+        ...
+
+    async def delete_schedule(self, schedule_id: str) -> bool:
+        """Delete a schedule; return whether there was one."""
+        ...
+
+    async def advance_schedule(
+        self, schedule_id: str, seen_next: float, next_run: float, ran_at: float | None, run_id: str | None
+    ) -> bool:
+        """Move a schedule on to ``next_run`` only if its next run is still ``seen_next`` (one writer wins),
+        recording the due time ``ran_at`` and its run when one ran; return whether it moved."""
         ...
 
     async def close(self) -> None:

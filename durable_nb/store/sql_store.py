@@ -28,9 +28,10 @@ from ..model import (
     RunStatus,
     StatusRows,
 )
-from . import bulk_ops
+from . import bulk_ops, schedules
 from .figures import Figures, read_figures
 from .rules import check_event_seq, check_run_id
+from .schedules import ScheduleRecord
 
 __all__ = ["SQLStore"]
 
@@ -187,3 +188,27 @@ class SQLStore:
     async def figures(self, since: float) -> Figures:
         """Return runs by status, the open gates, and node durations written after ``since`` (bounded cost)."""
         return await self._run(read_figures, self._dialect, since)
+
+    async def put_schedule(self, schedule: ScheduleRecord) -> tuple[ScheduleRecord, bool]:
+        """Add a schedule, or keep the one with its id (policy updated, next and last runs kept); say if new."""
+        return await self._run(schedules.put_schedule, self._dialect, schedule, time.time())
+
+    async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
+        """Return one schedule, or None."""
+        return await self._run(schedules.get_schedule, self._dialect, schedule_id)
+
+    async def list_schedules(self) -> list[ScheduleRecord]:
+        """Return every schedule, the soonest due first."""
+        return await self._run(schedules.list_schedules, self._dialect)
+
+    async def delete_schedule(self, schedule_id: str) -> bool:
+        """Delete a schedule; return whether there was one."""
+        return await self._run(schedules.delete_schedule, self._dialect, schedule_id)
+
+    async def advance_schedule(
+        self, schedule_id: str, seen_next: float, next_run: float, ran_at: float | None, run_id: str | None
+    ) -> bool:
+        """Move a schedule on to ``next_run`` only if its next run is still ``seen_next``; say if it moved."""
+        return await self._run(
+            schedules.advance_schedule, self._dialect, schedule_id, seen_next, next_run, ran_at, run_id, time.time()
+        )
