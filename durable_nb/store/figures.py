@@ -9,8 +9,7 @@ on ``created_at`` of the checkpoints that have a duration.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .bulk_ops import Dialect
 
@@ -22,8 +21,7 @@ DURATIONS_SINCE = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Figures:
+class Figures(NamedTuple):
     """The store's figures at one moment."""
 
     runs: dict[str, int]

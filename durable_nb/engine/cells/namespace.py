@@ -22,7 +22,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ...model import Blob
 from ...store import codec
@@ -34,8 +34,7 @@ from .unchanged import Witness, holds, witness
 __all__ = ["Known", "NamespaceTracker", "StorePlan"]
 
 
-@dataclass(frozen=True, slots=True)
-class Known:
+class Known(NamedTuple):
     """What the store holds for one variable, and what its value reached when last pickled."""
 
     address: str

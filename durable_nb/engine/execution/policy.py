@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ...errors import NodeTimeout
 from ...model import EventType, NewEvent, format_seconds
@@ -18,8 +19,7 @@ def backoff_seconds(retry: int) -> float:
     return float(min(2 ** (retry - 1), 30))
 
 
-@dataclass(frozen=True, slots=True)
-class AttemptPolicy:
+class AttemptPolicy(NamedTuple):
     """Up to ``retries`` more attempts after a failure, each limited to ``timeout_seconds``."""
 
     retries: int = 0
