@@ -108,15 +108,18 @@ def test_loading_the_extension_only_registers() -> None:
 
 
 def test_loading_the_extension_and_attaching_import_only_what_a_cell_needs(tmp_path: Path) -> None:
-    """`%load_ext durable_nb` and `%durable run` load no agents, views, service client, numpy or pandas:
-    a kernel pays for them only when it uses them."""
+    """`%load_ext durable_nb`, `%durable run` and a first committed cell load no agents, forks, views,
+    service client, OpenTelemetry, numpy or pandas: a kernel pays for them only when it uses them."""
     setup = (
         f"import sys\n{SHELL}shell.run_line_magic('load_ext', 'durable_nb')\n"
-        "assert shell.run_cell(f'%durable run light --store sqlite:///{sys.argv[1]}/runs.db').success"
+        "assert shell.run_cell(f'%durable run light --store sqlite:///{sys.argv[1]}/runs.db').success\n"
+        "assert shell.run_cell('%%durable first\\nx = 1').success"
     )
-    heavy = ("durable_nb.engine.agents.loop", "durable_nb.views", "durable_nb.service", "durable_nb.headless")
+    heavy = ("durable_nb.engine.agents.journal", "durable_nb.engine.agents.loop", "durable_nb.views")
+    heavy += ("durable_nb.service", "durable_nb.headless")
     heavy += ("durable_nb.langgraph", "durable_nb.store.postgres", "durable_nb.engine.forks.forking")
-    heavy += ("durable_nb.widgets", "numpy", "pandas", "ipywidgets", "dask", "psycopg")
+    heavy += ("durable_nb.engine.forks.literals", "durable_nb.widgets", "opentelemetry", "typing_extensions")
+    heavy += ("numpy", "pandas", "ipywidgets", "dask", "psycopg")
     assert loaded(setup, heavy, str(tmp_path)) == []
 
 

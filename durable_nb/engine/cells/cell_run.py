@@ -29,6 +29,7 @@ from ...model import (
 )
 from ...store.protocol import Store
 from ...store.secret import load_secret
+from ..agents.steps import AgentSteps
 from ..execution.scope import NodeScope
 from ..forks.lineage_values import ForkOverrides
 from ..runs.ownership import lease_deadline, this_owner
@@ -42,8 +43,8 @@ from .records import CellOutcome, HeldOverrides, Restorable
 from .writer import CellWriter
 
 if TYPE_CHECKING:
-    # Agents in cells and forks are rare next to committing: attaching a kernel does not import them.
-    from ..agents.journal import AgentSteps, Step
+    # Agents' journals and forks are rare next to committing: attaching a kernel does not import them.
+    from ..agents.journal import Step
     from ..forks.literals import OverrideText
 
 __all__ = ["CellOutcome", "CellRun", "HeldOverrides", "Restorable", "new_notebook_run"]
@@ -360,8 +361,6 @@ class CellRun:
 
     def agent_steps(self, observer: Callable[[str], None] | None = None) -> AgentSteps:
         """Return the hook through which an agent in a cell commits its checkpoints (and shows its turns)."""
-        from ..agents.journal import AgentSteps
-
         return AgentSteps(None, self._agent_steps, self.values, observer)
 
     async def _agent_steps(self, steps: list[Step]) -> None:
