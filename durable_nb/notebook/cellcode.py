@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 __all__ = ["SETTING_MAGICS", "CellCode", "Definition", "SetupCall", "analyze"]
@@ -45,19 +44,49 @@ class Definition(NamedTuple):
     line: int
 
 
-@dataclass(slots=True)
 class CellCode:
     """A parsed cell: its statements, the expression it ends with, and what it mentions."""
 
     statements: list[ast.stmt]
     last_expr: ast.Expression | None
     source_hash: str
-    names: frozenset[str] = frozenset()
-    magics: list[tuple[str, str]] = field(default_factory=list)
-    module_attributes: list[str] = field(default_factory=list)
-    setting_calls: list[SetupCall] = field(default_factory=list)
+    names: frozenset[str]
+    magics: list[tuple[str, str]]
+    module_attributes: list[str]
+    setting_calls: list[SetupCall]
     # Functions and classes whose value is what their definition made (not rebound after it).
-    definitions: dict[str, Definition] = field(default_factory=dict)
+    definitions: dict[str, Definition]
+
+    __slots__ = (
+        "definitions",
+        "last_expr",
+        "magics",
+        "module_attributes",
+        "names",
+        "setting_calls",
+        "source_hash",
+        "statements",
+    )
+
+    def __init__(
+        self,
+        statements: list[ast.stmt],
+        last_expr: ast.Expression | None,
+        source_hash: str,
+        names: frozenset[str] = frozenset(),
+        magics: list[tuple[str, str]] | None = None,
+        module_attributes: list[str] | None = None,
+        setting_calls: list[SetupCall] | None = None,
+        definitions: dict[str, Definition] | None = None,
+    ) -> None:
+        self.statements = statements
+        self.last_expr = last_expr
+        self.source_hash = source_hash
+        self.names = names
+        self.magics = [] if magics is None else magics
+        self.module_attributes = [] if module_attributes is None else module_attributes
+        self.setting_calls = [] if setting_calls is None else setting_calls
+        self.definitions = {} if definitions is None else definitions
 
 
 def _dotted(node: ast.AST) -> str | None:
