@@ -12,6 +12,8 @@ import asyncio
 import os
 import signal
 import sqlite3
+import sys
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
@@ -19,6 +21,8 @@ from shellkit import Shell
 
 from durable_nb import _loop
 from durable_nb._loop import run_in_place, run_sync
+from durable_nb.notebook import settings
+from durable_nb.notebook.setting_changes import Setting
 from durable_nb.store.sqlite import SQLiteStore
 
 pytestmark = pytest.mark.backends("sqlite")
@@ -115,3 +119,23 @@ def test_an_interrupt_during_a_call_in_place_waits_for_its_end() -> None:
 
 async def _value() -> int:
     return 7
+
+
+def test_a_cell_that_changed_nothing_reads_each_setting_at_most_twice(
+    shell: Shell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once before the cell and once after it, and none of a library the kernel has not imported twice."""
+    reads: Counter[str] = Counter()
+
+    def counted(setting: Setting) -> Setting:
+        def read() -> object:
+            reads[setting.name] += 1
+            return setting.read()
+
+        return setting._replace(read=read)
+
+    monkeypatch.setattr(settings, "SETTINGS", tuple(counted(setting) for setting in settings.SETTINGS))
+    shell.ok("%%durable still\npass")
+    assert reads and max(reads.values()) <= 2, reads
+    if "torch" not in sys.modules:
+        assert reads["torch"] <= 1  # the reading before the cell finds nothing to watch

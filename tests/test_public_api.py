@@ -108,18 +108,45 @@ def test_loading_the_extension_only_registers() -> None:
 
 
 def test_loading_the_extension_and_attaching_import_only_what_a_cell_needs(tmp_path: Path) -> None:
-    """`%load_ext durable_nb` and `%durable run` load no agents, views, service client, numpy or pandas:
-    a kernel pays for them only when it uses them."""
+    """`%load_ext durable_nb`, `%durable run` and a first committed cell load no agents, forks, views,
+    service client, OpenTelemetry, numpy or pandas: a kernel pays for them only when it uses them."""
     setup = (
         f"import sys\n{SHELL}shell.run_line_magic('load_ext', 'durable_nb')\n"
-        "assert shell.run_cell(f'%durable run light --store sqlite:///{sys.argv[1]}/runs.db').success"
+        "assert shell.run_cell(f'%durable run light --store sqlite:///{sys.argv[1]}/runs.db').success\n"
+        "assert shell.run_cell('%%durable first\\nx = 1').success"
     )
-    heavy = ("durable_nb.engine.agents.loop", "durable_nb.views", "durable_nb.service", "durable_nb.headless")
+    heavy = ("durable_nb.engine.agents.journal", "durable_nb.engine.agents.loop", "durable_nb.views")
+    heavy += ("durable_nb.service", "durable_nb.headless")
     heavy += ("durable_nb.langgraph", "durable_nb.store.postgres", "durable_nb.engine.forks.forking")
-    heavy += ("durable_nb.widgets", "numpy", "pandas", "ipywidgets", "dask", "psycopg")
+    heavy += ("durable_nb.engine.forks.literals", "durable_nb.widgets", "opentelemetry", "typing_extensions")
+    heavy += ("numpy", "pandas", "ipywidgets", "dask", "psycopg")
     assert loaded(setup, heavy, str(tmp_path)) == []
 
 
 def test_typed_marker_ships() -> None:
     """Style: the package ships py.typed."""
     assert (PACKAGE / "py.typed").exists()
+
+
+# What attaching and a first cell define, as dataclasses: the model's records. Each costs about half
+# a millisecond to define (its generated methods are compiled one by one), so records made only on
+# the way (a cell's plan, options, outcome) are plain classes or NamedTuples; raise this only for a
+# record that needs what a dataclass gives.
+DATACLASSES_AT_ATTACH = 18
+
+
+def test_attaching_and_a_first_cell_define_few_dataclasses(tmp_path: Path) -> None:
+    """`%load_ext durable_nb`, `%durable run` and a first cell define at most DATACLASSES_AT_ATTACH dataclasses."""
+    code = (
+        f"import dataclasses, json, sys\n{SHELL}shell.run_line_magic('load_ext', 'durable_nb')\n"
+        "assert shell.run_cell(f'%durable run light --store sqlite:///{sys.argv[1]}/runs.db').success\n"
+        "assert shell.run_cell('%%durable first\\nx = 1').success\n"
+        "print(json.dumps(sorted(f'{name}.{value.__qualname__}' for name, module in list(sys.modules.items())"
+        " if name.startswith('durable_nb') for value in vars(module).values()"
+        " if isinstance(value, type) and value.__module__ == name and dataclasses.is_dataclass(value))))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=env_with_repo(), check=True
+    )
+    defined = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len(defined) <= DATACLASSES_AT_ATTACH, defined

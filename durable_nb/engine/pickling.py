@@ -32,7 +32,6 @@ import types
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import cloudpickle
@@ -46,7 +45,6 @@ __all__ = ["Pickled", "buffer_digest", "pickle_values", "restoring_into", "unpic
 _target: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("durable_nb_restore_into", default=None)
 
 
-@dataclass(slots=True)
 class Pickled:
     """One pickle of one or more values, with what it reaches and a fingerprint of its content."""
 
@@ -59,11 +57,35 @@ class Pickled:
     buffer_digests: list[str]
     # The pickler's memo, kept while a plan compares pickles: objects made while pickling stay
     # alive, so no two pickles of one plan can see the same id for different objects.
-    memo: Any = None
+    memo: Any
     # The objects ``reach`` names, kept as long as the reach is: an object made while pickling
     # that the memo test misses (a compiled object's state arrays) keeps its id, never reused by
     # another value's object to make the two look shared.
-    held: list[Any] | None = None
+    held: list[Any] | None
+
+    __slots__ = ("buffer_digests", "buffers", "figures", "fingerprint", "held", "memo", "reach", "stream", "uses")
+
+    def __init__(
+        self,
+        stream: bytes,
+        buffers: list[pickle.PickleBuffer],
+        reach: array.array[int],
+        uses: frozenset[str],
+        figures: frozenset[int],
+        fingerprint: str,
+        buffer_digests: list[str],
+        memo: Any = None,
+        held: list[Any] | None = None,
+    ) -> None:
+        self.stream = stream
+        self.buffers = buffers
+        self.reach = reach
+        self.uses = uses
+        self.figures = figures
+        self.fingerprint = fingerprint
+        self.buffer_digests = buffer_digests
+        self.memo = memo
+        self.held = held
 
 
 # -- what a restore calls ---------------------------------------------------------------------

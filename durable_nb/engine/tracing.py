@@ -3,7 +3,10 @@
 durable_nb behaves as a library: it asks the OpenTelemetry API's global tracer provider for its
 tracer and never configures an SDK or an exporter; the application does. Without
 ``opentelemetry-api`` installed every function here returns at once; with the API and no SDK
-the spans are the API's non-recording ones, and nothing is attached to them.
+the spans are the API's non-recording ones, and nothing is attached to them. The API is not
+imported until something in the process has imported it (or names a provider in the
+environment): before that no provider can be set, every span would be a no-op one, and a
+kernel attaching to a run does not pay for the import.
 
 A run's first span is stored with the run (its trace and span id, in the run's ``meta``), so a
 run resumed by another process after a crash continues that trace: its run span is a child of
@@ -13,15 +16,14 @@ the first one and links to it.
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
-try:
-    from opentelemetry import context as _context
-    from opentelemetry import trace as _trace
-except ImportError:  # the extra is not installed: spans cost one test of a global
-    _trace = None  # type: ignore[assignment]
-    _context = None  # type: ignore[assignment]
+# The API's trace and context modules, once the process has loaded them (see _api).
+_trace: Any = None
+_context: Any = None
 
 __all__ = [
     "AGENT_TOOL",
@@ -67,6 +69,20 @@ TRACE_META = "trace"
 _tracer: Any = None
 
 
+def _api() -> Any:
+    """Return OpenTelemetry's trace API once the process uses it; None before that and without it."""
+    global _trace, _context
+    # A provider is set through opentelemetry.trace (or named by this variable): until one of
+    # them is there, spans are the API's no-ops and importing it is all they would cost.
+    if _trace is None and ("opentelemetry.trace" in sys.modules or "OTEL_PYTHON_TRACER_PROVIDER" in os.environ):
+        try:
+            from opentelemetry import context, trace
+        except ImportError:  # the extra is not installed: spans cost a test of a dict
+            return None
+        _trace, _context = trace, context
+    return _trace
+
+
 def _get_tracer() -> Any:
     """Return durable_nb's tracer, asked for once: the API's proxy follows a provider set later."""
     global _tracer
@@ -92,7 +108,7 @@ def start(
     **attributes: Any,
 ) -> Any:
     """Start a span (not made current) with the run's id and the node's; None without the API."""
-    if _trace is None:
+    if _api() is None:
         return None
     span = _get_tracer().start_span(name, context=context, links=links)
     # Attributes are built only for a span that keeps them (an SDK is configured and sampled it).
@@ -140,7 +156,7 @@ def finish(span: Any, checkpoint_id: str | None = None, error: BaseException | N
 
 def event(span: Any, name: str, run_id: str | None, checkpoint_id: str | None, **attributes: Any) -> None:
     """Add an event to ``span`` (the current span when None) with the run and checkpoint ids."""
-    if _trace is None:
+    if _api() is None:
         return
     if span is None:
         span = _trace.get_current_span()
@@ -205,7 +221,7 @@ def _stored_context(meta: dict[str, Any] | None) -> Any:
 
 def run_span(run_id: str, meta: dict[str, Any] | None = None) -> Any:
     """Start the span of a run; a run whose first span was stored continues that span's trace and links to it."""
-    if _trace is None:
+    if _api() is None:
         return None
     first = _stored_context(meta)
     if first is None:

@@ -15,8 +15,8 @@ import json
 import os
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from .stores import resolved_url
 
@@ -29,8 +29,8 @@ _KERNEL_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _MAX_ENTRY_BYTES = 64 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class KernelEntry:
+# A NamedTuple, not a dataclass: %load_ext defines it, where a dataclass's generated methods cost a millisecond.
+class KernelEntry(NamedTuple):
     """A kernel's registry entry: the run and the store it is attached to, and its process."""
 
     kernel_id: str

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import re
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 __all__ = ["SETTING_MAGICS", "CellCode", "Definition", "SetupCall", "analyze"]
@@ -21,12 +19,24 @@ SETTING_MAGICS = frozenset(
     "matplotlib config load_ext reload_ext autoreload aimport precision xmode pylab colors doctest_mode "
     "alias unalias autocall automagic".split()
 )
-# Calls whose names say they set process-wide state (seeds, configuration, registration).
-_SETTING_CALL = re.compile(
-    r"^(set_\w+|\w*seed\w*|use|enable\w*|disable\w*|config\w*|\w*configure\w*|register\w*|init\w*|"
-    r"setup\w*|basicConfig|setLevel|switch_backend|ion|ioff|interactive|login|load_dotenv|putenv|"
-    r"setrecursionlimit|set_printoptions|install)$"
+# Calls whose names say they set process-wide state (seeds, configuration, registration): a name
+# that starts with one of the prefixes, holds one of the parts, or is one of the names. Tests of
+# text, not a regular expression, whose compiling was a tenth of a kernel's attach.
+_SETTING_PREFIXES = ("set_", "enable", "disable", "config", "register", "init", "setup")
+_SETTING_PARTS = ("seed", "configure")
+_SETTING_NAMES = frozenset(
+    "use basicConfig setLevel switch_backend ion ioff interactive login load_dotenv putenv setrecursionlimit "
+    "set_printoptions install".split()
 )
+
+
+def _sets_up(name: str) -> bool:
+    """Whether a called name (an identifier) says the call sets process-wide state."""
+    return (
+        name in _SETTING_NAMES
+        or (name.startswith(_SETTING_PREFIXES) and name != "set_")
+        or any(part in name for part in _SETTING_PARTS)
+    )
 
 
 class SetupCall(NamedTuple):
@@ -45,19 +55,49 @@ class Definition(NamedTuple):
     line: int
 
 
-@dataclass(slots=True)
 class CellCode:
     """A parsed cell: its statements, the expression it ends with, and what it mentions."""
 
     statements: list[ast.stmt]
     last_expr: ast.Expression | None
     source_hash: str
-    names: frozenset[str] = frozenset()
-    magics: list[tuple[str, str]] = field(default_factory=list)
-    module_attributes: list[str] = field(default_factory=list)
-    setting_calls: list[SetupCall] = field(default_factory=list)
+    names: frozenset[str]
+    magics: list[tuple[str, str]]
+    module_attributes: list[str]
+    setting_calls: list[SetupCall]
     # Functions and classes whose value is what their definition made (not rebound after it).
-    definitions: dict[str, Definition] = field(default_factory=dict)
+    definitions: dict[str, Definition]
+
+    __slots__ = (
+        "definitions",
+        "last_expr",
+        "magics",
+        "module_attributes",
+        "names",
+        "setting_calls",
+        "source_hash",
+        "statements",
+    )
+
+    def __init__(
+        self,
+        statements: list[ast.stmt],
+        last_expr: ast.Expression | None,
+        source_hash: str,
+        names: frozenset[str] = frozenset(),
+        magics: list[tuple[str, str]] | None = None,
+        module_attributes: list[str] | None = None,
+        setting_calls: list[SetupCall] | None = None,
+        definitions: dict[str, Definition] | None = None,
+    ) -> None:
+        self.statements = statements
+        self.last_expr = last_expr
+        self.source_hash = source_hash
+        self.names = names
+        self.magics = [] if magics is None else magics
+        self.module_attributes = [] if module_attributes is None else module_attributes
+        self.setting_calls = [] if setting_calls is None else setting_calls
+        self.definitions = {} if definitions is None else definitions
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -173,7 +213,7 @@ def analyze(source: str) -> CellCode:
             module_attributes.extend(d for t in targets if isinstance(t, ast.Attribute) and (d := _dotted(t)))
         if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
             called = _dotted(statement.value.func)
-            if called and _SETTING_CALL.match(called.rsplit(".", 1)[-1]):
+            if called and _sets_up(called.rsplit(".", 1)[-1]):
                 text = ast.get_source_segment(source, statement) or called
                 setting_calls.append(SetupCall(called, text, conditional))
     statements = list(tree.body)

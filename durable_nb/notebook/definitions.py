@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import io
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from .cellcode import CellCode, analyze
@@ -32,14 +31,27 @@ from .shape import shape_of
 __all__ = ["Definitions", "Remade", "unstored_advice"]
 
 
-@dataclass(slots=True)
 class Remade:
     """What a restore did with the definitions kept with a cell."""
 
-    ran: list[str] = field(default_factory=list)  # definitions run again
-    back: list[str] = field(default_factory=list)  # as the cell left them (run again or kept)
-    failed: dict[str, str] = field(default_factory=dict)  # name to the error its definition raised
-    differ: list[str] = field(default_factory=list)  # not as the cell left them
+    ran: list[str]  # definitions run again
+    back: list[str]  # as the cell left them (run again or kept)
+    failed: dict[str, str]  # name to the error its definition raised
+    differ: list[str]  # not as the cell left them
+
+    __slots__ = ("back", "differ", "failed", "ran")
+
+    def __init__(
+        self,
+        ran: list[str] | None = None,
+        back: list[str] | None = None,
+        failed: dict[str, str] | None = None,
+        differ: list[str] | None = None,
+    ) -> None:
+        self.ran = [] if ran is None else ran
+        self.back = [] if back is None else back
+        self.failed = {} if failed is None else failed
+        self.differ = [] if differ is None else differ
 
     def note(self) -> str | None:
         """One line naming what came back by running definitions again, if anything did."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from .._loop import run_in_place, run_sync
@@ -29,15 +28,30 @@ from .settings import SettingsWatch
 __all__ = ["CellExecutor", "CellOptions"]
 
 
-@dataclass(slots=True)
 class CellOptions:
     """How one %%durable cell runs."""
 
-    retries: int = 0
-    timeout: float | None = None
-    rerun: bool = False
-    exclude: frozenset[str] = frozenset()
-    replay: bool = False
+    retries: int
+    timeout: float | None
+    rerun: bool
+    exclude: frozenset[str]
+    replay: bool
+
+    __slots__ = ("exclude", "replay", "rerun", "retries", "timeout")
+
+    def __init__(
+        self,
+        retries: int = 0,
+        timeout: float | None = None,
+        rerun: bool = False,
+        exclude: frozenset[str] = frozenset(),
+        replay: bool = False,
+    ) -> None:
+        self.retries = retries
+        self.timeout = timeout
+        self.rerun = rerun
+        self.exclude = exclude
+        self.replay = replay
 
     def recorded(self) -> dict[str, Any]:
         """The options a replay runs the cell with again: those not at their default (``--rerun`` is no

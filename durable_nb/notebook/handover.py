@@ -12,9 +12,8 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import InvalidInput
 
@@ -25,8 +24,8 @@ ATTACH_VARIABLE = "DURABLE_NB_ATTACH"
 ATTACH_CODE = "%load_ext durable_nb\n%durable run --from-env"
 
 
-@dataclass(frozen=True, slots=True)
-class Handover:
+# A NamedTuple, not a dataclass: %load_ext defines it, where a dataclass's generated methods cost a millisecond.
+class Handover(NamedTuple):
     """The run a headless kernel attaches to: its name, its key, the store it lives in."""
 
     name: str

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from IPython.core.magic_arguments import ArgDecorator, MagicArgumentParser, construct_parser, parse_argstring
+from IPython.core.magic_arguments import ArgDecorator, MagicArgumentParser, parse_argstring, real_name
 
 __all__ = ["cell_arguments", "lazy_arguments", "names_in", "parser_of", "subcommand_arguments", "unquoted"]
 
@@ -22,7 +22,22 @@ def parser_of(spec: Any) -> MagicArgumentParser:
     func = getattr(spec, "__func__", spec)  # a bound method forwards reads, not writes
     parser = getattr(func, "parser", None)
     if parser is None:
-        parser = func.parser = construct_parser(func)
+        parser = func.parser = _construct(func)
+    return parser
+
+
+def _construct(func: Any) -> MagicArgumentParser:
+    # IPython's construct_parser without its last step, formatting the whole help into the stub's
+    # docstring: nothing shows a subcommand stub's docstring, and formatting was half of the parser's
+    # cost at a kernel's first %durable run (-h formats the help when asked).
+    kwds = dict(getattr(func, "argcmd_kwds", {}))
+    kwds.setdefault("description", func.__doc__)
+    parser = MagicArgumentParser(real_name(func), **kwds)
+    group = None
+    for decorator in func.decorators[::-1]:  # in the order they stand in the source
+        added = decorator.add_to_parser(parser, group)
+        if added is not None:
+            group = added
     return parser
 
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import html
 import uuid
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 __all__ = ["NOTE_KEY", "Note", "Notes", "is_note", "note_kinds"]
 
@@ -31,8 +30,7 @@ _BOX_STYLE = (
 _LABEL_STYLE = "font-weight:600;margin-right:6px"
 
 
-@dataclass(frozen=True, slots=True)
-class Note:
+class Note(NamedTuple):
     """One line durable_nb says about a cell: what it is about (``kind``) and how loud it is."""
 
     text: str

@@ -4,8 +4,7 @@ the settings share: a reading taken whole, the keys that changed, the entries re
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = ["MISSING", "Setting", "changed_keys", "put_changes", "replaced_entries", "same", "whole_reading"]
 
@@ -24,8 +23,7 @@ class _Missing:
 MISSING = _Missing()
 
 
-@dataclass(frozen=True, slots=True)
-class Setting:
+class Setting(NamedTuple):
     """One kind of process-wide state: how to read it, what changed, and how to set it again."""
 
     name: str

@@ -12,8 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..model import CheckpointRecord, CheckpointState, RunRecord
 from . import rows
@@ -35,8 +34,7 @@ __all__ = [
 StateAt = Callable[[Any, str, int], CheckpointState]
 
 
-@dataclass(frozen=True, slots=True)
-class Dialect:
+class Dialect(NamedTuple):
     """How one backend spells what differs: placeholders, a JSON path in ``extra``, transactions."""
 
     p: str

@@ -26,7 +26,7 @@ import json
 import math
 import pickle
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import cloudpickle
 
@@ -209,16 +209,14 @@ def _compressor() -> Any:
     return zstandard.ZstdCompressor(level=1)
 
 
-@dataclass(frozen=True, slots=True)
-class GroupPart:
+class GroupPart(NamedTuple):
     """One out-of-band buffer of a group: its address and whether the array was read-only."""
 
     address: str
     readonly: bool
 
 
-@dataclass(frozen=True, slots=True)
-class OpenGroup:
+class OpenGroup(NamedTuple):
     """A verified group blob: the names it holds, its buffers in order, and its pickle stream."""
 
     names: list[str]

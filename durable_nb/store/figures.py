@@ -9,8 +9,7 @@ durations are read only for checkpoints written since a time, through the partia
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .bulk_ops import Dialect
 
@@ -22,8 +21,7 @@ DURATIONS_SINCE = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Figures:
+class Figures(NamedTuple):
     """The store's figures at one moment."""
 
     runs: dict[str, int]

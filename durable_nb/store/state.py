@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..model import CheckpointState, RunRecord
 
@@ -35,8 +34,7 @@ __all__ = [
 SNAPSHOT_MIN = 256
 
 
-@dataclass(frozen=True, slots=True)
-class StateRow:
+class StateRow(NamedTuple):
     """What one checkpoint row says about the state."""
 
     seq: int

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from ..errors import InvalidInput, StoreUnavailable
 
@@ -17,8 +17,7 @@ _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 DEFAULT_URL = "sqlite:///.durable_nb/runs.db"
 
 
-@dataclass(frozen=True, slots=True)
-class StoreURL:
+class StoreURL(NamedTuple):
     """A parsed store URL."""
 
     scheme: str

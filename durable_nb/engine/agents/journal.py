@@ -13,14 +13,12 @@ forked from, and continues from there.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...model import CheckpointRecord, RunRecord
 from ..execution.scope import NodeScope
-from ..state.values import ValueCodec
+from .steps import AgentSteps
 
 __all__ = ["AgentSteps", "Journal", "Mark", "Step"]
 
@@ -41,38 +39,6 @@ class Step:
     idempotent: list[tuple[str, str]] = field(default_factory=list)
     # Set by the writer once the step's checkpoint is committed (for its trace span).
     checkpoint_id: str | None = None
-
-
-# Commits its steps in one transaction, a checkpoint each.
-Writer = Callable[[list[Step]], Awaitable[None]]
-
-
-class AgentSteps:
-    """The hook a node's runner gives its scope: write one agent checkpoint on the runner's loop
-    (None: the loop the agent runs on, as for a notebook cell, whose agent runs where its commits do)."""
-
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop | None,
-        write: Writer,
-        values: ValueCodec,
-        observer: Callable[[str], None] | None = None,
-    ) -> None:
-        self.loop = loop
-        self._write = write
-        self.values = values
-        # Told each turn as it happens (a notebook cell shows them in its output).
-        self.observer = observer
-        # Told how far a map_items call has got: (name, done, total, restored, failed, final).
-        self.progress: Callable[..., None] | None = None
-
-    async def write(self, *steps: Step) -> None:
-        """Commit checkpoints, one per step, in one transaction, from any thread or loop."""
-        if self.loop is None or asyncio.get_running_loop() is self.loop:
-            await self._write(list(steps))
-            return
-        # A sync node runs its agent on a loop of its own thread: the commit belongs to the runner's.
-        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._write(list(steps)), self.loop))
 
 
 @dataclass(slots=True)

@@ -10,7 +10,7 @@ tree) and ``cell_values`` (restores and the values forks set).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..._ids import new_id
 from ...errors import InvalidInput
@@ -29,10 +29,9 @@ from ...model import (
 )
 from ...store.protocol import Store
 from ...store.secret import load_secret
-from ..agents.journal import AgentSteps, Step
+from ..agents.steps import AgentSteps
 from ..execution.scope import NodeScope
 from ..forks.lineage_values import ForkOverrides
-from ..forks.literals import OverrideText
 from ..runs.ownership import lease_deadline, this_owner
 from ..state.statelog import StateLog
 from ..state.values import ValueCodec
@@ -42,6 +41,11 @@ from .lineage import CellLineage
 from .namespace import NamespaceTracker
 from .records import CellOutcome, HeldOverrides, Restorable
 from .writer import CellWriter
+
+if TYPE_CHECKING:
+    # Agents' journals and forks are rare next to committing: attaching a kernel does not import them.
+    from ..agents.journal import Step
+    from ..forks.literals import OverrideText
 
 __all__ = ["CellOutcome", "CellRun", "HeldOverrides", "Restorable", "new_notebook_run"]
 

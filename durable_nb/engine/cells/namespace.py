@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ...model import Blob
 from ...store import codec
@@ -34,8 +33,7 @@ from .unchanged import Witness, holds, witness
 __all__ = ["Known", "NamespaceTracker", "StorePlan"]
 
 
-@dataclass(frozen=True, slots=True)
-class Known:
+class Known(NamedTuple):
     """What the store holds for one variable, and what its value reached when last pickled."""
 
     address: str
@@ -49,18 +47,32 @@ class Known:
     held: Any = None  # the objects ``reach`` names, alive as long as it is (their ids stay theirs)
 
 
-@dataclass(slots=True)
 class StorePlan:
     """What one cell's commit writes for the namespace."""
 
-    manifest: dict[str, str] = field(default_factory=dict)
-    blobs: list[Blob] = field(default_factory=list)
-    unstored: dict[str, str] = field(default_factory=dict)  # name to type
-    reasons: dict[str, str] = field(default_factory=dict)  # name to why it cannot be pickled
-    known: dict[str, Known] = field(default_factory=dict)
+    manifest: dict[str, str]
+    blobs: list[Blob]
+    unstored: dict[str, str]  # name to type
+    reasons: dict[str, str]  # name to why it cannot be pickled
+    known: dict[str, Known]
+
+    __slots__ = ("blobs", "known", "manifest", "reasons", "unstored")
+
+    def __init__(
+        self,
+        manifest: dict[str, str] | None = None,
+        blobs: list[Blob] | None = None,
+        unstored: dict[str, str] | None = None,
+        reasons: dict[str, str] | None = None,
+        known: dict[str, Known] | None = None,
+    ) -> None:
+        self.manifest = {} if manifest is None else manifest
+        self.blobs = [] if blobs is None else blobs
+        self.unstored = {} if unstored is None else unstored
+        self.reasons = {} if reasons is None else reasons
+        self.known = {} if known is None else known
 
 
-@dataclass(slots=True)
 class _Unit:
     """Names pickled together; ``dirty`` until their joint pickle covers every one of them.
 
@@ -70,8 +82,16 @@ class _Unit:
 
     names: list[str]
     pickled: Pickled
-    dirty: bool = False
-    witness: Witness | None = None
+    dirty: bool
+    witness: Witness | None
+
+    __slots__ = ("dirty", "names", "pickled", "witness")
+
+    def __init__(self, names: list[str], pickled: Pickled, dirty: bool = False, witness: Witness | None = None) -> None:
+        self.names = names
+        self.pickled = pickled
+        self.dirty = dirty
+        self.witness = witness
 
     def holds(self, object_id: int) -> bool:
         reach = self.pickled.reach

@@ -7,7 +7,6 @@ or a decision made elsewhere); a committed cell, its lookup and one read of its 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -27,7 +26,6 @@ class CellAction(Enum):
     PAUSED = "paused"  # the run waits at a gate: show it, run nothing
 
 
-@dataclass(slots=True)
 class CellPlan:
     """The engine's answer for one cell, with everything the front end needs to act on it.
 
@@ -40,17 +38,63 @@ class CellPlan:
 
     action: CellAction
     cell_run: CellRun
-    committed: CheckpointRecord | None = None
-    restored: Restorable | None = None
-    held: HeldOverrides = field(default_factory=HeldOverrides)
-    forked_from: str | None = None
-    why: str = ""
-    returned_from: str | None = None
-    lost: bool = False
-    gate: PendingInterrupt | None = None
-    waiting: list[PendingInterrupt] = field(default_factory=list)
-    paused: bool = False  # a --replay cell of a run that waits at a gate: run it, commit nothing
-    source: str = ""  # the code a decided gate's cell continues with
+    committed: CheckpointRecord | None
+    restored: Restorable | None
+    held: HeldOverrides
+    forked_from: str | None
+    why: str
+    returned_from: str | None
+    lost: bool
+    gate: PendingInterrupt | None
+    waiting: list[PendingInterrupt]
+    paused: bool  # a --replay cell of a run that waits at a gate: run it, commit nothing
+    source: str  # the code a decided gate's cell continues with
+
+    __slots__ = (
+        "action",
+        "cell_run",
+        "committed",
+        "forked_from",
+        "gate",
+        "held",
+        "lost",
+        "paused",
+        "restored",
+        "returned_from",
+        "source",
+        "waiting",
+        "why",
+    )
+
+    def __init__(
+        self,
+        action: CellAction,
+        cell_run: CellRun,
+        committed: CheckpointRecord | None = None,
+        restored: Restorable | None = None,
+        held: HeldOverrides | None = None,
+        forked_from: str | None = None,
+        why: str = "",
+        returned_from: str | None = None,
+        lost: bool = False,
+        gate: PendingInterrupt | None = None,
+        waiting: list[PendingInterrupt] | None = None,
+        paused: bool = False,
+        source: str = "",
+    ) -> None:
+        self.action = action
+        self.cell_run = cell_run
+        self.committed = committed
+        self.restored = restored
+        self.held = HeldOverrides() if held is None else held
+        self.forked_from = forked_from
+        self.why = why
+        self.returned_from = returned_from
+        self.lost = lost
+        self.gate = gate
+        self.waiting = [] if waiting is None else waiting
+        self.paused = paused
+        self.source = source
 
 
 async def open_cell(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import StoreError
@@ -12,7 +11,6 @@ from ...model import Blob, CheckpointRecord, NewEvent
 __all__ = ["CellOutcome", "HeldOverrides", "Restorable"]
 
 
-@dataclass(slots=True)
 class CellOutcome:
     """What a cell that finished hands over to be committed.
 
@@ -33,19 +31,76 @@ class CellOutcome:
     outputs: list[dict[str, Any]]
     source_hash: str
     duration: float
-    attempts: int = 1
-    bound: frozenset[str] = frozenset()
-    open_figures: frozenset[int] = frozenset()
-    extra: dict[str, Any] = field(default_factory=dict)
-    blobs: list[Blob] = field(default_factory=list)
+    attempts: int
+    bound: frozenset[str]
+    open_figures: frozenset[int]
+    extra: dict[str, Any]
+    blobs: list[Blob]
     # Events of the attempts before the one that finished (retries), committed with the cell.
-    events: list[NewEvent] = field(default_factory=list)
-    recipe: Callable[[str], dict[str, Any] | None] | None = None
-    settings: dict[str, Any] | None = None
-    result: Any = None
+    events: list[NewEvent]
+    recipe: Callable[[str], dict[str, Any] | None] | None
+    settings: dict[str, Any] | None
+    result: Any
+
+    __slots__ = (
+        "attempts",
+        "blobs",
+        "bound",
+        "deleted",
+        "duration",
+        "events",
+        "extra",
+        "namespace",
+        "node_id",
+        "open_figures",
+        "outputs",
+        "recipe",
+        "result",
+        "settings",
+        "source_hash",
+        "storable",
+        "touched",
+    )
+
+    def __init__(
+        self,
+        node_id: str,
+        namespace: dict[str, Any],
+        touched: frozenset[str],
+        storable: Callable[[str], bool],
+        deleted: list[str],
+        outputs: list[dict[str, Any]],
+        source_hash: str,
+        duration: float,
+        attempts: int = 1,
+        bound: frozenset[str] = frozenset(),
+        open_figures: frozenset[int] = frozenset(),
+        extra: dict[str, Any] | None = None,
+        blobs: list[Blob] | None = None,
+        events: list[NewEvent] | None = None,
+        recipe: Callable[[str], dict[str, Any] | None] | None = None,
+        settings: dict[str, Any] | None = None,
+        result: Any = None,
+    ) -> None:
+        self.node_id = node_id
+        self.namespace = namespace
+        self.touched = touched
+        self.storable = storable
+        self.deleted = deleted
+        self.outputs = outputs
+        self.source_hash = source_hash
+        self.duration = duration
+        self.attempts = attempts
+        self.bound = bound
+        self.open_figures = open_figures
+        self.extra = {} if extra is None else extra
+        self.blobs = [] if blobs is None else blobs
+        self.events = [] if events is None else events
+        self.recipe = recipe
+        self.settings = settings
+        self.result = result
 
 
-@dataclass(slots=True)
 class Restorable:
     """A committed cell, restored: the names it set, its outputs, what it could not store (and why).
 
@@ -58,13 +113,37 @@ class Restorable:
     names: list[str]
     outputs: list[dict[str, Any]]
     unstored: dict[str, str]
-    reasons: dict[str, str] = field(default_factory=dict)
-    overridden: list[str] = field(default_factory=list)
-    shared: dict[str, list[str]] = field(default_factory=dict)
+    reasons: dict[str, str]
+    overridden: list[str]
+    shared: dict[str, list[str]]
     # The cell's settings and shown value, read with its values and decoded only when asked for
     # (after the front end made its definitions again: they may refer to them).
-    blobs: dict[str, Blob] = field(default_factory=dict)
-    decode: Callable[[Blob], Any] | None = None
+    blobs: dict[str, Blob]
+    decode: Callable[[Blob], Any] | None
+
+    __slots__ = ("blobs", "checkpoint", "decode", "names", "outputs", "overridden", "reasons", "shared", "unstored")
+
+    def __init__(
+        self,
+        checkpoint: CheckpointRecord,
+        names: list[str],
+        outputs: list[dict[str, Any]],
+        unstored: dict[str, str],
+        reasons: dict[str, str] | None = None,
+        overridden: list[str] | None = None,
+        shared: dict[str, list[str]] | None = None,
+        blobs: dict[str, Blob] | None = None,
+        decode: Callable[[Blob], Any] | None = None,
+    ) -> None:
+        self.checkpoint = checkpoint
+        self.names = names
+        self.outputs = outputs
+        self.unstored = unstored
+        self.reasons = {} if reasons is None else reasons
+        self.overridden = [] if overridden is None else overridden
+        self.shared = {} if shared is None else shared
+        self.blobs = {} if blobs is None else blobs
+        self.decode = decode
 
     @property
     def source_hash(self) -> str | None:
@@ -87,9 +166,14 @@ class Restorable:
         return self.decode(self.blobs[address])
 
 
-@dataclass(slots=True)
 class HeldOverrides:
     """The values a fork set, checked against the kernel: those put in place, those a plain cell changed."""
 
-    placed: dict[str, Any] = field(default_factory=dict)
-    changed: dict[str, Any] = field(default_factory=dict)
+    placed: dict[str, Any]
+    changed: dict[str, Any]
+
+    __slots__ = ("changed", "placed")
+
+    def __init__(self, placed: dict[str, Any] | None = None, changed: dict[str, Any] | None = None) -> None:
+        self.placed = {} if placed is None else placed
+        self.changed = {} if changed is None else changed

@@ -5,7 +5,7 @@ how an attempt runs (a worker thread, or the kernel's main thread) differs."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ...errors import NodeTimeout
 from ...model import EventType, NewEvent, format_seconds
@@ -18,8 +18,7 @@ def backoff_seconds(retry: int) -> float:
     return float(min(2 ** (retry - 1), 30))
 
 
-@dataclass(frozen=True, slots=True)
-class AttemptPolicy:
+class AttemptPolicy(NamedTuple):
     """Up to ``retries`` more attempts after a failure, each limited to ``timeout_seconds``."""
 
     retries: int = 0
@@ -35,7 +34,6 @@ class AttemptPolicy:
         )
 
 
-@dataclass(slots=True)
 class Attempts:
     """The attempts of one node: iterate over them, and report each failure to learn whether to retry.
 
@@ -44,9 +42,25 @@ class Attempts:
 
     policy: AttemptPolicy
     node_id: str
-    events: list[NewEvent] = field(default_factory=list)
-    item_index: int | None = None
-    made: int = 0
+    events: list[NewEvent]
+    item_index: int | None
+    made: int
+
+    __slots__ = ("events", "item_index", "made", "node_id", "policy")
+
+    def __init__(
+        self,
+        policy: AttemptPolicy,
+        node_id: str,
+        events: list[NewEvent] | None = None,
+        item_index: int | None = None,
+        made: int = 0,
+    ) -> None:
+        self.policy = policy
+        self.node_id = node_id
+        self.events = [] if events is None else events
+        self.item_index = item_index
+        self.made = made
 
     def __iter__(self) -> Iterator[int]:
         for attempt in range(1, self.policy.retries + 2):

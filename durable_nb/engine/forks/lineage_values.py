@@ -10,16 +10,14 @@ values, as it would live.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ...store.protocol import Store
 
 __all__ = ["ForkOverrides", "same_value", "shared_with"]
 
 
-@dataclass(frozen=True, slots=True)
-class ForkOverrides:
+class ForkOverrides(NamedTuple):
     """The overrides (name to address) of each fork along a run's lineage, nearest fork first.
 
     ``levels[i]`` is ``(ancestor, overrides)``: the i-th run up the lineage, and what the fork

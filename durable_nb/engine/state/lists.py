@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from ...model import Blob
@@ -17,15 +16,30 @@ APPEND_FROM = 16
 MERGE_BYTES = 64 << 10
 
 
-@dataclass(slots=True)
 class _Part:
     """A run of a list's items in the plan of its chunks: stored already, to write, or a node of two."""
 
     start: int
     count: int
     size: int | None  # bytes of its items, where known
-    address: str | None = None
-    children: tuple[_Part, _Part] | None = None
+    address: str | None
+    children: tuple[_Part, _Part] | None
+
+    __slots__ = ("address", "children", "count", "size", "start")
+
+    def __init__(
+        self,
+        start: int,
+        count: int,
+        size: int | None,
+        address: str | None = None,
+        children: tuple[_Part, _Part] | None = None,
+    ) -> None:
+        self.start = start
+        self.count = count
+        self.size = size
+        self.address = address
+        self.children = children
 
     def items_only(self) -> bool:
         """Tell whether the part is items in one chunk (not a node or a stored list of chunks)."""
