@@ -8,7 +8,7 @@ fails nothing is written.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..errors import StoreError
 from ..model import (
@@ -26,7 +26,9 @@ from ..model import (
     StatusRows,
 )
 from .figures import Figures
-from .schedules import ScheduleRecord
+
+if TYPE_CHECKING:  # the service's schedules are read on first use, not when a kernel attaches
+    from .schedules import ScheduleRecord
 
 __all__ = ["HISTORY_COLUMNS", "Conflict", "Store"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import _tally as tally
 from ..errors import CheckpointNotFound, RunNotFound
@@ -28,10 +28,12 @@ from ..model import (
     RunStatus,
     StatusRows,
 )
-from . import bulk_ops, schedules
+from . import bulk_ops
 from .figures import Figures, read_figures
 from .rules import check_event_seq, check_run_id
-from .schedules import ScheduleRecord
+
+if TYPE_CHECKING:  # the service's schedules are read on first use, not when a kernel attaches
+    from .schedules import ScheduleRecord
 
 __all__ = ["SQLStore"]
 
@@ -191,24 +193,34 @@ class SQLStore:
 
     async def put_schedule(self, schedule: ScheduleRecord) -> tuple[ScheduleRecord, bool]:
         """Add a schedule, or keep the one with its id (policy updated, next and last runs kept); say if new."""
+        from . import schedules
+
         return await self._run(schedules.put_schedule, self._dialect, schedule, time.time())
 
     async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
         """Return one schedule, or None."""
+        from . import schedules
+
         return await self._run(schedules.get_schedule, self._dialect, schedule_id)
 
     async def list_schedules(self) -> list[ScheduleRecord]:
         """Return every schedule, the soonest due first."""
+        from . import schedules
+
         return await self._run(schedules.list_schedules, self._dialect)
 
     async def delete_schedule(self, schedule_id: str) -> bool:
         """Delete a schedule; return whether there was one."""
+        from . import schedules
+
         return await self._run(schedules.delete_schedule, self._dialect, schedule_id)
 
     async def advance_schedule(
         self, schedule_id: str, seen_next: float, next_run: float, ran_at: float | None, run_id: str | None
     ) -> bool:
         """Move a schedule on to ``next_run`` only if its next run is still ``seen_next``; say if it moved."""
+        from . import schedules
+
         return await self._run(
             schedules.advance_schedule, self._dialect, schedule_id, seen_next, next_run, ran_at, run_id, time.time()
         )
