@@ -19,7 +19,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import RESUME
 
 from ..engine.state.values import ValueCodec
-from ..errors import SerializationError
+from ..errors import SerializationError, StoreError
 from ..model import Blob, CheckpointRecord
 from ..store import codec
 from ..store.protocol import Store
@@ -129,6 +129,17 @@ class ChannelValues:
             manifest[key] = record.hash
         return manifest, blobs
 
+    async def _load(self, addresses: set[str]) -> dict[str, Any]:
+        """Read and check the values at ``addresses`` (LangGraph's, each stored whole) in one read."""
+        found = await self.store.get_blobs(addresses, self._secret)
+        if len(found) < len(addresses):
+            raise StoreError(
+                f"The store lacks the stored values {sorted(addresses - found.keys())[:3]} of a thread's "
+                "checkpoints; it was pruned or edited outside durable_nb. Go on from another checkpoint."
+            )
+        secret = self._secret
+        return {address: codec.decode(blob, secret) for address, blob in found.items()}
+
     async def stored(self, record: CheckpointRecord) -> Stored:
         """Return a stored LangGraph checkpoint with the addresses of its channel values."""
         return Stored(record.checkpoint_id, lg(record), (await self.store.state_at(record.run_id, record.seq)).manifest)
@@ -151,22 +162,16 @@ class ChannelValues:
         keys_of: dict[str, list[str]] = {}
         for key in stored_writes:
             keys_of.setdefault(checkpoint_of_write(key), []).append(key)
-        manifests: dict[Any, dict[str, str]] = {i: item.manifest for i, item in enumerate(items)}
-        manifests["writes"] = stored_writes
-        values = ValueCodec(self.store, self._secret)
-        loaded = await values.load_many(manifests)
-        written = loaded["writes"]
         # A write names its value's address; the value is the blob a channel holding it names
-        # too (a node's output is the next checkpoint's value): those loaded already are not read again.
-        typed: dict[str, Any] = {}
-        for i in range(len(items)):
-            state, got = manifests[i], loaded[i]
-            typed.update((state[channel], value) for channel, value in got.items())
-        missing = {w[4]: w[4] for w in written.values() if w[4] not in typed}
+        # too (a node's output is the next checkpoint's value): each address is read and checked once.
+        wanted = {address for item in items for address in item.manifest.values()}
+        typed = await self._load(wanted | set(stored_writes.values()))
+        written = {key: typed[record] for key, record in stored_writes.items()}
+        missing = {w[4] for w in written.values()} - typed.keys()
         if missing:
-            typed.update(await values.load(missing))
+            typed.update(await self._load(missing))
         found = []
-        for i, item in enumerate(items):
+        for item in items:
             keys = keys_of.get(item.info["id"], [])
             writes = pick_writes([(key, written[key]) for key in keys])
             pending = [(w[0], w[1], serde.loads_typed(typed[w[4]])) for w in writes]
@@ -180,7 +185,7 @@ class ChannelValues:
                     thread_id,
                     ns,
                     item.info,
-                    {channel: serde.loads_typed(value) for channel, value in loaded[i].items()},
+                    {channel: serde.loads_typed(typed[address]) for channel, address in item.manifest.items()},
                     pending,
                 )
             )
