@@ -27,7 +27,7 @@ __all__ = ["PAGE", "Listing", "Plan"]
 
 # Checkpoints read per page: enough that a page's few queries cost little per checkpoint, few
 # enough that a listing cut short (a limit, a caller that stops) reads little more than it yields.
-PAGE = 500
+PAGE = 1000
 
 
 @dataclass(frozen=True, slots=True)
