@@ -3,7 +3,8 @@
 Each ``put`` and ``put_writes`` of a thread the saver already wrote to is one store call: one
 transaction whose run row is checked and written by one conditional UPDATE (no read of the
 row first), which leaves the status column (and its index) alone when the status stays; on
-PostgreSQL the whole transaction is one round trip.
+PostgreSQL the whole transaction is one round trip. Listing a thread reads a few narrow queries
+per page of checkpoints, however long the thread.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from langgraph.checkpoint.base.id import uuid6
 
 from benchmarks.saver import chain_graph
 from durable_nb._loop import run_sync
-from durable_nb.langgraph import DurableSaver
+from durable_nb.langgraph import DurableSaver, _listing
 from durable_nb.store import postgres_ops, sqlite_ops
 from durable_nb.store.postgres import PostgresStore
 from durable_nb.store.sqlite import SQLiteStore
@@ -168,3 +169,74 @@ def test_on_postgresql_each_put_and_put_writes_is_one_round_trip(
     monkeypatch.setattr(PostgresStore, "_call_once", original)
     answers = [line for line in trace.read_text().splitlines() if "\tReadyForQuery" in line]
     assert len(answers) == 2 * NODES
+
+
+def _listed(saver: DurableSaver, config: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> tuple[int, list[Any]]:
+    """List a thread; return the store operations that took (each one call on its connection) and what it yielded."""
+    kind = type(saver.store)
+    original = kind._run
+    calls = 0
+
+    async def counted(self: Any, fn: Any, *args: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return await original(self, fn, *args)
+
+    monkeypatch.setattr(kind, "_run", counted)
+    try:
+        listed = list(saver.list(config))
+    finally:
+        monkeypatch.setattr(kind, "_run", original)
+    return calls, listed
+
+
+def _two_threads(saver: DurableSaver) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A short thread (the chain) and a long one (the chain and 4 * NODES steps more)."""
+    short, long = ({"configurable": {"thread_id": name}} for name in ("short", "long"))
+    for config in (short, long):
+        chain(saver).invoke({"step": -1}, config, durability="sync")
+    steps(saver, saver.get_tuple(long), 4 * NODES)
+    return short, long
+
+
+def test_listing_a_thread_reads_per_page_not_per_checkpoint(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    saver = DurableSaver(store_url)
+    short, long = _two_threads(saver)
+    few, listed_short = _listed(saver, short, monkeypatch)
+    many, listed_long = _listed(saver, long, monkeypatch)
+    assert len(listed_long) == len(listed_short) + 4 * NODES
+    # The thread's runs, which checkpoints they hold, then per page: their extra and states,
+    # their writes, their values (and the values of writes the page's checkpoints do not hold).
+    assert few == many <= 6
+    # Pages of 4: a few operations per page, the same checkpoints in the same order.
+    monkeypatch.setattr(_listing, "PAGE", 4)
+    paged, again = _listed(saver, long, monkeypatch)
+    pages = -(-len(listed_long) // 4)
+    assert many < paged <= many + (pages - 1) * 4
+    assert [t.checkpoint for t in again] == [t.checkpoint for t in listed_long]
+    assert [t.pending_writes for t in again] == [t.pending_writes for t in listed_long]
+    # A limit reads the pages it yields from, not the thread.
+    limited = len(list(saver.list(long, limit=2)))
+    assert limited == 2
+
+
+@pytest.mark.sqlite_only
+def test_listing_a_thread_reads_narrow_rows_in_as_many_statements_whatever_its_length(store_url: str) -> None:
+    saver = DurableSaver(store_url)
+    store = saver.store
+    assert isinstance(store, SQLiteStore)
+    short, long = _two_threads(saver)
+
+    def statements(config: dict[str, Any]) -> list[str]:
+        seen: list[str] = []
+        run_sync(store._run(lambda conn: conn.set_trace_callback(seen.append)))
+        try:
+            list(saver.list(config))
+        finally:
+            run_sync(store._run(lambda conn: conn.set_trace_callback(None)))
+        return seen
+
+    few, many = statements(short), statements(long)
+    assert len(few) == len(many)
+    # No row of the checkpoints table is read whole: only the columns a listing uses.
+    assert not [s for s in many if s.startswith("SELECT run_id, seq, created_at, checkpoint_id")]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from collections.abc import Coroutine
@@ -614,6 +615,32 @@ def test_a_fork_reads_its_parents_state_without_copying_it(store: dnb.Store) -> 
         assert (await store.state_at(parent.run_id)).manifest == {"x": "j-3", "y": "j-2", "z": "j-4"}
         [row] = await store.list_checkpoints(fork.run_id)
         assert row.changes == {"y": "j-9"} and row.snapshot is None
+
+    sync(main())
+
+
+def test_narrow_reads_of_a_listing(store: dnb.Store) -> None:
+    """A listing's reads: which checkpoints a run holds (seq and id), the extra and state of
+    some of them in one pass (across a snapshot), and keyed results by several prefixes."""
+
+    async def main() -> None:
+        record, _ = await store.create_run(new_run())
+        run_id = record.run_id
+        drafts = [draft(f"after:n{i}", f"n{i}", changes={f"v{i % 2}": f"j-{i}"}, extra={"n": i}) for i in range(5)]
+        drafts[1] = dataclasses.replace(drafts[1], changes={}, snapshot=CheckpointState({"v0": "j-0", "s": "j-9"}, []))
+        keyed = [(f"w:{i}:{j}", "j-1") for i in (1, 22) for j in range(2)] + [("w:3:0", "j-2")]
+        await store.commit(Commit(run_id=run_id, checkpoints=drafts, idempotent=keyed))
+        index = await store.checkpoint_index(run_id)
+        assert index == [(i + 1, d.checkpoint_id) for i, d in enumerate(drafts)]
+        extras = await store.checkpoint_extras(run_id, [5, 2, 3])
+        assert sorted(extras) == [2, 3, 5]
+        assert extras[2] == ({"n": 1}, {"v0": "j-0", "s": "j-9"})
+        assert extras[3] == ({"n": 2}, {"v0": "j-2", "s": "j-9"})
+        assert extras[5] == ({"n": 4}, {"v0": "j-4", "s": "j-9", "v1": "j-3"})
+        assert await store.checkpoint_extras(run_id, []) == {}
+        found = await store.keyed_results_of(run_id, ["w:1:", "w:22:", "w:22:"])
+        assert sorted(key for key, _ in found) == ["w:1:0", "w:1:1", "w:22:0", "w:22:1"]
+        assert await store.keyed_results_of(run_id, []) == []
 
     sync(main())
 

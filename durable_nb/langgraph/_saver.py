@@ -28,11 +28,9 @@ from ..errors import CheckpointNotFound, InvalidInput, RunNotFound, StoreError
 from ..model import (
     Blob,
     CheckpointDraft,
-    CheckpointRecord,
     CheckpointState,
     CheckpointStatus,
     Commit,
-    RunRecord,
     RunStatus,
     step_name,
 )
@@ -42,8 +40,9 @@ from ..store.secret import load_secret
 from ..store.state import snapshot_due
 from ..views.threads import register_thread_store, register_value_decoder, thread_run
 from ._admin import ThreadAdmin
+from ._listing import Listing, Plan
 from ._runs import ThreadRuns
-from ._shape import META, Head, address, checkpoint_id_of, is_lg, lg, metadata_json, node_of, our_id
+from ._shape import META, Head, address, checkpoint_id_of, is_lg, metadata_json, node_of, our_id
 from ._values import ChannelValues
 from ._writes import PendingWrites, after_claim, begin_invocation
 
@@ -79,6 +78,7 @@ class DurableSaver(BaseCheckpointSaver[int]):
         self._values = ChannelValues(self.store, load_secret())
         self._writes = PendingWrites(self.store, self._runs, self._values)
         self._admin = ThreadAdmin(self.store, self._runs)
+        self._listing = Listing(self.store, self._runs, self._values)
         register_value_decoder(META, self._view_value)
         # A LangGraph config names a thread, not this store: durable_nb.history(config) looks here.
         register_thread_store(self.store)
@@ -133,67 +133,9 @@ class DurableSaver(BaseCheckpointSaver[int]):
                     record = None
             if record is not None and is_lg(record):
                 found = {record.checkpoint_id: decisions} if latest is not None and record.seq == latest.seq else {}
-                return (await self._values.tuples(self.serde, thread_id, ns, run_id, [record], found))[0]
+                stored = await self._values.stored(record)
+                return (await self._values.tuples(self.serde, thread_id, ns, run_id, [stored], found))[0]
         return None
-
-    async def _list(
-        self,
-        config: RunnableConfig | None,
-        filter: dict[str, Any] | None,
-        before: RunnableConfig | None,
-        limit: int | None,
-    ) -> list[CheckpointTuple]:
-        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
-            raise InvalidInput(f"limit is a number of checkpoints (0 or more) or None for all, not {limit!r}.")
-        if filter is not None and not isinstance(filter, Mapping):
-            raise InvalidInput(
-                f"filter is a dict of metadata values to match, e.g. {{'source': 'loop'}}, not {filter!r}."
-            )
-        if config is None:
-            runs = [run for run in await self.store.list_runs() if isinstance(run.meta.get(META), dict)]
-        else:
-            thread_id, ns = address(config)
-            runs = await self._runs.of_thread(thread_id)
-            if "checkpoint_ns" in config["configurable"]:
-                runs = [run for run in runs if run.meta[META].get("checkpoint_ns") == ns]
-        wanted = checkpoint_id_of(config)
-        before_id = checkpoint_id_of(before) if before is not None else None
-        chosen: list[tuple[str, RunRecord, CheckpointRecord]] = []
-        decided: dict[str, list[CheckpointRecord]] = {}
-        for run in runs:
-            records = await self.store.list_checkpoints(run.run_id)
-            tail = len(records)
-            while tail and not is_lg(records[tail - 1]):
-                tail -= 1
-            if tail and tail < len(records):
-                decided[records[tail - 1].checkpoint_id] = [r for r in records[tail:] if r.decision is not None]
-            for record in records:
-                if not is_lg(record):
-                    continue
-                info = lg(record)
-                if wanted is not None and info["id"] != wanted:
-                    continue
-                if before_id is not None and not info["id"] < before_id:
-                    continue
-                if filter and any(info["metadata"].get(k) != v for k, v in filter.items()):
-                    continue
-                chosen.append((info["id"], run, record))
-        # Newest first, as LangGraph's savers list: its checkpoint ids sort by time.
-        chosen.sort(key=lambda item: item[0], reverse=True)
-        if limit is not None:
-            chosen = chosen[:limit]
-        by_run: dict[str, list[CheckpointRecord]] = {}
-        for _, run, record in chosen:
-            by_run.setdefault(run.run_id, []).append(record)
-        loaded: dict[str, CheckpointTuple] = {}
-        for run in runs:
-            if run.run_id in by_run:
-                info = run.meta[META]
-                tuples = await self._values.tuples(
-                    self.serde, info["thread_id"], info["checkpoint_ns"], run.run_id, by_run[run.run_id], decided
-                )
-                loaded.update((our_id(t.checkpoint["id"], run.run_id), t) for t in tuples)
-        return [loaded[our_id(checkpoint_id, run.run_id)] for checkpoint_id, run, _ in chosen]
 
     async def alist(
         self,
@@ -205,8 +147,15 @@ class DurableSaver(BaseCheckpointSaver[int]):
     ) -> AsyncIterator[CheckpointTuple]:
         """Yield checkpoints newest first: of a thread (of one namespace when the config names
         one), or of every thread for None; matching ``filter`` (metadata), before ``before``."""
-        for item in await self._list(config, filter, before, limit):
-            yield item
+        plan = await self._listing.plan(config, filter, before, limit)
+        yielded, start = 0, 0
+        while start is not None:
+            page, start = await self._listing.page(self.serde, plan, start)
+            for item in page:
+                if limit is not None and yielded >= limit:
+                    return
+                yielded += 1
+                yield item
 
     def list(
         self,
@@ -216,9 +165,20 @@ class DurableSaver(BaseCheckpointSaver[int]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        """Return checkpoints newest first, as ``alist`` yields them."""
-        # alist is an async generator, which has no blocking twin: this one runs what it yields.
-        return iter(run_sync(self._list(config, filter, before, limit)))
+        """Return checkpoints newest first, as ``alist`` yields them, read a page at a time."""
+        # alist is an async generator, which has no blocking twin: the plan is made (and the
+        # arguments checked) now, each page read as the caller gets to it.
+        return self._pages(run_sync(self._listing.plan(config, filter, before, limit)))
+
+    def _pages(self, plan: Plan) -> Iterator[CheckpointTuple]:
+        yielded, start = 0, 0
+        while start is not None:
+            page, start = run_sync(self._listing.page(self.serde, plan, start))
+            for item in page:
+                if plan.limit is not None and yielded >= plan.limit:
+                    return
+                yielded += 1
+                yield item
 
     # -- writing checkpoints --------------------------------------------------------------------
 

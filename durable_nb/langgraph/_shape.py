@@ -128,12 +128,11 @@ def pick_writes(found: list[tuple[str, list[Any]]]) -> list[list[Any]]:
 def tuple_of(
     thread_id: str,
     ns: str,
-    record: CheckpointRecord,
+    info: dict[str, Any],
     channel_values: dict[str, Any],
     pending_writes: list[PendingWrite],
 ) -> CheckpointTuple:
-    """Assemble the CheckpointTuple LangGraph expects from a stored checkpoint."""
-    info = lg(record)
+    """Assemble the CheckpointTuple LangGraph expects from what it keeps of a stored checkpoint."""
     checkpoint: Checkpoint = {
         "v": info["v"],
         "id": info["id"],

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from langgraph.checkpoint.base import WRITES_IDX_MAP, ChannelVersions, Checkpoint, CheckpointTuple
@@ -18,14 +19,24 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import RESUME
 
 from ..engine.state.values import ValueCodec
-from ..errors import SerializationError
+from ..errors import SerializationError, StoreError
 from ..model import Blob, CheckpointRecord
 from ..store import codec
 from ..store.protocol import Store
 from ._gates import with_decisions
-from ._shape import WRITE_KEYS, checkpoint_of_write, lg, pick_writes, tuple_of, write_prefix
+from ._shape import checkpoint_of_write, lg, pick_writes, tuple_of, write_prefix
 
-__all__ = ["ChannelValues", "dumps"]
+__all__ = ["ChannelValues", "Stored", "dumps"]
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A stored LangGraph checkpoint as a listing reads it: its id in the store, what LangGraph
+    keeps of it (``extra["langgraph"]``) and its channels' value addresses."""
+
+    checkpoint_id: str
+    info: dict[str, Any]
+    manifest: dict[str, str]
 
 
 def dumps(serde: SerializerProtocol, name: str, value: Any) -> tuple[str, bytes]:
@@ -118,44 +129,53 @@ class ChannelValues:
             manifest[key] = record.hash
         return manifest, blobs
 
+    async def _load(self, addresses: set[str]) -> dict[str, Any]:
+        """Read and check the values at ``addresses`` (LangGraph's, each stored whole) in one read."""
+        found = await self.store.get_blobs(addresses, self._secret)
+        if len(found) < len(addresses):
+            raise StoreError(
+                f"The store lacks the stored values {sorted(addresses - found.keys())[:3]} of a thread's "
+                "checkpoints; it was pruned or edited outside durable_nb. Go on from another checkpoint."
+            )
+        secret = self._secret
+        return {address: codec.decode(blob, secret) for address, blob in found.items()}
+
+    async def stored(self, record: CheckpointRecord) -> Stored:
+        """Return a stored LangGraph checkpoint with the addresses of its channel values."""
+        return Stored(record.checkpoint_id, lg(record), (await self.store.state_at(record.run_id, record.seq)).manifest)
+
     async def tuples(
         self,
         serde: SerializerProtocol,
         thread_id: str,
         ns: str,
         run_id: str,
-        records: list[CheckpointRecord],
+        items: Sequence[Stored],
         decisions: Mapping[str, list[CheckpointRecord]] | None = None,
     ) -> list[CheckpointTuple]:
         """Load stored checkpoints of one run with their values and pending writes (and, as
-        resume writes, the decisions recorded at their gates)."""
-        by_seq = await self.store.states_at(run_id, [record.seq for record in records])
-        prefix = write_prefix(lg(records[0])["id"]) if len(records) == 1 else WRITE_KEYS
-        stored_writes = dict(await self.store.keyed_results(run_id, prefix))
+        resume writes, the decisions recorded at their gates): one read of their writes, one of
+        their values."""
+        prefixes = {write_prefix(item.info["id"]): item.info["id"] for item in items}
+        stored_writes = dict(await self.store.keyed_results_of(run_id, list(prefixes)))
         # Each checkpoint's writes, found once (not a scan of every write per checkpoint).
         keys_of: dict[str, list[str]] = {}
         for key in stored_writes:
             keys_of.setdefault(checkpoint_of_write(key), []).append(key)
-        manifests: dict[Any, dict[str, str]] = {i: by_seq[record.seq].manifest for i, record in enumerate(records)}
-        manifests["writes"] = stored_writes
-        values = ValueCodec(self.store, self._secret)
-        loaded = await values.load_many(manifests)
-        written = loaded["writes"]
         # A write names its value's address; the value is the blob a channel holding it names
-        # too (a node's output is the next checkpoint's value): those loaded already are not read again.
-        typed: dict[str, Any] = {}
-        for i in range(len(records)):
-            state, got = manifests[i], loaded[i]
-            typed.update((state[channel], value) for channel, value in got.items())
-        missing = {w[4]: w[4] for w in written.values() if w[4] not in typed}
+        # too (a node's output is the next checkpoint's value): each address is read and checked once.
+        wanted = {address for item in items for address in item.manifest.values()}
+        typed = await self._load(wanted | set(stored_writes.values()))
+        written = {key: typed[record] for key, record in stored_writes.items()}
+        missing = {w[4] for w in written.values()} - typed.keys()
         if missing:
-            typed.update(await values.load(missing))
+            typed.update(await self._load(missing))
         found = []
-        for i, record in enumerate(records):
-            keys = keys_of.get(lg(record)["id"], [])
+        for item in items:
+            keys = keys_of.get(item.info["id"], [])
             writes = pick_writes([(key, written[key]) for key in keys])
             pending = [(w[0], w[1], serde.loads_typed(typed[w[4]])) for w in writes]
-            made = (decisions or {}).get(record.checkpoint_id)
+            made = (decisions or {}).get(item.checkpoint_id)
             if made:
                 paths = {w[0]: w[2] for w in writes}
                 stamps = {written[k][0]: int(k.rsplit(":", 1)[1]) for k in keys if written[k][1] == RESUME}
@@ -164,8 +184,8 @@ class ChannelValues:
                 tuple_of(
                     thread_id,
                     ns,
-                    record,
-                    {channel: serde.loads_typed(value) for channel, value in loaded[i].items()},
+                    item.info,
+                    {channel: serde.loads_typed(typed[address]) for channel, address in item.manifest.items()},
                     pending,
                 )
             )

@@ -22,10 +22,13 @@ __all__ = [
     "POSTGRES",
     "SQLITE",
     "Dialect",
+    "checkpoint_extras",
+    "checkpoint_index",
     "checkpoints_by_extra",
     "delete_runs",
     "forget_checkpoints",
     "keyed_results",
+    "keyed_results_of",
     "runs_by_id_prefix",
     "transaction",
     "unfinished_steps",
@@ -95,6 +98,58 @@ def keyed_results(conn: Any, d: Dialect, run_id: str, prefix: str) -> list[tuple
     """Return (key, value address) of a run's keyed results whose key starts with ``prefix``."""
     sql = f"SELECT key, hash FROM idempotency WHERE run_id = {d.p} AND substr(key, 1, CAST({d.p} AS INTEGER)) = {d.p}"
     return [(str(k), str(h)) for k, h in conn.execute(sql, (run_id, len(prefix), prefix)).fetchall()]
+
+
+def keyed_results_of(conn: Any, d: Dialect, run_id: str, prefixes: Sequence[str]) -> list[tuple[str, str]]:
+    """Return (key, value address) of a run's keyed results whose key starts with one of ``prefixes``."""
+    by_length: dict[int, list[str]] = {}
+    for prefix in dict.fromkeys(prefixes):
+        by_length.setdefault(len(prefix), []).append(prefix)
+    if not by_length:
+        return []
+    # One scan of the run's keys whatever the number of prefixes: an IN list per prefix length.
+    tests, params = [], [run_id]
+    for length, group in by_length.items():
+        tests.append(f"substr(key, 1, CAST({d.p} AS INTEGER)) IN {_in(d, group)}")
+        params += [length, *group]
+    sql = f"SELECT key, hash FROM idempotency WHERE run_id = {d.p} AND ({' OR '.join(tests)})"
+    return [(str(k), str(h)) for k, h in conn.execute(sql, params).fetchall()]
+
+
+def checkpoint_index(conn: Any, d: Dialect, run_id: str) -> list[tuple[int, str]]:
+    """Return (seq, checkpoint id) of a run's checkpoints in seq order: two columns, nothing decoded."""
+    sql = f"SELECT seq, checkpoint_id FROM checkpoints WHERE run_id = {d.p} ORDER BY seq"
+    return [(int(seq), str(checkpoint_id)) for seq, checkpoint_id in conn.execute(sql, (run_id,)).fetchall()]
+
+
+def checkpoint_extras(
+    conn: Any, d: Dialect, state_at: StateAt, run_id: str, seqs: Sequence[int]
+) -> dict[int, tuple[dict[str, Any], dict[str, str]]]:
+    """Return the ``extra`` and the state's manifest of a run's checkpoints (by seq): the state just
+    before the first, then one pass over the rows up to the last, decoding only those columns."""
+    wanted = set(seqs)
+    if not wanted:
+        return {}
+    first, last = min(wanted), max(wanted)
+    manifest = dict(state_at(conn, run_id, first - 1).manifest)
+    sql = (
+        f"SELECT seq, changes, snapshot, extra FROM checkpoints WHERE run_id = {d.p} AND seq >= {d.p} "
+        f"AND seq <= {d.p} ORDER BY seq"
+    )
+    found: dict[int, tuple[dict[str, Any], dict[str, str]]] = {}
+    loads = json.loads
+    for seq, changes, snapshot, extra in conn.execute(sql, (run_id, first, last)).fetchall():
+        if snapshot is not None:  # the whole state after this row
+            manifest = dict(loads(snapshot)["manifest"])
+        else:
+            for name, address in loads(changes).items():
+                if address is None:
+                    manifest.pop(name, None)
+                else:
+                    manifest[name] = address
+        if seq in wanted:
+            found[seq] = (loads(extra) if extra else {}, dict(manifest))
+    return found
 
 
 def runs_by_id_prefix(conn: Any, d: Dialect, prefix: str, limit: int) -> list[RunRecord]:

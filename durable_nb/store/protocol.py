@@ -164,6 +164,23 @@ class Store(Protocol):
         """Return (key, value address) of a run's keyed results whose key starts with ``prefix``."""
         ...
 
+    async def keyed_results_of(self, run_id: str, prefixes: Sequence[str]) -> list[tuple[str, str]]:
+        """Return (key, value address) of a run's keyed results whose key starts with one of
+        ``prefixes``: one read, whatever their number."""
+        ...
+
+    async def checkpoint_index(self, run_id: str) -> list[tuple[int, str]]:
+        """Return (seq, checkpoint id) of a run's checkpoints in seq order: one read of those two columns."""
+        ...
+
+    async def checkpoint_extras(
+        self, run_id: str, seqs: Iterable[int]
+    ) -> dict[int, tuple[dict[str, Any], dict[str, str]]]:
+        """Return the ``extra`` and the state's manifest (name to address) of a run's checkpoints by
+        seq: one state rebuilt, then each row between the first and the last read once, decoding
+        only what those need."""
+        ...
+
     async def runs_by_id_prefix(self, prefix: str, limit: int) -> list[RunRecord]:
         """Return up to ``limit`` runs whose id starts with ``prefix``, in id order (ids are text)."""
         ...

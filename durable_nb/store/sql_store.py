@@ -170,6 +170,20 @@ class SQLStore:
         """Return (key, value address) of a run's keyed results whose key starts with ``prefix``."""
         return await self._run(bulk_ops.keyed_results, self._dialect, run_id, prefix)
 
+    async def keyed_results_of(self, run_id: str, prefixes: Sequence[str]) -> list[tuple[str, str]]:
+        """Return (key, value address) of a run's keyed results whose key starts with one of ``prefixes``."""
+        return await self._run(bulk_ops.keyed_results_of, self._dialect, run_id, list(prefixes))
+
+    async def checkpoint_index(self, run_id: str) -> list[tuple[int, str]]:
+        """Return (seq, checkpoint id) of a run's checkpoints in seq order (one narrow read)."""
+        return await self._run(bulk_ops.checkpoint_index, self._dialect, run_id)
+
+    async def checkpoint_extras(
+        self, run_id: str, seqs: Iterable[int]
+    ) -> dict[int, tuple[dict[str, Any], dict[str, str]]]:
+        """Return the ``extra`` and state manifest of a run's checkpoints by seq, reading each row once."""
+        return await self._run(bulk_ops.checkpoint_extras, self._dialect, self._sql._state_at, run_id, list(seqs))
+
     async def runs_by_id_prefix(self, prefix: str, limit: int) -> list[RunRecord]:
         """Return up to ``limit`` runs whose id starts with ``prefix``, in id order."""
         return await self._run(bulk_ops.runs_by_id_prefix, self._dialect, prefix, limit)
