@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .._loop import run_sync
+from ..engine.runs.claims import handed_claim
 from ..errors import ConfigurationError
 from ..model import RunRecord
 from .client import durable_client_class
@@ -24,6 +25,7 @@ from .inputs import check_output_path
 from .kernels import ipc_sockets, kernel_config
 from .notebook_run import NotebookRun, fork_last_run
 from .progress import Tally, progress_for
+from .run_claim import META, claim_run, hold_output, release_claim
 
 __all__ = ["EXIT_COMPLETED", "EXIT_FAILED", "EXIT_PAUSED", "NotebookOutcome", "run_notebook"]
 
@@ -90,6 +92,27 @@ def run_notebook(
     run name, parameter or store it cannot use raises ``InvalidNotebookRun`` before any kernel starts.
     """
     target = check_output_path(output) if output is not None else None
+    handed = handed_claim()  # a server that started this process claimed the run for it
+    with hold_output(target):
+        return _run_until_settled(
+            path, target, parameters, run, store, kernel, wait, say, cell_timeout, progress, fork, handed
+        )
+
+
+def _run_until_settled(
+    path: str | Path,
+    target: Path | None,
+    parameters: dict[str, Any] | None,
+    run: str | None,
+    store: str | None,
+    kernel: str,
+    wait: bool,
+    say: Callable[[str], None],
+    cell_timeout: float | None,
+    progress: Any,
+    fork: bool,
+    handed: str | None,
+) -> NotebookOutcome:
     while True:
         prepared = NotebookRun.prepare(path, parameters, run, store, kernel)
         if fork:
@@ -97,7 +120,13 @@ def run_notebook(
             if forked is not None:
                 say(f"forked the last run of {prepared.run_name} at the parameters cell: run {forked}")
             fork = False  # once: after a gate the same run goes on
-        code, failure, tally = _execute(prepared, target, kernel, say, cell_timeout, progress)
+        meta = {META: {"path": str(prepared.source), "parameters": prepared.parameters, "run": run}}
+        prepared.claim = claim_run(prepared, handed, meta)
+        handed = None
+        try:
+            code, failure, tally = _execute(prepared, target, kernel, say, cell_timeout, progress)
+        finally:
+            release_claim(prepared, prepared.claim)
         record = _run_of(prepared)
         outcome = NotebookOutcome(code, prepared.run_name, record, target, tally, failure)
         if code != EXIT_PAUSED:
