@@ -15,8 +15,10 @@ from durable_nb._ids import host_name
 from durable_nb._loop import run_sync
 from durable_nb.engine.cells.cell_run import CellRun, new_notebook_run
 from durable_nb.engine.runs.claims import claim, unclaim
+from durable_nb.engine.runs.ownership import this_owner
 from durable_nb.errors import OutputInUse, RunOwnedElsewhere
-from durable_nb.headless.run_claim import hold_output
+from durable_nb.headless.notebook_run import NotebookRun
+from durable_nb.headless.run_claim import claim_run, hold_output
 from durable_nb.model import RunStatus
 
 
@@ -80,3 +82,36 @@ def test_a_second_process_for_one_output_notebook_is_refused(tmp_path: Path) -> 
             pass
     with hold_output(target):  # let go once the first is done
         pass
+
+
+def _prepared(tmp_path: Path, store_url: str) -> NotebookRun:
+    import nbformat
+
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell("x = 1")]
+    path = tmp_path / "report.ipynb"
+    nbformat.write(notebook, str(path))
+    return NotebookRun.prepare(path, store=store_url)
+
+
+def test_the_command_claims_its_run_and_records_where_its_notebook_is(
+    tmp_path: Path, store_url: str, live_owner: str
+) -> None:
+    prepared = _prepared(tmp_path, store_url)
+    meta = {"notebook": {"path": str(prepared.source), "parameters": {}, "run": None}}
+    assert claim_run(prepared, None, meta) == this_owner()
+    (run,) = run_sync(dnb.connect(store_url).list_runs("report"))
+    assert run.meta == meta and run.owner == this_owner() and run.status is RunStatus.PENDING
+
+
+def test_a_command_started_for_a_claim_that_is_gone_starts_no_kernel(
+    tmp_path: Path, store_url: str, live_owner: str
+) -> None:
+    prepared = _prepared(tmp_path, store_url)
+    store = dnb.connect(store_url)
+    record, _ = run_sync(store.create_run(new_notebook_run("report", prepared.run_key, owned=False)))
+    assert run_sync(claim(store, record, live_owner)) is not None
+    dnb.cancel(record.run_id, store=store_url)  # the server's claim is gone with the cancel
+    with pytest.raises(RunOwnedElsewhere, match="no longer claimed by the server that started this process"):
+        claim_run(prepared, live_owner, {})
+    assert run_sync(store.get_run(record.run_id)).status is RunStatus.CANCELLED

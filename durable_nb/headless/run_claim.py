@@ -73,6 +73,12 @@ async def _aclaim_run(prepared: NotebookRun, handed: str | None, meta: dict[str,
         return owner
     if record.status in (RunStatus.COMPLETED, RunStatus.PAUSED):
         return None  # the kernel restores it, or says where it waits
+    if handed is not None and record.owner != handed:
+        # Started for a server's claim that is gone: cancelled, or taken over by a server that outlived ours.
+        raise RunOwnedElsewhere(
+            f"Run {record.run_id} ({record.name}) is no longer claimed by the server that started this process "
+            f"(it is {record.status.value}, owner {record.owner}); that server, or the next, decides what runs next."
+        )
     if claimable(record, handed) and await claim(store, record, owner, handed) is not None:
         return owner
     now = await store.get_run(record.run_id)
