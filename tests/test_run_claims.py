@@ -16,7 +16,7 @@ from durable_nb._loop import run_sync
 from durable_nb.engine.cells.cell_run import CellRun, new_notebook_run
 from durable_nb.engine.runs.claims import claim, unclaim
 from durable_nb.engine.runs.ownership import this_owner
-from durable_nb.errors import OutputInUse, RunOwnedElsewhere
+from durable_nb.errors import InvalidNotebookRun, OutputInUse, RunOwnedElsewhere
 from durable_nb.headless.notebook_run import NotebookRun
 from durable_nb.headless.run_claim import claim_run, hold_output
 from durable_nb.model import RunStatus
@@ -115,3 +115,12 @@ def test_a_command_started_for_a_claim_that_is_gone_starts_no_kernel(
     with pytest.raises(RunOwnedElsewhere, match="no longer claimed by the server that started this process"):
         claim_run(prepared, live_owner, {})
     assert run_sync(store.get_run(record.run_id)).status is RunStatus.CANCELLED
+
+
+@pytest.mark.backends("sqlite")
+def test_an_output_whose_lock_cannot_be_made_is_refused_before_any_kernel(tmp_path: Path) -> None:
+    target = tmp_path / "out.ipynb"
+    (tmp_path / ".out.ipynb.lock").mkdir()  # in the way: not a file that can be opened and locked
+    with pytest.raises(InvalidNotebookRun, match="Cannot write beside the output notebook"):
+        with hold_output(target):
+            pass

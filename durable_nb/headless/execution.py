@@ -89,59 +89,42 @@ def run_notebook(
     ``progress`` is a stream for a progress bar (used when it is a terminal); otherwise each
     finished cell is one line through ``say``. ``fork``: parameters not run before branch the
     notebook's last run at the parameters cell instead of starting from the first cell. A path,
-    run name, parameter or store it cannot use raises ``InvalidNotebookRun`` before any kernel starts.
+    run name, parameter or store it cannot use raises ``InvalidNotebookRun`` before any kernel starts; so
+    do an output another process writes (``OutputInUse``) and a run another live process works on
+    (``RunOwnedElsewhere``).
     """
     target = check_output_path(output) if output is not None else None
     handed = handed_claim()  # a server that started this process claimed the run for it
     with hold_output(target):
-        return _run_until_settled(
-            path, target, parameters, run, store, kernel, wait, say, cell_timeout, progress, fork, handed
-        )
-
-
-def _run_until_settled(
-    path: str | Path,
-    target: Path | None,
-    parameters: dict[str, Any] | None,
-    run: str | None,
-    store: str | None,
-    kernel: str,
-    wait: bool,
-    say: Callable[[str], None],
-    cell_timeout: float | None,
-    progress: Any,
-    fork: bool,
-    handed: str | None,
-) -> NotebookOutcome:
-    while True:
-        prepared = NotebookRun.prepare(path, parameters, run, store, kernel)
-        if fork:
-            forked = fork_last_run(prepared)
-            if forked is not None:
-                say(f"forked the last run of {prepared.run_name} at the parameters cell: run {forked}")
-            fork = False  # once: after a gate the same run goes on
-        meta = {META: {"path": str(prepared.source), "parameters": prepared.parameters, "run": run}}
-        prepared.claim = claim_run(prepared, handed, meta)
-        handed = None
-        try:
-            code, failure, tally = _execute(prepared, target, kernel, say, cell_timeout, progress)
-        finally:
-            release_claim(prepared, prepared.claim)
-        record = _run_of(prepared)
-        outcome = NotebookOutcome(code, prepared.run_name, record, target, tally, failure)
-        if code != EXIT_PAUSED:
-            return outcome
-        if record is None:
-            raise ConfigurationError(f"The run of {prepared.run_name} paused, but it is not in the store.")
-        outcome.gate = gate = _waiting_gate(prepared, record.run_id, store)
-        say(f"paused at gate {gate['reason']!r} in cell {gate['node']!r} of run {record.run_id}")
-        say(f"decide it with: {gate['decide']}  (or `durable-nb reject`; --comment says why)")
-        say(
-            "then run this same command again: it continues after the gate"
-            + (" (waiting here for the decision…)" if wait else " (or add --wait to wait here for the decision)")
-        )
-        if not (wait and _await_decision(prepared, record.run_id)):
-            return outcome
+        while True:
+            prepared = NotebookRun.prepare(path, parameters, run, store, kernel)
+            if fork:
+                forked = fork_last_run(prepared)
+                if forked is not None:
+                    say(f"forked the last run of {prepared.run_name} at the parameters cell: run {forked}")
+                fork = False  # once: after a gate the same run goes on
+            meta = {META: {"path": str(prepared.source), "parameters": prepared.parameters, "run": run}}
+            prepared.claim = claim_run(prepared, handed, meta)
+            handed = None
+            try:
+                code, failure, tally = _execute(prepared, target, kernel, say, cell_timeout, progress)
+            finally:
+                release_claim(prepared, prepared.claim)
+            record = _run_of(prepared)
+            outcome = NotebookOutcome(code, prepared.run_name, record, target, tally, failure)
+            if code != EXIT_PAUSED:
+                return outcome
+            if record is None:
+                raise ConfigurationError(f"The run of {prepared.run_name} paused, but it is not in the store.")
+            outcome.gate = gate = _waiting_gate(prepared, record.run_id, store)
+            say(f"paused at gate {gate['reason']!r} in cell {gate['node']!r} of run {record.run_id}")
+            say(f"decide it with: {gate['decide']}  (or `durable-nb reject`; --comment says why)")
+            say(
+                "then run this same command again: it continues after the gate"
+                + (" (waiting here for the decision…)" if wait else " (or add --wait to wait here for the decision)")
+            )
+            if not (wait and _await_decision(prepared, record.run_id)):
+                return outcome
 
 
 def _execute(

@@ -19,7 +19,7 @@ from typing import Any
 from .._loop import run_sync
 from ..engine.runs.claims import claim, claimable, unclaim
 from ..engine.runs.ownership import this_owner
-from ..errors import OutputInUse, RunOwnedElsewhere
+from ..errors import InvalidNotebookRun, OutputInUse, RunOwnedElsewhere
 from ..model import RunStatus
 from .notebook_run import NotebookRun
 
@@ -40,7 +40,13 @@ def hold_output(target: Path | None) -> Iterator[None]:
         yield
         return
     lock = target.with_name(f".{target.name}.lock")
-    handle = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        handle = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as error:
+        raise InvalidNotebookRun(
+            f"Cannot write beside the output notebook {target} ({error.strerror or error}): give -o a path "
+            "in a folder you can write to."
+        ) from None
     try:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
