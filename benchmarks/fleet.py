@@ -267,7 +267,7 @@ def soak(
     window: int = 12,
     deadline: float = 1800.0,
 ) -> Report:
-    """Run the soak; ``window`` notebook runs at most are started ahead of those completed."""
+    """Run the soak; ``window`` runs at most are started ahead of those completed."""
     rng = random.Random(seed)
     fleet = Fleet(folder, store, servers)
     report = Report(workflows=workflows, notebooks=notebooks)
@@ -280,13 +280,12 @@ def soak(
         next_kill = time.monotonic() + rng.uniform(1.0, 3.0)
         status: dict[str, str] = {}
         while time.monotonic() < end:
-            open_notebooks = sum(
-                1 for run, (kind, _) in fleet.runs.items() if kind == "nb" and status.get(run) != "completed"
-            )
-            while todo and (todo[0][0] == "wf" or open_notebooks < window):
+            # Runs go in as others finish, so that kills land on workflows and notebooks alike.
+            in_flight = sum(1 for run in fleet.runs if status.get(run) != "completed")
+            while todo and in_flight < window:
                 kind, tag = todo.pop(0)
                 fleet.submit(kind, tag, rng)
-                open_notebooks += kind == "nb"
+                in_flight += 1
             status = fleet.statuses()
             finished = len(status) == len(fleet.runs) and all(
                 s in ("completed", "failed", "cancelled") for s in status.values()
@@ -391,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--servers", type=int, default=3)
     parser.add_argument("--store", default=None, help="a postgresql:// URL (default: a SQLite file)")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--window", type=int, default=12, help="notebook runs at most in flight at once")
+    parser.add_argument("--window", type=int, default=12, help="runs at most in flight at once")
     parser.add_argument("--keep", action="store_true", help="keep the folder (logs, outputs, store) and say where")
     args = parser.parse_args(argv)
     kept = tempfile.mkdtemp(prefix="durable-nb-fleet-") if args.keep else None

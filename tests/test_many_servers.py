@@ -38,7 +38,7 @@ def _temporary_files_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_three_servers_killed_at_random_finish_every_run_once(tmp_path: Path, store_url: str) -> None:
-    report = soak(tmp_path, store_url, workflows=24, notebooks=8, kills=4, seed=7, window=8, deadline=220.0)
+    report = soak(tmp_path, store_url, workflows=24, notebooks=8, kills=4, seed=7, window=10, deadline=220.0)
     assert report.kills >= 1, report.as_json()
     assert report.statuses == {"completed": 32}, report.as_json()
     assert report.problems == [], report.as_json()
