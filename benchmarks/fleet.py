@@ -205,19 +205,26 @@ class Fleet:
         self.started += 1
         return Served(self, self.started)
 
-    def kill_one(self, rng: random.Random) -> None:
-        """SIGKILL a server picked by ``rng`` and start another in its place."""
-        index = rng.randrange(len(self.servers))
+    def kill_one(self, rng: random.Random) -> bool:
+        """SIGKILL a server picked by ``rng`` among those that answer, and start another in its place;
+        False if none answers yet (all are starting)."""
+        serving = [i for i, server in enumerate(self.servers) if server.up()]
+        if not serving:
+            return False
+        index = rng.choice(serving)
         victim = self.servers[index]
         self.killed.add(victim.process.pid)
         victim.kill()
         self.servers[index] = self._new()
+        return True
 
     def submit(self, kind: str, tag: str, rng: random.Random) -> None:
         """Start one run through a live server (another if that one is down); the same tag is the same run."""
         import durable_nb as dnb
 
-        for _ in range(200):
+        said: Exception | None = None
+        end = time.monotonic() + 300  # servers start slowly on a loaded machine
+        while time.monotonic() < end:
             server = rng.choice(self.servers)
             try:
                 if kind == "wf":
@@ -226,9 +233,10 @@ class Fleet:
                     found = server.client.start_notebook("count.ipynb", {"tag": tag})
                 self.runs[found["id"]] = (kind, tag)
                 return
-            except (dnb.DurableError, OSError):
+            except (dnb.DurableError, OSError) as error:
+                said = error
                 time.sleep(0.2)  # down or starting: the next try picks a server again
-        raise AssertionError(f"no server took run {tag}")
+        raise AssertionError(f"no server took run {tag}: {said!r}")
 
     def statuses(self) -> dict[str, str]:
         """Each run's status, read from the store."""
@@ -292,8 +300,7 @@ def soak(
             )
             if not todo and finished:
                 break
-            if report.kills < kills and time.monotonic() >= next_kill:
-                fleet.kill_one(rng)
+            if report.kills < kills and time.monotonic() >= next_kill and fleet.kill_one(rng):
                 report.kills += 1
                 next_kill = time.monotonic() + rng.uniform(1.0, 3.0)
             time.sleep(0.2)
