@@ -61,6 +61,7 @@ __all__ = [
     "NodeTimeout",
     "NotCancellable",
     "NotResumable",
+    "OutputInUse",
     "RunCancelled",
     "RunNotFound",
     "RunOwnedElsewhere",
@@ -170,6 +171,10 @@ class NotCancellable(DurableError):
 
 class RunOwnedElsewhere(DurableError):
     """A live process owns the run; it is never taken over."""
+
+
+class OutputInUse(RunOwnedElsewhere):
+    """Another live process writes the same output notebook; nothing was started."""
 
 
 class RunCancelled(DurableError):

@@ -205,3 +205,16 @@ def test_recover_resumes_runs_approved_elsewhere(store_url: str) -> None:
     report = dnb.recover([flow])
     assert [r.id for r in report.resumed] == [run.id]
     assert report.resumed[0].status == "completed"
+
+
+def test_a_task_that_lost_the_race_for_a_run_leaves_the_winners_run_alive() -> None:
+    # A request and the periodic recovery of one server both try to take a pending run: the
+    # loser's block ends first, and the winner's run must not then look abandoned (the next
+    # recovery would continue it a second time, in the same process).
+    from durable_nb.engine.runs.ownership import active, owner_alive, this_owner
+
+    with active("raced"):
+        with active("raced"):
+            pass  # the loser: its compare-and-set failed
+        assert owner_alive("raced", this_owner(), None)
+    assert not owner_alive("raced", this_owner(), None)

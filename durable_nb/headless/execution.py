@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .._loop import run_sync
+from ..engine.runs.claims import handed_claim
 from ..errors import ConfigurationError
 from ..model import RunRecord
 from .client import durable_client_class
@@ -24,6 +25,7 @@ from .inputs import check_output_path
 from .kernels import ipc_sockets, kernel_config
 from .notebook_run import NotebookRun, fork_last_run
 from .progress import Tally, progress_for
+from .run_claim import META, claim_run, hold_output, release_claim
 
 __all__ = ["EXIT_COMPLETED", "EXIT_FAILED", "EXIT_PAUSED", "NotebookOutcome", "run_notebook"]
 
@@ -88,33 +90,44 @@ def run_notebook(
     ``progress`` is a stream for a progress bar (used when it is a terminal); otherwise each
     finished cell is one line through ``say``. ``fork``: parameters not run before branch the
     notebook's last run at the parameters cell instead of starting from the first cell. A path,
-    run name, parameter or store it cannot use raises ``InvalidNotebookRun`` before any kernel starts.
-    ``key`` names the run instead of the path and parameters (a schedule gives each due time one).
+    run name, parameter or store it cannot use raises ``InvalidNotebookRun`` before any kernel starts; so
+    do an output another process writes (``OutputInUse``) and a run another live process works on
+    (``RunOwnedElsewhere``). ``key`` names the run instead of the path and parameters (a schedule gives
+    each due time one).
     """
     target = check_output_path(output) if output is not None else None
-    while True:
-        prepared = NotebookRun.prepare(path, parameters, run, store, kernel, key)
-        if fork:
-            forked = fork_last_run(prepared)
-            if forked is not None:
-                say(f"forked the last run of {prepared.run_name} at the parameters cell: run {forked}")
-            fork = False  # once: after a gate the same run goes on
-        code, failure, tally = _execute(prepared, target, kernel, say, cell_timeout, progress)
-        record = _run_of(prepared)
-        outcome = NotebookOutcome(code, prepared.run_name, record, target, tally, failure)
-        if code != EXIT_PAUSED:
-            return outcome
-        if record is None:
-            raise ConfigurationError(f"The run of {prepared.run_name} paused, but it is not in the store.")
-        outcome.gate = gate = _waiting_gate(prepared, record.run_id, store)
-        say(f"paused at gate {gate['reason']!r} in cell {gate['node']!r} of run {record.run_id}")
-        say(f"decide it with: {gate['decide']}  (or `durable-nb reject`; --comment says why)")
-        say(
-            "then run this same command again: it continues after the gate"
-            + (" (waiting here for the decision…)" if wait else " (or add --wait to wait here for the decision)")
-        )
-        if not (wait and _await_decision(prepared, record.run_id)):
-            return outcome
+    handed = handed_claim()  # a server that started this process claimed the run for it
+    with hold_output(target):
+        while True:
+            prepared = NotebookRun.prepare(path, parameters, run, store, kernel, key)
+            if fork:
+                forked = fork_last_run(prepared)
+                if forked is not None:
+                    say(f"forked the last run of {prepared.run_name} at the parameters cell: run {forked}")
+                fork = False  # once: after a gate the same run goes on
+            recorded = {"path": str(prepared.source), "parameters": prepared.parameters, "run": run}
+            meta = {META: recorded if key is None else {**recorded, "key": key}}
+            prepared.claim = claim_run(prepared, handed, meta)
+            handed = None
+            try:
+                code, failure, tally = _execute(prepared, target, kernel, say, cell_timeout, progress)
+            finally:
+                release_claim(prepared, prepared.claim)
+            record = _run_of(prepared)
+            outcome = NotebookOutcome(code, prepared.run_name, record, target, tally, failure)
+            if code != EXIT_PAUSED:
+                return outcome
+            if record is None:
+                raise ConfigurationError(f"The run of {prepared.run_name} paused, but it is not in the store.")
+            outcome.gate = gate = _waiting_gate(prepared, record.run_id, store)
+            say(f"paused at gate {gate['reason']!r} in cell {gate['node']!r} of run {record.run_id}")
+            say(f"decide it with: {gate['decide']}  (or `durable-nb reject`; --comment says why)")
+            say(
+                "then run this same command again: it continues after the gate"
+                + (" (waiting here for the decision…)" if wait else " (or add --wait to wait here for the decision)")
+            )
+            if not (wait and _await_decision(prepared, record.run_id)):
+                return outcome
 
 
 def _execute(

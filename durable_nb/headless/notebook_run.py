@@ -104,6 +104,7 @@ class NotebookRun:
     notebook: Any = None
     originals: dict[int, str] = field(default_factory=dict)
     parameters_at: int = 1  # the first cell of the copy that runs whose outcome the parameters may change
+    claim: str | None = None  # the owner token the kernel takes the run from (this process's claim)
 
     @classmethod
     def prepare(
@@ -173,7 +174,7 @@ class NotebookRun:
 
     def handover(self) -> Handover:
         """The run the kernel attaches to, handed over as data in its environment."""
-        return Handover(self.run_name, self.run_key, self.store)
+        return Handover(self.run_name, self.run_key, self.store, self.claim)
 
     def labels(self) -> dict[int, str]:
         """What the progress calls each code cell of the copy that runs (the set-up cell excluded)."""

@@ -26,16 +26,18 @@ ATTACH_CODE = "%load_ext durable_nb\n%durable run --from-env"
 
 # A NamedTuple, not a dataclass: %load_ext defines it, where a dataclass's generated methods cost a millisecond.
 class Handover(NamedTuple):
-    """The run a headless kernel attaches to: its name, its key, the store it lives in."""
+    """The run a headless kernel attaches to: its name, its key, the store it lives in, and the
+    owner token of the process that claimed the run for this kernel (if one did)."""
 
     name: str
     key: str | None = None
     store: str | None = None
+    claim: str | None = None
 
     def environment(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """The environment of the kernel to start: ``base`` (default: this process's) with the hand-over."""
         # JSON with ASCII escapes: any name or URL fits an environment variable, newlines and NULs too.
-        text = json.dumps({"name": self.name, "key": self.key, "store": self.store})
+        text = json.dumps({"name": self.name, "key": self.key, "store": self.store, "claim": self.claim})
         return {**(os.environ if base is None else base), ATTACH_VARIABLE: text}
 
     @classmethod
@@ -50,11 +52,13 @@ class Handover(NamedTuple):
             )
         try:
             found = json.loads(text)
-            handover = cls(found["name"], found.get("key"), found.get("store"))
+            handover = cls(found["name"], found.get("key"), found.get("store"), found.get("claim"))
         except (ValueError, TypeError, KeyError) as error:
             raise InvalidInput(f"${ATTACH_VARIABLE} is not what run-notebook writes ({error}).") from None
-        if not all(isinstance(v, str) for v in (handover.name, handover.key or "", handover.store or "")):
-            raise InvalidInput(f"${ATTACH_VARIABLE} holds a name, key or store that is not text.")
+        if not all(
+            isinstance(v, str) for v in (handover.name, handover.key or "", handover.store or "", handover.claim or "")
+        ):
+            raise InvalidInput(f"${ATTACH_VARIABLE} holds a name, key, store or claim that is not text.")
         return handover
 
 

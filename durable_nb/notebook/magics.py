@@ -169,7 +169,7 @@ class DurableMagics(Magics):
                 raise UsageError("%durable run --from-env runs cells that carry their own %%durable lines; drop --all.")
             handover = Handover.take()
             session = session_for(self.shell)
-            session.attach(handover.name, key=handover.key, store=handover.store)
+            session.attach(handover.name, key=handover.key, store=handover.store, claim=handover.claim)
             session.handed_over = True
             return
         if args.name is None:

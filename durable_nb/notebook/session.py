@@ -72,6 +72,7 @@ class KernelSession:
         store: str | None = None,
         quiet: bool = False,
         new_key: str | None = None,
+        claim: str | None = None,
     ) -> CellRun:
         """Attach the kernel to a run and print one line saying what can be restored.
 
@@ -87,7 +88,15 @@ class KernelSession:
         values = self.cell_run.values if self.cell_run is not None and self.tracker is not None else None
         self.cell_run = run_sync(
             CellRun.attach(
-                self.store, values, name, new=new, run_id=run_id, key=key, tracker=self.tracker, new_key=new_key
+                self.store,
+                values,
+                name,
+                new=new,
+                run_id=run_id,
+                key=key,
+                tracker=self.tracker,
+                new_key=new_key,
+                claim=claim,
             )
         )
         self.tracker = self.cell_run.tracker

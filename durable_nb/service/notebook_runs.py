@@ -8,9 +8,16 @@ notebook's path (relative to the folder) and its parameters ride with the run in
 so that a decision, a resume or the next server can start the child again; the child resumes
 the run after its last committed cell.
 
+Several servers may share one store and one notebooks folder. A server claims a run (see
+``engine.runs.claims``) before it starts a child for it, so that of servers racing to start or
+recover one run exactly one does; the child takes the claim over, and its kernel takes the run
+from the child. The child holds its output file while it lives, so no second child writes it.
+A child outlives a server killed under it (it runs in a session of its own) and finishes its run.
+
 When a child exits, the service settles what the command leaves open: a run whose cells all
-ran is ended (completed, as ``%durable end`` does), and a run left running by a child that
-stopped outside any durable cell is marked failed with the child's last words.
+ran is ended (completed, as ``%durable end`` does), a run left running by a child that
+stopped outside any durable cell is marked failed with the child's last words, and a claim
+the child never took (another process held the run or its output) is let go.
 """
 
 from __future__ import annotations
@@ -21,19 +28,22 @@ import logging
 import os
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
 from ..engine.cells.cell_run import CellRun, new_notebook_run
-from ..engine.runs.ownership import owner_alive
+from ..engine.runs.claims import CLAIM_VARIABLE, claim, unclaim
+from ..engine.runs.ownership import owner_alive, this_owner
 from ..engine.runs.settle import mark_failed
 from ..engine.state.values import ValueCodec
 from ..errors import ConfigurationError, DurableError, InvalidInput
 from ..headless.inputs import check_parameters
 from ..headless.notebook_run import run_key
-from ..model import Commit, RunKind, RunRecord, RunStatus, RunUpdate
+from ..headless.run_claim import META
+from ..model import RunKind, RunRecord, RunStatus
 from ..store import Store
 from ..store.protocol import Conflict
 from ..store.secret import load_secret
@@ -44,8 +54,7 @@ __all__ = ["META", "NotebookRuns"]
 
 log = logging.getLogger("durable_nb.service")
 
-META = "notebook"  # the key of a run's meta that holds {"path", "parameters", "run"}
-_PAUSED = 3  # the command's exit code for a run paused at a gate
+_PAUSED = 3  # the command's exit code for a run paused at a gate (or one held by another process)
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -105,10 +114,12 @@ class _Without:
     """A store whose run listing leaves out some runs; everything else is the store's own.
 
     Between a kernel's exit and its child's, the run's owner is dead while the child still
-    works; the workflows' recovery, which marks such runs failed, reads the store through this.
+    works; and a run this folder can start again may lose its owner (a server, a child) between
+    this server's look for notebook runs and the workflows' recovery, which marks such runs
+    failed and reads the store through this.
     """
 
-    def __init__(self, store: Store, hidden: dict[str, Any]) -> None:
+    def __init__(self, store: Store, hidden: Callable[[RunRecord], bool]) -> None:
         self._store = store
         self._hidden = hidden
 
@@ -117,7 +128,7 @@ class _Without:
 
     async def list_runs(self, name: str | None = None, statuses: Any = None) -> list[RunRecord]:
         """The store's runs, less the hidden ones."""
-        return [run for run in await self._store.list_runs(name, statuses) if run.run_id not in self._hidden]
+        return [run for run in await self._store.list_runs(name, statuses) if not self._hidden(run)]
 
 
 @dataclass(frozen=True)
@@ -149,6 +160,7 @@ class NotebookRuns:
         self.children: dict[str, _Child] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
         self.stopping = False
+        self.owner = this_owner()  # the token of this server's claims
 
     def check(self, path: str, parameters: dict[str, Any]) -> str:
         """Refuse what ``start`` would refuse of ``path`` and ``parameters``; return the path in the folder."""
@@ -176,8 +188,7 @@ class NotebookRuns:
         record, _ = await self.store.create_run(
             new_notebook_run(name, key or run_key(notebook, parameters), owned=False, meta={META: recorded})
         )
-        if self._may_start(record):
-            await self._launch(record.run_id, spec)
+        await self._claim_and_launch(record, spec)
         output = self.folder.output(spec.relative, record.run_id)
         return {"id": record.run_id, "status": record.status.value, "output": str(output)}
 
@@ -190,12 +201,11 @@ class NotebookRuns:
         spec = self._spec_of(run)
         if spec is None:
             return False
-        if self._may_start(run):
-            await self._launch(run.run_id, spec)
+        await self._claim_and_launch(run, spec)
         return True
 
     async def recover(self) -> None:
-        """Start again the notebook runs of this server left pending, or running by a dead owner."""
+        """Start again the notebook runs of this folder left pending, or running by a dead owner."""
         for run in await self.store.list_runs(statuses=[RunStatus.RUNNING, RunStatus.PENDING]):
             if run.kind is not RunKind.NOTEBOOK or META not in run.meta or not self._may_start(run):
                 continue
@@ -203,23 +213,10 @@ class NotebookRuns:
                 spec = self._spec_of(run)
             except DurableError:
                 spec = None  # its notebook is not (or no longer) in this folder: it waits for a server that has it
-            if spec is None:
-                continue
-            if run.status is RunStatus.RUNNING:
-                # Handed back first: the workflows' recovery would mark a dead owner's run failed
-                # before the new child attaches to it.
-                try:
-                    await self.store.commit(
-                        Commit(
-                            run_id=run.run_id,
-                            run=RunUpdate(status=RunStatus.PENDING, owner=None, lease_until=None),
-                            expect_status=frozenset({RunStatus.RUNNING}),
-                            expect_owner=run.owner,
-                        )
-                    )
-                except Conflict:
-                    continue
-            await self._launch(run.run_id, spec)
+            if spec is not None:
+                # Claimed first (pending, ours): the workflows' recovery of any server would mark
+                # a dead owner's run failed before the new child attaches to it.
+                await self._claim_and_launch(run, spec)
 
     async def stop(self) -> None:
         """Stop the children; their runs stay with a dead owner, for the next server to start again."""
@@ -239,7 +236,18 @@ class NotebookRuns:
     def _may_start(self, run: RunRecord) -> bool:
         if run.run_id in self.children or run.status in (RunStatus.COMPLETED, RunStatus.PAUSED):
             return False
-        return not (run.status is RunStatus.RUNNING and owner_alive(run.run_id, run.owner, run.lease_until))
+        if run.owner == self.owner:
+            return True  # a claim of ours whose child is gone
+        held = run.status in (RunStatus.RUNNING, RunStatus.PENDING) and run.owner is not None
+        return not (held and owner_alive(run.run_id, run.owner, run.lease_until))
+
+    async def _claim_and_launch(self, run: RunRecord, spec: _Spec) -> None:
+        """Start a child for ``run`` if this server wins the claim on it (other servers may race for it)."""
+        if not self._may_start(run) or self.stopping:
+            return
+        if run.owner != self.owner and await claim(self.store, run, self.owner) is None:
+            return  # another server (or a command) claimed or took it first
+        await self._launch(run.run_id, spec)
 
     def _spec_of(self, run: RunRecord) -> _Spec | None:
         """What a run's child starts with, from its meta; None for a run this folder did not start
@@ -247,7 +255,13 @@ class NotebookRuns:
         recorded = run.meta.get(META)
         if not isinstance(recorded, dict) or not isinstance(recorded.get("parameters"), dict):
             return None
-        notebook = self.folder.notebook(str(recorded.get("path")))
+        path = str(recorded.get("path"))
+        if os.path.isabs(path):  # a run `durable-nb run-notebook` started: runs here if the notebook is in this folder
+            inside = Path(path)
+            if not inside.is_relative_to(self.folder.root):
+                return None
+            path = inside.relative_to(self.folder.root).as_posix()
+        notebook = self.folder.notebook(path)
         parameters, name, key = recorded["parameters"], recorded.get("run"), recorded.get("key")
         expected = key if isinstance(key, str) else run_key(notebook, parameters)
         if run.idempotency_key != expected or run.name != _run_name(notebook, name):
@@ -263,6 +277,7 @@ class NotebookRuns:
             child.process = await self._spawn(run_id, spec)
         except OSError as error:
             del self.children[run_id]
+            await unclaim(self.store, run_id, self.owner)
             raise ConfigurationError(f"Cannot start the process of notebook {spec.relative}: {error}.") from error
         task = asyncio.get_running_loop().create_task(self._watch(run_id, spec, child))
         self.tasks.add(task)
@@ -278,7 +293,10 @@ class NotebookRuns:
             command += ["--key", spec.key]
         if spec.parameters:
             parameters = output.with_suffix(".parameters.yaml")
-            parameters.write_text(_parameters_text(spec.parameters), encoding="utf-8")
+            # Renamed into place: the child of another server (one that died) may be reading it.
+            partial = output.with_name(f".{output.name}.{os.getpid()}.parameters")
+            partial.write_text(_parameters_text(spec.parameters), encoding="utf-8")
+            os.replace(partial, parameters)
             command += ["-f", str(parameters)]
         with open(output.with_suffix(".log"), "ab") as said:
             said.write(f"-- {datetime.now(UTC).isoformat()} started for run {run_id}\n".encode())
@@ -292,7 +310,7 @@ class NotebookRuns:
                 stdout=said,
                 stderr=said,
                 start_new_session=True,
-                env={**os.environ, ENV_VAR: self.store_url},
+                env={**os.environ, ENV_VAR: self.store_url, CLAIM_VARIABLE: self.owner},
             )
 
     async def _watch(self, run_id: str, spec: _Spec, child: _Child) -> None:
@@ -309,16 +327,19 @@ class NotebookRuns:
                 del self.children[run_id]
         if child.again and not self.stopping:
             try:
-                run = await self.store.get_run(run_id)
-                if self._may_start(run):
-                    await self._launch(run_id, spec)
+                await self._claim_and_launch(await self.store.get_run(run_id), spec)
             except Exception:
                 log.exception("starting notebook run %s again failed", run_id)
 
     async def _settle(self, run_id: str, code: int, spec: _Spec, child: _Child) -> None:
-        """End a run whose child ran every cell; fail one its child left running."""
+        """End a run whose child ran every cell; fail one its child left running; let go of a claim it never took."""
         run = await self.store.get_run(run_id)
-        if child.again or owner_alive(run.run_id, run.owner, run.lease_until):
+        if run.owner == self.owner and (child.again or code in (0, _PAUSED)):
+            # Another process held the run or its output (or it was decided meanwhile): it waits, unowned.
+            await unclaim(self.store, run_id, self.owner)
+            return
+        held = run.owner != self.owner and owner_alive(run.run_id, run.owner, run.lease_until)
+        if child.again or held:
             return  # decided or resumed meanwhile: it starts again; or in a live process's hands
         if code == 0 and run.status in (RunStatus.RUNNING, RunStatus.PENDING):
             await (
@@ -335,8 +356,17 @@ class NotebookRuns:
             )
 
     def recovery_view(self) -> Store:
-        """The store as the workflows' recovery should read it: without the runs of live children here."""
-        return cast(Store, _Without(self.store, self.children))
+        """The store as the workflows' recovery should read it: without the runs of live children here,
+        nor those this folder can start again (this server's or the next one's recovery does)."""
+        return cast(Store, _Without(self.store, lambda run: run.run_id in self.children or self._restartable(run)))
+
+    def _restartable(self, run: RunRecord) -> bool:
+        if run.kind is not RunKind.NOTEBOOK or META not in run.meta:
+            return False
+        try:
+            return self._spec_of(run) is not None
+        except DurableError:
+            return False
 
     async def _fail(self, run: RunRecord, message: str) -> None:
         try:

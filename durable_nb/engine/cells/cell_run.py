@@ -52,9 +52,18 @@ __all__ = ["CellOutcome", "CellRun", "HeldOverrides", "Restorable", "new_noteboo
 _UNFINISHED = [RunStatus.RUNNING, RunStatus.PENDING, RunStatus.PAUSED, RunStatus.FAILED, RunStatus.CANCELLED]
 
 
-def new_notebook_run(name: str, key: str | None, *, owned: bool = True, meta: dict[str, Any] | None = None) -> NewRun:
+def new_notebook_run(
+    name: str,
+    key: str | None,
+    *,
+    owned: bool = True,
+    meta: dict[str, Any] | None = None,
+    claimed_by: str | None = None,
+) -> NewRun:
     """The row that starts a notebook's run: owned by this process (a kernel attaching), or pending
-    for whichever kernel attaches to it by ``key`` (a notebook run the service starts)."""
+    for whichever kernel attaches to it by ``key`` (a notebook run the service starts), claimed by
+    ``claimed_by`` (the process that starts that kernel) if given."""
+    owner = this_owner() if owned else claimed_by
     return NewRun(
         run_id=new_id(),
         name=name,
@@ -62,8 +71,8 @@ def new_notebook_run(name: str, key: str | None, *, owned: bool = True, meta: di
         status=RunStatus.RUNNING if owned else RunStatus.PENDING,
         input_manifest={},
         idempotency_key=key,
-        owner=this_owner() if owned else None,
-        lease_until=lease_deadline() if owned else None,
+        owner=owner,
+        lease_until=lease_deadline() if owner else None,
         meta=dict(meta or {}),
         events=[NewEvent(EventType.RUN_STARTED)],
     )
@@ -158,11 +167,13 @@ class CellRun:
         key: str | None = None,
         tracker: NamespaceTracker | None = None,
         new_key: str | None = None,
+        claim: str | None = None,
     ) -> CellRun:
         """Attach to ``run_id``, else the latest unfinished run of ``name``, else a new run.
 
         ``values`` None: values signed with this machine's key. ``new_key``: when no unfinished run
-        is found, the run of ``name`` with that idempotency key (made if there is none).
+        is found, the run of ``name`` with that idempotency key (made if there is none). ``claim``:
+        the owner token of the process that claimed the run for this kernel (it is taken from it).
         """
         values = values if values is not None else ValueCodec(store, load_secret())
         run: RunRecord | None = None
@@ -176,7 +187,7 @@ class CellRun:
             run, _ = await store.create_run(new_notebook_run(name, key if key is not None or new else new_key))
         cell_run = await cls.open(store, values, run, tracker)
         if run.status in (RunStatus.RUNNING, RunStatus.PENDING, RunStatus.FAILED, RunStatus.CANCELLED):
-            await cell_run.take()
+            await cell_run.take(claim=claim)
         return cell_run
 
     @classmethod
@@ -196,9 +207,11 @@ class CellRun:
         """True if the run, as last read or written here, is running in this kernel's hands."""
         return self.writer.holds()
 
-    async def take(self, seen: RunRecord | None = None, head: CheckpointRecord | None = None) -> None:
-        """Own the run in this kernel; a run owned by another live process is never taken."""
-        await self.writer.take(seen, head)
+    async def take(
+        self, seen: RunRecord | None = None, head: CheckpointRecord | None = None, claim: str | None = None
+    ) -> None:
+        """Own the run in this kernel; a run owned by another live process (but ``claim``'s) is never taken."""
+        await self.writer.take(seen, head, claim)
 
     async def release(self) -> None:
         """Give the run up (detaching the kernel): it stays resumable by any kernel."""

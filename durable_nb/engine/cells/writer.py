@@ -77,11 +77,15 @@ class CellWriter:
         else:
             await self.reload_head()
 
-    async def take(self, seen: RunRecord | None = None, head: CheckpointRecord | None = None) -> None:
+    async def take(
+        self, seen: RunRecord | None = None, head: CheckpointRecord | None = None, claim: str | None = None
+    ) -> None:
         """Own the run in this kernel; a run owned by another live process is never taken.
 
         ``seen`` is the run row just read (else it is read here); ``head``, the checkpoint the
         caller just wrote (a decision), saves reading the head again when it follows ours.
+        ``claim``: the owner token of the process that claimed the run for this kernel, taken
+        over although it lives.
         """
         run = seen if seen is not None else await self.refresh()
         if run.status is RunStatus.RUNNING and run.owner == self.owner and not gave_up_on(run.run_id):
@@ -93,7 +97,9 @@ class CellWriter:
             )
         if run.status is RunStatus.PAUSED:
             raise NotResumable(f"Run {run.run_id} waits at a gate; decide it first.")
-        if run.status is RunStatus.RUNNING and owner_alive(run.run_id, run.owner, run.lease_until):
+        # A pending run may be claimed by a process about to start a kernel for it: as good as running there.
+        held = run.status in (RunStatus.RUNNING, RunStatus.PENDING) and run.owner is not None
+        if held and run.owner not in (claim, self.owner) and owner_alive(run.run_id, run.owner, run.lease_until):
             raise RunOwnedElsewhere(
                 f"Run {run.run_id} ({run.name}) is attached to another live kernel or process "
                 f"({run.owner}). Shut that kernel down, or use %durable run {run.name} --new "

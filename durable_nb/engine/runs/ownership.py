@@ -31,7 +31,10 @@ __all__ = [
 # How long a run's owner may go silent before another machine may take the run over.
 LEASE_SECONDS = float(os.environ.get("DURABLE_NB_LEASE_SECONDS", "60"))
 
-_active: set[str] = set()
+# How many blocks of this process are executing each run: two tasks of one server may both
+# try to take a run (a request and the periodic recovery), and the one that loses the race
+# leaving its block must not make the winner's run look abandoned.
+_active: dict[str, int] = {}
 _active_lock = threading.Lock()
 
 
@@ -75,11 +78,15 @@ class active:
 
     def __enter__(self) -> None:
         with _active_lock:
-            _active.add(self.run_id)
+            _active[self.run_id] = _active.get(self.run_id, 0) + 1
 
     def __exit__(self, *_: object) -> None:
         with _active_lock:
-            _active.discard(self.run_id)
+            left = _active.get(self.run_id, 0) - 1
+            if left > 0:
+                _active[self.run_id] = left
+            else:
+                _active.pop(self.run_id, None)
 
 
 def pid_alive(pid: int) -> bool:
@@ -145,7 +152,7 @@ def give_up(run_id: str, owner: str, lease_until: float | None) -> None:
     """
     with _active_lock:
         _given_up.add(run_id)
-        _active.discard(run_id)
+        _active.pop(run_id, None)
     folder = _released_folder(create=True)
     if folder is not None:
         try:
