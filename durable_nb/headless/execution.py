@@ -12,6 +12,7 @@ import os
 import shlex
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from ..model import RunRecord
 from .client import durable_client_class
 from .inputs import check_output_path
 from .kernels import ipc_sockets, kernel_config
+from .lease_keeper import LeaseKeeper
 from .notebook_run import NotebookRun, fork_last_run
 from .progress import Tally, progress_for
 from .run_claim import META, claim_run, hold_output, release_claim
@@ -183,8 +185,13 @@ def _execute(
             on_cell_executed=finished,
             config=kernel_config(sockets),
         )
+        record = _run_of(prepared)
+        keeper: AbstractContextManager[Any] = (
+            LeaseKeeper(prepared.store, record.run_id) if record is not None else nullcontext()
+        )
         try:
-            client.execute(env=prepared.handover().environment())
+            with keeper:
+                client.execute(env=prepared.handover().environment())
         except CellExecutionError as error:
             shown.close()
             write()
