@@ -183,6 +183,64 @@ def test_a_notebook_runs_once_per_path_and_parameters(
     assert len(dnb.runs("report", store=store_url)) == 2
 
 
+def _queued(notebooks: Path, folder: Path) -> Path:
+    """A notebook whose cell says how many of its kind are in flight as it starts, then waits for 'release'."""
+    log, release = str(folder / "in-flight.txt"), str(folder / "release")
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_code_cell("n = 0", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell(
+            f"import glob, os, time\nmine = os.path.join({str(folder)!r}, f'in-flight-{{n}}')\n"
+            f"open(mine, 'w').close()\nnow = len(glob.glob(os.path.join({str(folder)!r}, 'in-flight-*')))\n"
+            f"open({log!r}, 'a').write(f'{{n}} {{now}}\\n')\n"
+            f"while not os.path.exists({release!r}):\n    time.sleep(0.05)\nos.remove(mine)"
+        ),
+    ]
+    path = notebooks / "queued.ipynb"
+    nbformat.write(notebook, str(path))
+    return path
+
+
+def test_a_server_runs_at_most_max_notebooks_processes_and_the_rest_wait(
+    notebooks: Path, tmp_path: Path, store_url: str
+) -> None:
+    """With --max-notebooks 1, three runs asked at once run one after the other: the others wait,
+    pending and unclaimed (free for another server), and each starts once a place is free."""
+    _queued(notebooks, tmp_path)
+    auth = Auth(load_tokens(environ={"DURABLE_NB_TOKENS": TOKENS}))
+    app = create_app([], store=store_url, auth=auth, recover_every=3600, notebooks=notebooks, max_notebooks=1)
+    log = tmp_path / "in-flight.txt"
+    with TestClient(app, base_url=BASE) as client:
+        ids = [
+            client.post(
+                "/api/notebooks/queued.ipynb/runs", json={"parameters": {"n": n}}, headers=_headers(ADMIN)
+            ).json()["id"]
+            for n in (1, 2, 3)
+        ]
+        until(lambda: log.exists() and log.read_text().strip(), "the first run's cell to start")
+        # The first holds the only place until released: the others cannot have started.
+        waiting = [dnb.get_run(run_id, store=store_url).record for run_id in ids[1:]]
+        assert [(run.status.value, run.owner) for run in waiting] == [("pending", None)] * 2
+        assert len(client.app.state.service.notebooks.children) == 1  # type: ignore[attr-defined]
+        (tmp_path / "release").touch()
+        for run_id in ids:
+            _reaches(client, run_id, "completed")
+    lines = log.read_text().split("\n")[:-1]
+    assert sorted(line.split()[0] for line in lines) == ["1", "2", "3"]  # each cell ran once
+    assert {line.split()[1] for line in lines} == {"1"}  # never two at once
+
+
+def test_max_notebooks_is_a_count_of_processes_with_a_notebooks_folder(notebooks: Path, store_url: str) -> None:
+    from durable_nb.service.serve import serve
+
+    auth = Auth({}, open_access=True)
+    for wrong in (0, -2, True, 1.5):
+        with pytest.raises(dnb.ConfigurationError, match="--max-notebooks takes a number"):
+            create_app([], store=store_url, auth=auth, notebooks=notebooks, max_notebooks=wrong)  # type: ignore[arg-type]
+    with pytest.raises(dnb.ConfigurationError, match="--max-notebooks goes with --notebooks DIR"):
+        serve([dnb.Workflow("served", store=store_url)], no_auth=True, max_notebooks=2)
+
+
 def test_a_gated_notebook_waits_for_approval_and_completes(
     app_client: TestClient, notebooks: Path, store_url: str
 ) -> None:

@@ -77,6 +77,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
         allowed_host=args.allowed_host,
         max_body=args.max_body,
         schedules=_planned(args),
+        max_notebooks=args.max_notebooks,
     )
 
 
@@ -149,6 +150,14 @@ def add_arguments(name: str, sub: argparse.ArgumentParser) -> None:
         default="UTC",
         metavar="ZONE",
         help="the IANA time zone the --schedule times are in (default UTC), e.g. Europe/Paris",
+    )
+    sub.add_argument(
+        "--max-notebooks",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run at most N notebook processes at once here; more wait, pending, for this or another server "
+        "(default: twice the usable cores, at least 4)",
     )
     sub.add_argument(
         "--notebook-outputs",

@@ -137,6 +137,7 @@ def create_app(
     allowed_host: Iterable[str] = (),
     max_body: int = MAX_BODY,
     schedules: Sequence[Planned] = (),
+    max_notebooks: int | None = None,
 ) -> FastAPI:
     """Return the ASGI app serving ``workflows`` on ``store`` (default: the first workflow's), and the
     notebooks in the folder ``notebooks`` (outputs in ``notebook_outputs``, default a folder inside it).
@@ -145,13 +146,19 @@ def create_app(
     at least every ``recover_every`` seconds, up to 30), and adds ``schedules`` to them as it starts.
 
     Requests must name a loopback host, ``host`` (unless a wildcard address) or one of
-    ``allowed_host``; bodies are at most ``max_body`` bytes.
+    ``allowed_host``; bodies are at most ``max_body`` bytes. At most ``max_notebooks`` notebook
+    processes run at once here (default: twice the usable cores, at least 4); runs beyond it wait,
+    pending, for a free place here or on another server of the store.
     """
     if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 1:
         raise ConfigurationError(f"max_body (--max-body) is a number of bytes of 1 or more, not {max_body!r}.")
     hosts = allowed_hosts(host, allowed_host)
     resolved = resolve_store(store) if store is not None or not workflows else workflows[0].store
-    runner = None if notebooks is None else NotebookRuns(NotebookFolder(notebooks, notebook_outputs), resolved)
+    runner = (
+        None
+        if notebooks is None
+        else NotebookRuns(NotebookFolder(notebooks, notebook_outputs), resolved, max_children=max_notebooks)
+    )
     service = Service(workflows, resolved, runner)
     timetable = Schedules(service)
     planned = [timetable.planned(plan) for plan in schedules]  # refused here, before the server listens

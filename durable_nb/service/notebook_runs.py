@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from ..engine.cells.cell_run import CellRun, new_notebook_run
+from ..engine.execution.executors import usable_cores
 from ..engine.runs.claims import CLAIM_VARIABLE, claim, unclaim
 from ..engine.runs.ownership import owner_alive, this_owner
 from ..engine.runs.settle import mark_failed
@@ -153,7 +154,13 @@ class _Child:
 class NotebookRuns:
     """The notebook runs of one server: at most one child process per run, started again when needed."""
 
-    def __init__(self, folder: NotebookFolder, store: Store) -> None:
+    def __init__(self, folder: NotebookFolder, store: Store, max_children: int | None = None) -> None:
+        if max_children is not None and (
+            isinstance(max_children, bool) or not isinstance(max_children, int) or max_children < 1
+        ):
+            raise ConfigurationError(
+                f"--max-notebooks takes a number of notebook processes of 1 or more, not {max_children!r}."
+            )
         self.folder = folder
         self.store = store
         self.store_url = _child_url(store)
@@ -161,6 +168,10 @@ class NotebookRuns:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.stopping = False
         self.owner = this_owner()  # the token of this server's claims
+        # At most this many children at once: a burst of runs must not start a kernel each on one
+        # machine; the others wait, pending and unclaimed, for a free place here or on another server.
+        self.max_children = max_children if max_children is not None else max(4, 2 * usable_cores())
+        self._starting = 0  # claims under way, counted against the limit before their child registers
 
     def check(self, path: str, parameters: dict[str, Any]) -> str:
         """Refuse what ``start`` would refuse of ``path`` and ``parameters``; return the path in the folder."""
@@ -241,13 +252,21 @@ class NotebookRuns:
         held = run.status in (RunStatus.RUNNING, RunStatus.PENDING) and run.owner is not None
         return not (held and owner_alive(run.run_id, run.owner, run.lease_until))
 
+    def full(self) -> bool:
+        """True while this server runs (or is starting) as many children as it may."""
+        return len(self.children) + self._starting >= self.max_children
+
     async def _claim_and_launch(self, run: RunRecord, spec: _Spec) -> None:
-        """Start a child for ``run`` if this server wins the claim on it (other servers may race for it)."""
-        if not self._may_start(run) or self.stopping:
-            return
-        if run.owner != self.owner and await claim(self.store, run, self.owner) is None:
-            return  # another server (or a command) claimed or took it first
-        await self._launch(run.run_id, spec)
+        """Start a child for ``run`` if this server has room and wins the claim on it (other servers may race)."""
+        if not self._may_start(run) or self.stopping or self.full():
+            return  # a run left for later stays pending: this server's next look, or another server's, starts it
+        self._starting += 1  # before any await: a request meanwhile sees the place taken
+        try:
+            if run.owner != self.owner and await claim(self.store, run, self.owner) is None:
+                return  # another server (or a command) claimed or took it first
+            await self._launch(run.run_id, spec)
+        finally:
+            self._starting -= 1
 
     def _spec_of(self, run: RunRecord) -> _Spec | None:
         """What a run's child starts with, from its meta; None for a run this folder did not start
@@ -330,6 +349,11 @@ class NotebookRuns:
                 await self._claim_and_launch(await self.store.get_run(run_id), spec)
             except Exception:
                 log.exception("starting notebook run %s again failed", run_id)
+        if not self.stopping and not self.full():
+            try:  # a place is free: a run waiting for one starts now, not at the next recovery
+                await self.recover()
+            except Exception:
+                log.exception("starting the notebook runs that wait failed; trying again later")
 
     async def _settle(self, run_id: str, code: int, spec: _Spec, child: _Child) -> None:
         """End a run whose child ran every cell; fail one its child left running; let go of a claim it never took."""

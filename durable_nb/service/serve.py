@@ -59,6 +59,7 @@ def serve(
     allowed_host: Sequence[str] = (),
     max_body: int | None = None,
     schedules: Sequence[Any] = (),
+    max_notebooks: int | None = None,
 ) -> None:
     """Serve ``workflows`` and the ``notebooks`` folder until interrupted; refuse to start without tokens
     unless told, on loopback only. Requests must name a loopback host, ``host`` or one of
@@ -76,6 +77,8 @@ def serve(
         raise ConfigurationError("Name what to serve: --workflow module:attribute (repeatable) and/or --notebooks DIR.")
     if notebook_outputs is not None and notebooks is None:
         raise ConfigurationError("--notebook-outputs goes with --notebooks DIR, the folder of notebooks to run.")
+    if max_notebooks is not None and notebooks is None:
+        raise ConfigurationError("--max-notebooks goes with --notebooks DIR, the folder of notebooks to run.")
     if recover_every <= 0:
         raise ConfigurationError(f"--recover-every takes a number of seconds > 0, not {recover_every}.")
     known = load_tokens(tokens)
@@ -96,6 +99,7 @@ def serve(
         allowed_host=allowed_host,
         max_body=MAX_BODY if max_body is None else max_body,
         schedules=schedules,
+        max_notebooks=max_notebooks,
     )
     # Bound here, not by uvicorn: the line below names the port really listened on, and a port in
     # use is a clean error.
