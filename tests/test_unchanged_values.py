@@ -9,7 +9,6 @@ afterwards, by hand, in place in its arrays, a cache filled in on first use.
 from __future__ import annotations
 
 import array
-import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -129,7 +128,7 @@ def test_a_figure_a_cell_only_reads_costs_no_walk_over_its_objects(
     assert known.witness is not None and len(known.witness.buffers) > 1
     counting = CountingReach("q", known.reach)
     for name in known.members:
-        tracker._set(name, dataclasses.replace(tracker.known[name], reach=counting))
+        tracker._set(name, tracker.known[name]._replace(reach=counting))
     digests: list[int] = []
     real = unchanged._buffers_digest
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..state.values import ValueCodec
-    from .journal import Step
 
 __all__ = ["AgentSteps", "Writer"]
 
-# Commits its steps in one transaction, a checkpoint each.
-Writer = Callable[[list["Step"]], Awaitable[None]]
+# Commits its steps (the journal's Step records) in one transaction, a checkpoint each. Typed loosely:
+# naming Step here would tie this hook back to the journal that imports it.
+Writer = Callable[[list[Any]], Awaitable[None]]
 
 
 class AgentSteps:
@@ -36,7 +36,7 @@ class AgentSteps:
         # Told how far a map_items call has got: (name, done, total, restored, failed, final).
         self.progress: Callable[..., None] | None = None
 
-    async def write(self, *steps: Step) -> None:
+    async def write(self, *steps: Any) -> None:
         """Commit checkpoints, one per step, in one transaction, from any thread or loop."""
         if self.loop is None or asyncio.get_running_loop() is self.loop:
             await self._write(list(steps))
