@@ -206,7 +206,11 @@ class Cluster:
 
     def settle(self, gone: int | None = None) -> None:
         """Wait until two workers serve (neither of them ``gone``) and no task is left from a test."""
-        wait_until(lambda: len(pids := self.worker_pids()) == 2 and gone not in pids, "two live workers")
+        wait_until(
+            lambda: len(pids := self.worker_pids()) == 2 and gone not in pids,
+            f"two live workers (not the killed {gone})" if gone is not None else "two live workers",
+            found=self.worker_pids,
+        )
         self.wait_idle()
 
     def wait_idle(self, child: subprocess.Popen[str] | None = None, patience: float = PATIENCE) -> None:
