@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import nbformat
 import pytest
 from notebookkit import child_env, run_notebook_command, write_notebook
+from servicekit import until
 
 import durable_nb as dnb
 from durable_nb._loop import run_sync
@@ -21,16 +21,6 @@ from durable_nb.store import connect
 pytestmark = pytest.mark.backends("sqlite", "postgres")
 
 LEASE = 3.0  # seconds: renewed every second while the cell waits
-
-
-def _until(look, what: str, timeout: float = 240):  # type: ignore[no-untyped-def]
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        found = look()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"gave up waiting for {what}")
 
 
 def test_a_long_cell_keeps_its_run_leased_without_a_commit(store_url: str, tmp_path: Path) -> None:
@@ -51,13 +41,13 @@ def test_a_long_cell_keeps_its_run_leased_without_a_commit(store_url: str, tmp_p
         process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
     store = connect(store_url)
     try:
-        _until(lambda: ran.exists(), "the long cell to start")
+        until(lambda: ran.exists(), "the long cell to start")
         [run] = run_sync(store.list_runs("long"))
         first = run_sync(store.get_run(run.run_id))
         assert first.status.value == "running" and first.lease_until is not None
         head = run_sync(store.head_checkpoint(run.run_id))
         # Renewed twice over, by the process that started the kernel: no cell committed meanwhile.
-        _until(
+        until(
             lambda: (run_sync(store.get_run(run.run_id)).lease_until or 0) > first.lease_until + LEASE / 2,
             "the lease to be renewed",
         )
