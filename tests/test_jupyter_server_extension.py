@@ -26,7 +26,9 @@ from jupyterkit import TOKEN, JupyterServer
 
 import durable_nb as dnb
 from durable_nb._loop import run_sync
+from durable_nb.engine.gates.decisions import decide, make_decision
 from durable_nb.jupyter.frontend import LABEXTENSION, MISSING_FRONT_END, installed_front_end
+from durable_nb.jupyter.shapes import run_detail, version_of
 from durable_nb.jupyter.stores import store_key, store_label
 from durable_nb.store import disconnect
 
@@ -163,6 +165,36 @@ def test_a_decision_from_another_process_changes_the_version(served: tuple[Jupyt
     assert shown["version"] == after
     again = server.post(api(run_id, "/gates/publish"), params={"store": key}, json={"approved": True})
     assert again.status_code == 409
+
+
+def test_a_decision_made_while_the_panel_reads_the_run_leaves_its_version_behind(tmp_path: Path) -> None:
+    """A decision landing while the panel's read of the run is under way (here just after the run's own
+    read of its gates) must not carry the newer version: with it the panel would keep showing the gate, since
+    every later poll would answer the version it already has."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    run_id = paused_run(url)
+    store = dnb.connect(url)
+    read_gates = store.pending_interrupts
+
+    decided: list[bool] = []
+
+    async def gates_then_a_decision(run: str) -> Any:
+        gates = await read_gates(run)
+        if not decided:  # the decision reads the gates too: it lands once, after the panel's read
+            decided.append(True)
+            await decide(store, run, make_decision(True, comment="meanwhile"), "publish")
+        return gates
+
+    async def read() -> tuple[dict[str, Any], str]:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(store, "pending_interrupts", gates_then_a_decision)
+            detail = await run_detail(store, run_id, store_key(url))
+        return detail, await version_of(store, run_id)
+
+    detail, now = run_sync(read())
+    assert detail["run"]["status"] == "paused"  # read before the decision
+    assert detail["version"] != now  # so the next poll reads the run again
+    disconnect(url)
 
 
 def test_a_fork_made_by_another_process_changes_the_version(served: tuple[JupyterServer, str]) -> None:

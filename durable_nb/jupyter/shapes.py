@@ -134,7 +134,12 @@ async def replays_json(store: Store, tree: list[tuple[RunRecord, dict[str, Any]]
 
 async def run_detail(store: Store, run_id: str, key: str) -> dict[str, Any]:
     """Return a run as the panel shows it: run, checkpoints, fork tree, open gates (its own and its
-    forks'), replays and version."""
+    forks'), replays and version.
+
+    The version is read first: a change made while the rest is read then gives the next poll a newer
+    version, so the panel reads again, instead of keeping what it read under the new version.
+    """
+    version = await version_of(store, run_id)
     run = await current_run(store, run_id)
     gates = await store.pending_interrupts(run_id) if run.status is RunStatus.PAUSED else []
     history = history_json(await ahistory(run_id, store=store))
@@ -146,5 +151,5 @@ async def run_detail(store: Store, run_id: str, key: str) -> dict[str, Any]:
         "gates": [gate_json(g) for g in sorted(gates, key=lambda g: g.created_at)],
         "fork_gates": await fork_gates(store, tree, run_id),
         "replays": await replays_json(store, tree),
-        "version": await version_of(store, run_id),
+        "version": version,
     }
