@@ -479,7 +479,7 @@ def test_a_notebook_run_started_on_one_server_is_seen_and_completed_on_the_other
 def test_the_image_healthcheck_passes_against_each_server(deployment: Deployment) -> None:
     check = next(i for i in instructions(DOCKERFILE) if i.keyword == "HEALTHCHECK")
     command = json.loads(check.text.split(" CMD ", 1)[1])
-    assert command[0] == "python" and "http://127.0.0.1:8000/openapi.json" in command[2]
+    assert command[0] == "python" and "http://127.0.0.1:8000/health" in command[2]
     for name, port in deployment.ports.items():
         here = [sys.executable, *command[1:2], command[2].replace(":8000/", f":{port}/")]
         assert subprocess.run(here, capture_output=True, check=False).returncode == 0, name

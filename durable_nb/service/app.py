@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import logging
 import secrets
 from collections.abc import AsyncIterator, Iterable, Sequence
 from http import HTTPStatus
@@ -32,7 +33,7 @@ from pydantic import BaseModel, StrictBool
 from starlette.exceptions import HTTPException
 
 from ..engine.workflows.workflow import Workflow
-from ..errors import ConfigurationError, DurableError, InvalidDecision, KeyFileError
+from ..errors import ConfigurationError, DurableError, InvalidDecision, KeyFileError, StoreError
 from ..model import RunStatus
 from ..store import resolve_store
 from ..store.secret import load_secret
@@ -51,6 +52,16 @@ from .page import COOKIE, STYLE_HASH, approvals_page, history_page, refusal_page
 from .schedules import Planned, Schedules
 
 __all__ = ["Service", "create_app"]
+
+
+log = logging.getLogger("durable_nb.service")
+
+
+class HealthAnswer(BaseModel):
+    """What ``GET /health`` answers: ``ok`` or ``unavailable``, with a sentence."""
+
+    status: str
+    message: str
 
 
 class StartBody(BaseModel):
@@ -342,6 +353,24 @@ def create_app(
         """Metrics in Prometheus's text format (OpenMetrics when the Accept header asks for it)."""
         body, content_type = await metrics.scrape(request.headers.get("accept"))
         return Response(body, media_type=content_type)
+
+    @app.get(
+        "/health",
+        responses={503: {"description": "The store does not answer.", "model": HealthAnswer}},
+        response_model=HealthAnswer,
+    )
+    async def health() -> Any:
+        """Whether this server can read its store: 200 if so, else 503. No token: it tells nothing else."""
+        try:
+            await service.store.ping()
+        except StoreError as error:
+            # The error names the store and its driver's words: the log has them, the open answer does not.
+            log.warning("health check: the store does not answer: %s", error)
+            return JSONResponse(
+                {"status": "unavailable", "message": "The store does not answer; the server's log says why."},
+                status_code=503,
+            )
+        return {"status": "ok", "message": "The server reads its store."}
 
     # -- the approvals page ---------------------------------------------------------------------
 

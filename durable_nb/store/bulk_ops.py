@@ -152,6 +152,11 @@ def checkpoint_extras(
     return found
 
 
+def ping(conn: Any) -> None:
+    """Read one row of the runs table: the database answers and holds the store's tables."""
+    conn.execute("SELECT 1 FROM runs LIMIT 1").fetchall()
+
+
 def runs_by_id_prefix(conn: Any, d: Dialect, prefix: str, limit: int) -> list[RunRecord]:
     """Return up to ``limit`` runs whose id starts with ``prefix``, in id order."""
     # substr, not LIKE: an id's '_' or '%' would be a wildcard, and PostgreSQL's collation would

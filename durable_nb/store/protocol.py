@@ -227,6 +227,10 @@ class Store(Protocol):
         recording the due time ``ran_at`` and its run when one ran; return whether it moved."""
         ...
 
+    async def ping(self) -> None:
+        """Read the store once; raise a StoreError when it cannot answer."""
+        ...
+
     async def close(self) -> None:
         """Release connections; the store cannot be used afterwards."""
         ...

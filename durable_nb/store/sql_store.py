@@ -188,6 +188,10 @@ class SQLStore:
         """Return up to ``limit`` runs whose id starts with ``prefix``, in id order."""
         return await self._run(bulk_ops.runs_by_id_prefix, self._dialect, prefix, limit)
 
+    async def ping(self) -> None:
+        """Read the store once; raise a StoreError when it cannot answer."""
+        await self._run(bulk_ops.ping)
+
     async def checkpoints_by_extra(self, path: Sequence[str], values: Sequence[str]) -> list[CheckpointRecord]:
         """Return the checkpoints, in any run, whose ``extra`` holds one of ``values`` at ``path``."""
         return await self._run(bulk_ops.checkpoints_by_extra, self._dialect, list(path), list(values))
