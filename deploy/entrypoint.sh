@@ -1,11 +1,12 @@
 #!/bin/sh
-# The image's entrypoint: secrets given as files (Compose or Kubernetes secrets) become the
-# variables the processes read, then the command takes this shell's place.
-#   PGPASSWORD_FILE         -> PGPASSWORD (libpq's, for the store's PostgreSQL)
-#   DURABLE_NB_SECRET_FILE  -> DURABLE_NB_SECRET (the key that signs stored values: one for all servers)
-# Bearer tokens need nothing here: `durable-nb serve --tokens FILE` reads their file itself.
+# The image's entrypoint: the store's password, given as a file (a Compose or Kubernetes secret),
+# becomes the variable libpq reads, then the command takes this shell's place.
+#   PGPASSWORD_FILE -> PGPASSWORD (libpq's, for the store's PostgreSQL)
+# durable_nb reads its own secret files: DURABLE_NB_SECRET_FILE (the key that signs stored values,
+# one for all servers) and `durable-nb serve --tokens FILE` (bearer tokens), so neither travels in
+# the environment of the notebooks' kernels.
 set -eu
-for name in PGPASSWORD DURABLE_NB_SECRET; do
+for name in PGPASSWORD; do
     eval "file=\${${name}_FILE:-}"
     if [ -n "$file" ]; then
         if [ ! -r "$file" ]; then

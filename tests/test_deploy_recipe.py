@@ -321,20 +321,22 @@ def _entrypoint(env: dict[str, str], *command: str) -> subprocess.CompletedProce
     return subprocess.run(["sh", str(ENTRYPOINT), *command], env=env, capture_output=True, text=True, check=False)
 
 
-def test_entrypoint_turns_secret_files_into_the_variables_processes_read(tmp_path: Path) -> None:
+def test_entrypoint_turns_the_password_file_into_libpqs_variable_and_leaves_the_key_file(tmp_path: Path) -> None:
+    """The signing key stays a file that durable_nb reads, out of the environment kernels inherit."""
     (tmp_path / "password").write_text("pg-secret\n")
     (tmp_path / "key").write_text("signing-key\n")
     env = {"PATH": os.environ["PATH"], "PGPASSWORD_FILE": str(tmp_path / "password")}
     env["DURABLE_NB_SECRET_FILE"] = str(tmp_path / "key")
-    shown = _entrypoint(env, "sh", "-c", 'echo "$PGPASSWORD|$DURABLE_NB_SECRET|${PGPASSWORD_FILE:-unset}"')
-    assert shown.stdout == "pg-secret|signing-key|unset\n"
+    shown_vars = '"$PGPASSWORD|${DURABLE_NB_SECRET:-unset}|${PGPASSWORD_FILE:-unset}|$DURABLE_NB_SECRET_FILE"'
+    shown = _entrypoint(env, "sh", "-c", f"echo {shown_vars}")
+    assert shown.stdout == f"pg-secret|unset|unset|{tmp_path / 'key'}\n"
 
 
-def test_entrypoint_refuses_a_missing_or_empty_secret_file(tmp_path: Path) -> None:
+def test_entrypoint_refuses_a_missing_or_empty_password_file(tmp_path: Path) -> None:
     (tmp_path / "empty").write_text("")
     missing = _entrypoint({"PATH": os.environ["PATH"], "PGPASSWORD_FILE": str(tmp_path / "none")}, "true")
     assert missing.returncode == 78 and "cannot read PGPASSWORD_FILE" in missing.stderr
-    empty = _entrypoint({"PATH": os.environ["PATH"], "DURABLE_NB_SECRET_FILE": str(tmp_path / "empty")}, "true")
+    empty = _entrypoint({"PATH": os.environ["PATH"], "PGPASSWORD_FILE": str(tmp_path / "empty")}, "true")
     assert empty.returncode == 78 and "is empty" in empty.stderr
 
 

@@ -1,4 +1,4 @@
-"""issue 15: key file checks."""
+"""The signing key: the per-user key file's checks, the environment, and a mounted secret file."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 import durable_nb as dnb
 from durable_nb.store import secret
-from durable_nb.store.secret import ENV_SECRET, key_file_path, load_secret
+from durable_nb.store.secret import ENV_SECRET, ENV_SECRET_FILE, key_file_path, load_secret
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 ROOT_READS_ANYTHING = "root ignores permission bits, so a mode cannot make the file unreadable"
@@ -25,6 +25,7 @@ def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     folder = tmp_path / "config"
     monkeypatch.setenv("XDG_CONFIG_HOME", str(folder))
     monkeypatch.delenv(ENV_SECRET, raising=False)
+    monkeypatch.delenv(ENV_SECRET_FILE, raising=False)
     secret._cache.clear()
     yield folder
     secret._cache.clear()
@@ -173,4 +174,71 @@ def test_key_file_of_another_user_is_refused(monkeypatch: pytest.MonkeyPatch) ->
 def test_key_file_error_is_a_permission_error() -> None:
     write_key(key_file_path(), mode=0o644)
     with pytest.raises(PermissionError):
+        load_secret()
+
+
+# -- a secret file mounted by a container or an orchestrator ----------------------------------------
+
+
+@pytest.fixture
+def mounted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The path $DURABLE_NB_SECRET_FILE names (nothing there yet)."""
+    path = tmp_path / "run" / "secrets" / "durable_nb_secret"
+    path.parent.mkdir(parents=True)
+    monkeypatch.setenv(ENV_SECRET_FILE, str(path))
+    return path
+
+
+@pytest.mark.parametrize("mode", [0o400, 0o444, 0o644])
+def test_a_mounted_secret_file_is_the_key_and_no_key_file_is_made(mounted: Path, config: Path, mode: int) -> None:
+    """Compose mounts secrets 0444, Kubernetes 0644, owned by a user of the host: the operator's choice."""
+    write_key(mounted, HAND_KEY + "\n", mode)
+    if IS_ROOT:
+        os.chown(mounted, 1000, 1000)  # the host's user who wrote it, not the container's
+    assert load_secret() == HAND_KEY.encode()
+    assert not config.exists()  # the per-user key file is neither read nor created
+
+
+def test_a_mounted_secret_behind_symlinks_is_followed(mounted: Path) -> None:
+    """Kubernetes mounts a secret as a symlink into a folder it swaps when the secret rotates."""
+    data = write_key(mounted.parent / "..2026_12_04" / "durable_nb_secret", HAND_KEY, 0o644)
+    (mounted.parent / "..data").symlink_to(data.parent.name)
+    mounted.symlink_to(Path("..data") / "durable_nb_secret")
+    assert load_secret() == HAND_KEY.encode()
+
+
+def test_the_key_in_the_environment_and_a_secret_file_together_are_refused(
+    mounted: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_key(mounted)
+    monkeypatch.setenv(ENV_SECRET, "another")
+    with pytest.raises(dnb.KeyFileError, match="unset one") as caught:
+        load_secret()
+    assert ENV_SECRET in str(caught.value) and ENV_SECRET_FILE in str(caught.value)
+
+
+def test_a_secret_file_that_is_not_there_is_refused(mounted: Path) -> None:
+    with pytest.raises(dnb.KeyFileError, match="names no file") as caught:
+        load_secret()
+    assert str(mounted) in str(caught.value)
+
+
+@pytest.mark.parametrize("text", ["", "\n  \n"])
+def test_an_empty_secret_file_is_refused(mounted: Path, text: str) -> None:
+    write_key(mounted, text, 0o444)
+    with pytest.raises(dnb.KeyFileError, match="is empty"):
+        load_secret()
+
+
+@pytest.mark.parametrize("mode", [0o620, 0o602, 0o666])
+def test_a_secret_file_others_can_write_is_refused(mounted: Path, mode: int) -> None:
+    write_key(mounted, mode=mode)
+    with pytest.raises(dnb.KeyFileError, match="can be written by other users") as caught:
+        load_secret()
+    assert f"chmod go-w {mounted}" in str(caught.value)
+
+
+def test_a_secret_path_that_is_a_folder_is_refused(mounted: Path) -> None:
+    mounted.mkdir()
+    with pytest.raises(dnb.KeyFileError, match="not a regular file"):
         load_secret()

@@ -13,6 +13,11 @@ says what to do, when it:
 
 and creating it fails with the same error when its folder cannot be created or written.
 $DURABLE_NB_SECRET, when set, is used as is and no file is read.
+
+$DURABLE_NB_SECRET_FILE names a file holding the key, as containers and orchestrators mount
+secrets (owned by root or by a user of the host, read-only, mode 0444 or 0644, behind a symlink): it is
+followed, and refused only when it is not a regular file, is empty, or can be written by group or
+others (then anyone could swap the key). Naming both variables is refused.
 """
 
 from __future__ import annotations
@@ -25,9 +30,10 @@ from pathlib import Path
 
 from ..errors import KeyFileError
 
-__all__ = ["ENV_SECRET", "key_file_path", "load_secret"]
+__all__ = ["ENV_SECRET", "ENV_SECRET_FILE", "key_file_path", "load_secret"]
 
 ENV_SECRET = "DURABLE_NB_SECRET"
+ENV_SECRET_FILE = "DURABLE_NB_SECRET_FILE"
 
 _cache: dict[str, bytes] = {}
 _lock = threading.Lock()
@@ -50,16 +56,51 @@ def key_file_path() -> Path:
 def load_secret() -> bytes:
     """Return the signing key, creating the key file (mode 0600) on first use."""
     env = os.environ.get(ENV_SECRET)
+    mounted = os.environ.get(ENV_SECRET_FILE)
+    if env and mounted:
+        raise KeyFileError(
+            f"Both {ENV_SECRET} and {ENV_SECRET_FILE} are set, so which key signs is unclear: unset one."
+        )
     if env:
         return env.encode("utf-8")
-    path = key_file_path()
+    path = Path(mounted) if mounted else key_file_path()
     with _lock:
         cached = _cache.get(str(path))
         if cached is not None:
             return cached
-        key = _read_or_create(path)
+        key = _read_mounted(path) if mounted else _read_or_create(path)
         _cache[str(path)] = key
         return key
+
+
+def _read_mounted(path: Path) -> bytes:
+    """Return the key in the file $DURABLE_NB_SECRET_FILE names, after checking no one else can swap it."""
+    named = f"{ENV_SECRET_FILE}={path}"
+    try:
+        # Followed on purpose: orchestrators mount secrets behind symlinks they swap on rotation.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise KeyFileError(f"{named} names no file: mount the secret there, or unset {ENV_SECRET_FILE}.") from None
+    except OSError as e:
+        raise KeyFileError(f"{named} cannot be opened ({e.strerror}): make it readable by this user.") from e
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise KeyFileError(f"{named} is not a regular file: point it at the file holding the key.")
+        # Its owner is not checked: a secret bind-mounted into a container keeps its owner on the
+        # host, whom the operator chose; a mode that lets anyone else write is a mistake to refuse.
+        mode = stat.S_IMODE(info.st_mode)
+        if _POSIX and mode & 0o022:
+            raise KeyFileError(
+                f"{named} can be written by other users (mode {mode:04o}), who could swap the key: "
+                f"run `chmod go-w {path}`."
+            )
+        key = _read_all(path, fd).strip()
+    finally:
+        os.close(fd)
+    if not key:
+        raise KeyFileError(f"{named} is empty: write the key into it (the same one on every process of the store).")
+    return key
 
 
 def _read_or_create(path: Path) -> bytes:
