@@ -1,15 +1,18 @@
-"""A headless notebook's run keeps its lease through a long cell: the process that started the kernel
-renews it, so a server on another machine, which sees only the lease, never takes the run over while
-the cell still runs; and it renews the lease of its own child kernel only."""
+"""A notebook's run keeps its lease while its kernel lives: a headless notebook's through a long cell
+(the process that started the kernel renews it, for its own child kernel only), and an interactive
+kernel's between cells and during them (a thread of the kernel renews it). A server on another
+machine, which sees only the lease, never takes such a run over."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
+from kernelkit import Kernel
 from notebookkit import child_env, run_notebook_command, write_notebook
 from servicekit import until
 
@@ -21,6 +24,21 @@ from durable_nb.store import connect
 pytestmark = pytest.mark.backends("sqlite", "postgres")
 
 LEASE = 3.0  # seconds: renewed every second while the cell waits
+
+
+def lease_renewed_without_a_commit(store: Any, run_id: str) -> None:
+    """Wait until the running run's lease has moved on by more than half a lease, with no checkpoint
+    written meanwhile and in the same hands."""
+    first = run_sync(store.get_run(run_id))
+    assert first.status.value == "running" and first.lease_until is not None
+    head = run_sync(store.head_checkpoint(run_id))
+    until(
+        lambda: (run_sync(store.get_run(run_id)).lease_until or 0) > first.lease_until + LEASE / 2,
+        "the lease to be renewed",
+    )
+    now = run_sync(store.get_run(run_id))
+    assert now.owner == first.owner and now.status.value == "running"
+    assert run_sync(store.head_checkpoint(run_id)) == head
 
 
 def test_a_long_cell_keeps_its_run_leased_without_a_commit(store_url: str, tmp_path: Path) -> None:
@@ -43,17 +61,7 @@ def test_a_long_cell_keeps_its_run_leased_without_a_commit(store_url: str, tmp_p
     try:
         until(lambda: ran.exists(), "the long cell to start")
         [run] = run_sync(store.list_runs("long"))
-        first = run_sync(store.get_run(run.run_id))
-        assert first.status.value == "running" and first.lease_until is not None
-        head = run_sync(store.head_checkpoint(run.run_id))
-        # Renewed twice over, by the process that started the kernel: no cell committed meanwhile.
-        until(
-            lambda: (run_sync(store.get_run(run.run_id)).lease_until or 0) > first.lease_until + LEASE / 2,
-            "the lease to be renewed",
-        )
-        now = run_sync(store.get_run(run.run_id))
-        assert now.owner == first.owner and now.status.value == "running"
-        assert run_sync(store.head_checkpoint(run.run_id)) == head
+        lease_renewed_without_a_commit(store, run.run_id)
         release.touch()
         assert process.wait(timeout=240) == 0, (tmp_path / "log").read_text()
     finally:
@@ -75,3 +83,20 @@ def test_only_a_live_child_counts_as_this_process_s_kernel() -> None:
         child.kill()
         child.wait()
     assert not child_of_this_process(child.pid)
+
+
+def test_an_idle_interactive_kernel_keeps_its_run_leased_and_commits_after(store_url: str, tmp_path: Path) -> None:
+    """A kernel left idle after a cell keeps renewing its run's lease, with no commit; its next cell commits
+    (a renewal in between does not make the kernel's own commit look like someone else's)."""
+    kernel = Kernel(tmp_path, env={"DURABLE_NB_STORE": store_url, "DURABLE_NB_LEASE_SECONDS": str(LEASE)})
+    try:
+        assert kernel.run("%load_ext durable_nb\n%durable run idle").status == "ok"
+        assert kernel.run("%%durable first\nx = 1").status == "ok"
+        store = connect(store_url)
+        [run] = run_sync(store.list_runs("idle"))
+        lease_renewed_without_a_commit(store, run.run_id)
+        second = kernel.run("%%durable second\ny = x + 1\ny")
+        assert second.status == "ok", second.outputs
+        assert run_sync(store.head_checkpoint(run.run_id)).node_id == "second"
+    finally:
+        kernel.close()

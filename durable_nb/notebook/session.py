@@ -25,6 +25,7 @@ from .definitions import Definitions
 from .execute import run_code
 from .executing import CellExecutor, CellOptions
 from .frontend import FrontendLink
+from .kernel_lease import KernelLease
 from .notes import Notes
 from .restored import say_held, show_restored, warn_shared
 
@@ -46,6 +47,7 @@ class KernelSession:
         self.executor = CellExecutor(shell, self.notes, self.definitions, lambda *gate: self._pause(*gate))
         self.all_cells = AllCells(shell)
         self.handed_over = False  # attached by run-notebook (%durable run --from-env): the notebook's own line waits
+        self.lease = KernelLease()
         shell.events.register("pre_run_cell", self.notes.new_cell)
         atexit.register(self._release_at_exit)
 
@@ -58,6 +60,7 @@ class KernelSession:
     def cell_run(self, cell_run: CellRun | None) -> None:
         # Every attach, switch, fork and end passes here: the one place front ends hear of it.
         self._cell_run = cell_run
+        self.lease.follow(cell_run)
         self.frontend.run_changed(cell_run)
 
     # -- attaching -----------------------------------------------------------------------
