@@ -40,6 +40,13 @@ __all__ = ["SQLStore"]
 T = TypeVar("T")
 
 
+def _schedules() -> ModuleType:
+    """The schedules' statements, imported on first use: a kernel attaching never needs them."""
+    from . import schedules
+
+    return schedules
+
+
 class SQLStore:
     """Base of the SQL stores: subclasses provide ``_run`` and the module functions."""
 
@@ -211,34 +218,24 @@ class SQLStore:
 
     async def put_schedule(self, schedule: ScheduleRecord) -> tuple[ScheduleRecord, bool]:
         """Add a schedule, or keep the one with its id (policy updated, next and last runs kept); say if new."""
-        from . import schedules
-
-        return await self._run(schedules.put_schedule, self._dialect, schedule, time.time())
+        return await self._run(_schedules().put_schedule, self._dialect, schedule, time.time())
 
     async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
         """Return one schedule, or None."""
-        from . import schedules
-
-        return await self._run(schedules.get_schedule, self._dialect, schedule_id)
+        return await self._run(_schedules().get_schedule, self._dialect, schedule_id)
 
     async def list_schedules(self) -> list[ScheduleRecord]:
         """Return every schedule, the soonest due first."""
-        from . import schedules
-
-        return await self._run(schedules.list_schedules, self._dialect)
+        return await self._run(_schedules().list_schedules, self._dialect)
 
     async def delete_schedule(self, schedule_id: str) -> bool:
         """Delete a schedule; return whether there was one."""
-        from . import schedules
-
-        return await self._run(schedules.delete_schedule, self._dialect, schedule_id)
+        return await self._run(_schedules().delete_schedule, self._dialect, schedule_id)
 
     async def advance_schedule(
         self, schedule_id: str, seen_next: float, next_run: float, ran_at: float | None, run_id: str | None
     ) -> bool:
         """Move a schedule on to ``next_run`` only if its next run is still ``seen_next``; say if it moved."""
-        from . import schedules
-
         return await self._run(
-            schedules.advance_schedule, self._dialect, schedule_id, seen_next, next_run, ran_at, run_id, time.time()
+            _schedules().advance_schedule, self._dialect, schedule_id, seen_next, next_run, ran_at, run_id, time.time()
         )
