@@ -142,11 +142,12 @@ class Listing:
 
 @contextmanager
 def _collector_paused() -> Iterator[None]:
-    """Pause Python's cycle collector while a page is decoded, if it runs.
+    """Pause Python's cycle collector while a page is read and decoded, if it runs.
 
     A page makes tens of thousands of small containers (rows, records, dicts) and no cycles:
     the collections they set off, each walking every object the process holds, took about a
-    third of a long listing's time. They are freed by reference counting all the same.
+    third of a long listing's time. They are freed by reference counting all the same, and
+    the collector runs again once the page is made (one the caller turned off stays off).
     """
     if not gc.isenabled():
         yield
