@@ -9,6 +9,7 @@ per page of checkpoints, however long the thread.
 
 from __future__ import annotations
 
+import gc
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -240,3 +241,46 @@ def test_listing_a_thread_reads_narrow_rows_in_as_many_statements_whatever_its_l
     assert len(few) == len(many)
     # No row of the checkpoints table is read whole: only the columns a listing uses.
     assert not [s for s in many if s.startswith("SELECT run_id, seq, created_at, checkpoint_id")]
+
+
+def test_a_listing_page_sets_off_no_garbage_collection(store_url: str) -> None:
+    """A page makes many small objects and no cycles: the cycle collector is paused while its
+    checkpoints are decoded (it walked the whole heap over and over in a long listing), and
+    runs again after."""
+    saver = DurableSaver(store_url)
+    _, long = _two_threads(saver)
+    collections: list[str] = []
+    during: list[int] = []
+    decode = saver._values.tuples
+
+    async def decoding(*args: Any, **kwargs: Any) -> Any:
+        before = len(collections)
+        try:
+            return await decode(*args, **kwargs)
+        finally:
+            during.append(len(collections) - before)
+
+    def seen(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            collections.append(phase)
+
+    saver._values.tuples = decoding  # type: ignore[method-assign]
+    threshold = gc.get_threshold()
+    gc.callbacks.append(seen)
+    gc.set_threshold(1)  # without the pause, almost any new object would set one off
+    try:
+        listed = list(saver.list(long))
+    finally:
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(seen)
+    assert len(listed) == NODES + 2 + 4 * NODES
+    assert during == [0]
+    assert collections  # the collector ran outside the page
+    assert gc.isenabled()
+    # A collector the caller turned off stays off.
+    gc.disable()
+    try:
+        assert len(list(saver.list(long, limit=3))) == 3
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

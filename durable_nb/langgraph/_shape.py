@@ -77,6 +77,11 @@ def is_lg(record: CheckpointRecord) -> bool:
 def metadata_json(config: RunnableConfig, metadata: CheckpointMetadata) -> dict[str, Any]:
     """Return a checkpoint's metadata as LangGraph stores it, checked to be JSON."""
     merged = dict(get_serializable_checkpoint_metadata(config, metadata))
+    try:
+        json.dumps(merged)
+        return merged  # the usual case: checked in one pass, not one per key
+    except (TypeError, ValueError):
+        pass
     for key, value in merged.items():
         try:
             json.dumps(value)

@@ -8,7 +8,6 @@ the clone shares this object.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -60,6 +59,8 @@ class ChannelValues:
     def __init__(self, store: Store, secret: bytes) -> None:
         self.store = store
         self._secret = secret
+        # Encodes only (the saver never marks blobs stored): one for every call, not one per call.
+        self._codec = ValueCodec(store, secret)
 
     def manifest(
         self,
@@ -89,7 +90,7 @@ class ChannelValues:
             elif channel in values:
                 fresh[channel] = dumps(serde, channel, values[channel])
         if fresh:
-            addresses, more = ValueCodec(self.store, self._secret).encode(fresh)
+            addresses, more = self._codec.encode(fresh)
             by_address = {blob.hash: blob for blob in more}
             for channel, value_address in addresses.items():
                 mine = [by_address[value_address]] if value_address in by_address else []
@@ -121,11 +122,11 @@ class ChannelValues:
             return {}, []
         # The value is stored as a channel holding it would be (the node's output is the next
         # checkpoint's channel value: one blob for both); a small JSON record names it.
-        addresses, blobs = ValueCodec(self.store, self._secret).encode(values)
+        addresses, blobs = self._codec.encode(values)
         manifest = {}
         for key, value_address in addresses.items():
             record = codec.encode([*about[key], value_address], self._secret, key)
-            blobs.append(dataclasses.replace(record, parts=(value_address,)))
+            blobs.append(Blob(record.hash, record.codec, record.data, parts=(value_address,)))
             manifest[key] = record.hash
         return manifest, blobs
 
