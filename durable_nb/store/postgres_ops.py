@@ -206,6 +206,17 @@ def _one_statement(
     return _statement(sets, *counts), params, checkpoints
 
 
+def _write_one_statement(
+    conn: Any, seen: RunRecord, commit: Commit, now: float, sets: bool, values: tuple[Any, ...]
+) -> list[CheckpointRecord]:
+    """Write a running node's commit as one statement; return the checkpoints it wrote."""
+    from psycopg import RawCursor
+
+    sql, params, checkpoints = _one_statement(seen, commit, now, sets, values)
+    RawCursor(conn).execute(sql, params)
+    return checkpoints
+
+
 def _fits_one_statement(commit: Commit) -> bool:
     """Whether a commit is written by ``_one_statement``: no gate rows, and not too many rows."""
     if commit.release_interrupts or commit.open_interrupts:
@@ -219,16 +230,15 @@ def _commit_seen(conn: Any, seen: RunRecord, commit: Commit, now: float) -> Comm
     # (re-evaluated after any concurrent writer commits) and fails when it matches nothing, so
     # nothing is written. Usually one statement; else BEGIN, the UPDATE, the writes and COMMIT
     # in one pipeline, whose rest (COMMIT included) the server skips once the UPDATE failed.
-    from psycopg import Error, RawCursor
+    from psycopg import Error
     from psycopg.errors import DivisionByZero
 
     after = updated_run(seen, commit, now, len(commit.checkpoints), len(commit.events))
     sets, values = rows.run_update(seen, after)
     failed: Error | None = None
     if _fits_one_statement(commit):
-        sql, params, checkpoints = _one_statement(seen, commit, now, sets, values)
         try:
-            RawCursor(conn).execute(sql, params)
+            checkpoints = _write_one_statement(conn, seen, commit, now, sets, values)
         except DivisionByZero:
             raise _Stale from None
         return CommitResult(after, checkpoints)
