@@ -9,6 +9,7 @@ connection has nothing to read).
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 import struct
 from pathlib import Path
@@ -136,3 +137,30 @@ def test_on_postgresql_a_node_is_one_statement_in_one_round_trip(
     out.close()
     statements, round_trips = (later - earlier for later, earlier in zip(counts[10], counts[5], strict=True))
     assert (statements, round_trips) == (5, 5), counts
+
+
+@pytest.mark.sqlite_only
+def test_a_chains_nodes_start_no_task_of_their_own(tmp_path: Path) -> None:
+    """A wave's only node runs in the task that drives the run: a chain of ten nodes starts as
+    many asyncio tasks as a chain of five (a task per node costs two turns of the loop)."""
+    from durable_nb._loop import _thread_loop
+
+    store = dnb.connect(f"sqlite:///{tmp_path}/runs.db")
+    loop = _thread_loop()  # the loop the sync API runs on in this thread
+    started: list[Any] = []
+
+    def factory(loop: Any, coro: Any, **kwargs: Any) -> Any:
+        started.append(coro)
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    counts = {}
+    loop.set_task_factory(factory)
+    try:
+        for nodes in (5, 10):
+            flow = chain(store, nodes, f"chain{nodes}")
+            started.clear()
+            assert flow.run({}).status == "completed"
+            counts[nodes] = len(started)
+    finally:
+        loop.set_task_factory(None)
+    assert counts[10] == counts[5], counts
