@@ -251,21 +251,32 @@ def test_killed_worker_is_recovered_by_another_machine(tmp_path: Path, pg_url: s
     assert bodies.count("live") == 1 and bodies.count("doomed") == 2
 
 
-def test_lost_connection_mid_commit_retries_without_half_writes(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The server drops the connection in the middle of a commit: nothing half-written, the commit retries."""
+@pytest.mark.parametrize("where", ["mid-transaction", "after-landing"])
+def test_lost_connection_mid_commit_retries_without_half_writes(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """The server drops the connection in the middle of a commit (a commit sent as a pipeline of
+    statements), or once a commit sent as one statement landed, before its answer: nothing is
+    half-written or written twice, and the commit retries."""
     from durable_nb.store import postgres_ops
 
-    original = postgres_ops._write_children
     dropped: list[str] = []
 
-    def drop_once(conn, run, commit, blobs, now):  # inject the failure: kill our own backend mid-transaction
-        written = original(conn, run, commit, blobs, now)
-        if not dropped and any(d.step == "after:middle" for d in commit.checkpoints):
-            dropped.append("yes")
-            conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
-        return written
+    def drop_once(original):
+        def dropping(conn, run, commit, *args):  # inject the failure: kill our own backend
+            written = original(conn, run, commit, *args)
+            if not dropped and any(d.step == "after:middle" for d in commit.checkpoints):
+                dropped.append("yes")
+                conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+            return written
 
-    monkeypatch.setattr(postgres_ops, "_write_children", drop_once)
+        return dropping
+
+    if where == "mid-transaction":
+        monkeypatch.setattr(postgres_ops, "_fits_one_statement", lambda commit: False)
+        monkeypatch.setattr(postgres_ops, "_write_children", drop_once(postgres_ops._write_children))
+    else:
+        monkeypatch.setattr(postgres_ops, "_write_one_statement", drop_once(postgres_ops._write_one_statement))
     flow = dnb.Workflow("flaky-network", store=pg_url)
 
     @flow.node()

@@ -529,6 +529,55 @@ def test_commit_from_a_stale_view_of_the_run(store: dnb.Store, driver: str) -> N
         sync(main())
 
 
+def test_a_running_nodes_commit_writes_repeats_once_and_all_or_nothing(store: dnb.Store) -> None:
+    """A commit from the run as its writer saw it (a running node's) may name one value or one
+    @idempotent key twice: each is stored once. One that fails half-way (a checkpoint id
+    already taken) keeps nothing of its values, events or run update."""
+
+    async def main() -> None:
+        record, _ = await store.create_run(new_run())
+        running = frozenset({RunStatus.RUNNING})
+        blob = encode("twice", KEY, "t")
+        first = draft("after:a", "a")
+        done = await store.commit(
+            Commit(
+                run_id=record.run_id,
+                blobs=[blob, blob],
+                checkpoints=[first],
+                events=[NewEvent("node_finished", "a"), NewEvent("node_started", "b")],
+                idempotent=[("k", blob.hash), ("k", blob.hash)],
+                expect_status=running,
+                expect_owner="me",
+                seen=record,
+            )
+        )
+        assert (done.run.head_seq, done.run.event_seq) == (1, 3)
+        assert await store.get_idempotent(record.run_id, "k") == blob.hash
+        assert list(await store.get_blobs([blob.hash])) == [blob.hash]
+        other = encode("kept?", KEY, "t")
+        with pytest.raises(Exception):  # noqa: B017 - each backend raises its driver's integrity error
+            await store.commit(
+                Commit(
+                    run_id=record.run_id,
+                    blobs=[other],
+                    checkpoints=[draft("after:b", "b"), first],
+                    events=[NewEvent("node_finished", "b")],
+                    idempotent=[("k2", other.hash)],
+                    run=RunUpdate(status=RunStatus.COMPLETED),
+                    expect_status=running,
+                    expect_owner="me",
+                    seen=done.run,
+                )
+            )
+        after = await store.get_run(record.run_id)
+        assert (after.status, after.head_seq, after.event_seq) == (RunStatus.RUNNING, 1, 3)
+        assert [c.step for c in await store.list_checkpoints(record.run_id)] == ["after:a"]
+        assert await store.get_blobs([other.hash]) == {}
+        assert await store.get_idempotent(record.run_id, "k2") is None
+
+    sync(main())
+
+
 def test_state_at_any_checkpoint_is_rebuilt_from_changes(store: dnb.Store) -> None:
     """A checkpoint stores what it changed; the state at any checkpoint equals a replay of
     every change from the run's input, with or without snapshots on the way."""

@@ -10,6 +10,7 @@ a worker thread) is the driver's choice: see ``offload``.
 from __future__ import annotations
 
 import math
+import select
 import threading
 import time
 from collections.abc import Callable
@@ -38,6 +39,24 @@ _COMMIT_ATTEMPTS = 3
 _READ_ATTEMPTS = 3
 # How long an operation waits for a working pooled connection before it fails (?pool_timeout=).
 _CONNECTION_WAIT_SECONDS = "30"
+
+
+def _check_connection(conn: Any) -> None:
+    """Check a pooled connection as it is handed out; raise if it no longer works.
+
+    A connection that sat idle has nothing to read unless the server spoke meanwhile: a
+    terminated backend's or a stopping server's last message, or the socket's end. Only then
+    does the check cost a round trip (psycopg_pool's empty query); on the hot path, where one
+    connection serves commit after commit, it costs one poll of the socket.
+    """
+    from psycopg_pool import ConnectionPool
+
+    try:
+        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+    except Exception:  # noqa: BLE001 - a closed connection, or a socket select cannot watch
+        readable = [True]
+    if readable:
+        ConnectionPool.check_connection(conn)
 
 
 def _split(url: str) -> tuple[str, dict[str, str]]:
@@ -146,7 +165,7 @@ class PostgresStore(SQLStore):
             configure=self._configure,
             # Named, so an operator (or a test) can find this store's sessions in pg_stat_activity.
             kwargs={"connect_timeout": 10, "application_name": self.application_name},
-            check=ConnectionPool.check_connection,
+            check=_check_connection,
             open=True,
             name=f"durable-nb-{id(self)}",
         )

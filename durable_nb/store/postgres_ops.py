@@ -8,8 +8,10 @@ run are serialized while different runs commit in parallel; a gate is claimed wi
 
 from __future__ import annotations
 
+import itertools
+import re
 from dataclasses import replace
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any
 
 from ..errors import RunNotFound
@@ -143,17 +145,103 @@ def _commit(conn: Any, commit: Commit, now: float, url: str) -> CommitResult:
     return _commit_read(conn, commit, now, url)
 
 
+# A statement's rows, at most: PostgreSQL takes 65,535 parameters, a checkpoint has 30.
+_STATEMENT_ROWS = 1_000
+
+
+def _values(columns: int, count: int) -> str:
+    """Return ``(%s, …), …``: the VALUES list of ``count`` rows of ``columns`` parameters."""
+    row = f"({', '.join(['%s'] * columns)})"
+    return ", ".join([row] * count)
+
+
+@lru_cache(maxsize=64)
+def _statement(sets: bool, blobs: int, checkpoints: int, events: int, idempotent: int) -> str:
+    """Return the one statement of a running node's commit with these many rows, with numbered
+    placeholders ($1, …): psycopg sends it as it is (no parsing of a long query on every call)."""
+    parts = [f"updated AS ({_UPDATE_RUN[sets]} AND {_SEEN} RETURNING 1)"]
+    if blobs:
+        parts.append(
+            "b AS (INSERT INTO blobs (hash, codec, size, created_at, data, parts) "
+            f"VALUES {_values(6, blobs)} ON CONFLICT (hash) DO NOTHING)"
+        )
+    if checkpoints:
+        columns = rows.CHECKPOINT_COLUMNS
+        parts.append(f"c AS (INSERT INTO checkpoints ({columns}) VALUES {_values(rows.CHECKPOINT_COUNT, checkpoints)})")
+    if events:
+        parts.append(f"e AS (INSERT INTO events ({rows.EVENT_COLUMNS}) VALUES {_values(6, events)})")
+    if idempotent:
+        parts.append(
+            "i AS (INSERT INTO idempotency (run_id, key, hash, created_at) "
+            f"VALUES {_values(4, idempotent)} ON CONFLICT (run_id, key) DO NOTHING)"
+        )
+    sql = f"WITH {', '.join(parts)} SELECT 1 / (SELECT count(*) FROM updated)"
+    numbers = itertools.count(1)
+    return re.sub("%s", lambda _: f"${next(numbers)}", sql)
+
+
+def _one_statement(
+    seen: RunRecord, commit: Commit, now: float, sets: bool, values: tuple[Any, ...]
+) -> tuple[str, list[Any], list[CheckpointRecord]]:
+    """Return a running node's commit as one statement (its own transaction: the connection is in
+    autocommit), its parameters and the checkpoints it writes.
+
+    The conditional UPDATE and the inserts are parts of one WITH; the statement fails (division by
+    zero) when the UPDATE matched no row, and a failed statement writes nothing. One statement
+    instead of a pipeline of six: a sixth of the client's work per commit.
+    """
+    run_id = seen.run_id
+    params: list[Any] = [*values, *rows.seen_values(seen)]
+    for blob in commit.blobs:
+        params += rows.blob_values(blob, now)
+    checkpoints: list[CheckpointRecord] = []
+    for offset, draft in enumerate(commit.checkpoints, start=1):
+        params += rows.checkpoint_values(run_id, seen.head_seq + offset, now, draft)
+        checkpoints.append(rows.checkpoint_from_draft(run_id, seen.head_seq + offset, now, draft))
+    for offset, event in enumerate(commit.events, start=1):
+        params += (run_id, seen.event_seq + offset, event.type, event.node_id, now, rows.dumps(event.data))
+    for key, value_hash in commit.idempotent:
+        params += (run_id, key, value_hash, now)
+    counts = (len(commit.blobs), len(commit.checkpoints), len(commit.events), len(commit.idempotent))
+    return _statement(sets, *counts), params, checkpoints
+
+
+def _write_one_statement(
+    conn: Any, seen: RunRecord, commit: Commit, now: float, sets: bool, values: tuple[Any, ...]
+) -> list[CheckpointRecord]:
+    """Write a running node's commit as one statement; return the checkpoints it wrote."""
+    from psycopg import RawCursor
+
+    sql, params, checkpoints = _one_statement(seen, commit, now, sets, values)
+    RawCursor(conn).execute(sql, params)
+    return checkpoints
+
+
+def _fits_one_statement(commit: Commit) -> bool:
+    """Whether a commit is written by ``_one_statement``: no gate rows, and not too many rows."""
+    if commit.release_interrupts or commit.open_interrupts:
+        return False  # a gate's commit deletes and inserts one key: kept in order, in the pipeline
+    counts = (len(commit.blobs), len(commit.checkpoints), len(commit.events), len(commit.idempotent))
+    return max(counts) <= _STATEMENT_ROWS
+
+
 def _commit_seen(conn: Any, seen: RunRecord, commit: Commit, now: float) -> CommitResult:
-    # A running node's commit: BEGIN, the conditional UPDATE, the writes and COMMIT in one
-    # pipeline, one round trip. The UPDATE's condition does the checks (re-evaluated after any
-    # concurrent writer commits); when it matches nothing it fails, and the server skips the
-    # rest of the pipeline, COMMIT included: nothing is written, and the transaction is rolled back.
+    # A running node's commit, in one round trip: the conditional UPDATE does the checks
+    # (re-evaluated after any concurrent writer commits) and fails when it matches nothing, so
+    # nothing is written. Usually one statement; else BEGIN, the UPDATE, the writes and COMMIT
+    # in one pipeline, whose rest (COMMIT included) the server skips once the UPDATE failed.
     from psycopg import Error
     from psycopg.errors import DivisionByZero
 
     after = updated_run(seen, commit, now, len(commit.checkpoints), len(commit.events))
     sets, values = rows.run_update(seen, after)
     failed: Error | None = None
+    if _fits_one_statement(commit):
+        try:
+            checkpoints = _write_one_statement(conn, seen, commit, now, sets, values)
+        except DivisionByZero:
+            raise _Stale from None
+        return CommitResult(after, checkpoints)
     try:
         with conn.pipeline():
             # A statement's error can surface while later ones are queued: kept here, not raised

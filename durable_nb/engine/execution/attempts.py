@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
 import queue
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +29,43 @@ __all__ = ["Attempter", "Outcome", "RemoteCall", "journal_prefix", "node_journal
 Sleep = Callable[[float], Awaitable[Any]]
 
 
+class _Job:
+    """One call of a sync node function on a node thread, and how its caller learns the result.
+
+    The caller first waits on ``done`` (a bare lock, released when the call ends); one that stops
+    waiting leaves an asyncio future in ``waiter`` instead, settled on its loop. Either way the
+    hand-off is one lock each way, not a concurrent.futures.Future's condition and callbacks.
+    """
+
+    __slots__ = ("args", "cancelled", "done", "error", "finished", "fn", "result", "waiter")
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.fn = fn
+        self.args = args
+        self.done = threading.Lock()
+        self.done.acquire()
+        self.finished = False
+        self.cancelled = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]] | None = None
+
+    def outcome(self) -> Any:
+        """Return the call's result, or raise its error."""
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+    def settle(self, waiter: asyncio.Future[Any]) -> None:
+        """Pass the ended call to an asyncio future (on its loop)."""
+        if waiter.done():
+            return  # its awaiting task was cancelled: the result is dropped
+        if self.error is not None:
+            waiter.set_exception(self.error)
+        else:
+            waiter.set_result(self.result)
+
+
 class _NodeThreads:
     """Daemon threads for sync node functions, started on demand and retired when idle.
 
@@ -42,38 +77,58 @@ class _NodeThreads:
     IDLE_SECONDS = 60.0
 
     def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._idle = 0
         self._lock = threading.Lock()
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
-        future: Future[Any] = Future()
+    def submit(self, fn: Callable[..., Any], *args: Any) -> _Job:
+        """Start ``fn(*args)`` on an idle node thread (a new one if none is idle)."""
+        job = _Job(fn, args)
         with self._lock:
             spawn = self._idle == 0
             if not spawn:
                 self._idle -= 1
-        self._jobs.put((future, fn, args))
+        self._jobs.put(job)
         if spawn:
             threading.Thread(target=self._work, name="durable-node", daemon=True).start()
-        return future
+        return job
+
+    def wait(self, job: _Job, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Any] | None:
+        """Return an asyncio future of ``job`` on ``loop``, or None if it has already ended."""
+        waiter = loop.create_future()
+        with self._lock:
+            if job.finished:
+                return None
+            job.waiter = (loop, waiter)
+        return waiter
 
     def _work(self) -> None:
         while True:
             try:
-                future, fn, args = self._jobs.get(timeout=self.IDLE_SECONDS)
+                job = self._jobs.get(timeout=self.IDLE_SECONDS)
             except queue.Empty:
                 with self._lock:
                     if self._idle > 0:
                         self._idle -= 1
                         return
                 continue
-            if future.set_running_or_notify_cancel():
+            if not job.cancelled:  # its caller stopped waiting before it started: it never runs
                 try:
-                    future.set_result(fn(*args))
+                    job.result = job.fn(*job.args)
                 except BaseException as error:  # noqa: BLE001 - handed to the awaiting runner
-                    future.set_exception(error)
+                    job.error = error
+            # Idle before the caller hears of it: the node it starts next finds this thread free.
             with self._lock:
                 self._idle += 1
+                job.finished = True
+                waiter = job.waiter
+            job.done.release()
+            if waiter is not None:
+                loop, future = waiter
+                try:
+                    loop.call_soon_threadsafe(job.settle, future)
+                except RuntimeError:
+                    pass  # its loop is closed: nobody waits for this result any more
 
 
 _NODE_THREADS = _NodeThreads()
@@ -163,13 +218,15 @@ class Attempter:
         if spec.is_async:
             call = loop.create_task(spec.fn(*args), context=context)
         else:
-            future = _NODE_THREADS.submit(context.run, spec.fn, *args)
+            job = _NODE_THREADS.submit(context.run, spec.fn, *args)
             if alone and spec.timeout_seconds is None and owns_running_loop():
-                try:
-                    return future.result(timeout=SHORT_NODE_SECONDS)
-                except concurrent.futures.TimeoutError:
-                    pass
-            call = asyncio.wrap_future(future, loop=loop)
+                if job.done.acquire(timeout=SHORT_NODE_SECONDS):
+                    return job.outcome()
+            waiter = _NODE_THREADS.wait(job, loop)
+            if waiter is None:
+                return job.outcome()
+            waiter.add_done_callback(lambda w: setattr(job, "cancelled", w.cancelled()))
+            call = waiter
         if spec.timeout_seconds is None:
             return await call
         try:

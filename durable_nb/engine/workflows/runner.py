@@ -82,6 +82,8 @@ class Runner:
         self.maps = MapNodes(self.progress, self.commits, self.attempter, self.executor_of)
         self.stops = WaveStops(self.progress, self.commits)
         self._tasks: set[asyncio.Future[Any]] = set()
+        # The task driving the run while it awaits a lone node itself (no task of the node's own).
+        self._awaiting_alone: asyncio.Task[Any] | None = None
         self._ended = False
         self._stopped = False
         self._announced = False
@@ -103,6 +105,9 @@ class Runner:
         self.commits.abandoned = True
         for task in list(self._tasks):
             task.cancel()
+        if self._awaiting_alone is not None:
+            self._awaiting_alone.cancel()  # the lone node it awaits stops as a node task would
+            self._awaiting_alone = None
 
     def executor_of(self, spec: NodeSpec) -> Any:
         """Return the executor a node's function runs on, or None to run it in this process."""
@@ -149,8 +154,9 @@ class Runner:
             commits.abandoned = True
             commits.run = await release_after_failure(store, commits.run, commits.owner, error) or commits.run
             raise
-        except asyncio.CancelledError:
-            # Interrupted (Ctrl-C, a cancelled task): record the cancel so the run stays resumable.
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            # Interrupted (a cancelled task; Ctrl-C, raised here when it lands while this task
+            # waits a moment for a lone node): record the cancel so the run stays resumable.
             await asyncio.shield(commits.record_interrupt())
             raise
         return commits.run
@@ -190,27 +196,16 @@ class Runner:
 
     async def _wave(self, wave: list[str]) -> None:
         self._announced = False
-        tasks = {self._start(self.graph.nodes[n], len(wave) == 1): n for n in wave}
-        in_flight = set(wave)
         written_by = self.progress.wave_writes
         troubled: list[Outcome] = []
-        try:
-            pending = set(tasks)
-            while pending:
-                done, pending = await self._next_done(pending)
-                if self.commits.abandoned:
-                    raise RunCancelled(f"Run {self.commits.run.run_id} was cancelled mid-node; nothing of it was kept.")
-                for task in sorted(done, key=lambda t: wave.index(tasks[t])):
-                    outcome = task.result()
-                    in_flight.discard(outcome.node_id)
-                    if outcome.updates is not None:
-                        outcome = await self._finish_node(outcome, written_by, bool(in_flight or troubled))
-                    if outcome.error is not None or outcome.suspend is not None:
-                        troubled.append(outcome)
-        finally:
-            for task in tasks:
-                task.cancel()
-                self._tasks.discard(task)
+        alone = self.graph.nodes[wave[0]] if len(wave) == 1 else None
+        if alone is not None and alone.kind not in ("map", "switch") and self.executor_of(alone) is None:
+            outcome = await self._run_alone(alone)
+            if self.commits.abandoned:
+                raise self._cancelled_mid_node()
+            await self._take(outcome, written_by, troubled, False)
+        else:
+            await self._run_together(wave, written_by, troubled)
         try:
             failures = [o for o in troubled if o.error is not None]
             if failures:
@@ -229,10 +224,60 @@ class Runner:
             # Only routing ran (no commit to ride): the next wave's start rides with its first commit.
             self.carry.extend(NewEvent(EventType.NODE_STARTED, n) for n in self.progress.ready())
 
+    def _cancelled_mid_node(self) -> RunCancelled:
+        return RunCancelled(f"Run {self.commits.run.run_id} was cancelled mid-node; nothing of it was kept.")
+
+    async def _run_alone(self, spec: NodeSpec) -> Outcome:
+        """Run a wave's only node (a chain's every step) in the task driving the run.
+
+        A task of its own would cost two turns of the loop per node; ``abandon`` cancels this
+        task instead while it awaits the node, which stops the node as it would stop its task.
+        """
+        driving = asyncio.current_task()
+        self._awaiting_alone = driving
+        try:
+            decisions = self.progress.resumes.get(spec.node_id, [])
+            return await self.attempter.run(spec, (dict(self.state),), decisions, alone=True)
+        except asyncio.CancelledError:
+            # Cancelled by abandon (the run was cancelled or taken over) and by nobody else: the
+            # run's cancel, not an interruption of this task.
+            if not self.commits.abandoned or driving is None or driving.uncancel() > 0:
+                raise
+            raise self._cancelled_mid_node() from None
+        finally:
+            self._awaiting_alone = None
+
+    async def _run_together(self, wave: list[str], written_by: dict[str, str], troubled: list[Outcome]) -> None:
+        """Run a wave's nodes as tasks of their own, committing each as it finishes."""
+        tasks = {self._start(self.graph.nodes[n], len(wave) == 1): n for n in wave}
+        in_flight = set(wave)
+        try:
+            pending = set(tasks)
+            while pending:
+                done, pending = await self._next_done(pending)
+                if self.commits.abandoned:
+                    raise self._cancelled_mid_node()
+                for task in sorted(done, key=lambda t: wave.index(tasks[t])):
+                    outcome = task.result()
+                    in_flight.discard(outcome.node_id)
+                    await self._take(outcome, written_by, troubled, bool(in_flight))
+        finally:
+            for task in tasks:
+                task.cancel()
+                self._tasks.discard(task)
+
+    async def _take(self, outcome: Outcome, written_by: dict[str, str], troubled: list[Outcome], busy: bool) -> None:
+        """Commit a finished node's updates (``busy``: other nodes of its wave still run); keep
+        the outcomes that failed or paused in ``troubled``."""
+        if outcome.updates is not None:
+            outcome = await self._finish_node(outcome, written_by, busy or bool(troubled))
+        if outcome.error is not None or outcome.suspend is not None:
+            troubled.append(outcome)
+
     async def _next_done(self, pending: set[asyncio.Future[Outcome]]) -> tuple[set[Any], set[Any]]:
         if len(pending) > 1:
             return await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        # A lone node (a chain's every step): awaiting it costs less than asyncio.wait's waiter.
+        # A lone node (a map or a switch alone in its wave): awaiting it costs less than asyncio.wait's waiter.
         (only,) = pending
         try:
             await only
