@@ -107,6 +107,22 @@ def test_loading_the_extension_only_registers() -> None:
     assert loaded(setup, heavy) == []
 
 
+def test_loading_the_extension_builds_no_argument_parser_and_the_help_still_shows() -> None:
+    """`%load_ext durable_nb` builds no magic's parser; `%%durable?` formats the cell magic's help when asked."""
+    code = (
+        f"import json\n{SHELL}shell.run_line_magic('load_ext', 'durable_nb')\n"
+        "from durable_nb.notebook.magics import DurableMagics\n"
+        "built = [n for n, f in vars(DurableMagics).items() if hasattr(f, 'parser')]\n"
+        "print(json.dumps([built, shell.object_inspect_text('%%durable')]))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env_with_repo(), check=True
+    )
+    built, help_text = json.loads(result.stdout.strip().splitlines()[-1])
+    assert built == []
+    assert "--retries RETRIES" in help_text and "Run the cell durably" in help_text and "node" in help_text
+
+
 def test_loading_the_extension_and_attaching_import_only_what_a_cell_needs(tmp_path: Path) -> None:
     """`%load_ext durable_nb`, `%durable run` and a first committed cell load no agents, forks, views,
     service client, OpenTelemetry, numpy or pandas: a kernel pays for them only when it uses them."""
