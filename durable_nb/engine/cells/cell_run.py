@@ -18,7 +18,6 @@ from ...model import (
     CheckpointRecord,
     CheckpointState,
     CheckpointStatus,
-    Decision,
     EventType,
     NewEvent,
     NewRun,
@@ -43,6 +42,8 @@ from .records import CellOutcome, HeldOverrides, Restorable
 from .writer import CellWriter
 
 if TYPE_CHECKING:
+    from ...model import Decision
+
     # Agents' journals and forks are rare next to committing: attaching a kernel does not import them.
     from ..agents.journal import Step
     from ..forks.literals import OverrideText

@@ -7,7 +7,7 @@ this kernel's hands: a run someone else took or cancelled meanwhile is never wri
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..._ids import new_id
 from ...errors import NotResumable, RunOwnedElsewhere, StoreError
@@ -18,7 +18,6 @@ from ...model import (
     CheckpointStatus,
     Commit,
     CommitResult,
-    Decision,
     EventType,
     NewEvent,
     RunRecord,
@@ -33,6 +32,9 @@ from ..runs.cancel import CANCELLED
 from ..runs.ownership import gave_up_on, owner_alive, taken_back, taking_over, this_owner
 from ..runs.settle import release_after_failure
 from ..state.statelog import StateLog
+
+if TYPE_CHECKING:
+    from ...model import Decision
 
 __all__ = ["CellWriter"]
 

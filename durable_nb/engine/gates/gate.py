@@ -11,12 +11,14 @@ import json
 import math
 import reprlib
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import InvalidInput, NoActiveNode
-from ...model import Decision, PendingInterrupt
 from ..execution.scope import NodeScope, current_scope
 from ..tracing import GATE, event
+
+if TYPE_CHECKING:
+    from ...model import Decision, PendingInterrupt
 
 __all__ = ["ON_TIMEOUT", "Resume", "Suspend", "freeze_context", "gate", "interrupt"]
 
@@ -70,6 +72,8 @@ class Suspend(BaseException):
 
     def pending(self, run_id: str, node_id: str, checkpoint_id: str, now: float) -> PendingInterrupt:
         """Return the gate's row in the pending interrupts, opened ``now`` by ``checkpoint_id``."""
+        from ...model import PendingInterrupt
+
         return PendingInterrupt(
             run_id=run_id,
             node_id=node_id,
