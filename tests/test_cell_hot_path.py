@@ -84,6 +84,27 @@ def test_a_cell_that_changed_nothing_makes_no_hand_off_and_one_commit(
     assert shell.session.require().completed[-2:] == ["nothing0", "nothing1"]
 
 
+# What a cell that changed nothing and showed nothing writes, after the read of the run row before
+# it: BEGIN, the run row, its checkpoint, its two events (started, finished), COMMIT.
+NO_CHANGE_STATEMENTS = 7
+
+
+def test_a_cell_that_changed_nothing_writes_no_value(shell: Shell) -> None:
+    """Its outputs (none, as an earlier cell's) are in the store already: no blob is written again."""
+    store = shell.session.require().store
+    assert isinstance(store, SQLiteStore)
+    seen: list[str] = []
+    run_sync(store._run(lambda conn: conn.set_trace_callback(seen.append)))
+    shell.ok("%%durable quiet0\npass")
+    seen.clear()
+    shell.ok("%%durable quiet1\npass")
+    assert not [s for s in seen if "INTO blobs" in s], seen
+    assert len(seen) <= 1 + NO_CHANGE_STATEMENTS, seen
+    assert shell.session.require().completed[-2:] == ["quiet0", "quiet1"]
+    shell.ok("%%durable shows\nprint('new')")  # what a cell shows for the first time is stored
+    assert [s for s in seen if "INTO blobs" in s]
+
+
 def test_an_interrupt_during_a_call_in_place_waits_for_its_end() -> None:
     """A Ctrl-C arriving while the coroutine runs is raised once it has finished, never in its middle."""
     finished: list[str] = []

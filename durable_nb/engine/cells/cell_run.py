@@ -343,7 +343,8 @@ class CellRun:
             self.tracker.committed(plan)
             return None
         extra, cell_blobs = cell_extra(outcome, plan, unstored, self.values.secret)
-        blobs = [*plan.blobs, *cell_blobs]
+        # Most cells show what an earlier one did (nothing, say): that value is in the store already.
+        blobs = [*plan.blobs, *self.values.unstored(cell_blobs)]
         self.log.remove([*outcome.deleted, *unstored])
         self.log.update(plan.manifest)
         self.log.complete(node)
