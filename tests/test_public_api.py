@@ -148,7 +148,7 @@ def test_typed_marker_ships() -> None:
 # a millisecond to define (its generated methods are compiled one by one), so records made only on
 # the way (a cell's plan, options, outcome) are plain classes or NamedTuples; raise this only for a
 # record that needs what a dataclass gives.
-DATACLASSES_AT_ATTACH = 13
+DATACLASSES_AT_ATTACH = 11
 
 
 def test_attaching_and_a_first_cell_define_few_dataclasses(tmp_path: Path) -> None:
@@ -169,10 +169,12 @@ def test_attaching_and_a_first_cell_define_few_dataclasses(tmp_path: Path) -> No
 
 
 def test_records_loaded_on_first_use_keep_their_old_paths() -> None:
-    """Values pickled before name Decision, PendingInterrupt, EventRecord, StatusRows and PruneReport
-    by the modules that defined them then: those names still give the same classes."""
+    """Values pickled before name Decision, PendingInterrupt, EventRecord, StatusRows, PruneReport and
+    Resume by the modules that defined them then: those names still give the same classes."""
+    from durable_nb.engine.gates import gate, resume
     from durable_nb.model import commits, gates, records, reports
 
     assert records.Decision is gates.Decision and records.PendingInterrupt is gates.PendingInterrupt
     assert records.EventRecord is reports.EventRecord and records.StatusRows is reports.StatusRows
     assert commits.PruneReport is reports.PruneReport is dnb.PruneReport
+    assert gate.Resume is resume.Resume is dnb.Resume
