@@ -105,6 +105,32 @@ def test_a_cell_that_changed_nothing_writes_no_value(shell: Shell) -> None:
     assert [s for s in seen if "INTO blobs" in s]
 
 
+def test_attaching_to_a_run_made_just_now_reads_nothing_of_it_back(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new run has no checkpoint, no state and no fork above it: after its creation's COMMIT,
+    attaching reads at most the run row."""
+    seen: list[str] = []
+    real = sqlite3.connect
+
+    def traced(*args: object, **kwargs: object) -> sqlite3.Connection:
+        conn = real(*args, **kwargs)  # type: ignore[call-overload]
+        conn.set_trace_callback(seen.append)
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", traced)
+    made = Shell(store_url, "fresh")
+    try:
+        created = max(i for i, sql in enumerate(seen) if sql.startswith("INSERT INTO runs"))
+        after = seen[seen.index("COMMIT", created) + 1 :]
+        assert len([sql for sql in after if sql.startswith("SELECT")]) <= 1, after
+        assert not [sql for sql in after if "checkpoints" in sql or "RECURSIVE" in sql], after
+        made.ok("%%durable first\nx = 1")
+        assert made.session.require().completed == ["first"]
+    finally:
+        made.close()
+
+
 def test_an_interrupt_during_a_call_in_place_waits_for_its_end() -> None:
     """A Ctrl-C arriving while the coroutine runs is raised once it has finished, never in its middle."""
     finished: list[str] = []

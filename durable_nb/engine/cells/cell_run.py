@@ -185,7 +185,10 @@ class CellRun:
             candidates = [r for r in await store.list_runs(name, statuses=_UNFINISHED) if "replay" not in r.meta]
             run = candidates[0] if candidates else None
         if run is None:
-            run, _ = await store.create_run(new_notebook_run(name, key if key is not None or new else new_key))
+            run, created = await store.create_run(new_notebook_run(name, key if key is not None or new else new_key))
+            if created:
+                # Made just now, in this kernel's hands: no checkpoint, no state, no fork above it to read.
+                return cls(store, values, run, None, CheckpointState({}, []), tracker)
         cell_run = await cls.open(store, values, run, tracker)
         if run.status in (RunStatus.RUNNING, RunStatus.PENDING, RunStatus.FAILED, RunStatus.CANCELLED):
             await cell_run.take(claim=claim)
