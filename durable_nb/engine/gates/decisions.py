@@ -30,7 +30,6 @@ from ...store import codec
 from ...store.protocol import Conflict, Store
 from ...store.rules import ANY_NODE, choose_claim
 from ..runs.ownership import lease_deadline
-from ..state.drafts import draft_after
 from ..state.values import refuse_reserved
 
 if TYPE_CHECKING:
@@ -215,6 +214,8 @@ def _decision_commit(
     continue_as: str | None,
     lease_until: float | None,
 ) -> Commit:
+    from ..state.drafts import draft_after  # deciding is rare next to attaching, which loads this module
+
     resumes = {k: list(v) for k, v in head.resumes.items()}
     resumes.setdefault(target.node_id, []).append(decision.to_json())
     # The head is the gate's own checkpoint when nothing was written after it (a notebook cell's gate).
@@ -298,6 +299,8 @@ async def apply_expiry(store: Store, pending: PendingInterrupt) -> None:
 
 
 def _failed_by_deadline(pending: PendingInterrupt, head: CheckpointRecord, note: str) -> Commit:
+    from ..state.drafts import draft_after
+
     message = f"Node '{pending.node_id}' failed: {note}"
     failed = draft_after(
         head,
