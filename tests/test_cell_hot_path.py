@@ -105,6 +105,34 @@ def test_a_cell_that_changed_nothing_writes_no_value(shell: Shell) -> None:
     assert [s for s in seen if "INTO blobs" in s]
 
 
+def test_attaching_under_a_kernel_loop_makes_no_hand_off(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`%durable run` in a kernel runs its store calls on the cell's thread: no background loop is needed."""
+    handed: list[object] = []
+    real = _loop._run_on_portal
+
+    def counted(coro):  # type: ignore[no-untyped-def]
+        handed.append(coro)
+        return real(coro)
+
+    monkeypatch.setattr(_loop, "_run_on_portal", counted)
+    made: list[Shell] = []
+
+    async def attach() -> None:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        made.append(Shell(store_url, "loop"))
+
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        asyncio.run(attach())
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    try:
+        assert handed == []
+        assert made[0].session.require().holds()
+    finally:
+        made[0].close()
+
+
 def test_attaching_to_a_run_made_just_now_reads_nothing_of_it_back(
     store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
