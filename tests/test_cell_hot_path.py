@@ -62,18 +62,22 @@ def statements(store: object) -> list[str]:
     return seen
 
 
-def test_a_cell_that_changed_nothing_makes_no_hand_off_and_one_commit(
-    shell: Shell, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Run twice: one read before the cell, one transaction after it, no hand-off to the background loop."""
-    handed: list[object] = []
+@pytest.fixture
+def handed(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The coroutines handed to durable_nb's background loop from now on."""
+    found: list[object] = []
     real = _loop._run_on_portal
 
     def counted(coro):  # type: ignore[no-untyped-def]
-        handed.append(coro)
+        found.append(coro)
         return real(coro)
 
     monkeypatch.setattr(_loop, "_run_on_portal", counted)
+    return found
+
+
+def test_a_cell_that_changed_nothing_makes_no_hand_off_and_one_commit(shell: Shell, handed: list[object]) -> None:
+    """Run twice: one read before the cell, one transaction after it, no hand-off to the background loop."""
     seen = statements(shell.session.require().store)
     for index in range(2):
         seen.clear()
@@ -105,16 +109,8 @@ def test_a_cell_that_changed_nothing_writes_no_value(shell: Shell) -> None:
     assert [s for s in seen if "INTO blobs" in s]
 
 
-def test_attaching_under_a_kernel_loop_makes_no_hand_off(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_attaching_under_a_kernel_loop_makes_no_hand_off(store_url: str, handed: list[object]) -> None:
     """`%durable run` in a kernel runs its store calls on the cell's thread: no background loop is needed."""
-    handed: list[object] = []
-    real = _loop._run_on_portal
-
-    def counted(coro):  # type: ignore[no-untyped-def]
-        handed.append(coro)
-        return real(coro)
-
-    monkeypatch.setattr(_loop, "_run_on_portal", counted)
     made: list[Shell] = []
 
     async def attach() -> None:
