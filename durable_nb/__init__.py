@@ -48,7 +48,8 @@ if _TYPE_CHECKING:
     from .engine.agents import AgentResult, Tool, aagent, afork_agent, agent, fork_agent, tool, worker
     from .engine.execution.idempotent import idempotent
     from .engine.execution.item_map import amap_items, map_items
-    from .engine.gates.gate import Resume, gate, interrupt
+    from .engine.gates.gate import gate, interrupt
+    from .engine.gates.resume import Resume
     from .engine.runs.calls import (
         aapprove,
         acancel,
@@ -101,7 +102,7 @@ _LAZY: dict[str, str] = {
     "idempotent": ".engine.execution.idempotent",
     "amap_items": ".engine.execution.item_map",
     "map_items": ".engine.execution.item_map",
-    "Resume": ".engine.gates.gate",
+    "Resume": ".engine.gates.resume",
     "gate": ".engine.gates.gate",
     "interrupt": ".engine.gates.gate",
     "aapprove": ".engine.runs.calls",

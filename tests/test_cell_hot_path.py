@@ -62,18 +62,22 @@ def statements(store: object) -> list[str]:
     return seen
 
 
-def test_a_cell_that_changed_nothing_makes_no_hand_off_and_one_commit(
-    shell: Shell, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Run twice: one read before the cell, one transaction after it, no hand-off to the background loop."""
-    handed: list[object] = []
+@pytest.fixture
+def handed(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The coroutines handed to durable_nb's background loop from now on."""
+    found: list[object] = []
     real = _loop._run_on_portal
 
     def counted(coro):  # type: ignore[no-untyped-def]
-        handed.append(coro)
+        found.append(coro)
         return real(coro)
 
     monkeypatch.setattr(_loop, "_run_on_portal", counted)
+    return found
+
+
+def test_a_cell_that_changed_nothing_makes_no_hand_off_and_one_commit(shell: Shell, handed: list[object]) -> None:
+    """Run twice: one read before the cell, one transaction after it, no hand-off to the background loop."""
     seen = statements(shell.session.require().store)
     for index in range(2):
         seen.clear()
@@ -82,6 +86,73 @@ def test_a_cell_that_changed_nothing_makes_no_hand_off_and_one_commit(
         assert seen.count("COMMIT") == 1
         assert seen.count("SELECT") >= 1 and seen[0] == "SELECT"  # the run row, before the cell runs
     assert shell.session.require().completed[-2:] == ["nothing0", "nothing1"]
+
+
+# What a cell that changed nothing and showed nothing writes, after the read of the run row before
+# it: BEGIN, the run row, its checkpoint, its two events (started, finished), COMMIT.
+NO_CHANGE_STATEMENTS = 7
+
+
+def test_a_cell_that_changed_nothing_writes_no_value(shell: Shell) -> None:
+    """Its outputs (none, as an earlier cell's) are in the store already: no blob is written again."""
+    store = shell.session.require().store
+    assert isinstance(store, SQLiteStore)
+    seen: list[str] = []
+    run_sync(store._run(lambda conn: conn.set_trace_callback(seen.append)))
+    shell.ok("%%durable quiet0\npass")
+    seen.clear()
+    shell.ok("%%durable quiet1\npass")
+    assert not [s for s in seen if "INTO blobs" in s], seen
+    assert len(seen) <= 1 + NO_CHANGE_STATEMENTS, seen
+    assert shell.session.require().completed[-2:] == ["quiet0", "quiet1"]
+    shell.ok("%%durable shows\nprint('new')")  # what a cell shows for the first time is stored
+    assert [s for s in seen if "INTO blobs" in s]
+
+
+def test_attaching_under_a_kernel_loop_makes_no_hand_off(store_url: str, handed: list[object]) -> None:
+    """`%durable run` in a kernel runs its store calls on the cell's thread: no background loop is needed."""
+    made: list[Shell] = []
+
+    async def attach() -> None:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        made.append(Shell(store_url, "loop"))
+
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        asyncio.run(attach())
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    try:
+        assert handed == []
+        assert made[0].session.require().holds()
+    finally:
+        made[0].close()
+
+
+def test_attaching_to_a_run_made_just_now_reads_nothing_of_it_back(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new run has no checkpoint, no state and no fork above it: after its creation's COMMIT,
+    attaching reads at most the run row."""
+    seen: list[str] = []
+    real = sqlite3.connect
+
+    def traced(*args: object, **kwargs: object) -> sqlite3.Connection:
+        conn = real(*args, **kwargs)  # type: ignore[call-overload]
+        conn.set_trace_callback(seen.append)
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", traced)
+    made = Shell(store_url, "fresh")
+    try:
+        created = max(i for i, sql in enumerate(seen) if sql.startswith("INSERT INTO runs"))
+        after = seen[seen.index("COMMIT", created) + 1 :]
+        assert len([sql for sql in after if sql.startswith("SELECT")]) <= 1, after
+        assert not [sql for sql in after if "checkpoints" in sql or "RECURSIVE" in sql], after
+        made.ok("%%durable first\nx = 1")
+        assert made.session.require().completed == ["first"]
+    finally:
+        made.close()
 
 
 def test_an_interrupt_during_a_call_in_place_waits_for_its_end() -> None:

@@ -107,9 +107,26 @@ def test_loading_the_extension_only_registers() -> None:
     assert loaded(setup, heavy) == []
 
 
+def test_loading_the_extension_builds_no_argument_parser_and_the_help_still_shows() -> None:
+    """`%load_ext durable_nb` builds no magic's parser; `%%durable?` formats the cell magic's help when asked."""
+    code = (
+        f"import json\n{SHELL}shell.run_line_magic('load_ext', 'durable_nb')\n"
+        "from durable_nb.notebook.magics import DurableMagics\n"
+        "built = [n for n, f in vars(DurableMagics).items() if hasattr(f, 'parser')]\n"
+        "print(json.dumps([built, shell.object_inspect_text('%%durable')]))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env_with_repo(), check=True
+    )
+    built, help_text = json.loads(result.stdout.strip().splitlines()[-1])
+    assert built == []
+    assert "--retries RETRIES" in help_text and "Run the cell durably" in help_text and "node" in help_text
+
+
 def test_loading_the_extension_and_attaching_import_only_what_a_cell_needs(tmp_path: Path) -> None:
     """`%load_ext durable_nb`, `%durable run` and a first committed cell load no agents, forks, views,
-    service client, OpenTelemetry, numpy or pandas: a kernel pays for them only when it uses them."""
+    service client, OpenTelemetry, numpy or pandas, no gate's or report's records, nothing of cancelling
+    or settling a run: a kernel pays for them only when it uses them."""
     setup = (
         f"import sys\n{SHELL}shell.run_line_magic('load_ext', 'durable_nb')\n"
         "assert shell.run_cell(f'%durable run light --store sqlite:///{sys.argv[1]}/runs.db').success\n"
@@ -119,6 +136,9 @@ def test_loading_the_extension_and_attaching_import_only_what_a_cell_needs(tmp_p
     heavy += ("durable_nb.service", "durable_nb.headless")
     heavy += ("durable_nb.langgraph", "durable_nb.store.postgres", "durable_nb.engine.forks.forking")
     heavy += ("durable_nb.engine.forks.literals", "durable_nb.widgets", "opentelemetry", "typing_extensions")
+    heavy += ("durable_nb.model.gates", "durable_nb.model.reports", "durable_nb.engine.gates.resume")
+    heavy += ("durable_nb.engine.runs.cancel", "durable_nb.engine.runs.settle", "durable_nb.engine.runs.watch")
+    heavy += ("durable_nb.engine.state.drafts",)
     heavy += ("numpy", "pandas", "ipywidgets", "dask", "psycopg")
     assert loaded(setup, heavy, str(tmp_path)) == []
 
@@ -132,7 +152,7 @@ def test_typed_marker_ships() -> None:
 # a millisecond to define (its generated methods are compiled one by one), so records made only on
 # the way (a cell's plan, options, outcome) are plain classes or NamedTuples; raise this only for a
 # record that needs what a dataclass gives.
-DATACLASSES_AT_ATTACH = 18
+DATACLASSES_AT_ATTACH = 11
 
 
 def test_attaching_and_a_first_cell_define_few_dataclasses(tmp_path: Path) -> None:
@@ -150,3 +170,32 @@ def test_attaching_and_a_first_cell_define_few_dataclasses(tmp_path: Path) -> No
     )
     defined = json.loads(result.stdout.strip().splitlines()[-1])
     assert len(defined) <= DATACLASSES_AT_ATTACH, defined
+
+
+def test_records_loaded_on_first_use_keep_their_old_paths() -> None:
+    """Values pickled before name Decision, PendingInterrupt, EventRecord, StatusRows, PruneReport and
+    Resume by the modules that defined them then: those names still give the same classes."""
+    from durable_nb.engine.gates import gate, resume
+    from durable_nb.model import commits, gates, records, reports
+
+    assert records.Decision is gates.Decision and records.PendingInterrupt is gates.PendingInterrupt
+    assert records.EventRecord is reports.EventRecord and records.StatusRows is reports.StatusRows
+    assert commits.PruneReport is reports.PruneReport is dnb.PruneReport
+    assert gate.Resume is resume.Resume is dnb.Resume
+
+
+# How many of durable_nb's modules attaching and a first cell load. Each costs a kernel about 0.1 ms
+# (finding, reading and running it) besides what it defines; a module that only a rarer path needs
+# (a gate's decision, a cancel, a failed commit) is imported in that path instead.
+MODULES_AT_ATTACH = 93
+
+
+def test_attaching_and_a_first_cell_load_few_modules(tmp_path: Path) -> None:
+    """`%load_ext durable_nb`, `%durable run` and a first cell load at most MODULES_AT_ATTACH modules of ours."""
+    setup = (
+        f"import sys\n{SHELL}shell.run_line_magic('load_ext', 'durable_nb')\n"
+        "assert shell.run_cell(f'%durable run light --store sqlite:///{sys.argv[1]}/runs.db').success\n"
+        "assert shell.run_cell('%%durable first\\nx = 1').success"
+    )
+    found = loaded(setup, ("durable_nb",), str(tmp_path))
+    assert len(found) <= MODULES_AT_ATTACH, found

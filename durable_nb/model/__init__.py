@@ -1,24 +1,19 @@
 """The data model shared by the store and the engine: plain records, no behaviour.
 
 ``status`` holds what runs, checkpoints and events can be; ``records`` the rows a store reads
-back; ``commits`` what a caller hands the store to write and what the writes return.
+back; ``commits`` what a caller hands the store to write and what a commit returns; ``gates``
+the records of gates and decisions; ``reports`` status rows, events and what a prune deleted.
+The last two load on first use: each record is a dataclass, and a kernel attaching to a run
+(most of what a notebook does) needs none of theirs.
 """
 
 from __future__ import annotations
 
-from .commits import UNCHANGED, Commit, CommitResult, NewRun, PruneReport, RunUpdate
-from .records import (
-    Blob,
-    CheckpointDraft,
-    CheckpointRecord,
-    CheckpointState,
-    Decision,
-    EventRecord,
-    NewEvent,
-    PendingInterrupt,
-    RunRecord,
-    StatusRows,
-)
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_names
+from .commits import UNCHANGED, Commit, CommitResult, NewRun, RunUpdate
+from .records import Blob, CheckpointDraft, CheckpointRecord, CheckpointState, NewEvent, RunRecord
 from .status import (
     RUN_END,
     STATUS_COLOURS,
@@ -28,6 +23,21 @@ from .status import (
     RunStatus,
     format_seconds,
     step_name,
+)
+
+if TYPE_CHECKING:
+    from .gates import Decision, PendingInterrupt
+    from .reports import EventRecord, PruneReport, StatusRows
+
+__getattr__, __dir__ = lazy_names(
+    __name__,
+    {
+        "Decision": ".gates",
+        "PendingInterrupt": ".gates",
+        "EventRecord": ".reports",
+        "PruneReport": ".reports",
+        "StatusRows": ".reports",
+    },
 )
 
 __all__ = [

@@ -1,15 +1,21 @@
-"""What a caller hands the store to write (a new run, a commit and its checks) and what the
-writes return (the commit's result, what a prune deleted)."""
+"""What a caller hands the store to write (a new run, a commit and its checks) and what a
+commit returns. (What a prune deleted is a report: ``reports.PruneReport``, still found here.)"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .records import Blob, CheckpointDraft, CheckpointRecord, NewEvent, PendingInterrupt, RunRecord
+from .._lazy import lazy_names
+from .records import Blob, CheckpointDraft, CheckpointRecord, NewEvent, RunRecord
 from .status import RunKind, RunStatus
 
-__all__ = ["Commit", "CommitResult", "NewRun", "PruneReport", "RunUpdate", "UNCHANGED"]
+if TYPE_CHECKING:
+    from .gates import PendingInterrupt
+
+__all__ = ["Commit", "CommitResult", "NewRun", "RunUpdate", "UNCHANGED"]
+
+__getattr__, __dir__ = lazy_names(__name__, {"PruneReport": "durable_nb.model.reports"})
 
 
 class _Unchanged:
@@ -92,14 +98,3 @@ class CommitResult:
     run: RunRecord
     checkpoints: list[CheckpointRecord]
     claimed: PendingInterrupt | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class PruneReport:
-    """What prune() deleted."""
-
-    checkpoints: int = 0
-    events: int = 0
-    idempotency: int = 0
-    blobs: int = 0
-    bytes_freed: int = 0

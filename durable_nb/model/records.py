@@ -1,26 +1,29 @@
-"""The records a store reads back: runs, checkpoints, events, pending gates, the values they
-point to, and the decisions given at gates."""
+"""The records a store reads back: runs, checkpoints and the values they point to.
+
+The records only some calls need (gates and their decisions, status rows, events) live in
+``gates`` and ``reports``: a kernel attaching to a run does not define them. Their old names
+here still resolve (values pickled before name these classes by this module).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
+from .._lazy import lazy_names
 from .status import CheckpointStatus, EventType, RunKind, RunStatus
 
-__all__ = [
-    "Blob",
-    "CheckpointDraft",
-    "CheckpointRecord",
-    "CheckpointState",
-    "Decision",
-    "EventRecord",
-    "NewEvent",
-    "PendingInterrupt",
-    "RunRecord",
-    "StatusRows",
-]
+__all__ = ["Blob", "CheckpointDraft", "CheckpointRecord", "CheckpointState", "NewEvent", "RunRecord"]
+
+__getattr__, __dir__ = lazy_names(
+    __name__,
+    {
+        "Decision": "durable_nb.model.gates",
+        "PendingInterrupt": "durable_nb.model.gates",
+        "EventRecord": "durable_nb.model.reports",
+        "StatusRows": "durable_nb.model.reports",
+    },
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,46 +46,6 @@ class Blob:
     @property
     def size(self) -> int:
         return len(self.data)
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """A recorded answer to a gate: who decided what, when, and why.
-
-    Attributes:
-        approved: True for an approval, False for a rejection.
-        value: The JSON value given with the decision (``approve(..., value=…)``), else None.
-        comment: Why, as the decider wrote it.
-        by: Who decided: a user name, or a service token's name.
-        at: When the decision was recorded (UTC).
-    """
-
-    approved: bool
-    value: Any = None
-    comment: str | None = None
-    by: str | None = None
-    at: datetime = field(default_factory=lambda: datetime.now(UTC))
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the JSON form stored in checkpoints."""
-        return {
-            "approved": self.approved,
-            "value": self.value,
-            "comment": self.comment,
-            "by": self.by,
-            "at": self.at.isoformat(),
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Decision:
-        """Rebuild a decision from its stored JSON form."""
-        return cls(
-            approved=bool(data["approved"]),
-            value=data.get("value"),
-            comment=data.get("comment"),
-            by=data.get("by"),
-            at=datetime.fromisoformat(data["at"]),
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,18 +81,6 @@ class CheckpointState:
     manifest: dict[str, str]
     completed: list[str]
     since_snapshot: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class StatusRows:
-    """What a run's status is made of, read in one call: each checkpoint's step and address
-    (step, node, branch, iteration, item), the queue at the resume point, the latest skipped
-    nodes, and the completed ones."""
-
-    steps: list[tuple[str, str | None, str | None, int | None, int | None]]
-    queue: list[str]
-    skipped: list[str]
-    completed: list[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,39 +139,3 @@ class NewEvent:
     type: EventType
     node_id: str | None = None
     data: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class EventRecord:
-    """One row of a run's event log, numbered per run without gaps."""
-
-    run_id: str
-    seq: int
-    type: str
-    node_id: str | None
-    at: float
-    data: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class PendingInterrupt:
-    """A gate waiting for a decision; claimed (deleted) exactly once."""
-
-    run_id: str
-    node_id: str
-    checkpoint_id: str
-    reason: str
-    context: Any
-    created_at: float
-    agent_path: str | None = None
-    expires_at: float | None = None
-    on_timeout: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        """Return what a caller sees of a pending gate: reason, context, node and agent path."""
-        return {
-            "reason": self.reason,
-            "context": self.context,
-            "node_id": self.node_id,
-            "agent_path": self.agent_path,
-        }

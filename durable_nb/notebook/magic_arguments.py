@@ -4,17 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from IPython.core.magic_arguments import ArgDecorator, MagicArgumentParser, parse_argstring, real_name
+from IPython.core.magic_arguments import ArgDecorator, MagicArgumentParser, real_name
 
 __all__ = ["cell_arguments", "lazy_arguments", "names_in", "parser_of", "subcommand_arguments", "unquoted"]
 
 
 class lazy_arguments(ArgDecorator):
-    """``@magic_arguments()`` for a subcommand, whose parser is built the first time it is used.
+    """``@magic_arguments()`` whose parser is built the first time it is used.
 
     IPython builds a parser (and formats its help) when the class is defined; for %durable's
-    subcommands that was most of what ``%load_ext durable_nb`` cost.
+    subcommands, and then for the %%durable cell magic, that was most of what
+    ``%load_ext durable_nb`` cost. The help is formatted when asked: ``%%durable?`` calls the
+    function's ``getdoc`` (IPython asks for it before the docstring).
     """
+
+    def __call__(self, func: Any) -> Any:
+        func = super().__call__(func)
+        func.getdoc = lambda: parser_of(func).format_help()
+        return func
 
 
 def parser_of(spec: Any) -> MagicArgumentParser:
@@ -62,7 +69,7 @@ def cell_arguments(magic: Any, line: str) -> Any:
     """The arguments of a %%durable line (read only: the same object comes back for the same line)."""
     args = _PARSED.get(line)
     if args is None:
-        args = parse_argstring(magic, line)
+        args = parser_of(magic).parse_argstring(line)
         if len(_PARSED) >= _PARSED_KEPT:
             _PARSED.clear()
         _PARSED[line] = args

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments
+from IPython.core.magic_arguments import argument
 
 from ..errors import DurableError, GatePending
 from .cell_names import is_node_name
@@ -54,7 +54,7 @@ SUBCOMMANDS = (
 class DurableMagics(Magics):
     """%durable … (runs, views, forks, decisions) and %%durable NODE (a committed cell)."""
 
-    @magic_arguments()  # built now: its help is what %%durable? shows
+    @lazy_arguments()  # built at the first %%durable cell; %%durable? formats its help
     @argument("node", help="The cell's node name: how the run knows this cell (e.g. load, train).")
     @argument("--retries", type=int, default=0, help="Extra attempts after a failure (backoff 1, 2, 4 … s).")
     @argument("--timeout", type=float, default=None, help="Hard limit in seconds for each attempt.")

@@ -89,7 +89,9 @@ class KernelSession:
             run_sync(self.cell_run.release())
         # The kernel's namespace as the store holds it follows the kernel from run to run (same store).
         values = self.cell_run.values if self.cell_run is not None and self.tracker is not None else None
-        self.cell_run = run_sync(
+        # Store calls only, as a cell's: on this thread, the kernel's loop set aside (no background loop
+        # to start, no hand-off to it).
+        self.cell_run = run_in_place(
             CellRun.attach(
                 self.store,
                 values,
@@ -110,7 +112,7 @@ class KernelSession:
     def describe(self) -> str:
         """One line: the run, its status, what is restorable, where it waits."""
         cell_run = self.require()
-        run = run_sync(cell_run.refresh())
+        run = run_in_place(cell_run.refresh())
         cells = cell_run.completed
         text = f"run {run.run_id} '{run.name}' — {run.status.value}"
         if cells:

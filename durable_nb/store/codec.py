@@ -25,7 +25,6 @@ import io
 import json
 import math
 import pickle
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import cloudpickle
@@ -284,8 +283,7 @@ def open_raw(blob: Blob) -> Any:
     return data
 
 
-@dataclass(frozen=True, slots=True)
-class ListChunk:
+class ListChunk(NamedTuple):
     """A run of a stored list: a stored list of ``count`` items, or (``single``) one stored item."""
 
     address: str

@@ -18,7 +18,7 @@ from . import codec
 from .ddl import BLOB_PARTS_V2, BLOB_SEALS_V4, CHECKPOINTS_BY_TIME_V5, schedules_v6, schema_v1, state_changes_v3
 from .secret import ENV_SECRET, key_file_path, load_secret
 
-__all__ = ["Step", "migrations", "newer_schema", "run_migrations", "seal_unsigned_values"]
+__all__ = ["Step", "create_schema", "migrations", "newer_schema", "run_migrations", "seal_unsigned_values"]
 
 Step = str | Callable[[Callable[..., Any], str], None]
 
@@ -104,6 +104,20 @@ def run_migrations(execute: Callable[..., Any], steps: list[Step], version: int,
                     execute(statement)
         execute(f"INSERT INTO schema_version VALUES ({placeholder}, {placeholder})", (target + 1, time.time()))
     return len(steps)
+
+
+def create_schema(execute: Callable[..., Any], schema: str, version: int, placeholder: str) -> int:
+    """Create a new store's whole ``schema`` (at ``version``) in the caller's transaction, every version recorded.
+
+    A new store holds nothing for the steps to carry over: it gets the tables as they end up.
+    """
+    for statement in schema.split(";"):
+        if statement.strip():
+            execute(statement)
+    now = time.time()
+    rows = ", ".join([f"({placeholder}, {placeholder})"] * version)
+    execute(f"INSERT INTO schema_version VALUES {rows}", tuple(v for n in range(1, version + 1) for v in (n, now)))
+    return version
 
 
 def newer_schema(where: str, version: int, known: int) -> SchemaMismatch:

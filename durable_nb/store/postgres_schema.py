@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import SchemaMismatch, StoreUnavailable
-from .migrations import migrations, newer_schema, run_migrations
+from .ddl import current_schema
+from .migrations import create_schema, migrations, newer_schema, run_migrations
 
 __all__ = ["MIGRATION_LOCK", "SCHEMA_VERSION", "ensure_schema", "stored_version"]
 
@@ -16,6 +17,7 @@ _MIGRATIONS = migrations(
     snapshot_json="json_build_object('manifest', manifest::json, 'completed', completed::json)::text",
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
+_CURRENT = current_schema(real="DOUBLE PRECISION", blob="BYTEA", bigint="BIGINT")
 _OUR_TABLES = {"runs", "checkpoints", "pending_interrupts", "idempotency", "blobs", "events"}
 # Any fixed number works: it only has to be the same for every durable_nb process.
 MIGRATION_LOCK = 0x64757261626C65
@@ -57,7 +59,9 @@ def ensure_schema(conn: Any, where: str) -> int:
             conn.execute(
                 "CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)"
             )
-        run_migrations(conn.execute, _MIGRATIONS, version, "%s")
+            create_schema(conn.execute, _CURRENT, SCHEMA_VERSION, "%s")
+        else:
+            run_migrations(conn.execute, _MIGRATIONS, version, "%s")
     return SCHEMA_VERSION
 
 

@@ -17,17 +17,14 @@ from ..model import (
     CheckpointState,
     Commit,
     CommitResult,
-    EventRecord,
     NewRun,
-    PendingInterrupt,
-    PruneReport,
     RunRecord,
     RunStatus,
-    StatusRows,
 )
 from .figures import Figures
 
 if TYPE_CHECKING:  # the service's schedules are read on first use, not when a kernel attaches
+    from ..model import EventRecord, PendingInterrupt, PruneReport, StatusRows
     from .schedules import ScheduleRecord
 
 __all__ = ["HISTORY_COLUMNS", "Conflict", "Store"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..model import (
     Blob,
@@ -12,14 +12,15 @@ from ..model import (
     CheckpointRecord,
     CheckpointState,
     CheckpointStatus,
-    EventRecord,
     NewRun,
-    PendingInterrupt,
     RunKind,
     RunRecord,
     RunStatus,
-    StatusRows,
 )
+
+if TYPE_CHECKING:
+    # Gates, events and status rows are read on request: loaded then, not when a kernel attaches.
+    from ..model import EventRecord, PendingInterrupt, StatusRows
 
 __all__ = [
     "BYTES_WRITTEN",
@@ -331,6 +332,8 @@ def status_rows(
     execute: Callable[[str, tuple[Any, ...]], list[Any]], placeholder: str, run_id: str, now: CheckpointState
 ) -> StatusRows:
     """Read what a run's status is made of: only the columns it needs, no JSON per row."""
+    from ..model import StatusRows
+
     steps = [tuple(row) for row in execute(_STATUS_STEPS.format(p=placeholder), (run_id,))]
     queue = execute(_STATUS_QUEUE.format(p=placeholder), (run_id,))
     skipped = execute(_STATUS_SKIPPED.format(p=placeholder), (run_id,))
@@ -359,6 +362,8 @@ def interrupt_values(pending: PendingInterrupt) -> tuple[Any, ...]:
 
 def interrupt_from_row(row: Sequence[Any]) -> PendingInterrupt:
     """Build a PendingInterrupt from a row in INTERRUPT_COLUMNS order."""
+    from ..model import PendingInterrupt
+
     return PendingInterrupt(
         run_id=row[0],
         node_id=row[1],
@@ -374,6 +379,8 @@ def interrupt_from_row(row: Sequence[Any]) -> PendingInterrupt:
 
 def event_from_row(row: Sequence[Any]) -> EventRecord:
     """Build an EventRecord from a row in EVENT_COLUMNS order."""
+    from ..model import EventRecord
+
     return EventRecord(run_id=row[0], seq=row[1], type=row[2], node_id=row[3], at=row[4], data=json.loads(row[5]))
 
 

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from ..errors import AlreadyResumed, InvalidDecision, InvalidInput
-from ..model import UNCHANGED, Commit, PendingInterrupt, RunRecord, RunStatus
+from ..model import UNCHANGED, Commit, RunRecord, RunStatus
 from .protocol import Conflict
+
+if TYPE_CHECKING:
+    from ..model import PendingInterrupt
 
 __all__ = [
     "ANY_NODE",

@@ -20,19 +20,16 @@ from ..model import (
     CheckpointState,
     Commit,
     CommitResult,
-    EventRecord,
     NewRun,
-    PendingInterrupt,
-    PruneReport,
     RunRecord,
     RunStatus,
-    StatusRows,
 )
 from . import bulk_ops
 from .figures import Figures, read_figures
 from .rules import check_event_seq, check_run_id
 
 if TYPE_CHECKING:  # the service's schedules are read on first use, not when a kernel attaches
+    from ..model import EventRecord, PendingInterrupt, PruneReport, StatusRows
     from .schedules import ScheduleRecord
 
 __all__ = ["SQLStore"]

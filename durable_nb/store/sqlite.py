@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import InvalidInput, StoreNotFound, StoreUnavailable
 from ..model import (
@@ -28,7 +28,6 @@ from ..model import (
     Commit,
     CommitResult,
     NewRun,
-    PruneReport,
     RunRecord,
 )
 from . import bulk_ops, sqlite_ops
@@ -37,6 +36,9 @@ from .failures import operation_name, store_failed
 from .offload import offload
 from .sql_store import SQLStore
 from .sqlite_schema import check_schema, ensure_schema
+
+if TYPE_CHECKING:
+    from ..model import PruneReport
 
 __all__ = ["SQLiteStore"]
 

@@ -12,6 +12,7 @@ import sqlite3
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import RunNotFound
 from ..model import (
@@ -20,7 +21,6 @@ from ..model import (
     Commit,
     CommitResult,
     NewRun,
-    PruneReport,
     RunRecord,
     RunStatus,
 )
@@ -48,6 +48,9 @@ from .sqlite_reads import (
     _status_rows,
 )
 from .state import keep_rebuildable
+
+if TYPE_CHECKING:
+    from ..model import PruneReport
 
 # What the SQLite store calls through this module (SQLStore's ``_sql``): the writes, then the reads.
 __all__ = [
@@ -247,6 +250,8 @@ _LIVE_BLOBS = live_blobs(_REFERENCED_BLOBS, "json_each(b.parts)")
 
 
 def _prune(conn: sqlite3.Connection, older_than: float) -> PruneReport:
+    from ..model import PruneReport
+
     with _Transaction(conn):
         conn.execute("CREATE TEMP TABLE IF NOT EXISTS prunable (run_id TEXT PRIMARY KEY)")
         conn.execute("DELETE FROM prunable")

@@ -6,17 +6,9 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..model import (
-    Blob,
-    CheckpointRecord,
-    CheckpointState,
-    EventRecord,
-    PendingInterrupt,
-    RunRecord,
-    StatusRows,
-)
+from ..model import Blob, CheckpointRecord, CheckpointState, RunRecord
 from . import rows
 from .blob_files import FILE_BYTES, read_hashed
 from .protocol import HISTORY_COLUMNS
@@ -168,6 +160,9 @@ def _list_events(conn: sqlite3.Connection, run_id: str, after_seq: int) -> list[
 _BYTES_WRITTEN = rows.BYTES_WRITTEN.format(
     outputs="SELECT value FROM json_each(c.node_output)", parts="json_each(g.parts)"
 )
+
+if TYPE_CHECKING:
+    from ..model import EventRecord, PendingInterrupt, StatusRows
 
 
 def _history_rows(conn: sqlite3.Connection, run_id: str) -> list[tuple[Any, ...]]:

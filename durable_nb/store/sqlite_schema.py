@@ -5,7 +5,8 @@ from __future__ import annotations
 import sqlite3
 
 from ..errors import SchemaMismatch, StoreUnavailable
-from .migrations import migrations, newer_schema, run_migrations
+from .ddl import current_schema
+from .migrations import create_schema, migrations, newer_schema, run_migrations
 
 __all__ = ["SCHEMA_VERSION", "check_schema", "ensure_schema"]
 
@@ -16,6 +17,7 @@ _MIGRATIONS = migrations(
     snapshot_json="json_object('manifest', json(manifest), 'completed', json(completed))",
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
+_CURRENT = current_schema(real="REAL", blob="BLOB", bigint="INTEGER")
 _OUR_TABLES = {"runs", "checkpoints", "pending_interrupts", "idempotency", "blobs", "events"}
 
 
@@ -69,7 +71,9 @@ def ensure_schema(conn: sqlite3.Connection, where: str, version: int | None = No
             raise _newer(where, version)
         if version == 0:
             conn.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
-        run_migrations(conn.execute, _MIGRATIONS, version, "?")
+            create_schema(conn.execute, _CURRENT, SCHEMA_VERSION, "?")
+        else:
+            run_migrations(conn.execute, _MIGRATIONS, version, "?")
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")

@@ -18,7 +18,6 @@ from ...model import (
     CheckpointRecord,
     CheckpointState,
     CheckpointStatus,
-    Decision,
     EventType,
     NewEvent,
     NewRun,
@@ -43,6 +42,8 @@ from .records import CellOutcome, HeldOverrides, Restorable
 from .writer import CellWriter
 
 if TYPE_CHECKING:
+    from ...model import Decision
+
     # Agents' journals and forks are rare next to committing: attaching a kernel does not import them.
     from ..agents.journal import Step
     from ..forks.literals import OverrideText
@@ -184,7 +185,10 @@ class CellRun:
             candidates = [r for r in await store.list_runs(name, statuses=_UNFINISHED) if "replay" not in r.meta]
             run = candidates[0] if candidates else None
         if run is None:
-            run, _ = await store.create_run(new_notebook_run(name, key if key is not None or new else new_key))
+            run, created = await store.create_run(new_notebook_run(name, key if key is not None or new else new_key))
+            if created:
+                # Made just now, in this kernel's hands: no checkpoint, no state, no fork above it to read.
+                return cls(store, values, run, None, CheckpointState({}, []), tracker)
         cell_run = await cls.open(store, values, run, tracker)
         if run.status in (RunStatus.RUNNING, RunStatus.PENDING, RunStatus.FAILED, RunStatus.CANCELLED):
             await cell_run.take(claim=claim)
@@ -342,7 +346,8 @@ class CellRun:
             self.tracker.committed(plan)
             return None
         extra, cell_blobs = cell_extra(outcome, plan, unstored, self.values.secret)
-        blobs = [*plan.blobs, *cell_blobs]
+        # Most cells show what an earlier one did (nothing, say): that value is in the store already.
+        blobs = [*plan.blobs, *self.values.unstored(cell_blobs)]
         self.log.remove([*outcome.deleted, *unstored])
         self.log.update(plan.manifest)
         self.log.complete(node)

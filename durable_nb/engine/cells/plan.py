@@ -8,11 +8,14 @@ or a decision made elsewhere); a committed cell, its lookup and one read of its 
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ...model import CheckpointRecord, CommitResult, PendingInterrupt, RunStatus
+from ...model import CheckpointRecord, CommitResult, RunStatus
 from .cell_run import CellRun
 from .records import HeldOverrides, Restorable
+
+if TYPE_CHECKING:
+    from ...model import PendingInterrupt
 
 __all__ = ["CellAction", "CellPlan", "continue_cell", "open_cell"]
 

@@ -7,7 +7,7 @@ this kernel's hands: a run someone else took or cancelled meanwhile is never wri
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..._ids import new_id
 from ...errors import NotResumable, RunOwnedElsewhere, StoreError
@@ -18,7 +18,6 @@ from ...model import (
     CheckpointStatus,
     Commit,
     CommitResult,
-    Decision,
     EventType,
     NewEvent,
     RunRecord,
@@ -29,10 +28,11 @@ from ...model import (
 from ...store.protocol import Conflict, Store
 from ..gates.decisions import current_run, decisions_of
 from ..gates.gate import Suspend
-from ..runs.cancel import CANCELLED
 from ..runs.ownership import gave_up_on, owner_alive, taken_back, taking_over, this_owner
-from ..runs.settle import release_after_failure
 from ..state.statelog import StateLog
+
+if TYPE_CHECKING:
+    from ...model import Decision
 
 __all__ = ["CellWriter"]
 
@@ -165,6 +165,8 @@ class CellWriter:
         except StoreError as failure:
             # Nothing of the cell was kept: let the run go, so that any kernel can continue it.
             node = next((c.node_id for c in fields.get("checkpoints", ()) if c.node_id), None)
+            from ..runs.settle import release_after_failure  # a failed commit is rare: not loaded to attach
+
             self.run = await release_after_failure(self.store, self.run, self.owner, failure, node) or self.run
             raise
         self.run = result.run
@@ -239,6 +241,8 @@ class CellWriter:
 
     async def cancel_cell(self, node: str) -> None:
         """Record an interrupted cell: the run is cancelled, nothing of the cell kept."""
+        from ..runs.cancel import CANCELLED  # cancelling (and the run watch it tells) is rare: not loaded to attach
+
         await self.commit(
             events=[NewEvent(EventType.RUN_CANCELLED, node, {"was": "running"})],
             run=CANCELLED,

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextvars
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ...model import Decision
 from ...store.protocol import Store
+
+if TYPE_CHECKING:
+    from ...model import Decision
 
 __all__ = ["NodeScope", "current_scope", "enter_scope"]
 

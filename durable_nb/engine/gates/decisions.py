@@ -11,7 +11,7 @@ from __future__ import annotations
 import getpass
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import AlreadyResumed, DurableError, InvalidDecision, UnknownGate
 from ...model import (
@@ -19,10 +19,8 @@ from ...model import (
     CheckpointStatus,
     Commit,
     CommitResult,
-    Decision,
     EventType,
     NewEvent,
-    PendingInterrupt,
     RunRecord,
     RunStatus,
     RunUpdate,
@@ -32,8 +30,10 @@ from ...store import codec
 from ...store.protocol import Conflict, Store
 from ...store.rules import ANY_NODE, choose_claim
 from ..runs.ownership import lease_deadline
-from ..state.drafts import draft_after
 from ..state.values import refuse_reserved
+
+if TYPE_CHECKING:
+    from ...model import Decision, PendingInterrupt
 
 __all__ = [
     "TIMEOUT_BY",
@@ -92,13 +92,17 @@ def make_decision(approved: Any, value: Any = None, comment: Any = None, by: Any
     if isinstance(value, dict):
         # A node may return its gate's value as state: an approver must not reach the engine's names.
         refuse_reserved(value, "A decision's value", InvalidDecision)
+    from ...model import Decision
+
     return Decision(approved=approved, value=value, comment=comment, by=by if by is not None else default_by())
 
 
 def decisions_of(checkpoint: CheckpointRecord | None) -> dict[str, list[Decision]]:
     """Return the decisions a checkpoint carries for nodes that have not finished yet."""
-    if checkpoint is None:
-        return {}
+    if checkpoint is None or not checkpoint.resumes:
+        return {}  # most checkpoints: the records of decisions need not even be defined
+    from ...model import Decision
+
     return {node: [Decision.from_json(d) for d in items] for node, items in checkpoint.resumes.items()}
 
 
@@ -124,6 +128,8 @@ async def open_gate(store: Store, run_id: str, node: str, reason: str | None = N
 
 async def latest_decision(store: Store, run_id: str, node: str) -> Decision | None:
     """Return the latest decision recorded at the gates of ``node``, if any."""
+    from ...model import Decision
+
     checkpoint = await store.node_checkpoint(run_id, node, "approved:")
     return None if checkpoint is None or checkpoint.decision is None else Decision.from_json(checkpoint.decision)
 
@@ -208,6 +214,8 @@ def _decision_commit(
     continue_as: str | None,
     lease_until: float | None,
 ) -> Commit:
+    from ..state.drafts import draft_after  # deciding is rare next to attaching, which loads this module
+
     resumes = {k: list(v) for k, v in head.resumes.items()}
     resumes.setdefault(target.node_id, []).append(decision.to_json())
     # The head is the gate's own checkpoint when nothing was written after it (a notebook cell's gate).
@@ -275,6 +283,8 @@ async def apply_expiry(store: Store, pending: PendingInterrupt) -> None:
         if pending.on_timeout == "fail":
             commit = _failed_by_deadline(pending, head, note)
         else:
+            from ...model import Decision
+
             decision = Decision(approved=False, value=None, comment=note, by=TIMEOUT_BY)
             commit = _decision_commit(pending.run_id, head, pending, decision, None, None)
         try:
@@ -289,6 +299,8 @@ async def apply_expiry(store: Store, pending: PendingInterrupt) -> None:
 
 
 def _failed_by_deadline(pending: PendingInterrupt, head: CheckpointRecord, note: str) -> Commit:
+    from ..state.drafts import draft_after
+
     message = f"Node '{pending.node_id}' failed: {note}"
     failed = draft_after(
         head,

@@ -10,15 +10,21 @@ from __future__ import annotations
 import json
 import math
 import reprlib
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..._lazy import lazy_names
 from ...errors import InvalidInput, NoActiveNode
-from ...model import Decision, PendingInterrupt
 from ..execution.scope import NodeScope, current_scope
 from ..tracing import GATE, event
 
-__all__ = ["ON_TIMEOUT", "Resume", "Suspend", "freeze_context", "gate", "interrupt"]
+if TYPE_CHECKING:
+    from ...model import Decision, PendingInterrupt
+
+__all__ = ["ON_TIMEOUT", "Suspend", "freeze_context", "gate", "interrupt"]
+
+# Resume answers an interrupt from outside the node (a workflow's resume): a kernel running cells
+# never defines it. Its old path still resolves.
+__getattr__, __dir__ = lazy_names(__name__, {"Resume": "durable_nb.engine.gates.resume"})
 
 ON_TIMEOUT = ("reject", "fail")
 _MAX_REPR = 2000
@@ -26,13 +32,6 @@ _SHORT_REPR = reprlib.Repr()
 _SHORT_REPR.maxlevel = 8
 _SHORT_REPR.maxstring = _SHORT_REPR.maxother = _MAX_REPR
 _SHORT_REPR.maxlong = 200
-
-
-@dataclass(frozen=True, slots=True)
-class Resume:
-    """A value to answer a paused run's interrupt with: ``flow.resume(run_id, Resume(v))``."""
-
-    value: Any = None
 
 
 class Suspend(BaseException):
@@ -70,6 +69,8 @@ class Suspend(BaseException):
 
     def pending(self, run_id: str, node_id: str, checkpoint_id: str, now: float) -> PendingInterrupt:
         """Return the gate's row in the pending interrupts, opened ``now`` by ``checkpoint_id``."""
+        from ...model import PendingInterrupt
+
         return PendingInterrupt(
             run_id=run_id,
             node_id=node_id,

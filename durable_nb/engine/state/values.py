@@ -111,6 +111,10 @@ class ValueCodec:
         """Remember blobs a committed transaction wrote."""
         self._stored.update(b.hash for b in blobs)
 
+    def unstored(self, blobs: list[Blob]) -> list[Blob]:
+        """Return those of ``blobs`` no committed transaction of this codec wrote (the store may lack them)."""
+        return [b for b in blobs if b.hash not in self._stored]
+
     async def load(self, manifest: Mapping[str, str], namespace: dict[str, Any] | None = None) -> dict[str, Any]:
         """Load every value of a manifest; notebook functions among them read ``namespace`` as their globals.
 

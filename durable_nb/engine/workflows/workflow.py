@@ -34,7 +34,7 @@ from ...store.secret import load_secret
 from ..execution.executors import check_executor
 from ..forks.forking import create_fork
 from ..gates.decisions import current_run, decide, decisions_of, make_decision
-from ..gates.gate import Resume
+from ..gates.resume import Resume
 from ..runs.cancel import cancel_run
 from ..runs.keys import refuse_other_input
 from ..runs.ownership import active, lease_deadline, owner_alive, taking_over, this_owner
