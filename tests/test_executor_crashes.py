@@ -503,6 +503,14 @@ def kill_victims_worker(owners: Owners, cluster: Cluster, child: subprocess.Pope
     others = set(range(WORKER_ITEMS)) - {VICTIM}
     # With the others committed, nothing of theirs waits on the dying worker to be fetched.
     wait_until(lambda: owners.committed() == others, "the other items to be committed", child)
+    # The owner releases each result it fetched, but the release reaches the scheduler later: a result
+    # it still holds when its worker dies is computed again (its body runs twice) for nobody.
+    wait_until(
+        lambda: len([key for key in cluster.tasks() if "-shared-" not in key]) == 1,
+        "the scheduler to hold the victim's task alone",
+        child,
+        cluster.task_states,
+    )
     if only_copy:
         cluster.client.amm.run_once()
         wait_until(lambda: cluster.shared_holders() == [[pid]], "the shared part to be on the victim's worker only")
