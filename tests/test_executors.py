@@ -213,11 +213,19 @@ class GraphUpdates(SchedulerPlugin if distributed is not None else object):  # t
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
         self.updates: list[int] = []
+        # Keys of tasks whose result is a map's shared part (its function and state).
+        self.shared: set[str] = set()
 
     def update_graph(self, scheduler: Any, *, tasks: list[Any], **kwargs: Any) -> None:
         items = [k for k in tasks if isinstance(k, tuple) and str(k[0]).startswith(self.prefix)]
         if items:
             self.updates.append(len(items))
+        self.shared.update(k for k in tasks if isinstance(k, str) and k.startswith(f"{self.prefix}shared-"))
+
+
+def _graph_updates(client: Any) -> tuple[list[int], int]:
+    plugin = client.run_on_scheduler(lambda dask_scheduler: vars(dask_scheduler.plugins[GraphUpdates.name]))
+    return plugin["updates"], len(plugin["shared"])
 
 
 def test_dask_map_items_reach_the_scheduler_as_one_graph(store_url: str, dask_client: Any, tmp_path: Path) -> None:
@@ -226,10 +234,33 @@ def test_dask_map_items_reach_the_scheduler_as_one_graph(store_url: str, dask_cl
     dask_client.register_plugin(GraphUpdates("work-"))
     try:
         run_big_map(store_url, dask_client, tmp_path / "ran.txt")
-        updates = dask_client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.plugins[GraphUpdates.name].updates)
+        updates, shared = _graph_updates(dask_client)
     finally:
         dask_client.unregister_scheduler_plugin(GraphUpdates.name)
     assert updates == [ITEMS]
+    assert shared == 0  # a small state travels with each item
+
+
+def test_dask_map_sends_a_large_state_to_the_cluster_once(store_url: str, dask_client: Any) -> None:
+    """A state whose copies, one per item, would add up to megabytes (it holds the items, and more)
+    goes to the cluster once, as a task the items depend on; every item still commits once."""
+    flow = dnb.Workflow("big-state-map", store=store_url, sleep=FakeSleep())
+
+    @flow.map(items="docs", into="out", executor=dask_client)
+    def work(state: dict[str, Any], doc: str) -> int:
+        return len(state["padding"]) + len(doc)
+
+    docs = [f"doc-{i:04d}" for i in range(ITEMS)]
+    dask_client.register_plugin(GraphUpdates("work-"))
+    try:
+        run = flow.run({"docs": docs, "padding": "x" * 100_000})
+        updates, shared = _graph_updates(dask_client)
+    finally:
+        dask_client.unregister_scheduler_plugin(GraphUpdates.name)
+    assert run.status == "completed", run.error
+    assert run.state["out"] == [100_008] * ITEMS
+    assert item_commits(store_url, run.id, "work") == Counter(range(ITEMS))
+    assert updates == [ITEMS] and shared == 1
 
 
 def test_pool_map_of_100_items_commits_each_once_in_order(

@@ -14,10 +14,14 @@ import threading
 import warnings
 from typing import Any
 
-from .executors import INLINE_SHARED_BYTES, Batch, read_outcome
+from .executors import Batch, read_outcome
 from .remote import RemoteOutcome, SharedPart, run_remote
 
-__all__ = ["DaskBatch"]
+__all__ = ["INLINE_SHARED_BYTES", "DaskBatch"]
+
+# A batch sends its shared part with each item until the copies add up to this; past it the part
+# goes once. A map's state holds its items, so a copy with each item would grow as their square.
+INLINE_SHARED_BYTES = 4 << 20
 
 
 class _Queued:
@@ -46,6 +50,7 @@ class DaskBatch(Batch):
         self._shared_future: Any = None
         self._cancels: list[Any] = []
         self._submitted = 0
+        self._inlined = 0  # bytes of the shared part sent with items so far
         # Calls made in one turn of the owner's loop, submitted together in the next.
         self._queued: list[_Queued] = []
         # The callers still waiting, by their future's key (read and written on the owner's loop only).
@@ -55,12 +60,14 @@ class DaskBatch(Batch):
         self._watching = False
         self._lock = threading.Lock()
 
-    def _shared_on_cluster(self) -> Any:
-        # A small shared part travels with each item: no item then prefers the worker holding it
-        # (which may be busy with a long item). A large one goes once, as the result of a task
-        # that items name: when the worker holding it dies Dask computes it again (scattered data
-        # would be lost with that worker, and every item after it with it).
-        if len(self.shared) <= INLINE_SHARED_BYTES:
+    def _shared_on_cluster(self, calls: int) -> Any:
+        # Small copies travel with the items: no item then prefers the worker holding the part
+        # (which may be busy with a long item). Past the budget it goes once, as the result of a
+        # task that items name: when the worker holding it dies Dask computes it again (scattered
+        # data would be lost with that worker, and every item after it with it). A map of many
+        # items is spread over the workers anyway (Dask queues such "root-ish" tasks).
+        if self._shared_future is None and self._inlined + len(self.shared) * calls <= INLINE_SHARED_BYTES:
+            self._inlined += len(self.shared) * calls
             return self.shared
         if self._shared_future is None:
             with warnings.catch_warnings():
@@ -105,7 +112,7 @@ class DaskBatch(Batch):
         self._submitted += len(calls)
         keys = [(f"{self.label}-{self.token}", first + n) for n in range(len(calls))]
         try:
-            shared = self._shared_on_cluster()
+            shared = self._shared_on_cluster(len(calls))
             futures = self.client.map(
                 run_remote,
                 [self.token] * len(calls),

@@ -22,9 +22,6 @@ from .remote import RemoteOutcome, SharedPart, pack, run_remote, unpack
 
 __all__ = ["LOCAL", "Batch", "check_executor", "open_batch", "read_outcome", "usable_cores"]
 
-# A map's shared part up to this size is sent with every item rather than once to the cluster.
-INLINE_SHARED_BYTES = 1 << 20
-
 # executor="local" runs a node in this process even when its workflow's default is an executor.
 LOCAL = "local"
 
