@@ -32,9 +32,11 @@ from conftest import new_store
 
 import durable_nb as dnb
 from durable_nb._loop import run_sync
+from durable_nb.engine.execution.dask_batch import DaskBatch
 from durable_nb.engine.execution.idempotent import call_key
 from durable_nb.engine.state.values import ValueCodec
 from durable_nb.store.secret import load_secret
+from durable_nb.store.sqlite import SQLiteStore
 
 try:
     # Imported after durable_nb, as a notebook that opens a Dask client after `import durable_nb`
@@ -213,11 +215,19 @@ class GraphUpdates(SchedulerPlugin if distributed is not None else object):  # t
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
         self.updates: list[int] = []
+        # Keys of tasks whose result is a map's shared part (its function and state).
+        self.shared: set[str] = set()
 
     def update_graph(self, scheduler: Any, *, tasks: list[Any], **kwargs: Any) -> None:
         items = [k for k in tasks if isinstance(k, tuple) and str(k[0]).startswith(self.prefix)]
         if items:
             self.updates.append(len(items))
+        self.shared.update(k for k in tasks if isinstance(k, str) and k.startswith(f"{self.prefix}shared-"))
+
+
+def _graph_updates(client: Any) -> tuple[list[int], int]:
+    plugin = client.run_on_scheduler(lambda dask_scheduler: vars(dask_scheduler.plugins[GraphUpdates.name]))
+    return plugin["updates"], len(plugin["shared"])
 
 
 def test_dask_map_items_reach_the_scheduler_as_one_graph(store_url: str, dask_client: Any, tmp_path: Path) -> None:
@@ -226,10 +236,93 @@ def test_dask_map_items_reach_the_scheduler_as_one_graph(store_url: str, dask_cl
     dask_client.register_plugin(GraphUpdates("work-"))
     try:
         run_big_map(store_url, dask_client, tmp_path / "ran.txt")
-        updates = dask_client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.plugins[GraphUpdates.name].updates)
+        updates, shared = _graph_updates(dask_client)
     finally:
         dask_client.unregister_scheduler_plugin(GraphUpdates.name)
     assert updates == [ITEMS]
+    assert shared == 0  # a small state travels with each item
+
+
+def test_dask_map_sends_a_large_state_to_the_cluster_once(store_url: str, dask_client: Any) -> None:
+    """A state whose copies, one per item, would add up to megabytes (it holds the items, and more)
+    goes to the cluster once, as a task the items depend on; every item still commits once."""
+    flow = dnb.Workflow("big-state-map", store=store_url, sleep=FakeSleep())
+
+    @flow.map(items="docs", into="out", executor=dask_client)
+    def work(state: dict[str, Any], doc: str) -> int:
+        return len(state["padding"]) + len(doc)
+
+    docs = [f"doc-{i:04d}" for i in range(ITEMS)]
+    dask_client.register_plugin(GraphUpdates("work-"))
+    try:
+        run = flow.run({"docs": docs, "padding": "x" * 100_000})
+        updates, shared = _graph_updates(dask_client)
+    finally:
+        dask_client.unregister_scheduler_plugin(GraphUpdates.name)
+    assert run.status == "completed", run.error
+    assert run.state["out"] == [100_008] * ITEMS
+    assert item_commits(store_url, run.id, "work") == Counter(range(ITEMS))
+    assert updates == [ITEMS] and shared == 1
+
+
+class Deliveries:
+    """Counts the batches of results a Dask batch hands to the owner's loop, and the transactions
+    that write item checkpoints (rows whose step starts with ``step``) on the store's connection."""
+
+    def __init__(self, store: SQLiteStore, monkeypatch: pytest.MonkeyPatch, step: str) -> None:
+        self.step = f"'{step}"
+        self.batches: list[int] = []
+        self.commits: list[int] = []
+        self._written = 0
+        deliver = DaskBatch._deliver
+
+        def counted(batch: DaskBatch, arrived: list[Any]) -> None:
+            self.batches.append(len(arrived))
+            deliver(batch, arrived)
+
+        monkeypatch.setattr(DaskBatch, "_deliver", counted)
+        run_sync(store._run(lambda conn: conn.set_trace_callback(self._trace)))
+
+    def _trace(self, sql: str) -> None:
+        statement = sql.strip().upper()
+        if statement.startswith("INSERT INTO CHECKPOINTS") and self.step in sql:
+            self._written += 1
+        elif statement == "COMMIT":
+            if self._written:
+                self.commits.append(self._written)
+            self._written = 0
+
+
+@pytest.mark.sqlite_only
+@pytest.mark.parametrize("kind", ["flow.map", "map_items"])
+def test_dask_items_delivered_together_share_a_commit(
+    store_url: str, dask_client: Any, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """flow.map and map_items commit alike: the results a Dask batch delivers together are committed
+    together (never more item transactions than deliveries), each item once."""
+    store = dnb.connect(store_url)
+    assert isinstance(store, SQLiteStore)
+    flow = dnb.Workflow(f"grouped-{kind}", store=store, sleep=FakeSleep())
+    if kind == "flow.map":
+        flow.map(lambda state, i: i * i, items="xs", name="work", executor=dask_client)
+    else:
+
+        @flow.node()
+        def work(state: dict[str, Any]) -> dict[str, Any]:
+            return {"work": dnb.map_items(lambda i: i * i, state["xs"], executor=dask_client, name="sq")}
+
+    flow.run({"xs": [1]})  # warm: the worker imports, the store's schema
+    counts = Deliveries(store, monkeypatch, "after:work'" if kind == "flow.map" else "item:")
+    run = flow.run({"xs": list(range(ITEMS))})
+    assert run.status == "completed", run.error
+    assert run.state["work"] == [i * i for i in range(ITEMS)]
+    assert sum(counts.batches) == ITEMS and sum(counts.commits) == ITEMS
+    # A map node's last item is held back for the node's own commit: one more transaction at most.
+    held = 1 if kind == "flow.map" else 0
+    assert len(counts.commits) <= len(counts.batches) + held, (counts.commits, counts.batches)
+    history = dnb.history(run.id, store=store)
+    rows = history[history["step"].str.startswith("item:" if kind == "map_items" else "after:work")]
+    assert Counter(int(i) for i in rows["item_index"]) == Counter(range(ITEMS))
 
 
 def test_pool_map_of_100_items_commits_each_once_in_order(

@@ -68,16 +68,25 @@ TRACE_META = "trace"
 
 _tracer: Any = None
 
+# Whether the environment names a tracer provider, read once per process: a lookup in os.environ
+# for every span would cost more than the rest of a no-op span.
+_provider_named: bool | None = None
+
 
 def _api() -> Any:
     """Return OpenTelemetry's trace API once the process uses it; None before that and without it."""
-    global _trace, _context
+    global _trace, _context, _provider_named
+    if _trace is not None:
+        return _trace
+    if _provider_named is None:
+        _provider_named = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
     # A provider is set through opentelemetry.trace (or named by this variable): until one of
     # them is there, spans are the API's no-ops and importing it is all they would cost.
-    if _trace is None and ("opentelemetry.trace" in sys.modules or "OTEL_PYTHON_TRACER_PROVIDER" in os.environ):
+    if "opentelemetry.trace" in sys.modules or _provider_named:
         try:
             from opentelemetry import context, trace
         except ImportError:  # the extra is not installed: spans cost a test of a dict
+            _provider_named = False  # not tried again for every span
             return None
         _trace, _context = trace, context
     return _trace

@@ -21,7 +21,7 @@ from ..tracing import MAP_ITEM, NODE, enter, finish, start
 from ..workflows.graph import NodeSpec
 from .executors import Batch
 from .policy import Attempts
-from .remote import ItemPart, pack, rebuild_suspend
+from .remote import ItemPart, pack_call, rebuild_suspend
 from .scope import NodeScope, enter_scope
 
 __all__ = ["Attempter", "Outcome", "RemoteCall", "journal_prefix", "node_journal"]
@@ -236,7 +236,7 @@ class Attempter:
 
     async def _call_remote(self, spec: NodeSpec, remote: RemoteCall, args: tuple[Any, ...], scope: NodeScope) -> Any:
         part = ItemPart(args=args, item_index=scope.item_index, decisions=scope.decisions, known=remote.known)
-        call = remote.batch.call(pack(part))
+        call = remote.batch.call(pack_call(part))
         if spec.timeout_seconds is None:
             outcome = await call
         else:

@@ -95,7 +95,8 @@ async def drive_items(
             async with gate:
                 await run_item(index)
 
-        workers = [asyncio.ensure_future(one(i)) for i in todo]
+        # Every item in flight at once (a cluster's default) needs no gate.
+        workers = [asyncio.ensure_future(run_item(i) if limit >= len(todo) else one(i)) for i in todo]
         await asyncio.gather(*workers)
     finally:
         for worker in workers:
