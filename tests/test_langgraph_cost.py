@@ -110,7 +110,7 @@ def test_put_and_put_writes_commit_without_reading_the_run_row(store_url: str, m
 
 
 @pytest.mark.sqlite_only
-def test_a_step_is_two_transactions_of_inserts_and_one_update_each(store_url: str) -> None:
+def test_a_step_is_two_transactions_and_only_put_updates_the_run_row(store_url: str) -> None:
     saver = DurableSaver(store_url)
     store = saver.store
     assert isinstance(store, SQLiteStore)
@@ -128,16 +128,20 @@ def test_a_step_is_two_transactions_of_inserts_and_one_update_each(store_url: st
     run_sync(store._run(lambda conn: conn.set_trace_callback(None)))
     written = statements
     assert written.count("BEGIN IMMEDIATE") == written.count("COMMIT") == 2 * NODES
+    # A put: BEGIN, UPDATE runs, its values, its checkpoint, COMMIT. A put_writes: BEGIN, its
+    # values, its writes (one row each, stored only while the run exists), COMMIT.
+    assert len(written) == NODES * (5 + 4)
     updates = [s for s in written if s.startswith("UPDATE runs")]
-    assert len(updates) == 2 * NODES
+    assert len(updates) == NODES
     # The status stays: the UPDATE leaves it (and its index) alone.
     assert not any(s.startswith("UPDATE runs SET status") for s in updates)
     assert not [s for s in written if s.startswith("SELECT")]
     assert {s.split(" (")[0] for s in written if s.startswith("INSERT")} == {
         "INSERT OR IGNORE INTO blobs",
         "INSERT INTO checkpoints",
-        "INSERT OR IGNORE INTO idempotency",
+        "INSERT INTO pending_writes",
     }
+    assert len([s for s in written if s.startswith("INSERT INTO pending_writes")]) == NODES
 
 
 @pytest.mark.backends("postgres")
