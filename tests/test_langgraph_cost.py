@@ -1,10 +1,11 @@
 """What one LangGraph step costs DurableSaver, counted (never timed), on SQLite and PostgreSQL.
 
 Each ``put`` and ``put_writes`` of a thread the saver already wrote to is one store call: one
-transaction whose run row is checked and written by one conditional UPDATE (no read of the
-row first), which leaves the status column (and its index) alone when the status stays; on
-PostgreSQL the whole transaction is one round trip. Listing a thread reads a few narrow queries
-per page of checkpoints, however long the thread.
+transaction. A put's run row is checked and written by one conditional UPDATE (no read of the
+row first), which leaves the status column (and its index) alone when the status stays; a
+put_writes leaves the row alone (its writes are stored only while the run exists). On
+PostgreSQL each transaction is one round trip. Listing a thread reads a few narrow queries per
+page of checkpoints (its pending writes in one), however long the thread.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from langgraph.checkpoint.base.id import uuid6
 from benchmarks.saver import chain_graph
 from durable_nb._loop import run_sync
 from durable_nb.langgraph import DurableSaver, _listing
-from durable_nb.store import postgres_ops, sqlite_ops
+from durable_nb.store import bulk_ops, postgres_ops, sqlite_ops
 from durable_nb.store.postgres import PostgresStore
 from durable_nb.store.sqlite import SQLiteStore
 
@@ -245,6 +246,23 @@ def test_listing_a_thread_reads_narrow_rows_in_as_many_statements_whatever_its_l
     assert len(few) == len(many)
     # No row of the checkpoints table is read whole: only the columns a listing uses.
     assert not [s for s in many if s.startswith("SELECT run_id, seq, created_at, checkpoint_id")]
+
+
+def test_a_listing_page_reads_its_pending_writes_in_one_query(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    saver = DurableSaver(store_url)
+    _, long = _two_threads(saver)
+    monkeypatch.setattr(_listing, "PAGE", 4)
+    queries: list[int] = []
+    original = bulk_ops.pending_writes_of
+
+    def counted(conn: Any, d: Any, run_id: str, checkpoint_ids: Any) -> Any:
+        queries.append(len(checkpoint_ids))
+        return original(conn, d, run_id, checkpoint_ids)
+
+    monkeypatch.setattr(bulk_ops, "pending_writes_of", counted)
+    listed = list(saver.list(long))
+    assert queries == [4] * (len(listed) // 4) + ([len(listed) % 4] if len(listed) % 4 else [])
+    assert sum(len(item.pending_writes or []) for item in listed) >= 4 * NODES
 
 
 def test_a_listing_page_sets_off_no_garbage_collection(store_url: str) -> None:
