@@ -37,7 +37,6 @@ langgraph = pytest.importorskip("langgraph")
 from langgraph.graph import END, START, StateGraph  # noqa: E402
 
 from durable_nb.langgraph import DurableSaver  # noqa: E402
-from durable_nb.langgraph._shape import write_prefix  # noqa: E402
 
 
 class Notes(TypedDict, total=False):
@@ -72,25 +71,36 @@ def test_a_forged_channel_value_is_refused_by_the_saver(store_url: str, prefix: 
 
 
 def test_a_forged_pending_write_is_refused_by_the_saver(store_url: str) -> None:
-    """A pending write added with SQL (a JSON record naming a forged JSON value) raises
-    TamperedValueError; LangGraph never receives it as a write."""
+    """A pending write added with SQL (a row naming a forged JSON value), or a stored one edited to
+    name another task's channel, raises TamperedValueError; LangGraph never receives it as a write."""
     saver = DurableSaver.from_url(store_url)
     config = {"configurable": {"thread_id": "forged-write"}}
     notes_graph(saver).invoke({}, config)
     stored = saver.get_tuple(config)
     assert stored is not None
     value = forge_json(store_url, ["json", FORGED_MESSAGE])
-    record = forge_json(store_url, ["forger-task", "note", "", 0, value])
     run_id = saver.run_id("forged-write")
-    key = f"{write_prefix(stored.checkpoint['id'])}r:forger-task:0"
     execute_sql(
         store_url,
-        "INSERT INTO idempotency (run_id, key, hash, created_at) VALUES (?, ?, ?, ?)",
-        (run_id, key, record, 0.0),
+        "INSERT INTO pending_writes (run_id, checkpoint_id, task_id, idx, channel, task_path, value_hash, stamp, "
+        "mac, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (run_id, stored.checkpoint["id"], "forger-task", 0, "note", "", value, 0, "0" * 64, 0.0),
     )
-
     with pytest.raises(TamperedValueError):
         DurableSaver.from_url(store_url).get_tuple(config)
+
+
+def test_an_edited_pending_write_is_refused_by_the_saver(store_url: str) -> None:
+    """A stored pending write whose channel is changed with SQL no longer matches its signature."""
+    saver = DurableSaver.from_url(store_url)
+    config = {"configurable": {"thread_id": "edited-write"}}
+    graph = notes_graph(saver)
+    graph.invoke({}, config)
+    first = list(saver.list(config))[-1]
+    assert first.pending_writes  # the input's task wrote
+    execute_sql(store_url, "UPDATE pending_writes SET channel = 'note'")
+    with pytest.raises(TamperedValueError):
+        list(DurableSaver.from_url(store_url).list(config))
 
 
 # -- workflows ---------------------------------------------------------------------------------------

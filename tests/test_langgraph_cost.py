@@ -1,10 +1,11 @@
 """What one LangGraph step costs DurableSaver, counted (never timed), on SQLite and PostgreSQL.
 
 Each ``put`` and ``put_writes`` of a thread the saver already wrote to is one store call: one
-transaction whose run row is checked and written by one conditional UPDATE (no read of the
-row first), which leaves the status column (and its index) alone when the status stays; on
-PostgreSQL the whole transaction is one round trip. Listing a thread reads a few narrow queries
-per page of checkpoints, however long the thread.
+transaction. A put's run row is checked and written by one conditional UPDATE (no read of the
+row first), which leaves the status column (and its index) alone when the status stays; a
+put_writes leaves the row alone (its writes are stored only while the run exists). On
+PostgreSQL each transaction is one round trip. Listing a thread reads a few narrow queries per
+page of checkpoints (its pending writes in one), however long the thread.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from langgraph.checkpoint.base.id import uuid6
 from benchmarks.saver import chain_graph
 from durable_nb._loop import run_sync
 from durable_nb.langgraph import DurableSaver, _listing
-from durable_nb.store import postgres_ops, sqlite_ops
+from durable_nb.store import bulk_ops, postgres_ops, sqlite_ops
 from durable_nb.store.postgres import PostgresStore
 from durable_nb.store.sqlite import SQLiteStore
 
@@ -110,7 +111,7 @@ def test_put_and_put_writes_commit_without_reading_the_run_row(store_url: str, m
 
 
 @pytest.mark.sqlite_only
-def test_a_step_is_two_transactions_of_inserts_and_one_update_each(store_url: str) -> None:
+def test_a_step_is_two_transactions_and_only_put_updates_the_run_row(store_url: str) -> None:
     saver = DurableSaver(store_url)
     store = saver.store
     assert isinstance(store, SQLiteStore)
@@ -128,16 +129,20 @@ def test_a_step_is_two_transactions_of_inserts_and_one_update_each(store_url: st
     run_sync(store._run(lambda conn: conn.set_trace_callback(None)))
     written = statements
     assert written.count("BEGIN IMMEDIATE") == written.count("COMMIT") == 2 * NODES
+    # A put: BEGIN, UPDATE runs, its values, its checkpoint, COMMIT. A put_writes: BEGIN, its
+    # values, its writes (one row each, stored only while the run exists), COMMIT.
+    assert len(written) == NODES * (5 + 4)
     updates = [s for s in written if s.startswith("UPDATE runs")]
-    assert len(updates) == 2 * NODES
+    assert len(updates) == NODES
     # The status stays: the UPDATE leaves it (and its index) alone.
     assert not any(s.startswith("UPDATE runs SET status") for s in updates)
     assert not [s for s in written if s.startswith("SELECT")]
     assert {s.split(" (")[0] for s in written if s.startswith("INSERT")} == {
         "INSERT OR IGNORE INTO blobs",
         "INSERT INTO checkpoints",
-        "INSERT OR IGNORE INTO idempotency",
+        "INSERT INTO pending_writes",
     }
+    assert len([s for s in written if s.startswith("INSERT INTO pending_writes")]) == NODES
 
 
 @pytest.mark.backends("postgres")
@@ -151,7 +156,8 @@ def test_on_postgresql_each_put_and_put_writes_is_one_round_trip(
     assert isinstance(store, PostgresStore)
     config = {"configurable": {"thread_id": "traced"}}
     chain(saver).invoke({"step": -1}, config, durability="sync")
-    steps(saver, saver.get_tuple(config), 1)
+    # psycopg prepares a statement at its 5th run (one round trip more, once): done before the trace.
+    steps(saver, saver.get_tuple(config), 6)
     latest = saver.get_tuple(config)
     trace = tmp_path / "libpq.trace"
     original = PostgresStore._call_once
@@ -241,6 +247,23 @@ def test_listing_a_thread_reads_narrow_rows_in_as_many_statements_whatever_its_l
     assert len(few) == len(many)
     # No row of the checkpoints table is read whole: only the columns a listing uses.
     assert not [s for s in many if s.startswith("SELECT run_id, seq, created_at, checkpoint_id")]
+
+
+def test_a_listing_page_reads_its_pending_writes_in_one_query(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    saver = DurableSaver(store_url)
+    _, long = _two_threads(saver)
+    monkeypatch.setattr(_listing, "PAGE", 4)
+    queries: list[int] = []
+    original = bulk_ops.pending_writes_of
+
+    def counted(conn: Any, d: Any, run_id: str, checkpoint_ids: Any) -> Any:
+        queries.append(len(checkpoint_ids))
+        return original(conn, d, run_id, checkpoint_ids)
+
+    monkeypatch.setattr(bulk_ops, "pending_writes_of", counted)
+    listed = list(saver.list(long))
+    assert queries == [4] * (len(listed) // 4) + ([len(listed) % 4] if len(listed) % 4 else [])
+    assert sum(len(item.pending_writes or []) for item in listed) >= 4 * NODES
 
 
 def test_a_listing_page_sets_off_no_garbage_collection(store_url: str) -> None:

@@ -608,9 +608,10 @@ def test_the_approvals_page_shows_each_schedule_with_its_next_and_last_runs(clie
 def test_a_schema_5_store_gets_the_schedules_table_and_keeps_its_runs(flows: Any, store_url: str) -> None:
     run = flows.gated.run({"who": "before"})
     disconnect(store_url)
-    # Back to schema 5, as durable_nb left stores before schedules.
+    # Back to schema 5, as durable_nb left stores before schedules (and pending writes as rows).
     execute_sql(store_url, "DROP TABLE schedules")
-    execute_sql(store_url, "DELETE FROM schema_version WHERE version = 6")
+    execute_sql(store_url, "DROP TABLE pending_writes")
+    execute_sql(store_url, "DELETE FROM schema_version WHERE version >= 6")
     assert execute_sql(store_url, "SELECT MAX(version) FROM schema_version") == [(5,)]
 
     store = new_store(store_url)
@@ -623,7 +624,7 @@ def test_a_schema_5_store_gets_the_schedules_table_and_keeps_its_runs(flows: Any
 
     record, schedules = asyncio.run(upgraded())
     assert record.status.value == "paused" and schedules == []
-    assert execute_sql(store_url, "SELECT MAX(version) FROM schema_version") == [(SCHEMA_VERSION,)] == [(6,)]
+    assert execute_sql(store_url, "SELECT MAX(version) FROM schema_version") == [(SCHEMA_VERSION,)] == [(7,)]
     found = "SELECT COUNT(*) FROM " + (
         "pg_indexes WHERE indexname = 'schedules_by_next_run' AND schemaname = current_schema()"
         if is_postgres(store_url)

@@ -25,6 +25,7 @@ from durable_nb.model import (
     RunKind,
     RunStatus,
     RunUpdate,
+    WriteRow,
 )
 from durable_nb.store import Conflict
 from durable_nb.store.codec import decode, encode
@@ -707,7 +708,8 @@ def test_bulk_reads_and_deletes(store: dnb.Store) -> None:
             for i in range(4)
         ]
         keyed = [(f"w:{i}:{j}", blobs[i].hash) for i in range(4) for j in range(2)] + [("other", blobs[0].hash)]
-        await store.commit(Commit(run_id=run_id, checkpoints=drafts, blobs=blobs, idempotent=keyed))
+        writes = [WriteRow(f"c{i}", "task", j, "ch", "", blobs[i].hash, 0, "mac") for i in range(4) for j in range(2)]
+        await store.commit(Commit(run_id=run_id, checkpoints=drafts, blobs=blobs, idempotent=keyed, writes=writes))
         assert sorted(await store.keyed_results(run_id, "w:1:")) == [("w:1:0", blobs[1].hash), ("w:1:1", blobs[1].hash)]
         assert len(await store.keyed_results(run_id, "w:")) == 8 and await store.keyed_results(run_id, "none") == []
         found = await store.checkpoints_by_extra(("tag", "of"), ["r1"])
@@ -715,19 +717,59 @@ def test_bulk_reads_and_deletes(store: dnb.Store) -> None:
         assert await store.checkpoints_by_extra(("tag", "of"), []) == []
         # Deleting seq 1 and 2: seq 3 and 4 still read the state they had, with their own values.
         before = await store.state_at(run_id, 4)
-        assert await store.forget_checkpoints({run_id: [(1, "w:0:"), (2, "w:1:")]}) == []
+        assert await store.forget_checkpoints({run_id: [(1, "c0"), (2, "c1")]}) == []
         assert [c.seq for c in await store.list_checkpoints(run_id)] == [3, 4]
         assert (await store.state_at(run_id, 4)).manifest == before.manifest
-        assert len(await store.keyed_results(run_id, "w:")) == 4
+        # The pending writes stored under the deleted checkpoints went with them; keyed results stay.
+        left = await store.pending_writes_of(run_id, ["c0", "c1", "c2", "c3"])
+        assert sorted((w.checkpoint_id, w.idx) for w in left) == [("c2", 0), ("c2", 1), ("c3", 0), ("c3", 1)]
+        assert len(await store.keyed_results(run_id, "w:")) == 8
         assert await store.get_idempotent(run_id, "other") == blobs[0].hash
         # Deleting every checkpoint deletes the run; delete_runs deletes another whole.
         assert await store.forget_checkpoints({run_id: [(3, ""), (4, "")]}) == [run_id]
+        assert await store.pending_writes_of(run_id, ["c2", "c3"]) == []
         with pytest.raises(dnb.RunNotFound):
             await store.get_run(run_id)
         other, _ = await store.create_run(new_run())
         await store.delete_runs([other.run_id])
         with pytest.raises(dnb.RunNotFound):
             await store.get_run(other.run_id)
+
+    sync(main())
+
+
+def test_pending_writes_are_kept_replaced_copied_and_need_their_run(store: dnb.Store) -> None:
+    """A pending write with idx >= 0 stored again keeps the first; a special one (idx < 0) is
+    replaced by the latest; a run's writes copy to another run; writes of a run that does not
+    exist are refused, whether the commit carries only writes or more."""
+
+    async def main() -> None:
+        record, _ = await store.create_run(new_run())
+        run_id = record.run_id
+        blobs = [encode(i, KEY, f"v{i}") for i in range(3)]
+
+        def write(idx: int, value: int, stamp: int = 0) -> WriteRow:
+            return WriteRow("c1", "task", idx, "ch", "p", blobs[value].hash, stamp, f"mac{value}")
+
+        await store.commit(Commit(run_id, blobs=blobs, writes=[write(0, 0), write(-3, 0, 1)], seen=record))
+        await store.commit(Commit(run_id, writes=[write(0, 1), write(-3, 2, 2)], seen=record))
+        found = sorted(await store.pending_writes_of(run_id, ["c1", "c1", "none"]))
+        assert found == [write(-3, 2, 2), write(0, 0)]
+        # With a run update in the same commit: the general path stores them the same way.
+        after = await store.commit(Commit(run_id, writes=[write(1, 1)], run=RunUpdate(status=RunStatus.PAUSED)))
+        assert after.run.status is RunStatus.PAUSED
+        copy, _ = await store.create_run(new_run())
+        await store.copy_pending_writes(run_id, copy.run_id)
+        await store.copy_pending_writes(run_id, copy.run_id)
+        assert sorted(await store.pending_writes_of(copy.run_id, ["c1"])) == sorted(
+            await store.pending_writes_of(run_id, ["c1"])
+        )
+        await store.delete_runs([run_id])
+        assert await store.pending_writes_of(run_id, ["c1"]) == []
+        for seen in (record, None):
+            with pytest.raises(dnb.RunNotFound):
+                await store.commit(Commit(run_id, blobs=blobs, writes=[write(5, 0)], seen=seen))
+        assert await store.pending_writes_of(run_id, ["c1"]) == []
 
     sync(main())
 

@@ -10,6 +10,10 @@ cells restore.
 ``tests/fixtures/schema3`` is the same for schema 3, the last before JSON values and lists were
 signed: the upgrade seals them under the key, they read as before, and one forged in their old
 form afterwards is refused.
+
+``tests/fixtures/schema6`` is the same for schema 6, the last that stored LangGraph's pending
+writes as signed JSON records: the upgrade moves them into rows of their own, signed, and every
+thread lists as it did, its writes included.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ import schema3_flows as flows3  # noqa: E402
 
 ANSWERS_3 = json.loads((FIXTURE_3 / "answers.json").read_text())
 sys.path.insert(0, str(FIXTURE.parent))
-from readback import answers, plain, thread_answers  # noqa: E402 - what the fixtures' builders read back
+from readback import answers, plain, thread_answers, thread_listing  # noqa: E402 - what the builders read back
 
 THREAD = {"configurable": {"thread_id": "fixture-ticket"}}
 TABLES = ("runs", "checkpoints", "pending_interrupts", "idempotency", "blobs", "events", "schema_version")
@@ -63,7 +67,9 @@ def _load_into_postgres(url: str, fixture: Path = FIXTURE, version: int = 1) -> 
         conn.execute(f'SET search_path TO "{options["schema"]}"')
         conn.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)")
         for step in _MIGRATIONS[:version]:
-            assert isinstance(step, str)
+            if callable(step):
+                step(conn.execute, "%s")  # on an empty store: its DDL, nothing to carry over
+                continue
             for statement in step.split(";"):
                 if statement.strip():
                     conn.execute(statement)
@@ -79,15 +85,32 @@ def _load_into_postgres(url: str, fixture: Path = FIXTURE, version: int = 1) -> 
     source.close()
 
 
-@pytest.fixture
-def upgraded(store_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+def _fixture_store(store_url: str, monkeypatch: pytest.MonkeyPatch, fixture: Path, version: int) -> str:
+    """Put a fixture's store (at schema ``version``) where ``store_url`` points, with its key."""
     monkeypatch.setenv("DURABLE_NB_SECRET", "fixture-secret")
     if is_postgres(store_url):
-        _load_into_postgres(store_url)
+        _load_into_postgres(store_url, fixture, version)
     else:
-        shutil.copy(FIXTURE / "runs.db", db_path(store_url))
-    assert execute_sql(store_url, "SELECT MAX(version) FROM schema_version") == [(1,)]
+        shutil.copy(fixture / "runs.db", db_path(store_url))
+    assert execute_sql(store_url, "SELECT MAX(version) FROM schema_version") == [(version,)]
     return store_url
+
+
+def _refused_with_another_key(url: str, monkeypatch: pytest.MonkeyPatch, version: int) -> None:
+    """Open a fixture's store with another key: the upgrade is refused (TamperedValueError saying
+    the store was left unchanged) and the store stays at ``version``; then set its key back."""
+    monkeypatch.setenv("DURABLE_NB_SECRET", "another-secret")
+    refused = new_store(url)
+    with pytest.raises(dnb.TamperedValueError, match="was left unchanged"):
+        dnb.runs(store=refused)
+    run_sync(refused.close())
+    assert execute_sql(url, "SELECT MAX(version) FROM schema_version") == [(version,)]
+    monkeypatch.setenv("DURABLE_NB_SECRET", "fixture-secret")
+
+
+@pytest.fixture
+def upgraded(store_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    return _fixture_store(store_url, monkeypatch, FIXTURE, 1)
 
 
 def test_every_run_reads_as_it_did_before_the_upgrade(upgraded: str) -> None:
@@ -137,13 +160,7 @@ def test_an_upgraded_notebook_run_restores_its_cells(upgraded: str) -> None:
 
 @pytest.fixture
 def upgraded_3(store_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv("DURABLE_NB_SECRET", "fixture-secret")
-    if is_postgres(store_url):
-        _load_into_postgres(store_url, FIXTURE_3, 3)
-    else:
-        shutil.copy(FIXTURE_3 / "runs.db", db_path(store_url))
-    assert execute_sql(store_url, "SELECT MAX(version) FROM schema_version") == [(3,)]
-    return store_url
+    return _fixture_store(store_url, monkeypatch, FIXTURE_3, 3)
 
 
 def _unsigned(url: str) -> list[tuple[str, str | None]]:
@@ -222,15 +239,82 @@ def test_the_upgrade_refuses_a_key_that_signed_none_of_the_stores_values(
     """Opened first by a process with another key, the store is not upgraded (its JSON values would be
     sealed with a key its processes do not hold): TamperedValueError saying which key to use, the store
     left at schema 3; opened with its key, it upgrades and reads as before."""
-    monkeypatch.setenv("DURABLE_NB_SECRET", "another-secret")
-    refused = new_store(upgraded_3)
-    with pytest.raises(dnb.TamperedValueError, match="was left unchanged"):
-        dnb.runs(store=refused)
-    run_sync(refused.close())
-    assert execute_sql(upgraded_3, "SELECT MAX(version) FROM schema_version") == [(3,)]
-    monkeypatch.setenv("DURABLE_NB_SECRET", "fixture-secret")
+    _refused_with_another_key(upgraded_3, monkeypatch, 3)
     store = new_store(upgraded_3)
     try:
         assert answers(store, ANSWERS_3["runs"]["ledger"]) == ANSWERS_3["answers"]["ledger"]
     finally:
         run_sync(store.close())
+
+
+# -- a store written while pending writes were JSON records --------------------------------------------
+
+FIXTURE_6 = FIXTURE.parent / "schema6"
+sys.path.insert(0, str(FIXTURE_6))
+import schema6_flows as flows6  # noqa: E402
+
+ANSWERS_6 = json.loads((FIXTURE_6 / "answers.json").read_text())
+THREADS_6 = {name: {"configurable": {"thread_id": f"fixture-{name}"}} for name in ANSWERS_6}
+
+
+@pytest.fixture
+def upgraded_6(store_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    return _fixture_store(store_url, monkeypatch, FIXTURE_6, 6)
+
+
+def _records(url: str) -> int:
+    return execute_sql(url, "SELECT COUNT(*) FROM idempotency WHERE substr(key, 1, 4) = 'lgw:'")[0][0]
+
+
+def test_pending_writes_stored_as_records_list_the_same_after_the_upgrade(upgraded_6: str) -> None:
+    """Every checkpoint of every thread lists with the pending writes it had (an error, outputs,
+    resumes, an interrupt stored twice of which the latest counts), each now a signed row."""
+    from durable_nb.langgraph import DurableSaver
+
+    records = _records(upgraded_6)
+    assert records > 0
+    saver = DurableSaver(dnb.connect(upgraded_6))
+    graph = flows6.order_graph(saver, {"pack": False})
+    for name, config in THREADS_6.items():
+        assert thread_listing(saver, config) == ANSWERS_6[name]["listed"], name
+        assert thread_answers(graph, config) == ANSWERS_6[name]["state"], name
+    assert _records(upgraded_6) == 0
+    rows = execute_sql(
+        upgraded_6, "SELECT checkpoint_id, task_id, idx, channel, task_path, value_hash, mac FROM pending_writes"
+    )
+    # Special writes stored again for a task and checkpoint became one row: fewer rows than records.
+    assert 0 < len(rows) < records
+    key = load_secret()
+    assert all(mac == codec.write_mac(key, *fields) for *fields, mac in rows)
+    assert execute_sql(upgraded_6, "SELECT MAX(version) FROM schema_version") == [(SCHEMA_VERSION,)] == [(7,)]
+
+
+def test_threads_stored_before_the_upgrade_go_on_and_keep_their_values(upgraded_6: str) -> None:
+    """The paused thread resumes with its earlier answer; after one thread is deleted and the values
+    collected, its copy still lists its writes (their values stay alive through the rows)."""
+    from langgraph.types import Command
+
+    from durable_nb.langgraph import DurableSaver
+
+    saver = DurableSaver(dnb.connect(upgraded_6))
+    graph = flows6.order_graph(saver, {"pack": False})
+    result = graph.invoke(Command(resume="no"), THREADS_6["paused"])
+    assert result["answers"] == ["yes", "no"]
+    saver.delete_thread("fixture-done")
+    assert list(saver.list(THREADS_6["done"])) == []
+    assert thread_listing(saver, THREADS_6["copy"]) == ANSWERS_6["copy"]["listed"]
+
+
+def test_the_upgrade_of_pending_writes_refuses_another_key(upgraded_6: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opened first by a process with another key, the store is not upgraded (its writes would be
+    signed with a key its processes do not hold): TamperedValueError, the store left at schema 6
+    with its records; opened with its key, it upgrades."""
+    records = _records(upgraded_6)
+    _refused_with_another_key(upgraded_6, monkeypatch, 6)
+    assert _records(upgraded_6) == records
+    store = new_store(upgraded_6)
+    try:
+        assert len(dnb.runs(store=store)) == len(THREADS_6)
+    finally:
+        run_sync(store.close())
+    assert _records(upgraded_6) == 0

@@ -13,7 +13,7 @@ from ..errors import InvalidInput
 from ..model import CheckpointDraft, CheckpointState, Commit
 from ..store.protocol import Store
 from ._runs import ThreadRuns
-from ._shape import META, WRITE_KEYS, address, is_lg, lg, our_id, write_prefix
+from ._shape import META, address, is_lg, lg, our_id
 
 __all__ = ["ThreadAdmin"]
 
@@ -42,7 +42,7 @@ class ThreadAdmin:
         found = await self.store.checkpoints_by_extra(("langgraph", "metadata", "run_id"), ids)
         doomed: dict[str, list[tuple[int, str]]] = {}
         for record in found:
-            doomed.setdefault(record.run_id, []).append((record.seq, write_prefix(lg(record)["id"])))
+            doomed.setdefault(record.run_id, []).append((record.seq, lg(record)["id"]))
         await self.store.forget_checkpoints(doomed)
         touched = list(doomed)
         if touched:
@@ -74,8 +74,9 @@ class ThreadAdmin:
                     # The copy's first checkpoint cannot build on the source's earlier rows.
                     fields["snapshot"] = CheckpointState(dict(first.manifest), [])
                 drafts.append(CheckpointDraft(**fields))
-            writes = await self.store.keyed_results(run.run_id, WRITE_KEYS)
-            await self.store.commit(Commit(copy_id, checkpoints=drafts, idempotent=writes))
+            # The writes first: a copy whose checkpoints are stored holds their writes too.
+            await self.store.copy_pending_writes(run.run_id, copy_id)
+            await self.store.commit(Commit(copy_id, checkpoints=drafts))
             self._runs.moved(copy_id, None)
 
     async def prune(self, thread_ids: Sequence[str], strategy: str) -> None:
@@ -96,9 +97,7 @@ class ThreadAdmin:
                 # The latest LangGraph checkpoint stays, with the decisions recorded after it.
                 latest = max((i for i, r in enumerate(records) if is_lg(r)), default=0)
                 if latest > 0:
-                    doomed[run_id] = [
-                        (r.seq, write_prefix(lg(r)["id"] if is_lg(r) else r.checkpoint_id)) for r in records[:latest]
-                    ]
+                    doomed[run_id] = [(r.seq, lg(r)["id"] if is_lg(r) else "") for r in records[:latest]]
             if not doomed:
                 return
             await self.store.forget_checkpoints(doomed)

@@ -20,7 +20,6 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
     PendingWrite,
     get_serializable_checkpoint_metadata,
-    writes_sort_key,
 )
 
 from ..errors import InvalidInput, SerializationError
@@ -30,19 +29,15 @@ from ..views.threads import thread_address as address
 
 __all__ = [
     "KEY_PREFIX",
-    "WRITE_KEYS",
     "META",
     "Head",
     "address",
-    "checkpoint_of_write",
     "checkpoint_id_of",
     "is_lg",
     "lg",
     "metadata_json",
     "node_of",
     "our_id",
-    "pick_writes",
-    "write_prefix",
     "tuple_of",
 ]
 
@@ -117,19 +112,6 @@ def node_of(metadata: Mapping[str, Any], seen: Mapping[str, Any], parent_seen: M
     return "after", "checkpoint" if step is None else f"step {step}"
 
 
-def pick_writes(found: list[tuple[str, list[Any]]]) -> list[list[Any]]:
-    """Order stored writes ([task_id, channel, task_path, idx, value address]) as LangGraph applies
-    them; of special writes (errors, interrupts) stored again for one task, the latest replaces
-    the earlier ones."""
-    chosen: dict[tuple[str, int], tuple[int, list[Any]]] = {}
-    for key, write in found:
-        task_id, idx = write[0], write[3]
-        order = int(key.rsplit(":", 1)[1]) if idx < 0 else 0
-        if (task_id, idx) not in chosen or order > chosen[task_id, idx][0]:
-            chosen[task_id, idx] = (order, write)
-    return sorted((w for _, w in chosen.values()), key=lambda w: writes_sort_key(w[2], w[0], w[3]))
-
-
 def tuple_of(
     thread_id: str,
     ns: str,
@@ -173,18 +155,3 @@ class Head:
     status: RunStatus
     seen: dict[str, Any]
     ts: str | None
-
-
-# Every pending write's key starts so; a checkpoint's keys start with ``write_prefix(id)``.
-WRITE_KEYS = "lgw:"
-
-
-def write_prefix(checkpoint_id: str) -> str:
-    """Return the key prefix of one checkpoint's pending writes (its id's length keeps ids apart)."""
-    return f"{WRITE_KEYS}{len(checkpoint_id)}:{checkpoint_id}:"
-
-
-def checkpoint_of_write(key: str) -> str:
-    """Return the LangGraph checkpoint id a pending write's key (from ``write_prefix``) belongs to."""
-    size, _, rest = key[len(WRITE_KEYS) :].partition(":")
-    return rest[: int(size)]

@@ -13,17 +13,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langgraph.checkpoint.base import WRITES_IDX_MAP, ChannelVersions, Checkpoint, CheckpointTuple
+from langgraph.checkpoint.base import WRITES_IDX_MAP, ChannelVersions, Checkpoint, CheckpointTuple, writes_sort_key
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import RESUME
 
 from ..engine.state.values import ValueCodec
 from ..errors import SerializationError, StoreError
-from ..model import Blob, CheckpointRecord
+from ..model import Blob, CheckpointRecord, WriteRow
 from ..store import codec
 from ..store.protocol import Store
 from ._gates import with_decisions
-from ._shape import checkpoint_of_write, lg, pick_writes, tuple_of, write_prefix
+from ._shape import lg, tuple_of
 
 __all__ = ["ChannelValues", "Stored", "dumps"]
 
@@ -51,6 +51,10 @@ def dumps(serde: SerializerProtocol, name: str, value: Any) -> tuple[str, bytes]
             name=name,
             type_name=type_name,
         ) from error
+
+
+def _write_order(write: WriteRow) -> tuple[Any, ...]:
+    return writes_sort_key(write.task_path, write.task_id, write.idx)
 
 
 class ChannelValues:
@@ -106,29 +110,29 @@ class ChannelValues:
         writes: Sequence[tuple[str, Any]],
         task_id: str,
         task_path: str,
-    ) -> tuple[dict[str, str], list[Blob]]:
-        """Return a task's writes as keyed results of their checkpoint, and the blobs to store."""
-        prefix = write_prefix(checkpoint_id)
-        # Special writes (errors, interrupts) replace earlier ones of their task: stored under a
-        # new key each time, the latest wins when read.
-        stamp = time.time_ns()
+    ) -> tuple[list[WriteRow], list[Blob]]:
+        """Return a task's writes as rows of their checkpoint, signed, and the blobs to store."""
         values, about = {}, {}
         for i, (channel, value) in enumerate(writes):
             idx = WRITES_IDX_MAP.get(channel, i)
-            key = f"{prefix}s:{task_id}:{idx}:{stamp}" if idx < 0 else f"{prefix}r:{task_id}:{idx}"
-            values[key] = dumps(serde, channel, value)
-            about[key] = [task_id, channel, task_path, idx]
+            values[str(idx)] = dumps(serde, channel, value)
+            about[str(idx)] = (channel, idx)
         if not values:
-            return {}, []
+            return [], []
         # The value is stored as a channel holding it would be (the node's output is the next
-        # checkpoint's channel value: one blob for both); a small JSON record names it.
+        # checkpoint's channel value: one blob for both); the row names it. Special writes
+        # (errors, interrupts) replace earlier ones of their task; the stamp says when.
         addresses, blobs = self._codec.encode(values)
-        manifest = {}
-        for key, value_address in addresses.items():
-            record = codec.encode([*about[key], value_address], self._secret, key)
-            blobs.append(Blob(record.hash, record.codec, record.data, parts=(value_address,)))
-            manifest[key] = record.hash
-        return manifest, blobs
+        stamp = time.time_ns()
+        secret = self._secret
+        rows = []
+        for name, value_address in addresses.items():
+            channel, idx = about[name]
+            mac = codec.write_mac(secret, checkpoint_id, task_id, idx, channel, task_path, value_address)
+            rows.append(
+                WriteRow(checkpoint_id, task_id, idx, channel, task_path, value_address, stamp if idx < 0 else 0, mac)
+            )
+        return rows, blobs
 
     async def _load(self, addresses: set[str]) -> dict[str, Any]:
         """Read and check the values at ``addresses`` (LangGraph's, each stored whole) in one read."""
@@ -157,29 +161,25 @@ class ChannelValues:
         """Load stored checkpoints of one run with their values and pending writes (and, as
         resume writes, the decisions recorded at their gates): one read of their writes, one of
         their values."""
-        prefixes = {write_prefix(item.info["id"]): item.info["id"] for item in items}
-        stored_writes = dict(await self.store.keyed_results_of(run_id, list(prefixes)))
-        # Each checkpoint's writes, found once (not a scan of every write per checkpoint).
-        keys_of: dict[str, list[str]] = {}
-        for key in stored_writes:
-            keys_of.setdefault(checkpoint_of_write(key), []).append(key)
-        # A write names its value's address; the value is the blob a channel holding it names
-        # too (a node's output is the next checkpoint's value): each address is read and checked once.
+        stored = await self.store.pending_writes_of(run_id, [item.info["id"] for item in items])
+        secret = self._secret
+        # Each checkpoint's writes, each checked against its signature, in LangGraph's order.
+        writes_of: dict[str, list[WriteRow]] = {}
+        for write in stored:
+            codec.check_write(secret, write.mac, *write[:6])
+            writes_of.setdefault(write.checkpoint_id, []).append(write)
+        # A write's value is the blob a channel holding it names too (a node's output is the next
+        # checkpoint's value): each address is read and checked once.
         wanted = {address for item in items for address in item.manifest.values()}
-        typed = await self._load(wanted | set(stored_writes.values()))
-        written = {key: typed[record] for key, record in stored_writes.items()}
-        missing = {w[4] for w in written.values()} - typed.keys()
-        if missing:
-            typed.update(await self._load(missing))
+        typed = await self._load(wanted | {write.value_hash for write in stored})
         found = []
         for item in items:
-            keys = keys_of.get(item.info["id"], [])
-            writes = pick_writes([(key, written[key]) for key in keys])
-            pending = [(w[0], w[1], serde.loads_typed(typed[w[4]])) for w in writes]
+            writes = sorted(writes_of.get(item.info["id"], []), key=_write_order)
+            pending = [(w.task_id, w.channel, serde.loads_typed(typed[w.value_hash])) for w in writes]
             made = (decisions or {}).get(item.checkpoint_id)
             if made:
-                paths = {w[0]: w[2] for w in writes}
-                stamps = {written[k][0]: int(k.rsplit(":", 1)[1]) for k in keys if written[k][1] == RESUME}
+                paths = {w.task_id: w.task_path for w in writes}
+                stamps = {w.task_id: w.stamp for w in writes if w.channel == RESUME}
                 pending = with_decisions(pending, paths, stamps, made)
             found.append(
                 tuple_of(

@@ -150,8 +150,8 @@ class PendingWrites:
             )
         if not isinstance(task_id, str) or not task_id:
             raise InvalidInput(f"task_id is the non-empty text id of the task that wrote, not {task_id!r}.")
-        manifest, blobs = self._values.writes(serde, checkpoint_id, writes, task_id, task_path)
-        if not manifest:
+        rows, blobs = self._values.writes(serde, checkpoint_id, writes, task_id, task_path)
+        if not rows:
             return
         update = _status_of(writes)
         channels = {channel for channel, _ in writes}
@@ -168,7 +168,7 @@ class PendingWrites:
                     Commit(
                         run_id,
                         blobs=blobs,
-                        idempotent=list(manifest.items()),
+                        writes=rows,
                         run=update,
                         seen=self._runs.row(run_id),
                         **gates,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_names
-from .commits import UNCHANGED, Commit, CommitResult, NewRun, RunUpdate
+from .commits import UNCHANGED, Commit, CommitResult, NewRun, RunUpdate, WriteRow
 from .records import Blob, CheckpointDraft, CheckpointRecord, CheckpointState, NewEvent, RunRecord
 from .status import (
     RUN_END,
@@ -63,6 +63,7 @@ __all__ = [
     "STATUS_COLOURS",
     "StatusRows",
     "UNCHANGED",
+    "WriteRow",
     "format_seconds",
     "step_name",
 ]

@@ -4,7 +4,7 @@ commit returns. (What a prune deleted is a report: ``reports.PruneReport``, stil
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .._lazy import lazy_names
 from .records import Blob, CheckpointDraft, CheckpointRecord, NewEvent, RunRecord
@@ -13,7 +13,7 @@ from .status import RunKind, RunStatus
 if TYPE_CHECKING:
     from .gates import PendingInterrupt
 
-__all__ = ["Commit", "CommitResult", "NewRun", "RunUpdate", "UNCHANGED"]
+__all__ = ["Commit", "CommitResult", "NewRun", "RunUpdate", "UNCHANGED", "WriteRow"]
 
 __getattr__, __dir__ = lazy_names(__name__, {"PruneReport": "durable_nb.model.reports"})
 
@@ -48,6 +48,20 @@ class NewRun:
     events: list[NewEvent] = field(default_factory=list)
 
 
+class WriteRow(NamedTuple):
+    """A task's pending write as a run stores it: under a checkpoint, its value by address,
+    ``mac`` signing the fields; of writes with a negative ``idx`` the latest (``stamp``) is kept."""
+
+    checkpoint_id: str
+    task_id: str
+    idx: int
+    channel: str
+    task_path: str
+    value_hash: str
+    stamp: int
+    mac: str
+
+
 @dataclass(frozen=True, slots=True)
 class RunUpdate:
     """Changes to a run row that ride in a commit; UNCHANGED fields stay."""
@@ -72,6 +86,8 @@ class Commit:
     ``expect_owner`` (UNCHANGED: no check) and ``expect_head_seq`` guard against a run that
     moved on since the caller read it. ``seen`` is the run row as the caller last saw it: while
     the stored row still matches it, a backend may update the row without reading it first.
+    ``writes`` are pending writes; a commit of writes alone (with ``seen``) leaves the run row
+    as it is: it checks only that the run exists.
     """
 
     run_id: str
@@ -89,6 +105,7 @@ class Commit:
     expect_head_seq: int | None = None
     idempotent: list[tuple[str, str]] = field(default_factory=list)
     seen: RunRecord | None = None
+    writes: list[WriteRow] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

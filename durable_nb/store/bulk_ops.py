@@ -1,6 +1,6 @@
-"""Operations on many rows at once, for both SQL backends: keyed results by prefix, runs by the
-start of their id, checkpoints found by a field of their ``extra`` or by the node and agent that
-wrote them, and deleting checkpoints or whole runs.
+"""Operations on many rows at once, for both SQL backends: keyed results by prefix, pending writes
+by checkpoint, runs by the start of their id, checkpoints found by a field of their ``extra`` or
+by the node and agent that wrote them, and deleting checkpoints or whole runs.
 
 Each function takes a connection and runs whole through the store's ``_run`` (its lock on
 SQLite, a pooled connection on PostgreSQL), in one transaction. What differs between the
@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
-from ..model import CheckpointRecord, CheckpointState, RunRecord
+from ..model import CheckpointRecord, CheckpointState, RunRecord, WriteRow
 from . import rows
 from .state import keep_rebuildable
 
@@ -25,10 +25,12 @@ __all__ = [
     "checkpoint_extras",
     "checkpoint_index",
     "checkpoints_by_extra",
+    "copy_pending_writes",
     "delete_runs",
     "forget_checkpoints",
     "keyed_results",
     "keyed_results_of",
+    "pending_writes_of",
     "runs_by_id_prefix",
     "transaction",
     "unfinished_steps",
@@ -116,6 +118,26 @@ def keyed_results_of(conn: Any, d: Dialect, run_id: str, prefixes: Sequence[str]
     return [(str(k), str(h)) for k, h in conn.execute(sql, params).fetchall()]
 
 
+def pending_writes_of(conn: Any, d: Dialect, run_id: str, checkpoint_ids: Sequence[str]) -> list[WriteRow]:
+    """Return a run's pending writes stored under any of ``checkpoint_ids``, in one query."""
+    wanted = list(dict.fromkeys(checkpoint_ids))
+    if not wanted:
+        return []
+    sql = f"SELECT {rows.WRITE_COLUMNS} FROM pending_writes WHERE run_id = {d.p} AND checkpoint_id IN {_in(d, wanted)}"
+    return [WriteRow(*row) for row in conn.execute(sql, (run_id, *wanted)).fetchall()]
+
+
+def copy_pending_writes(conn: Any, d: Dialect, source: str, target: str) -> None:
+    """Copy a run's pending writes to another run (one statement; those it holds already stay)."""
+    with transaction(conn, d):
+        conn.execute(
+            f"INSERT INTO pending_writes (run_id, {rows.WRITE_COLUMNS}, created_at) "
+            f"SELECT {d.p}, {rows.WRITE_COLUMNS}, created_at FROM pending_writes WHERE run_id = {d.p} "
+            "ON CONFLICT (run_id, checkpoint_id, task_id, idx) DO NOTHING",
+            (target, source),
+        )
+
+
 def checkpoint_index(conn: Any, d: Dialect, run_id: str) -> list[tuple[int, str]]:
     """Return (seq, checkpoint id) of a run's checkpoints in seq order: two columns, nothing decoded."""
     sql = f"SELECT seq, checkpoint_id FROM checkpoints WHERE run_id = {d.p} ORDER BY seq"
@@ -184,7 +206,9 @@ def _in(d: Dialect, items: list[Any]) -> str:
 
 
 def _delete_rows(conn: Any, d: Dialect, run_ids: list[str]) -> None:
-    for table in ("checkpoints", "events", "idempotency", "pending_interrupts", "runs"):
+    # The run rows first: on PostgreSQL, pending writes being stored hold their run's row, so the
+    # delete waits for them to commit and then deletes them too.
+    for table in ("runs", "checkpoints", "events", "idempotency", "pending_interrupts", "pending_writes"):
         conn.execute(f"DELETE FROM {table} WHERE run_id IN {_in(d, run_ids)}", run_ids)
 
 
@@ -198,8 +222,8 @@ def delete_runs(conn: Any, d: Dialect, run_ids: list[str]) -> None:
 def forget_checkpoints(
     conn: Any, d: Dialect, state_at: StateAt, doomed: Mapping[str, Sequence[tuple[int, str]]]
 ) -> list[str]:
-    """Delete checkpoints (run -> [(seq, key prefix of its keyed results)]) with those results; return
-    the runs left with no checkpoint, which are deleted too.
+    """Delete checkpoints (run -> [(seq, id its pending writes are stored under, or "")]) with those
+    writes; return the runs left with no checkpoint, which are deleted too.
 
     A kept checkpoint whose state was rebuilt from a deleted one gets the whole state first. The
     run's head moves on, so that a writer elsewhere that remembers the state at a deleted head
@@ -222,12 +246,11 @@ def forget_checkpoints(
         )
         emptied = []
         for run_id, items in doomed.items():
-            for seq, prefix in items:
+            for seq, writes_of in items:
                 conn.execute(f"DELETE FROM checkpoints WHERE run_id = {p} AND seq = {p}", (run_id, seq))
-                if prefix:
+                if writes_of:
                     conn.execute(
-                        f"DELETE FROM idempotency WHERE run_id = {p} AND substr(key, 1, CAST({p} AS INTEGER)) = {p}",
-                        (run_id, len(prefix), prefix),
+                        f"DELETE FROM pending_writes WHERE run_id = {p} AND checkpoint_id = {p}", (run_id, writes_of)
                     )
             conn.execute(f"UPDATE runs SET head_seq = head_seq + 1 WHERE run_id = {p}", (run_id,))
             if conn.execute(f"SELECT 1 FROM checkpoints WHERE run_id = {p} LIMIT 1", (run_id,)).fetchone() is None:

@@ -45,12 +45,14 @@ __all__ = [
     "ListChunk",
     "OpenGroup",
     "address_hasher",
+    "check_write",
     "decode",
     "encode",
     "encode_group",
     "encode_json",
     "encode_raw",
     "encode_list",
+    "write_mac",
     "is_group",
     "is_json",
     "is_list",
@@ -175,6 +177,33 @@ def seal(address: str, key: bytes) -> str:
     address, so it vouches for those bytes without reading them.
     """
     return _sign(key, _SEAL_CONTEXT + address.encode("utf-8", "surrogatepass"))
+
+
+_WRITE_CONTEXT = "durable_nb pending write\0"
+
+
+def write_mac(key: bytes, checkpoint_id: str, task_id: str, idx: int, channel: str, task_path: str, value: str) -> str:
+    """Return the signature of a pending write's fields (its value's address among them) under ``key``."""
+    # Each text field after its length: no two different rows sign the same bytes.
+    text = (
+        f"{_WRITE_CONTEXT}{len(checkpoint_id)}:{checkpoint_id}{len(task_id)}:{task_id}{idx}:"
+        f"{len(channel)}:{channel}{len(task_path)}:{task_path}{value}"
+    )
+    return _sign(key, text.encode("utf-8", "surrogatepass"))
+
+
+def check_write(
+    key: bytes, mac: str, checkpoint_id: str, task_id: str, idx: int, channel: str, task_path: str, value: str
+) -> None:
+    """Raise TamperedValueError unless ``mac`` signs the pending write's fields under ``key``."""
+    expected = write_mac(key, checkpoint_id, task_id, idx, channel, task_path, value)
+    if not hmac.compare_digest(expected, mac):
+        raise TamperedValueError(
+            f"A stored pending write of task {task_id!r} at checkpoint {checkpoint_id} failed its "
+            "signature check, so it was not loaded: either the store was modified outside durable_nb, "
+            "or it was written with a different secret key. Use the key it was written with "
+            "(DURABLE_NB_SECRET or the key file), or go on from another checkpoint."
+        )
 
 
 def raw_address(data: Any) -> str:

@@ -8,6 +8,7 @@ __all__ = [
     "CHECKPOINTS_BY_TIME_V5",
     "current_schema",
     "live_blobs",
+    "pending_writes_v7",
     "schedules_v6",
     "schema_v1",
     "state_changes_v3",
@@ -217,6 +218,32 @@ def schedules_v6(real: str) -> str:
     return _SCHEDULES_V6.format(real=real)
 
 
+# Version 7: LangGraph's pending writes, one row each under their checkpoint (its LangGraph id)
+# instead of a signed JSON record each in ``idempotency``. ``mac`` signs the row's fields under
+# the store's key, as a value's address signs its bytes; ``stamp`` orders a task's special
+# writes (errors, interrupts, resumes), of which the latest replaces the earlier.
+_PENDING_WRITES_V7 = """
+CREATE TABLE pending_writes (
+    run_id TEXT NOT NULL,
+    checkpoint_id TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    channel TEXT NOT NULL,
+    task_path TEXT NOT NULL DEFAULT '',
+    value_hash TEXT NOT NULL,
+    stamp {bigint} NOT NULL DEFAULT 0,
+    mac TEXT NOT NULL,
+    created_at {real} NOT NULL,
+    PRIMARY KEY (run_id, checkpoint_id, task_id, idx)
+){options}
+"""
+
+
+def pending_writes_v7(real: str, bigint: str, options: str) -> str:
+    """Return version 7 for a dialect: the pending_writes table (``options`` ends its CREATE TABLE)."""
+    return _PENDING_WRITES_V7.format(real=real, bigint=bigint, options=options)
+
+
 # A new store's schema: the tables and indexes as the versions above leave them, made in one go.
 # Running every version's steps costs twice the CPU (SQLite rewrites the checkpoints table for each
 # column version 3 drops) and 47 statements; this is 19. A test keeps the two equal: a new version
@@ -244,6 +271,12 @@ _CURRENT = (
 )
 
 
-def current_schema(real: str, blob: str, bigint: str) -> str:
-    """Return the whole schema at the latest version for a dialect, for a new store."""
-    return _CURRENT.format(real=real, blob=blob, bigint=bigint) + schedules_v6(real)
+def current_schema(real: str, blob: str, bigint: str, options: str = "") -> str:
+    """Return the whole schema at the latest version for a dialect, for a new store (``options`` ends
+    the CREATE TABLE of tables keyed by their primary key only)."""
+    return (
+        _CURRENT.format(real=real, blob=blob, bigint=bigint)
+        + schedules_v6(real)
+        + ";\n"
+        + pending_writes_v7(real, bigint, options)
+    )

@@ -34,7 +34,17 @@ _ADVICE = (
     ),
 )
 # The operations that write; every other one only reads, and is safe to try again.
-WRITES = frozenset({"_commit", "_create_run", "_prune", "_delete_unreferenced", "delete_runs", "forget_checkpoints"})
+WRITES = frozenset(
+    {
+        "_commit",
+        "_create_run",
+        "_prune",
+        "_delete_unreferenced",
+        "delete_runs",
+        "forget_checkpoints",
+        "copy_pending_writes",
+    }
+)
 _NAMES = {
     "_commit": "write a commit",
     "_create_run": "create a run",
@@ -42,6 +52,7 @@ _NAMES = {
     "_delete_unreferenced": "delete unreferenced value files",
     "delete_runs": "delete runs",
     "forget_checkpoints": "delete checkpoints",
+    "copy_pending_writes": "copy pending writes",
 }
 
 _ERRNO_ADVICE = {

@@ -15,10 +15,26 @@ from typing import Any
 from ..errors import SchemaMismatch, TamperedValueError
 from ..model import Blob
 from . import codec
-from .ddl import BLOB_PARTS_V2, BLOB_SEALS_V4, CHECKPOINTS_BY_TIME_V5, schedules_v6, schema_v1, state_changes_v3
+from .ddl import (
+    BLOB_PARTS_V2,
+    BLOB_SEALS_V4,
+    CHECKPOINTS_BY_TIME_V5,
+    pending_writes_v7,
+    schedules_v6,
+    schema_v1,
+    state_changes_v3,
+)
 from .secret import ENV_SECRET, key_file_path, load_secret
 
-__all__ = ["Step", "create_schema", "migrations", "newer_schema", "run_migrations", "seal_unsigned_values"]
+__all__ = [
+    "Step",
+    "create_schema",
+    "migrations",
+    "move_pending_writes",
+    "newer_schema",
+    "run_migrations",
+    "seal_unsigned_values",
+]
 
 Step = str | Callable[[Callable[..., Any], str], None]
 
@@ -29,8 +45,11 @@ _KEY_CHECKS = 8
 _KEY_CHECK_BYTES = 1 << 20
 
 
-def migrations(*, real: str, blob: str, bigint: str, snapshot_json: str) -> list[Step]:
-    """Return the steps in order: index i takes a store from version i to i + 1."""
+def migrations(*, real: str, blob: str, bigint: str, snapshot_json: str, table_options: str = "") -> list[Step]:
+    """Return the steps in order: index i takes a store from version i to i + 1.
+
+    ``table_options`` ends the CREATE TABLE of tables keyed by their primary key only.
+    """
     return [
         schema_v1(real=real, blob=blob, bigint=bigint),
         BLOB_PARTS_V2,
@@ -38,6 +57,7 @@ def migrations(*, real: str, blob: str, bigint: str, snapshot_json: str) -> list
         seal_unsigned_values,
         CHECKPOINTS_BY_TIME_V5,
         schedules_v6(real),
+        move_pending_writes(pending_writes_v7(real, bigint, table_options)),
     ]
 
 
@@ -66,6 +86,70 @@ def seal_unsigned_values(execute: Callable[..., Any], placeholder: str) -> None:
             f"WHERE hash IN ({', '.join([p] * len(batch))})",
             (*params, *batch),
         )
+
+
+# Keys under which versions before 7 stored LangGraph's pending writes as signed JSON records:
+# ``lgw:<length of the checkpoint id>:<checkpoint id>:`` then ``r:<task>:<idx>`` or, for special
+# writes, ``s:<task>:<idx>:<time stored, ns>``.
+_OLD_WRITES = "lgw:"
+_PENDING_WRITE_COLUMNS = "run_id, checkpoint_id, task_id, idx, channel, task_path, value_hash, stamp, mac, created_at"
+# Rows moved per INSERT: ten parameters each, under SQLite's oldest limit of 999.
+_MOVE_BATCH = 90
+
+
+def move_pending_writes(table: str) -> Step:
+    """Return version 7: create the pending_writes table (``table``) and move into it the pending
+    writes stored before as JSON records, each checked and signed under the key as a row."""
+
+    def step(execute: Callable[..., Any], placeholder: str) -> None:
+        for statement in table.split(";"):
+            if statement.strip():
+                execute(statement)
+        found = execute(
+            "SELECT i.run_id, i.key, i.created_at, b.hash, b.codec, b.data, b.seal FROM idempotency AS i "
+            f"JOIN blobs AS b ON b.hash = i.hash WHERE substr(i.key, 1, {len(_OLD_WRITES)}) = '{_OLD_WRITES}'"
+        ).fetchall()
+        if not found:
+            return  # no LangGraph writes: no key is needed (nor created) to open the store
+        key = load_secret()
+        latest: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        for run_id, old_key, created_at, address, kind, data, seal in found:
+            row = _moved_write(key, run_id, old_key, created_at, Blob(address, kind, bytes(data), seal=seal))
+            # Special writes stored again for one task: the latest replaces the earlier ones.
+            if row[:4] not in latest or row[7] > latest[row[:4]][7]:
+                latest[row[:4]] = row
+        moved = list(latest.values())
+        for start in range(0, len(moved), _MOVE_BATCH):
+            batch = moved[start : start + _MOVE_BATCH]
+            values = ", ".join([f"({', '.join([placeholder] * 10)})"] * len(batch))
+            execute(
+                f"INSERT INTO pending_writes ({_PENDING_WRITE_COLUMNS}) VALUES {values}",
+                tuple(v for row in batch for v in row),
+            )
+        # The records moved are those read above: keyed LangGraph writes whose record is stored.
+        execute(
+            f"DELETE FROM idempotency WHERE substr(key, 1, {len(_OLD_WRITES)}) = '{_OLD_WRITES}' "
+            "AND hash IN (SELECT hash FROM blobs)"
+        )
+
+    return step
+
+
+def _moved_write(key: bytes, run_id: str, old_key: str, created_at: float, record: Blob) -> tuple[Any, ...]:
+    """Return a pending write stored as a JSON record as a row of pending_writes, checked and signed."""
+    try:
+        task_id, channel, task_path, idx, value = codec.decode(record, key)
+    except TamperedValueError:
+        raise TamperedValueError(
+            f"A LangGraph pending write of this store (run {run_id}) is signed with another secret key than "
+            "this process's, or was modified, so the store was not upgraded and was left unchanged. Open "
+            f"it with the key its processes use ({ENV_SECRET}, or the key file {key_file_path()})."
+        ) from None
+    size, _, rest = old_key[len(_OLD_WRITES) :].partition(":")
+    checkpoint_id = rest[: int(size)]
+    stamp = int(old_key.rsplit(":", 1)[1]) if rest[int(size) + 1 : int(size) + 2] == "s" else 0
+    mac = codec.write_mac(key, checkpoint_id, task_id, idx, channel, task_path, value)
+    return (run_id, checkpoint_id, task_id, idx, channel, task_path, value, stamp, mac, created_at)
 
 
 def _addressed(prefixes: tuple[str, ...]) -> str:

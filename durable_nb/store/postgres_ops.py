@@ -31,7 +31,7 @@ from ..model import (
 from . import rows
 from .ddl import live_blobs
 from .protocol import HISTORY_COLUMNS
-from .rules import check_expectations, choose_claim, trusted_seen, updated_run
+from .rules import check_expectations, choose_claim, trusted_seen, updated_run, writes_only
 from .state import keep_rebuildable, state_from_sql, states_from_sql
 
 _INSERT_BLOB = (
@@ -43,6 +43,7 @@ _INSERT_CHECKPOINT = (
 )
 _INSERT_EVENT = f"INSERT INTO events ({rows.EVENT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s)"
 _INSERT_INTERRUPT = f"INSERT INTO pending_interrupts ({rows.INTERRUPT_COLUMNS}) VALUES ({', '.join(['%s'] * 9)})"
+_INSERT_WRITE = rows.INSERT_WRITE.format(p="%s")
 _RUN_VALUES = ", ".join(["%s"] * 17)
 
 
@@ -134,6 +135,9 @@ class _Stale(Exception):
 def _commit(conn: Any, commit: Commit, now: float, url: str) -> CommitResult:
     from psycopg.errors import UniqueViolation
 
+    seen = writes_only(commit)
+    if seen is not None:
+        return _commit_writes(conn, seen, commit, now, url)
     seen = trusted_seen(commit)
     if seen is not None:
         try:
@@ -221,6 +225,8 @@ def _fits_one_statement(commit: Commit) -> bool:
     """Whether a commit is written by ``_one_statement``: no gate rows, and not too many rows."""
     if commit.release_interrupts or commit.open_interrupts:
         return False  # a gate's commit deletes and inserts one key: kept in order, in the pipeline
+    if commit.writes:
+        return False  # pending writes with a status change: stored in the pipeline
     counts = (len(commit.blobs), len(commit.checkpoints), len(commit.events), len(commit.idempotent))
     return max(counts) <= _STATEMENT_ROWS
 
@@ -266,6 +272,54 @@ def _commit_seen(conn: Any, seen: RunRecord, commit: Commit, now: float) -> Comm
     return CommitResult(after, checkpoints)
 
 
+@lru_cache(maxsize=64)
+def _writes_statement(blobs: int, writes: int) -> str:
+    """Return the one statement that stores pending writes with these many values and rows, with
+    numbered placeholders ($1, …)."""
+    parts = [f"r AS ({_KEEP_RUN})"]
+    if blobs:
+        parts.append(
+            "b AS (INSERT INTO blobs (hash, codec, size, created_at, data, parts) "
+            f"VALUES {_values(6, blobs)} ON CONFLICT (hash) DO NOTHING)"
+        )
+    parts.append(
+        f"w AS (INSERT INTO pending_writes (run_id, {rows.WRITE_COLUMNS}, created_at) "
+        f"VALUES {_values(10, writes)} {rows.WRITE_CONFLICT})"
+    )
+    sql = f"WITH {', '.join(parts)} SELECT 1 / (SELECT count(*) FROM r)"
+    numbers = itertools.count(1)
+    return re.sub("%s", lambda _: f"${next(numbers)}", sql)
+
+
+# Holds the run row against deletion until the commit (a delete_runs waits, then finds the
+# writes); no such run, and the statement fails (division by zero), writing nothing.
+_KEEP_RUN = "SELECT 1 FROM runs WHERE run_id = %s FOR KEY SHARE"
+
+
+def _commit_writes(conn: Any, seen: RunRecord, commit: Commit, now: float, url: str) -> CommitResult:
+    """Store pending writes alone, and their values, in one statement (its own transaction: the
+    connection is in autocommit), while the run exists; the run row is neither read nor written."""
+    from psycopg import RawCursor
+    from psycopg.errors import DivisionByZero
+
+    if max(len(commit.blobs), len(commit.writes)) > _STATEMENT_ROWS:
+        return _commit_read(conn, commit, now, url)
+    params: list[Any] = [seen.run_id]
+    for blob in commit.blobs:
+        params += rows.blob_values(blob, now)
+    for write in commit.writes:
+        params += (seen.run_id, *write, now)
+    try:
+        RawCursor(conn).execute(_writes_statement(len(commit.blobs), len(commit.writes)), params)
+    except DivisionByZero:
+        raise RunNotFound(seen.run_id, url) from None
+    return CommitResult(seen, [])
+
+
+def _insert_writes(cursor: Any, run_id: str, commit: Commit, now: float) -> None:
+    cursor.executemany(_INSERT_WRITE, [rows.write_values(run_id, write, now) for write in commit.writes])
+
+
 def _commit_read(conn: Any, commit: Commit, now: float, url: str) -> CommitResult:
     with conn.transaction():
         run = _get_run(conn, commit.run_id, True)
@@ -307,6 +361,8 @@ def _write_rest(conn: Any, run: RunRecord, commit: Commit, now: float) -> list[C
                 "ON CONFLICT (run_id, key) DO NOTHING",
                 [(run.run_id, key, value_hash, now) for key, value_hash in commit.idempotent],
             )
+        if commit.writes:
+            _insert_writes(cursor, run.run_id, commit, now)
     return checkpoints
 
 
@@ -434,7 +490,8 @@ def _fork_tree(conn: Any, run_id: str) -> list[tuple[RunRecord, dict[str, Any]]]
 
 _PRUNABLE = "SELECT run_id FROM runs WHERE status IN ('completed', 'failed') AND updated_at < %(cutoff)s"
 # Blobs still reachable from anything kept: the values checkpoints changed or hold in snapshots,
-# node outputs, run inputs, @idempotent results, and blobs a front end lists under extra.blobs.
+# node outputs, run inputs, @idempotent results, pending writes, and blobs a front end lists
+# under extra.blobs.
 _REFERENCED_BLOBS = """
     SELECT j.value FROM checkpoints AS c, jsonb_each_text(c.changes::jsonb) AS j WHERE j.value IS NOT NULL
     UNION SELECT j.value FROM checkpoints AS c, jsonb_each_text(c.snapshot::jsonb -> 'manifest') AS j
@@ -445,6 +502,7 @@ _REFERENCED_BLOBS = """
         jsonb_array_elements_text(COALESCE(c.extra::jsonb -> 'blobs', '[]'::jsonb)) AS j
     UNION SELECT j.value FROM runs AS r, jsonb_each_text(r.input_manifest::jsonb) AS j
     UNION SELECT hash FROM idempotency
+    UNION SELECT value_hash FROM pending_writes
 """
 _LIVE_BLOBS = live_blobs(_REFERENCED_BLOBS, "jsonb_array_elements_text(b.parts::jsonb)")
 
@@ -477,6 +535,9 @@ def _prune(conn: Any, older_than: float) -> PruneReport:
         events = conn.execute(f"DELETE FROM events WHERE run_id IN ({_PRUNABLE}) AND at < %(cutoff)s", params).rowcount
         idempotency = conn.execute(
             f"DELETE FROM idempotency WHERE run_id IN ({_PRUNABLE}) AND created_at < %(cutoff)s", params
+        ).rowcount
+        idempotency += conn.execute(
+            f"DELETE FROM pending_writes WHERE run_id IN ({_PRUNABLE}) AND created_at < %(cutoff)s", params
         ).rowcount
         freed = conn.execute(f"DELETE FROM blobs WHERE hash NOT IN ({_LIVE_BLOBS}) RETURNING size").fetchall()
     return PruneReport(checkpoints, events, idempotency, len(freed), sum(int(r[0]) for r in freed))

@@ -18,7 +18,7 @@ _MIGRATIONS = migrations(
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 _CURRENT = current_schema(real="DOUBLE PRECISION", blob="BYTEA", bigint="BIGINT")
-_OUR_TABLES = {"runs", "checkpoints", "pending_interrupts", "idempotency", "blobs", "events"}
+_OUR_TABLES = {"runs", "checkpoints", "pending_interrupts", "idempotency", "blobs", "events", "pending_writes"}
 # Any fixed number works: it only has to be the same for every durable_nb process.
 MIGRATION_LOCK = 0x64757261626C65
 

@@ -20,6 +20,7 @@ from ..model import (
     NewRun,
     RunRecord,
     RunStatus,
+    WriteRow,
 )
 from .figures import Figures
 
@@ -166,6 +167,14 @@ class Store(Protocol):
         ``prefixes``: one read, whatever their number."""
         ...
 
+    async def pending_writes_of(self, run_id: str, checkpoint_ids: Sequence[str]) -> list[WriteRow]:
+        """Return a run's pending writes stored under any of ``checkpoint_ids``: one read, whatever their number."""
+        ...
+
+    async def copy_pending_writes(self, source_run_id: str, target_run_id: str) -> None:
+        """Copy every pending write of a run to another run; the target's own writes stay."""
+        ...
+
     async def checkpoint_index(self, run_id: str) -> list[tuple[int, str]]:
         """Return (seq, checkpoint id) of a run's checkpoints in seq order: one read of those two columns."""
         ...
@@ -191,8 +200,8 @@ class Store(Protocol):
         ...
 
     async def forget_checkpoints(self, doomed: Mapping[str, Sequence[tuple[int, str]]]) -> list[str]:
-        """Delete checkpoints (run -> [(seq, key prefix of its keyed results)]) and those results, keeping
-        the rest rebuildable; delete and return the runs left empty."""
+        """Delete checkpoints (run -> [(seq, id their pending writes are stored under, or "")]) and those
+        writes, keeping the rest rebuildable; delete and return the runs left empty."""
         ...
 
     async def figures(self, since: float) -> Figures:

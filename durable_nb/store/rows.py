@@ -33,6 +33,10 @@ __all__ = [
     "SEEN_CONDITION",
     "UPDATE_RUN",
     "UPDATE_RUN_SAME_STATUS",
+    "INSERT_WRITE",
+    "WRITE_COLUMNS",
+    "WRITE_CONFLICT",
+    "write_values",
     "checkpoint_from_draft",
     "checkpoint_from_row",
     "checkpoint_values",
@@ -189,6 +193,28 @@ SEEN_CONDITION = (
     "status = {p} AND error {same} {p} AND error_type {same} {p} AND owner {same} {p} "
     "AND lease_until {same} {p} AND head_seq = {p} AND event_seq = {p}"
 )
+
+
+# A pending write's columns after its run_id, in WriteRow order.
+WRITE_COLUMNS = "checkpoint_id, task_id, idx, channel, task_path, value_hash, stamp, mac"
+# What storing a pending write stored before does: one with a non-negative idx is kept, a
+# special one (negative idx) replaced by the new one.
+WRITE_CONFLICT = (
+    "ON CONFLICT (run_id, checkpoint_id, task_id, idx) DO UPDATE SET channel = excluded.channel, "
+    "task_path = excluded.task_path, value_hash = excluded.value_hash, stamp = excluded.stamp, "
+    "mac = excluded.mac, created_at = excluded.created_at WHERE excluded.idx < 0"
+)
+# A pending write, in write_values order, stored only while its run exists.
+INSERT_WRITE = (
+    f"INSERT INTO pending_writes (run_id, {WRITE_COLUMNS}, created_at) "
+    "SELECT {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p} WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = {p}) "
+    + WRITE_CONFLICT
+)
+
+
+def write_values(run_id: str, write: tuple[Any, ...], now: float) -> tuple[Any, ...]:
+    """Return the values for INSERT_WRITE of one pending write (a WriteRow) of a run."""
+    return (run_id, *write, now, run_id)
 
 
 def seen_values(run: RunRecord) -> tuple[Any, ...]:

@@ -20,6 +20,7 @@ __all__ = [
     "choose_claim",
     "trusted_seen",
     "updated_run",
+    "writes_only",
 ]
 
 ANY_NODE = "*"
@@ -51,6 +52,27 @@ def check_expectations(run: RunRecord, commit: Commit) -> None:
         raise Conflict(run, f"Run {run.run_id} is owned by {run.owner!r}, not {commit.expect_owner!r}.")
     if commit.expect_head_seq is not None and run.head_seq != commit.expect_head_seq:
         raise Conflict(run, f"Run {run.run_id} has checkpoint {run.head_seq}, expected {commit.expect_head_seq}.")
+
+
+def writes_only(commit: Commit) -> RunRecord | None:
+    """Return the run the committer saw if the commit stores pending writes (and their values) and
+    nothing else: such a commit leaves the run row as it is, and checks only that the run exists."""
+    if (
+        not commit.writes
+        or commit.seen is None
+        or commit.checkpoints
+        or commit.events
+        or commit.run is not None
+        or commit.open_interrupts
+        or commit.claim is not None
+        or commit.release_interrupts
+        or commit.idempotent
+        or commit.expect_status is not None
+        or commit.expect_owner is not UNCHANGED
+        or commit.expect_head_seq is not None
+    ):
+        return None
+    return commit.seen
 
 
 def trusted_seen(commit: Commit) -> RunRecord | None:

@@ -23,6 +23,7 @@ from ..model import (
     NewRun,
     RunRecord,
     RunStatus,
+    WriteRow,
 )
 from . import bulk_ops
 from .figures import Figures, read_figures
@@ -178,6 +179,14 @@ class SQLStore:
         """Return (key, value address) of a run's keyed results whose key starts with one of ``prefixes``."""
         return await self._run(bulk_ops.keyed_results_of, self._dialect, run_id, list(prefixes))
 
+    async def pending_writes_of(self, run_id: str, checkpoint_ids: Sequence[str]) -> list[WriteRow]:
+        """Return a run's pending writes stored under any of ``checkpoint_ids`` (one read)."""
+        return await self._run(bulk_ops.pending_writes_of, self._dialect, run_id, list(checkpoint_ids))
+
+    async def copy_pending_writes(self, source_run_id: str, target_run_id: str) -> None:
+        """Copy every pending write of a run to another run (one statement)."""
+        await self._run(bulk_ops.copy_pending_writes, self._dialect, source_run_id, target_run_id)
+
     async def checkpoint_index(self, run_id: str) -> list[tuple[int, str]]:
         """Return (seq, checkpoint id) of a run's checkpoints in seq order (one narrow read)."""
         return await self._run(bulk_ops.checkpoint_index, self._dialect, run_id)
@@ -205,8 +214,8 @@ class SQLStore:
         await self._run(bulk_ops.delete_runs, self._dialect, list(run_ids))
 
     async def forget_checkpoints(self, doomed: Mapping[str, Sequence[tuple[int, str]]]) -> list[str]:
-        """Delete checkpoints (run -> [(seq, key prefix of its keyed results)]) and those results, keeping
-        the rest rebuildable; delete and return the runs left empty."""
+        """Delete checkpoints (run -> [(seq, id their pending writes are stored under, or "")]) and those
+        writes, keeping the rest rebuildable; delete and return the runs left empty."""
         return await self._run(bulk_ops.forget_checkpoints, self._dialect, self._sql._state_at, doomed)
 
     async def figures(self, since: float) -> Figures:

@@ -27,7 +27,7 @@ from ..model import (
 from . import rows
 from .blob_files import BlobFolder, FileBlob, FileVanished
 from .ddl import live_blobs
-from .rules import check_expectations, choose_claim, trusted_seen, updated_run
+from .rules import check_expectations, choose_claim, trusted_seen, updated_run, writes_only
 from .sqlite_reads import (
     _checkpoint_by_id,
     _expired,
@@ -117,17 +117,22 @@ _INSERT_CHECKPOINT = (
 )
 _INSERT_EVENT = f"INSERT INTO events ({rows.EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
 _INSERT_INTERRUPT = f"INSERT INTO pending_interrupts ({rows.INTERRUPT_COLUMNS}) VALUES ({', '.join('?' * 9)})"
+_INSERT_WRITE = rows.INSERT_WRITE.format(p="?")
+
+
+def _insert_blobs(conn: sqlite3.Connection, blobs: list[Blob], now: float) -> None:
+    for blob in blobs:
+        # Holding the write lock: a prune cannot delete the file between this check and the row.
+        if isinstance(blob, FileBlob) and not os.path.exists(blob.path):
+            raise FileVanished(blob.path)
+    conn.executemany(_INSERT_BLOB, [rows.blob_values(b, now) for b in blobs])
 
 
 def _write_children(
     conn: sqlite3.Connection, run: RunRecord, commit: Commit | NewRun, blobs: list[Blob], now: float
 ) -> list[CheckpointRecord]:
     if blobs:
-        for blob in blobs:
-            # Holding the write lock: a prune cannot delete the file between this check and the row.
-            if isinstance(blob, FileBlob) and not os.path.exists(blob.path):
-                raise FileVanished(blob.path)
-        conn.executemany(_INSERT_BLOB, [rows.blob_values(b, now) for b in blobs])
+        _insert_blobs(conn, blobs, now)
     written = []
     for offset, draft in enumerate(commit.checkpoints, start=1):
         seq = run.head_seq + offset
@@ -170,6 +175,9 @@ _UPDATE_SEEN_RUN = {sets: f"{sql} AND {_SEEN}" for sets, sql in _UPDATE_RUN.item
 
 
 def _commit(conn: sqlite3.Connection, commit: Commit, now: float, url: str) -> CommitResult:
+    seen = writes_only(commit)
+    if seen is not None:
+        return _commit_writes(conn, seen, commit, now, url)
     with _Transaction(conn):
         seen = trusted_seen(commit)
         if seen is not None:
@@ -199,6 +207,23 @@ def _commit(conn: sqlite3.Connection, commit: Commit, now: float, url: str) -> C
         return CommitResult(after, checkpoints, claimed)
 
 
+def _commit_writes(conn: sqlite3.Connection, seen: RunRecord, commit: Commit, now: float, url: str) -> CommitResult:
+    # Pending writes alone: their values and rows, stored while the run exists (the run row is
+    # neither read nor written unless nothing was stored, when a missing run is told apart).
+    with _Transaction(conn):
+        if commit.blobs:
+            _insert_blobs(conn, commit.blobs, now)
+        before = conn.total_changes
+        _insert_writes(conn, seen.run_id, commit, now)
+        if conn.total_changes == before and _get_run(conn, seen.run_id) is None:
+            raise RunNotFound(seen.run_id, url)
+    return CommitResult(seen, [])
+
+
+def _insert_writes(conn: sqlite3.Connection, run_id: str, commit: Commit, now: float) -> None:
+    conn.executemany(_INSERT_WRITE, [rows.write_values(run_id, write, now) for write in commit.writes])
+
+
 def _write_rest(conn: sqlite3.Connection, run: RunRecord, commit: Commit, now: float) -> list[CheckpointRecord]:
     if commit.release_interrupts:
         conn.execute("DELETE FROM pending_interrupts WHERE run_id = ?", (run.run_id,))
@@ -210,6 +235,8 @@ def _write_rest(conn: sqlite3.Connection, run: RunRecord, commit: Commit, now: f
             "INSERT OR IGNORE INTO idempotency (run_id, key, hash, created_at) VALUES (?, ?, ?, ?)",
             [(run.run_id, key, value_hash, now) for key, value_hash in commit.idempotent],
         )
+    if commit.writes:
+        _insert_writes(conn, run.run_id, commit, now)
     return checkpoints
 
 
@@ -235,7 +262,7 @@ def _delete_unreferenced(conn: sqlite3.Connection, paths: list[str], stale_befor
 _PRUNABLE = (RunStatus.COMPLETED.value, RunStatus.FAILED.value)
 
 # Blobs still reachable from anything kept: manifests, node outputs, run inputs,
-# @idempotent results, and blobs a front end lists under extra.blobs.
+# @idempotent results, pending writes, and blobs a front end lists under extra.blobs.
 _REFERENCED_BLOBS = """
     SELECT j.value FROM checkpoints AS c, json_each(c.changes) AS j WHERE j.value IS NOT NULL
     UNION SELECT j.value FROM checkpoints AS c, json_each(c.snapshot, '$.manifest') AS j
@@ -245,6 +272,7 @@ _REFERENCED_BLOBS = """
     UNION SELECT j.value FROM checkpoints AS c, json_each(c.extra, '$.blobs') AS j
     UNION SELECT j.value FROM runs AS r, json_each(r.input_manifest) AS j
     UNION SELECT hash FROM idempotency
+    UNION SELECT value_hash FROM pending_writes
 """
 _LIVE_BLOBS = live_blobs(_REFERENCED_BLOBS, "json_each(b.parts)")
 
@@ -288,6 +316,10 @@ def _prune(conn: sqlite3.Connection, older_than: float) -> PruneReport:
         ).rowcount
         idempotency = conn.execute(
             "DELETE FROM idempotency WHERE run_id IN (SELECT run_id FROM prunable) AND created_at < ?",
+            (older_than,),
+        ).rowcount
+        idempotency += conn.execute(
+            "DELETE FROM pending_writes WHERE run_id IN (SELECT run_id FROM prunable) AND created_at < ?",
             (older_than,),
         ).rowcount
         freed = conn.execute(

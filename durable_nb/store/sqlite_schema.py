@@ -15,10 +15,11 @@ _MIGRATIONS = migrations(
     blob="BLOB",
     bigint="INTEGER",
     snapshot_json="json_object('manifest', json(manifest), 'completed', json(completed))",
+    table_options=" WITHOUT ROWID",
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
-_CURRENT = current_schema(real="REAL", blob="BLOB", bigint="INTEGER")
-_OUR_TABLES = {"runs", "checkpoints", "pending_interrupts", "idempotency", "blobs", "events"}
+_CURRENT = current_schema(real="REAL", blob="BLOB", bigint="INTEGER", options=" WITHOUT ROWID")
+_OUR_TABLES = {"runs", "checkpoints", "pending_interrupts", "idempotency", "blobs", "events", "pending_writes"}
 
 
 def _current_version(conn: sqlite3.Connection, where: str) -> int:
