@@ -22,6 +22,7 @@ from durable_nb._loop import run_sync
 from durable_nb.notebook.handover import ATTACH_VARIABLE, Handover
 from durable_nb.notebook.magic_arguments import parser_of
 from durable_nb.notebook.magics import SUBCOMMANDS, DurableMagics
+from durable_nb.store import disconnect
 
 Out = pytest.CaptureFixture[str]
 Exercise = Callable[[Shell, Out, Path], None]
@@ -285,6 +286,23 @@ def test_an_unknown_subcommand_lists_them(shell: Shell, capsys: Out) -> None:
     """A misspelt subcommand is a UsageError naming every subcommand."""
     message = _refused(shell, "%durable statsu", capsys)
     assert all(subcommand in message for subcommand in SUBCOMMANDS)
+
+
+@pytest.mark.backends("sqlite")
+def test_a_store_that_fails_does_not_keep_the_kernel_from_attaching_elsewhere(
+    shell: Shell, capsys: Out, tmp_path: Path
+) -> None:
+    """Leaving a run whose store no longer answers (here closed) for a run in another store attaches there,
+    and says the old run could not be handed back."""
+    left = shell.run_id
+    disconnect(shell.store_url)  # the kernel's store object is closed: every call to it fails
+    said(capsys)
+    shell.ok(f"%durable run elsewhere --store sqlite:///{tmp_path}/elsewhere.db")
+    shown = said(capsys)
+    assert f"Could not hand back run {left}" in shown, shown
+    assert shell.session.require().run.name == "elsewhere"
+    shell.ok("%%durable first\nx = 1")
+    assert shell.session.require().completed == ["first"]
 
 
 # -- the cell magic and its options ----------------------------------------------------------------

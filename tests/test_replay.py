@@ -458,6 +458,7 @@ def test_a_kernel_attached_in_another_store_gives_no_default_run(tmp_path: Path,
     from IPython.core.interactiveshell import InteractiveShell
 
     dnb.connect(store_url)
+    InteractiveShell.clear_instance()  # a shell of its own, not one another test left attached
     shell = InteractiveShell.instance()
     try:
         shell.run_line_magic("load_ext", "durable_nb")

@@ -15,7 +15,7 @@ from ..engine.cells.cell_run import CellRun
 from ..engine.cells.namespace import NamespaceTracker
 from ..engine.cells.plan import CellAction, CellPlan, continue_cell, open_cell
 from ..engine.gates.decisions import decide, make_decision
-from ..errors import GatePending
+from ..errors import GatePending, StoreError
 from ..model import CommitResult, RunStatus
 from ..store import Store, connect
 from .all_cells import AllCells
@@ -86,7 +86,7 @@ class KernelSession:
             self.store = connect(store)
             self.tracker = None
         if self.cell_run is not None and self.cell_run.run_id != run_id:
-            run_sync(self.cell_run.release())
+            self._let_go(self.cell_run)
         # The kernel's namespace as the store holds it follows the kernel from run to run (same store).
         values = self.cell_run.values if self.cell_run is not None and self.tracker is not None else None
         # Store calls only, as a cell's: on this thread, the kernel's loop set aside (no background loop
@@ -108,6 +108,18 @@ class KernelSession:
         if not quiet:
             self.notes.say(self.describe(), "attached")
         return self.cell_run
+
+    def _let_go(self, cell_run: CellRun) -> None:
+        """Give up the run this kernel leaves for another; a store that fails to answer does not
+        keep the kernel from attaching elsewhere (the run's lease then lapses on its own)."""
+        try:
+            run_sync(cell_run.release())
+        except StoreError as error:
+            self.notes.warn(
+                f"Could not hand back run {cell_run.run_id} ({error}); any kernel can continue it once its "
+                "lease runs out.",
+                "detached",
+            )
 
     def describe(self) -> str:
         """One line: the run, its status, what is restorable, where it waits."""
