@@ -50,11 +50,12 @@ class DurableNb:
 
         self.path = folder / f"durable_nb_{self.durability}.db"
         if self.postgres:
-            schema = f"bench_{uuid.uuid4().hex[:8]}"
-            url = f"{self.postgres}{'&' if '?' in self.postgres else '?'}schema={schema}"
-            store = dnb.connect(url)
+            self.schema = f"bench_{uuid.uuid4().hex[:8]}"
+            self.url = f"{self.postgres}{'&' if '?' in self.postgres else '?'}schema={self.schema}"
+            store = dnb.connect(self.url)
         else:
-            store = dnb.connect(f"sqlite:///{self.path}", durability=self.durability)
+            self.url = f"sqlite:///{self.path}"
+            store = dnb.connect(self.url, durability=self.durability)
         self.flow = dnb.Workflow(f"chain-{self.durability}", store=store)
         previous = None
         for index in range(nodes):
@@ -73,6 +74,17 @@ class DurableNb:
 
     def files(self) -> list[Path]:
         return [self.path, Path(f"{self.path}-wal")]
+
+    def close(self) -> None:
+        """Close the store; on PostgreSQL drop its schema, so that a benchmark leaves nothing behind."""
+        from durable_nb.store import disconnect
+
+        disconnect(self.url)
+        if self.postgres:
+            import psycopg
+
+            with psycopg.connect(self.postgres, autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
 
 
 class LangGraphSqlite:
