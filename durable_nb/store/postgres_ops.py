@@ -159,16 +159,27 @@ def _values(columns: int, count: int) -> str:
     return ", ".join([row] * count)
 
 
+def _blobs_part(count: int) -> str:
+    """Return the WITH part inserting ``count`` values (those stored already are kept)."""
+    return (
+        "b AS (INSERT INTO blobs (hash, codec, size, created_at, data, parts) "
+        f"VALUES {_values(6, count)} ON CONFLICT (hash) DO NOTHING)"
+    )
+
+
+def _numbered(sql: str) -> str:
+    """Return ``sql`` with its ``%s`` placeholders numbered ($1, …), as a raw cursor sends them."""
+    numbers = itertools.count(1)
+    return re.sub("%s", lambda _: f"${next(numbers)}", sql)
+
+
 @lru_cache(maxsize=64)
 def _statement(sets: bool, blobs: int, checkpoints: int, events: int, idempotent: int) -> str:
     """Return the one statement of a running node's commit with these many rows, with numbered
     placeholders ($1, …): psycopg sends it as it is (no parsing of a long query on every call)."""
     parts = [f"updated AS ({_UPDATE_RUN[sets]} AND {_SEEN} RETURNING 1)"]
     if blobs:
-        parts.append(
-            "b AS (INSERT INTO blobs (hash, codec, size, created_at, data, parts) "
-            f"VALUES {_values(6, blobs)} ON CONFLICT (hash) DO NOTHING)"
-        )
+        parts.append(_blobs_part(blobs))
     if checkpoints:
         columns = rows.CHECKPOINT_COLUMNS
         parts.append(f"c AS (INSERT INTO checkpoints ({columns}) VALUES {_values(rows.CHECKPOINT_COUNT, checkpoints)})")
@@ -180,8 +191,7 @@ def _statement(sets: bool, blobs: int, checkpoints: int, events: int, idempotent
             f"VALUES {_values(4, idempotent)} ON CONFLICT (run_id, key) DO NOTHING)"
         )
     sql = f"WITH {', '.join(parts)} SELECT 1 / (SELECT count(*) FROM updated)"
-    numbers = itertools.count(1)
-    return re.sub("%s", lambda _: f"${next(numbers)}", sql)
+    return _numbered(sql)
 
 
 def _one_statement(
@@ -278,17 +288,13 @@ def _writes_statement(blobs: int, writes: int) -> str:
     numbered placeholders ($1, …)."""
     parts = [f"r AS ({_KEEP_RUN})"]
     if blobs:
-        parts.append(
-            "b AS (INSERT INTO blobs (hash, codec, size, created_at, data, parts) "
-            f"VALUES {_values(6, blobs)} ON CONFLICT (hash) DO NOTHING)"
-        )
+        parts.append(_blobs_part(blobs))
     parts.append(
         f"w AS (INSERT INTO pending_writes (run_id, {rows.WRITE_COLUMNS}, created_at) "
         f"VALUES {_values(10, writes)} {rows.WRITE_CONFLICT})"
     )
     sql = f"WITH {', '.join(parts)} SELECT 1 / (SELECT count(*) FROM r)"
-    numbers = itertools.count(1)
-    return re.sub("%s", lambda _: f"${next(numbers)}", sql)
+    return _numbered(sql)
 
 
 # Holds the run row against deletion until the commit (a delete_runs waits, then finds the
