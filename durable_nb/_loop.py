@@ -57,24 +57,14 @@ _lock = threading.Lock()
 _portal: asyncio.AbstractEventLoop | None = None
 
 
-def _thread_loop() -> asyncio.AbstractEventLoop:
+def _thread_loop(slot: str = "loop") -> asyncio.AbstractEventLoop:
     # One long-lived loop per thread: creating a loop per call would cost more than the
-    # store round trip it drives.
-    loop: asyncio.AbstractEventLoop | None = getattr(_local, "loop", None)
+    # store round trip it drives. Slot "engine" is a second one, for a run driven on this thread
+    # (``run_on_engine_loop``): the first stays free for the sync calls of its inline nodes.
+    loop: asyncio.AbstractEventLoop | None = getattr(_local, slot, None)
     if loop is None or loop.is_closed():
         loop = asyncio.new_event_loop()
-        _local.loop = loop
-        _own.add(loop)
-    return loop
-
-
-def _engine_loop() -> asyncio.AbstractEventLoop:
-    # A second loop of this thread, for runs driven here (``run_on_engine_loop``): this thread's
-    # own loop stays free for the sync API called by the nodes that run inline on it.
-    loop: asyncio.AbstractEventLoop | None = getattr(_local, "engine", None)
-    if loop is None or loop.is_closed():
-        loop = asyncio.new_event_loop()
-        _local.engine = loop
+        setattr(_local, slot, loop)
         _own.add(loop)
     return loop
 
@@ -193,7 +183,7 @@ def run_on_engine_loop(coro: Coroutine[Any, Any, T]) -> T:
     The coroutine may call functions with ``call_outside_loop``: the sync API they use runs on
     this thread's other loop, as on any thread.
     """
-    return _run_here(_engine_loop(), coro)
+    return _run_here(_thread_loop("engine"), coro)
 
 
 def call_outside_loop(fn: Callable[..., T], *args: Any) -> T:
