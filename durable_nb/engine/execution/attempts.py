@@ -197,7 +197,7 @@ class Attempter:
         # The checkpoint the run continued from (a decision's, when one resumed it), for gate events.
         self.resumed_from: str | None = None
         # Set on an engine thread, whose lone sync nodes run inline (another thread watches the
-        # run): the hook their agents write checkpoints through, on the loop they run on.
+        # run): the hook their agents write checkpoints through, on the watching thread's loop.
         self.inline: Any = None
 
     async def _call(

@@ -54,8 +54,9 @@ async def drive_on_engine_thread(runner: Runner) -> RunRecord:
 
     async def waves() -> RunRecord:
         engine.loop, engine.task = asyncio.get_running_loop(), asyncio.current_task()
-        # Agents of inline nodes write on the loop they run on: this one waits for their node.
-        runner.attempter.inline = AgentSteps(None, commits.agent_steps, commits.values)
+        # Agents of inline nodes write on the watching loop (this one is busy with their node):
+        # one loop, so writes from several threads of a node still go one at a time.
+        runner.attempter.inline = AgentSteps(loop, commits.agent_steps, commits.values)
         return await runner.run_waves(watched=False)
 
     def abandon() -> None:
