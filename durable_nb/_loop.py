@@ -154,7 +154,7 @@ def _run_on_portal(coro: Coroutine[Any, Any, T]) -> T:
 
 def owns_running_loop() -> bool:
     """Return whether the loop running in this thread is one of durable_nb's own."""
-    # Our loops are this thread's (``_thread_loop``, ``_engine_loop``) and the portal; comparing
+    # Our loops are this thread's two (``_thread_loop``'s slots) and the portal; comparing
     # with those is exact and cheaper than the weak set (this runs several times per node).
     try:
         loop = asyncio.get_running_loop()
