@@ -12,7 +12,8 @@ Two tables each, per node or step. Phases: timers around the saver's calls and e
 operation, in whatever thread runs them (CPU time of that thread, and wall time), without a
 profiler; a store operation's time is part of the call that made it. Areas: cProfile's own time
 of every function, summed by where the function lives (an extra run, every thread of the saver's
-calls profiled; the profiler slows Python, so read these as shares, not absolute times).
+calls and the engine thread of the workflow's runs profiled; the profiler slows Python, so read
+these as shares, not absolute times).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ class Phases:
         self.rows: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
         self.profiles: list[cProfile.Profile] = []
         self.profiling = False
+        # The wrapped functions profiled (in the thread that calls them) while ``profiling``.
+        self.profiled = frozenset({"put", "put_writes"})
         self._lock = threading.Lock()
 
     @contextmanager
@@ -48,7 +51,7 @@ class Phases:
         original = getattr(owner, attr)
 
         def timed(*args: Any, **kwargs: Any) -> Any:
-            profile = cProfile.Profile(time.thread_time) if self.profiling and attr in ("put", "put_writes") else None
+            profile = cProfile.Profile(time.thread_time) if self.profiling and attr in self.profiled else None
             cpu, wall = time.thread_time(), time.perf_counter()
             if profile is not None:
                 profile.enable()
@@ -71,6 +74,10 @@ class Phases:
             yield
         finally:
             setattr(owner, attr, original)
+
+
+def _engine_label(*_: Any) -> str:
+    return "  engine thread (the run's waves)"
 
 
 def _store_label(_store: Any, fn: Callable[..., Any], *_: Any) -> str:
@@ -127,6 +134,7 @@ def _table(title: str, phases: Phases, per: int, unit: str, areas: list[tuple[st
 
 def profile_node(folder: Path, runs: int) -> str:
     """Profile durable_nb's workflow engine running the 50-node chain; return the tables."""
+    from durable_nb.engine.workflows import engine_thread
     from durable_nb.store.sqlite import SQLiteStore
 
     from .contenders import DurableNb
@@ -135,20 +143,30 @@ def profile_node(folder: Path, runs: int) -> str:
     chain.prepare(folder, NODES, None)
     chain.run_once()  # warm-up: schema, imports, caches
     phases = Phases()
-    with phases.wrapping(SQLiteStore, "_call", _store_label):
+    # A run's waves go to an engine thread: timed, and profiled, in that thread.
+    with (
+        phases.wrapping(engine_thread, "run_on_engine_loop", _engine_label),
+        phases.wrapping(SQLiteStore, "_call", _store_label),
+    ):
         cpu, wall = time.process_time(), time.perf_counter()
         for _ in range(runs):
             chain.run_once()
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     phases.rows = {"node (whole process)": [runs * NODES, cpu, wall], **phases.rows}
-    profiler = cProfile.Profile(time.thread_time)
-    profiler.enable()
-    for _ in range(runs):
-        chain.run_once()
-    profiler.disable()
+    timed = Phases()
+    timed.profiling, timed.profiled = True, frozenset({"run_on_engine_loop"})
+    with timed.wrapping(engine_thread, "run_on_engine_loop", _engine_label):
+        profiler = cProfile.Profile(time.thread_time)
+        profiler.enable()
+        for _ in range(runs):
+            chain.run_once()
+        profiler.disable()
+    stats = pstats.Stats(profiler)
+    for profile in timed.profiles:
+        stats.add(profile)
     per = runs * NODES
     title = f"**One workflow node** (durable_nb engine, {NODES}-node chain, SQLite FULL, {runs} runs)"
-    return _table(title, phases, per, "node", _areas(pstats.Stats(profiler), per))
+    return _table(title, phases, per, "node", _areas(stats, per))
 
 
 def profile_step(folder: Path, runs: int, postgres: str | None) -> str:

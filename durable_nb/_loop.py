@@ -14,6 +14,10 @@ This is the one module that deals with event loops. Three cases:
 Whatever runs it, the coroutine sees the caller's context variables, and an interruption
 (Ctrl-C, a kernel interrupt) cancels it and lets it finish its cleanup before re-raising.
 
+A workflow run under the sync API goes to an engine thread, whose engine loop
+(``run_on_engine_loop``) calls its lone sync nodes inline (``call_outside_loop``): they see no
+running loop, as on a thread of their own, and the thread's usual loop serves their sync calls.
+
 ``run_in_place`` is the notebook's hot path (a cell's start and its commit): a coroutine that
 only makes store calls runs on this thread's own loop even under someone else's loop, which
 waits for the cell anyway; that spares two thread switches per call. A Ctrl-C arriving
@@ -33,7 +37,15 @@ import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar
 
-__all__ = ["blocking", "owns_running_loop", "run_blocking", "run_in_place", "run_sync"]
+__all__ = [
+    "blocking",
+    "call_outside_loop",
+    "owns_running_loop",
+    "run_blocking",
+    "run_in_place",
+    "run_on_engine_loop",
+    "run_sync",
+]
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -45,13 +57,14 @@ _lock = threading.Lock()
 _portal: asyncio.AbstractEventLoop | None = None
 
 
-def _thread_loop() -> asyncio.AbstractEventLoop:
+def _thread_loop(slot: str = "loop") -> asyncio.AbstractEventLoop:
     # One long-lived loop per thread: creating a loop per call would cost more than the
-    # store round trip it drives.
-    loop: asyncio.AbstractEventLoop | None = getattr(_local, "loop", None)
+    # store round trip it drives. Slot "engine" is a second one, for a run driven on this thread
+    # (``run_on_engine_loop``): the first stays free for the sync calls of its inline nodes.
+    loop: asyncio.AbstractEventLoop | None = getattr(_local, slot, None)
     if loop is None or loop.is_closed():
         loop = asyncio.new_event_loop()
-        _local.loop = loop
+        setattr(_local, slot, loop)
         _own.add(loop)
     return loop
 
@@ -141,13 +154,13 @@ def _run_on_portal(coro: Coroutine[Any, Any, T]) -> T:
 
 def owns_running_loop() -> bool:
     """Return whether the loop running in this thread is one of durable_nb's own."""
-    # Our loops are this thread's (``_thread_loop``) and the portal; comparing with those two
-    # is exact and cheaper than the weak set (this runs several times per node).
+    # Our loops are this thread's two (``_thread_loop``'s slots) and the portal; comparing
+    # with those is exact and cheaper than the weak set (this runs several times per node).
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         return False
-    return loop is getattr(_local, "loop", None) or loop is _portal
+    return loop is getattr(_local, "loop", None) or loop is _portal or loop is getattr(_local, "engine", None)
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
@@ -162,6 +175,29 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         _make_reentrant(running)
         return _run_here(running, coro)
     return _run_on_portal(coro)
+
+
+def run_on_engine_loop(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion on this thread's engine loop (none may run here yet); return its result.
+
+    The coroutine may call functions with ``call_outside_loop``: the sync API they use runs on
+    this thread's other loop, as on any thread.
+    """
+    return _run_here(_thread_loop("engine"), coro)
+
+
+def call_outside_loop(fn: Callable[..., T], *args: Any) -> T:
+    """Call ``fn(*args)`` from a coroutine as if no loop ran in this thread, and return its result.
+
+    A sync node run inline sees what it would see on a thread of its own: ``asyncio.run`` works,
+    and durable_nb's sync API runs on this thread's loop (not the engine's, which waits for it).
+    """
+    running = asyncio.events._get_running_loop()
+    asyncio.events._set_running_loop(None)
+    try:
+        return fn(*args)
+    finally:
+        asyncio.events._set_running_loop(running)
 
 
 def run_in_place(coro: Coroutine[Any, Any, T]) -> T:

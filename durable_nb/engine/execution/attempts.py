@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..._loop import owns_running_loop
+from ..._loop import call_outside_loop
 from ...errors import InvalidState
 from ...model import Blob, Commit, Decision, NewEvent
 from ...store import codec
@@ -24,7 +24,7 @@ from .policy import Attempts
 from .remote import ItemPart, pack_call, rebuild_suspend
 from .scope import NodeScope, enter_scope
 
-__all__ = ["Attempter", "Outcome", "RemoteCall", "journal_prefix", "node_journal"]
+__all__ = ["NODE_THREADS", "Attempter", "Outcome", "RemoteCall", "journal_prefix", "node_journal"]
 
 Sleep = Callable[[float], Awaitable[Any]]
 
@@ -32,18 +32,15 @@ Sleep = Callable[[float], Awaitable[Any]]
 class _Job:
     """One call of a sync node function on a node thread, and how its caller learns the result.
 
-    The caller first waits on ``done`` (a bare lock, released when the call ends); one that stops
-    waiting leaves an asyncio future in ``waiter`` instead, settled on its loop. Either way the
-    hand-off is one lock each way, not a concurrent.futures.Future's condition and callbacks.
+    The caller leaves an asyncio future in ``waiter``, settled on its loop when the call ends: not
+    a concurrent.futures.Future's condition and callbacks.
     """
 
-    __slots__ = ("args", "cancelled", "done", "error", "finished", "fn", "result", "waiter")
+    __slots__ = ("args", "cancelled", "error", "finished", "fn", "result", "waiter")
 
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         self.fn = fn
         self.args = args
-        self.done = threading.Lock()
-        self.done.acquire()
         self.finished = False
         self.cancelled = False
         self.result: Any = None
@@ -122,7 +119,6 @@ class _NodeThreads:
                 self._idle += 1
                 job.finished = True
                 waiter = job.waiter
-            job.done.release()
             if waiter is not None:
                 loop, future = waiter
                 try:
@@ -131,12 +127,7 @@ class _NodeThreads:
                     pass  # its loop is closed: nobody waits for this result any more
 
 
-_NODE_THREADS = _NodeThreads()
-
-# How long the loop thread of the sync API waits for a lone sync node before it goes back to
-# its loop: a short node is then collected without the loop's wake-up round trip, and a long
-# one delays the lease renewal and cancel checks by no more than this.
-SHORT_NODE_SECONDS = 0.005
+NODE_THREADS = _NodeThreads()
 
 
 @dataclass(slots=True)
@@ -205,6 +196,9 @@ class Attempter:
         self.steps: Any = None
         # The checkpoint the run continued from (a decision's, when one resumed it), for gate events.
         self.resumed_from: str | None = None
+        # Set on an engine thread, whose lone sync nodes run inline (another thread watches the
+        # run): the hook their agents write checkpoints through, on the watching thread's loop.
+        self.inline: Any = None
 
     async def _call(
         self, spec: NodeSpec, args: tuple[Any, ...], scope: NodeScope, alone: bool, span: Any = None
@@ -217,12 +211,13 @@ class Attempter:
         call: Awaitable[Any]
         if spec.is_async:
             call = loop.create_task(spec.fn(*args), context=context)
+        elif self.inline is not None and alone and spec.timeout_seconds is None:
+            # No other work waits on this thread, and a cancel or a lapsing lease is another's to see.
+            scope.steps = self.inline
+            return call_outside_loop(context.run, spec.fn, *args)
         else:
-            job = _NODE_THREADS.submit(context.run, spec.fn, *args)
-            if alone and spec.timeout_seconds is None and owns_running_loop():
-                if job.done.acquire(timeout=SHORT_NODE_SECONDS):
-                    return job.outcome()
-            waiter = _NODE_THREADS.wait(job, loop)
+            job = NODE_THREADS.submit(context.run, spec.fn, *args)
+            waiter = NODE_THREADS.wait(job, loop)
             if waiter is None:
                 return job.outcome()
             waiter.add_done_callback(lambda w: setattr(job, "cancelled", w.cancelled()))

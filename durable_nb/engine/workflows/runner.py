@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
 from typing import Any
 
+from ..._loop import owns_running_loop
 from ...errors import ConfigurationError, RunCancelled, StoreError
 from ...model import (
     RUN_END,
@@ -34,6 +36,7 @@ from ..runs.watch import Watch
 from ..state.statelog import StateLog
 from ..state.values import ValueCodec
 from ..tracing import current, error_status, finish, run_span
+from .engine_thread import drive_on_engine_thread
 from .graph import Graph, NodeSpec
 from .map_node import MapNodes
 from .run_commits import RunCommits, finished
@@ -133,12 +136,25 @@ class Runner:
             finish(span, commits.head, failure)
 
     async def _drive(self) -> RunRecord:
+        if owns_running_loop():
+            # The sync API's loop waits for the run anyway: an engine thread runs it, lone sync
+            # nodes inline, while this thread watches (no thread switch per node).
+            return await drive_on_engine_thread(self)
+        return await self.run_waves()
+
+    async def run_waves(self, *, watched: bool = True) -> RunRecord:
+        """Run the waves on this loop; ``watched``: with a watch of the run's lease and cancels of its own."""
         commits = self.commits
         store = commits.store
         self.attempter.steps = AgentSteps(asyncio.get_running_loop(), commits.agent_steps, commits.values)
         try:
-            with Watch(store, commits.run.run_id, commits.owner, self.abandon) as commits.watch:
+            with Watch(store, commits.run.run_id, commits.owner, self.abandon) if watched else nullcontext() as watch:
+                if watch is not None:
+                    commits.watch = watch
                 while not (self._ended or self._stopped):
+                    if commits.abandoned:
+                        # Abandoned by a watch on another thread before this wave began.
+                        raise RunCancelled(f"Run {commits.run.run_id} was cancelled.")
                     wave = self.progress.ready()
                     if not wave:
                         await self._end()
@@ -155,8 +171,8 @@ class Runner:
             commits.run = await release_after_failure(store, commits.run, commits.owner, error) or commits.run
             raise
         except (asyncio.CancelledError, KeyboardInterrupt):
-            # Interrupted (a cancelled task; Ctrl-C, raised here when it lands while this task
-            # waits a moment for a lone node): record the cancel so the run stays resumable.
+            # Interrupted (a cancelled task; Ctrl-C, raised here when it lands on this thread):
+            # record the cancel so the run stays resumable.
             await asyncio.shield(commits.record_interrupt())
             raise
         return commits.run
