@@ -356,3 +356,44 @@ def test_a_changed_unit_reached_through_each_of_its_names_is_checked_once(
     assert {"df", "frames", "more"} <= set(shell.changed("change"))
     # The figure the shell keeps open has a witness of its own, checked once too.
     assert checks and len(checks) == len({id(c) for c in checks})
+
+
+STATE_SPACE = (
+    "%%durable arima\nimport numpy as np\nfrom statsmodels.tsa.arima.model import ARIMA\n"
+    "y = np.sin(np.arange(60.0) / 3) + np.random.RandomState(0).normal(size=60) * 0.1\n"
+    "arima = ARIMA(y, order=(1, 0, 0)).fit()"
+)
+
+
+def test_a_state_space_result_whose_compiled_state_changed_is_stored_again_and_restored(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Memory a compiled object of the result holds, changed in place (here through its own
+    ``__setstate__``), shows only in the copies it makes at each pickle: it is stored again, and a
+    new kernel restores it as it was left."""
+    pytest.importorskip("statsmodels")
+    pickled: list[list[Any]] = []
+    first = Shell(store_url, pickled)
+    change = (
+        "%%durable change\ncompiled = arima.model.ssm.initialization._initializations['d']\n"
+        "compiled.__setstate__({'_tmp_transition': np.full((1, 1), 0.25, order='F'),\n"
+        "                       '_tmp_selected_state_cov': np.full((1, 1), 2.0, order='F')})"
+    )
+    cells = (STATE_SPACE, "%%durable use\nphi = arima.params[1]", change)
+    for cell in cells:
+        first.ok(cell)
+    assert "arima" in first.changed("change")
+    expected = _compiled_state(first.shell.user_ns["arima"])
+    assert expected == {"_tmp_transition": [[0.25]], "_tmp_selected_state_cov": [[2.0]]}
+    first.release()
+    second = Shell(store_url, pickled)
+    for cell in cells:
+        second.ok(cell)
+    assert _compiled_state(second.shell.user_ns["arima"]) == expected
+    second.release()
+
+
+def _compiled_state(result: Any) -> dict[str, Any]:
+    """The matrices a state space result's compiled initialization holds (copied out by its reduce)."""
+    state = result.model.ssm.initialization._initializations["d"].__reduce__()[2]
+    return {name: array.tolist() for name, array in state.items()}

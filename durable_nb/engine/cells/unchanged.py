@@ -19,7 +19,8 @@ still holds (``holds``), the pickle is known to be what it was.
   apart, through its own ``__reduce_ex__`` (a frame's blocks and indexes, a result's state
   dict with its cache, the model and data it holds), array bytes hashed, the objects it reaches
   by identity. What ``__reduce_ex__`` makes anew at each call (a state dict, an argument tuple)
-  counts by its contents: it is told apart from the object's own containers by asking twice.
+  counts by its contents (as does a numeric array it copies out of compiled memory, as the state
+  space models' objects do): it is told apart from the object's own by asking twice.
   Classes and functions count by name only where they are pickled by name.
 
 A witness that cannot vouch for a value returns None, and the value is pickled as before:
