@@ -365,6 +365,29 @@ STATE_SPACE = (
 )
 
 
+def test_a_state_space_result_a_cell_only_uses_is_not_pickled_again(shell: Shell) -> None:
+    """An ARIMA result holds compiled objects that copy their matrices out at each pickle: reading its
+    parameters pickles it neither to know it unchanged nor to store it."""
+    pytest.importorskip("statsmodels")
+    ns = shell.shell.user_ns
+    shell.cell(STATE_SPACE)
+    pickled = shell.cell("%%durable use\nphi = arima.params[1]")
+    assert not held(pickled, ns["arima"])
+    assert not held(shell.cell("%%durable again\nphi2 = arima.params[1] * 2"), ns["arima"])
+    assert shell.changed("again") == ["phi2"]
+
+
+def test_the_array_a_result_was_fitted_on_changed_in_place_stores_both(shell: Shell) -> None:
+    """The result and the array it holds are one unit with one witness: the array edited in place
+    stores both again."""
+    pytest.importorskip("statsmodels")
+    shell.cell(STATE_SPACE)
+    shell.cell("%%durable use\nphi = arima.params[1]")
+    shell.cell("%%durable change\ny[0] = 100.0")
+    assert {"arima", "y"} <= set(shell.changed("change"))
+    assert shell.shell.user_ns["arima"].model.data.orig_endog[0] == 100.0
+
+
 def test_a_state_space_result_whose_compiled_state_changed_is_stored_again_and_restored(
     store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

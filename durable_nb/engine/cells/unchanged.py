@@ -158,14 +158,16 @@ def witness(values: list[Any], buffers: list[Any]) -> Witness | None:
     """Take a witness of a unit's values just pickled (``buffers``: its out-of-band buffers, kept and
     hashed again only for figures, whose arrays the walk does not read).
 
-    None when a value is neither a figure, its axes, a scikit-learn estimator, a pandas object nor a
-    statsmodels one (or holds something else): such a unit is pickled each time to compare.
+    None unless a value is a figure, its axes, a scikit-learn estimator, a pandas object or a
+    statsmodels one, the others numeric arrays (a model's data) or numbers, nothing holding anything
+    else: such a unit is pickled each time to compare.
     """
     digest = Digest()
     try:
+        watched = [_watchable(value, digest) for value in values]
+        if not any(watched) or not all(w or _plain(v, digest) for w, v in zip(watched, values, strict=True)):
+            return None
         for value in values:
-            if not _watchable(value, digest):
-                return None
             digest.walk(value)
         figures = [_FigureWitness(figure) for figure in digest.figures.values()]
     except Refused:
@@ -194,6 +196,15 @@ def _watchable(value: Any, digest: Digest, depth: int = 0) -> bool:
             _watchable(item, digest, 1) or isinstance(item, plain) or type(item) in SCALARS for item in value
         )
     return False
+
+
+def _plain(value: Any, digest: Digest) -> bool:
+    """A numeric array or a number: cheap to digest, worth no witness alone, none needed beside one
+    (the array a model was fitted on, kept in its unit)."""
+    ndarray = digest.ndarray
+    if ndarray is not None and type(value) is ndarray:
+        return not value.dtype.hasobject
+    return type(value) in SCALARS
 
 
 def _library_object(value: Any) -> bool:
