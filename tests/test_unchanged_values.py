@@ -290,6 +290,17 @@ def test_a_series_renamed_in_place_is_stored_again(shell: Shell) -> None:
     assert "s" in shell.changed("rename")
 
 
+def test_frames_and_series_are_not_one_unit_through_their_class(shell: Shell) -> None:
+    """Every frame's pickle carries its class's one ``_metadata`` list: that does not tie two frames (or two
+    series) together. Changing one pickles none of the others."""
+    ns = shell.shell.user_ns
+    shell.cell(FRAME)
+    shell.cell("%%durable other\nother = pd.DataFrame({'c': [1.0, 2.0]})\nt = pd.Series([5, 6])")
+    pickled = shell.cell("%%durable change\nother.loc[0, 'c'] = 9.0\nt[0] = 7")
+    assert not held(pickled, ns["df"], ns["s"], ns["dates"])
+    assert shell.changed("change") == ["other", "t"]
+
+
 RESULTS = (
     "%%durable fit\nimport numpy as np\nimport pandas as pd\nimport statsmodels.api as sm\n"
     "data = pd.DataFrame({'x': np.arange(20.0), 'y': np.arange(20.0) * 2 + np.sin(np.arange(20.0))})\n"
