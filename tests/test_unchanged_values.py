@@ -337,6 +337,19 @@ def test_statsmodels_results_whose_state_changed_are_stored_again(shell: Shell, 
     assert "results" in shell.changed("change")
 
 
+def test_a_result_sharing_its_data_is_pickled_once_with_its_unit_when_it_changes(shell: Shell) -> None:
+    """Two results fitted on one frame are one unit with it: a cell that changes one of them (a statistic
+    cached on first use) pickles the three once, together, not that result alone first."""
+    pytest.importorskip("statsmodels")
+    ns = shell.shell.user_ns
+    shell.cell(f"{RESULTS}\nother = sm.OLS(data['y'], data['x']).fit()")
+    shell.cell("%%durable change\nbse = results.bse")
+    with_results = [values for values in shell.pickled if held(values, ns["results"])]
+    assert len(with_results) == 1
+    assert held(with_results[0], ns["other"]) and held(with_results[0], ns["data"])
+    assert {"data", "other", "results"} <= set(shell.changed("change"))
+
+
 def test_a_frame_that_changed_is_vouched_for_again_once_found_unchanged(shell: Shell) -> None:
     """After a change, the next cell that uses the frame pickles it (no witness is kept for what keeps
     changing); found unchanged there, it is not pickled by the cells after."""
