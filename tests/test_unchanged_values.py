@@ -290,6 +290,17 @@ def test_a_series_renamed_in_place_is_stored_again(shell: Shell) -> None:
     assert "s" in shell.changed("rename")
 
 
+def test_frames_and_series_are_not_one_unit_through_their_class(shell: Shell) -> None:
+    """Every frame's pickle carries its class's one ``_metadata`` list: that does not tie two frames (or two
+    series) together. Changing one pickles none of the others."""
+    ns = shell.shell.user_ns
+    shell.cell(FRAME)
+    shell.cell("%%durable other\nother = pd.DataFrame({'c': [1.0, 2.0]})\nt = pd.Series([5, 6])")
+    pickled = shell.cell("%%durable change\nother.loc[0, 'c'] = 9.0\nt[0] = 7")
+    assert not held(pickled, ns["df"], ns["s"], ns["dates"])
+    assert shell.changed("change") == ["other", "t"]
+
+
 RESULTS = (
     "%%durable fit\nimport numpy as np\nimport pandas as pd\nimport statsmodels.api as sm\n"
     "data = pd.DataFrame({'x': np.arange(20.0), 'y': np.arange(20.0) * 2 + np.sin(np.arange(20.0))})\n"
@@ -326,6 +337,19 @@ def test_statsmodels_results_whose_state_changed_are_stored_again(shell: Shell, 
     assert "results" in shell.changed("change")
 
 
+def test_a_result_sharing_its_data_is_pickled_once_with_its_unit_when_it_changes(shell: Shell) -> None:
+    """Two results fitted on one frame are one unit with it: a cell that changes one of them (a statistic
+    cached on first use) pickles the three once, together, not that result alone first."""
+    pytest.importorskip("statsmodels")
+    ns = shell.shell.user_ns
+    shell.cell(f"{RESULTS}\nother = sm.OLS(data['y'], data['x']).fit()")
+    shell.cell("%%durable change\nbse = results.bse")
+    with_results = [values for values in shell.pickled if held(values, ns["results"])]
+    assert len(with_results) == 1
+    assert held(with_results[0], ns["other"]) and held(with_results[0], ns["data"])
+    assert {"data", "other", "results"} <= set(shell.changed("change"))
+
+
 def test_a_frame_that_changed_is_vouched_for_again_once_found_unchanged(shell: Shell) -> None:
     """After a change, the next cell that uses the frame pickles it (no witness is kept for what keeps
     changing); found unchanged there, it is not pickled by the cells after."""
@@ -356,3 +380,67 @@ def test_a_changed_unit_reached_through_each_of_its_names_is_checked_once(
     assert {"df", "frames", "more"} <= set(shell.changed("change"))
     # The figure the shell keeps open has a witness of its own, checked once too.
     assert checks and len(checks) == len({id(c) for c in checks})
+
+
+STATE_SPACE = (
+    "%%durable arima\nimport numpy as np\nfrom statsmodels.tsa.arima.model import ARIMA\n"
+    "y = np.sin(np.arange(60.0) / 3) + np.random.RandomState(0).normal(size=60) * 0.1\n"
+    "arima = ARIMA(y, order=(1, 0, 0)).fit()"
+)
+
+
+def test_a_state_space_result_a_cell_only_uses_is_not_pickled_again(shell: Shell) -> None:
+    """An ARIMA result holds compiled objects that copy their matrices out at each pickle: reading its
+    parameters pickles it neither to know it unchanged nor to store it."""
+    pytest.importorskip("statsmodels")
+    ns = shell.shell.user_ns
+    shell.cell(STATE_SPACE)
+    pickled = shell.cell("%%durable use\nphi = arima.params[1]")
+    assert not held(pickled, ns["arima"])
+    assert not held(shell.cell("%%durable again\nphi2 = arima.params[1] * 2"), ns["arima"])
+    assert shell.changed("again") == ["phi2"]
+
+
+def test_the_array_a_result_was_fitted_on_changed_in_place_stores_both(shell: Shell) -> None:
+    """The result and the array it holds are one unit with one witness: the array edited in place
+    stores both again."""
+    pytest.importorskip("statsmodels")
+    shell.cell(STATE_SPACE)
+    shell.cell("%%durable use\nphi = arima.params[1]")
+    shell.cell("%%durable change\ny[0] = 100.0")
+    assert {"arima", "y"} <= set(shell.changed("change"))
+    assert shell.shell.user_ns["arima"].model.data.orig_endog[0] == 100.0
+
+
+def test_a_state_space_result_whose_compiled_state_changed_is_stored_again_and_restored(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Memory a compiled object of the result holds, changed in place (here through its own
+    ``__setstate__``), shows only in the copies it makes at each pickle: it is stored again, and a
+    new kernel restores it as it was left."""
+    pytest.importorskip("statsmodels")
+    pickled: list[list[Any]] = []
+    first = Shell(store_url, pickled)
+    change = (
+        "%%durable change\ncompiled = arima.model.ssm.initialization._initializations['d']\n"
+        "compiled.__setstate__({'_tmp_transition': np.full((1, 1), 0.25, order='F'),\n"
+        "                       '_tmp_selected_state_cov': np.full((1, 1), 2.0, order='F')})"
+    )
+    cells = (STATE_SPACE, "%%durable use\nphi = arima.params[1]", change)
+    for cell in cells:
+        first.ok(cell)
+    assert "arima" in first.changed("change")
+    expected = _compiled_state(first.shell.user_ns["arima"])
+    assert expected == {"_tmp_transition": [[0.25]], "_tmp_selected_state_cov": [[2.0]]}
+    first.release()
+    second = Shell(store_url, pickled)
+    for cell in cells:
+        second.ok(cell)
+    assert _compiled_state(second.shell.user_ns["arima"]) == expected
+    second.release()
+
+
+def _compiled_state(result: Any) -> dict[str, Any]:
+    """The matrices a state space result's compiled initialization holds (copied out by its reduce)."""
+    state = result.model.ssm.initialization._initializations["d"].__reduce__()[2]
+    return {name: array.tolist() for name, array in state.items()}

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 from ...model import Blob
 from ...store import codec
 from ..pickling import Pickled, pickle_values
+from .last_units import with_last_units
 from .reach_index import ReachIndex
 from .reference_walk import DisjointSets, likely_units, reaches_any
 from .unchanged import Witness, holds, witness
@@ -272,7 +273,8 @@ class NamespaceTracker:
             entry = self.known.get(name)
             if name not in seen and entry is not None and entry.witness is not None:
                 keep_unchanged([name])
-        for group in likely_units(sorted(todo - seen), namespace):
+        groups = with_last_units(likely_units(sorted(todo - seen), namespace), self.known, namespace, seen, storable)
+        for group in groups:
             names = [name for name in group if name not in seen]  # some came with a unit kept whole
             if not names:
                 continue

@@ -14,6 +14,7 @@ import io
 import pickle
 import sys
 import types
+import weakref
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -136,10 +137,61 @@ def reached(memo: dict[int, tuple[int, Any]], namespace: Mapping[str, Any], buff
     immutable = _immutable_types()
     verdicts: dict[type, Any] = {}
     made = _made_while_pickling(memo, buffers)
+    containers = False
     for key, entry in memo.items():
         if key not in made and _mutable(entry[1], namespace, immutable, verdicts):
             found.append(key)
+            containers = containers or type(entry[1]) in _CLASS_CONTAINERS
+    if containers:
+        owned = _class_owned({type(entry[1]) for entry in memo.values()})
+        if owned:
+            found = [key for key in found if not _owned_by_class(memo[key][1], owned.get(key))]
     return found
+
+
+# What a class may hold as a class attribute that its instances' pickles then carry.
+_CLASS_CONTAINERS = frozenset({list, dict, set})
+
+
+def _class_owned(kinds: set[type]) -> dict[int, tuple[type, str, Any]]:
+    """The containers pandas' classes hold as class attributes, by id (with their owner).
+
+    pandas pickles every frame's ``_metadata``, the one list ``DataFrame._metadata`` (a constant of
+    the class): two frames reaching it are not tied by it, or every frame of a notebook, and every
+    result holding one, would be one unit, pickled whole whenever one of them changes. Only pandas'
+    classes: a class's shared container elsewhere may be a registry its instances fill together.
+    """
+    owned: dict[int, tuple[type, str, Any]] = {}
+    for kind in kinds:
+        try:
+            attributes = _CLASS_ATTRIBUTES[kind]
+        except KeyError:
+            attributes = _CLASS_ATTRIBUTES[kind] = _class_attributes(kind)
+        for base, name, value in attributes:
+            owned[id(value)] = (base, name, value)
+    return owned
+
+
+def _class_attributes(kind: type) -> tuple[tuple[type, str, Any], ...]:
+    # Held here (so that their ids stay theirs); checked still to be the class's at each use.
+    found = []
+    for base in kind.__mro__:
+        if base.__module__.partition(".")[0] != "pandas" or not _importable(base):
+            continue
+        for name, value in vars(base).items():
+            if type(value) in _CLASS_CONTAINERS:
+                found.append((base, name, value))
+    return tuple(found)
+
+
+def _owned_by_class(obj: Any, owner: tuple[type, str, Any] | None) -> bool:
+    if owner is None:
+        return False
+    base, name, value = owner
+    return obj is value and vars(base).get(name) is value
+
+
+_CLASS_ATTRIBUTES: weakref.WeakKeyDictionary[type, tuple[tuple[type, str, Any], ...]] = weakref.WeakKeyDictionary()
 
 
 def _memo_only_references() -> int:

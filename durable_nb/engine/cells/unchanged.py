@@ -19,7 +19,8 @@ still holds (``holds``), the pickle is known to be what it was.
   apart, through its own ``__reduce_ex__`` (a frame's blocks and indexes, a result's state
   dict with its cache, the model and data it holds), array bytes hashed, the objects it reaches
   by identity. What ``__reduce_ex__`` makes anew at each call (a state dict, an argument tuple)
-  counts by its contents: it is told apart from the object's own containers by asking twice.
+  counts by its contents (as does a numeric array it copies out of compiled memory, as the state
+  space models' objects do): it is told apart from the object's own by asking twice.
   Classes and functions count by name only where they are pickled by name.
 
 A witness that cannot vouch for a value returns None, and the value is pickled as before:
@@ -157,14 +158,16 @@ def witness(values: list[Any], buffers: list[Any]) -> Witness | None:
     """Take a witness of a unit's values just pickled (``buffers``: its out-of-band buffers, kept and
     hashed again only for figures, whose arrays the walk does not read).
 
-    None when a value is neither a figure, its axes, a scikit-learn estimator, a pandas object nor a
-    statsmodels one (or holds something else): such a unit is pickled each time to compare.
+    None unless a value is a figure, its axes, a scikit-learn estimator, a pandas object or a
+    statsmodels one, the others numeric arrays (a model's data) or numbers, nothing holding anything
+    else: such a unit is pickled each time to compare.
     """
     digest = Digest()
     try:
+        watched = [_watchable(value, digest) for value in values]
+        if not any(watched) or not all(w or _plain(v, digest) for w, v in zip(watched, values, strict=True)):
+            return None
         for value in values:
-            if not _watchable(value, digest):
-                return None
             digest.walk(value)
         figures = [_FigureWitness(figure) for figure in digest.figures.values()]
     except Refused:
@@ -193,6 +196,15 @@ def _watchable(value: Any, digest: Digest, depth: int = 0) -> bool:
             _watchable(item, digest, 1) or isinstance(item, plain) or type(item) in SCALARS for item in value
         )
     return False
+
+
+def _plain(value: Any, digest: Digest) -> bool:
+    """A numeric array or a number: cheap to digest, worth no witness alone, none needed beside one
+    (the array a model was fitted on, kept in its unit)."""
+    ndarray = digest.ndarray
+    if ndarray is not None and type(value) is ndarray:
+        return not value.dtype.hasobject
+    return type(value) in SCALARS
 
 
 def _library_object(value: Any) -> bool:

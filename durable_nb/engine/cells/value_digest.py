@@ -320,13 +320,17 @@ def _listed(reduced: Any) -> Any:
 
 
 def _made_anew(first: Any, second: Any, made: set[int], depth: int) -> None:
-    """Collect the containers of one reduce call's result that a second call made again (not the
-    object's own); refuse when the two calls disagree on their shape."""
+    """Collect the containers and arrays of one reduce call's result that a second call made again
+    (not the object's own); refuse when the two calls disagree on their shape."""
     if first is second:
         return
     if type(first) not in _CONTAINERS:
         if type(second) is type(first) and _sealed(first):
             made.add(id(first))  # an index made anew (a frame's items, sliced): pickled alone, so by contents
+        elif type(second) is type(first) and _plain_array(first):
+            # A copy of memory the object holds (a Cython state space's matrices): what it holds is its
+            # bytes, hashed; its identity is that of a temporary, a new one at each call.
+            made.add(id(first))
         return
     if type(second) is not type(first) or len(second) != len(first) or depth > _MAX_DEPTH:
         raise Refused
@@ -339,6 +343,12 @@ def _made_anew(first: Any, second: Any, made: set[int], depth: int) -> None:
         pairs = zip(first, second, strict=True)
     for one, other in pairs:
         _made_anew(one, other, made, depth + 1)
+
+
+def _plain_array(value: Any) -> bool:
+    # Numbers only: an array of objects could hold the object's own (shared) values.
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and type(value) is numpy.ndarray and not value.dtype.hasobject
 
 
 def _sealed(value: Any) -> bool:
