@@ -12,18 +12,31 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..._loop import run_on_engine_loop
 from ...model import RunRecord
 from ..agents.steps import AgentSteps
 from ..execution.attempts import NODE_THREADS
 from ..runs.watch import Watch
-
-if TYPE_CHECKING:
-    from .runner import Runner
+from .run_commits import RunCommits
 
 __all__ = ["drive_on_engine_thread"]
+
+
+class Waves(Protocol):
+    """What the engine thread needs of a run's runner (which imports this module)."""
+
+    commits: RunCommits
+    attempter: Any
+
+    def abandon(self) -> None:
+        """Stop the run: it was cancelled or taken over."""
+        ...
+
+    async def run_waves(self, *, watched: bool = True) -> RunRecord:
+        """Run the waves on this loop; ``watched``: with a watch of its own."""
+        ...
 
 
 class _Engine:
@@ -45,7 +58,7 @@ class _Engine:
             pass  # its loop is closed: it has ended
 
 
-async def drive_on_engine_thread(runner: Runner) -> RunRecord:
+async def drive_on_engine_thread(runner: Waves) -> RunRecord:
     """Run ``runner``'s waves on an engine thread; watch the run here; return the run as it ends."""
     commits = runner.commits
     loop = asyncio.get_running_loop()
