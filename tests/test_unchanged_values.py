@@ -236,6 +236,59 @@ def test_artists_kept_in_variables_are_not_pickled_again_until_changed(shell: Sh
     assert {"fig", "lines"} <= set(shell.changed("recolour"))
 
 
+SECOND = (
+    "%%durable second\nfig2, ax2 = plt.subplots()\nax2.plot([1, 2, 3], 'o-')\nax2.scatter([1, 2], [2, 1], marker='h')\n"
+    "fig2.colorbar(ax2.imshow(np.eye(3)))\nfig2.canvas.draw()"
+)
+
+
+def test_a_new_figure_does_not_pickle_earlier_figures_again(shell: Shell) -> None:
+    """Unrelated figures share only what matplotlib holds for every figure (rcParams' lists, its marker paths,
+    a colormap's colours): a new figure, then a change to it, pickles none of the earlier ones."""
+    ns = shell.shell.user_ns
+    assert not held(shell.cell(SECOND), ns["fig"], ns["axs"])
+    assert shell.changed("second") == ["ax2", "fig2"]
+    third = "%%durable third\nfig3, ax3 = plt.subplots()\nax3.plot([3, 2, 1], 'o')\nfig3.canvas.draw()"
+    assert not held(shell.cell(third), ns["fig"], ns["fig2"])
+    assert shell.changed("third") == ["ax3", "fig3"]
+    pickled = shell.cell("%%durable title\nax2.set_title('changed')")
+    assert held(pickled, ns["fig2"]) and not held(pickled, ns["fig"], ns["fig3"])
+    assert shell.changed("title") == ["ax2", "fig2"]
+
+
+def test_figures_sharing_an_object_of_their_own_stay_one_unit(shell: Shell) -> None:
+    """Two figures holding one list of the notebook's are pickled together, and restored still sharing it."""
+    shell.cell(SECOND)
+    shell.cell("%%durable tie\nnote = ['shared']\nfig.note = note\nfig2.note = note")
+    assert shell.changed("tie") == ["a", "ax2", "axs", "fig", "fig2", "note"]
+    shell.release()
+    again = Shell(shell.store_url, shell.pickled)
+    for cell in (SETUP, FIGURE, MODELS, SECOND, "%%durable tie\nnote = ['shared']\nfig.note = note\nfig2.note = note"):
+        again.ok(cell)
+    ns = again.shell.user_ns
+    assert ns["fig"].note is ns["fig2"].note is ns["note"]
+    again.release()
+
+
+def test_a_figure_changed_beside_another_is_stored_again_and_restored(shell: Shell) -> None:
+    """A figure changed in place after a second one was made is stored again, and restores with the change
+    (its markers and colour bar intact) while the other restores as it was."""
+    shell.cell(SECOND)
+    shell.cell("%%durable change\nax2.set_title('changed')\nax2.lines[0].set_marker('s')\nfig2.canvas.draw()")
+    assert shell.changed("change") == ["ax2", "fig2"]
+    shell.release()
+    again = Shell(shell.store_url, shell.pickled)
+    change = "%%durable change\nax2.set_title('changed')\nax2.lines[0].set_marker('s')\nfig2.canvas.draw()"
+    for cell in (SETUP, FIGURE, MODELS, SECOND, change):
+        again.ok(cell)
+    ns = again.shell.user_ns
+    assert ns["ax2"].get_title() == "changed" and ns["ax2"].lines[0].get_marker() == "s"
+    assert ns["ax2"].figure is ns["fig2"] and len(ns["fig2"].axes) == 2
+    assert ns["axs"][0, 0].figure is ns["fig"] and ns["axs"][0, 0].get_title() == ""
+    ns["fig2"].canvas.draw()
+    again.release()
+
+
 FRAME = (
     "%%durable frame\nimport pandas as pd\n"
     "df = pd.DataFrame({'a': [1.0, 2.0, 3.0], 'b': ['x', 'y', 'z']}, index=pd.Index([10, 20, 30], name='k'))\n"

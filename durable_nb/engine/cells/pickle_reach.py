@@ -19,6 +19,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .figure_constants import figure_constants
+
 __all__ = ["reached"]
 
 # Objects whose identity cannot matter: they cannot change, or are looked up by name on load.
@@ -142,10 +144,14 @@ def reached(memo: dict[int, tuple[int, Any]], namespace: Mapping[str, Any], buff
         if key not in made and _mutable(entry[1], namespace, immutable, verdicts):
             found.append(key)
             containers = containers or type(entry[1]) in _CLASS_CONTAINERS
+    kinds = {type(entry[1]) for entry in memo.values()} if found else set()
     if containers:
-        owned = _class_owned({type(entry[1]) for entry in memo.values()})
+        owned = _class_owned(kinds)
         if owned:
             found = [key for key in found if not _owned_by_class(memo[key][1], owned.get(key))]
+    if any(kind.__module__.startswith("matplotlib.") for kind in kinds):
+        constants = figure_constants(kinds)
+        found = [key for key in found if key not in constants]
     return found
 
 
