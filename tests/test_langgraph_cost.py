@@ -23,6 +23,7 @@ from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.base.id import uuid6
 
 from benchmarks.saver import chain_graph
+from durable_nb import _loop
 from durable_nb._loop import run_sync
 from durable_nb.langgraph import DurableSaver, _listing
 from durable_nb.store import bulk_ops, postgres_ops, rows, sqlite_ops
@@ -143,6 +144,28 @@ def test_a_step_is_two_transactions_and_only_put_updates_the_run_row(store_url: 
         "INSERT INTO pending_writes",
     }
     assert len([s for s in written if s.startswith("INSERT INTO pending_writes")]) == NODES
+
+
+def test_a_graph_step_turns_no_event_loop(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    saver = DurableSaver(store_url)
+    app = chain(saver)
+    config = {"configurable": {"thread_id": "stepped"}}
+    app.invoke({"step": -1}, config, durability="sync")
+    started: list[Any] = []
+    original = _loop._run_here
+
+    def counted(loop: Any, coro: Any, context: Any = None) -> Any:
+        started.append(coro)
+        return original(loop, coro, context)
+
+    monkeypatch.setattr(_loop, "_run_here", counted)
+    counted_calls = Counted(saver, monkeypatch)
+    app.invoke({"step": -1}, config, durability="sync")
+    # LangGraph calls get_tuple, put and put_writes from threads with no loop of their own: each
+    # is stepped there by hand, its store calls made in that thread, no loop started for it.
+    assert counted_calls.count("put") == NODES + 2
+    assert started == []
+    assert app.get_state(config).values == {"step": NODES - 1}
 
 
 def test_a_checkpoint_column_of_versions_takes_no_standard_json_encoder(
