@@ -18,6 +18,10 @@ A workflow run under the sync API goes to an engine thread, whose engine loop
 (``run_on_engine_loop``) calls its lone sync nodes inline (``call_outside_loop``): they see no
 running loop, as on a thread of their own, and the thread's usual loop serves their sync calls.
 
+``run_inline`` is a LangGraph checkpointer's hot path (each put from a worker thread of the
+graph's): with no loop in this thread, the coroutine is stepped by hand, the loop only taking it
+over if it ever waits on something; a store call does not, so most calls never turn the loop.
+
 ``run_in_place`` is the notebook's hot path (a cell's start and its commit): a coroutine that
 only makes store calls runs on this thread's own loop even under someone else's loop, which
 waits for the cell anyway; that spares two thread switches per call. A Ctrl-C arriving
@@ -33,8 +37,9 @@ import contextvars
 import functools
 import signal
 import threading
+import types
 import weakref
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Generator
 from typing import Any, ParamSpec, TypeVar
 
 __all__ = [
@@ -43,6 +48,7 @@ __all__ = [
     "owns_running_loop",
     "run_blocking",
     "run_in_place",
+    "run_inline",
     "run_on_engine_loop",
     "run_sync",
 ]
@@ -104,8 +110,10 @@ def _make_reentrant(loop: asyncio.AbstractEventLoop) -> None:
         _patched.add(id(loop))
 
 
-def _run_here(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
-    task = loop.create_task(coro, context=contextvars.copy_context())
+def _run_here(
+    loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T], context: contextvars.Context | None = None
+) -> T:
+    task = loop.create_task(coro, context=context or contextvars.copy_context())
     try:
         return loop.run_until_complete(task)
     except BaseException:
@@ -226,12 +234,55 @@ def run_in_place(coro: Coroutine[Any, Any, T]) -> T:
             raise KeyboardInterrupt
 
 
-def blocking(coroutine_function: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, T]:
-    """Return the blocking twin of ``aname``, called ``name``: same parameters and docstring."""
+def run_inline(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion from synchronous code and return its result: stepped on this
+    thread, without turning a loop, until it first waits on something (a store call does not).
+
+    From then on this thread's loop runs it. Under a running loop this is ``run_sync``.
+    """
+    if asyncio.events._get_running_loop() is not None:
+        return run_sync(coro)
+    loop = _thread_loop()
+    context = contextvars.copy_context()
+    # Running as under the loop: a store call sees one of ours and runs in this thread.
+    asyncio.events._set_running_loop(loop)
+    try:
+        waiting = context.run(coro.send, None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    finally:
+        asyncio.events._set_running_loop(None)
+    return _run_here(loop, _carry_on(coro, waiting), context)  # type: ignore[arg-type]
+
+
+@types.coroutine
+def _carry_on(coro: Coroutine[Any, Any, T], waiting: Any) -> Generator[Any, Any, T]:
+    """Go on, as a task of the loop, with a coroutine stepped by hand up to ``waiting`` (what it
+    waits on): each result or exception the task sends in is passed on to it."""
+    while True:
+        try:
+            sent = yield waiting
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as error:  # noqa: BLE001 - a cancellation the task throws in, passed on
+            step, value = coro.throw, error
+        else:
+            step, value = coro.send, sent
+        try:
+            waiting = step(value)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+
+def blocking(coroutine_function: Callable[P, Coroutine[Any, Any, T]], *, inline: bool = False) -> Callable[P, T]:
+    """Return the blocking twin of ``aname``, called ``name``: same parameters and docstring
+    (``inline``: run by ``run_inline``, for a coroutine that mostly makes store calls)."""
+    runner = run_inline if inline else run_sync
 
     @functools.wraps(coroutine_function)
     def twin(*args: P.args, **kwargs: P.kwargs) -> T:
-        return run_sync(coroutine_function(*args, **kwargs))
+        return runner(coroutine_function(*args, **kwargs))
 
     name = coroutine_function.__name__.removeprefix("a")
     owner = coroutine_function.__qualname__.rpartition(".")[0]

@@ -23,9 +23,10 @@ from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.base.id import uuid6
 
 from benchmarks.saver import chain_graph
+from durable_nb import _loop
 from durable_nb._loop import run_sync
 from durable_nb.langgraph import DurableSaver, _listing
-from durable_nb.store import bulk_ops, postgres_ops, sqlite_ops
+from durable_nb.store import bulk_ops, postgres_ops, rows, sqlite_ops
 from durable_nb.store.postgres import PostgresStore
 from durable_nb.store.sqlite import SQLiteStore
 
@@ -143,6 +144,52 @@ def test_a_step_is_two_transactions_and_only_put_updates_the_run_row(store_url: 
         "INSERT INTO pending_writes",
     }
     assert len([s for s in written if s.startswith("INSERT INTO pending_writes")]) == NODES
+
+
+def test_a_graph_step_turns_no_event_loop(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    saver = DurableSaver(store_url)
+    app = chain(saver)
+    config = {"configurable": {"thread_id": "stepped"}}
+    app.invoke({"step": -1}, config, durability="sync")
+    started: list[Any] = []
+    original = _loop._run_here
+
+    def counted(loop: Any, coro: Any, context: Any = None) -> Any:
+        started.append(coro)
+        return original(loop, coro, context)
+
+    monkeypatch.setattr(_loop, "_run_here", counted)
+    counted_calls = Counted(saver, monkeypatch)
+    app.invoke({"step": -1}, config, durability="sync")
+    # LangGraph calls get_tuple, put and put_writes from threads with no loop of their own: each
+    # is stepped there by hand, its store calls made in that thread, no loop started for it.
+    assert counted_calls.count("put") == NODES + 2
+    assert started == []
+    assert app.get_state(config).values == {"step": NODES - 1}
+
+
+def test_a_checkpoint_column_of_versions_takes_no_standard_json_encoder(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("orjson")
+    saver = DurableSaver(store_url)
+    config = {"configurable": {"thread_id": "encoded"}}
+    chain(saver).invoke({"step": -1}, config, durability="sync")
+    latest = saver.get_tuple(config)
+    encoded: list[Any] = []
+    standard = rows._ENCODER
+
+    class Counting:
+        def encode(self, value: Any) -> str:
+            encoded.append(value)
+            return standard.encode(value)
+
+    monkeypatch.setattr(rows, "_ENCODER", Counting())
+    steps(saver, latest, NODES)
+    # What LangGraph keeps of each checkpoint (its channel versions, kilobytes in a large graph)
+    # is written by orjson; the standard encoder writes only what holds a null (a channel removed).
+    assert not [value for value in encoded if isinstance(value, dict) and "langgraph" in value]
+    assert all(None in value.values() for value in encoded if isinstance(value, dict))
 
 
 @pytest.mark.backends("postgres")

@@ -309,9 +309,10 @@ class DurableSaver(BaseCheckpointSaver[int]):
     # -- blocking twins: LangGraph's sync graphs call these from any thread, a loop's included -----
 
     run_id = blocking(arun_id)
-    get_tuple = blocking(aget_tuple)
-    put = blocking(aput)
-    put_writes = blocking(aput_writes)
+    # A step's calls make store calls only: stepped in the calling thread, no loop turned for them.
+    get_tuple = blocking(aget_tuple, inline=True)
+    put = blocking(aput, inline=True)
+    put_writes = blocking(aput_writes, inline=True)
     delete_thread = blocking(adelete_thread)
     delete_for_runs = blocking(adelete_for_runs)
     copy_thread = blocking(acopy_thread)
