@@ -19,8 +19,6 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .figure_constants import figure_constants
-
 __all__ = ["reached"]
 
 # Objects whose identity cannot matter: they cannot change, or are looked up by name on load.
@@ -150,6 +148,9 @@ def reached(memo: dict[int, tuple[int, Any]], namespace: Mapping[str, Any], buff
         if owned:
             found = [key for key in found if not _owned_by_class(memo[key][1], owned.get(key))]
     if any(kind.__module__.startswith("matplotlib.") for kind in kinds):
+        # Imported here: only notebooks with figures need it, and attaching stays light.
+        from .figure_constants import figure_constants
+
         constants = figure_constants(kinds)
         found = [key for key in found if key not in constants]
     return found
