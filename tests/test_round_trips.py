@@ -10,12 +10,11 @@ import importlib
 import inspect
 import pkgutil
 import string
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import new_store
+from conftest import new_store, on_the_kernel_lease_thread
 from IPython.core.interactiveshell import InteractiveShell
 
 import durable_nb as dnb
@@ -23,11 +22,6 @@ import durable_nb.notebook
 from durable_nb._loop import run_sync
 from durable_nb.engine.gates.decisions import decide, make_decision
 from durable_nb.notebook.session import session_for
-
-
-def _from_the_lease_thread() -> bool:
-    """Whether the caller is the thread that keeps a kernel's lease: its renewals are not a user's action."""
-    return threading.current_thread().name == "durable-nb-kernel-lease"
 
 
 class CountingStore:
@@ -45,7 +39,7 @@ class CountingStore:
         @functools.wraps(value)
         def counted(*args: Any, **kwargs: Any) -> Any:
             # Recorded when called, on the caller's thread, so a renewal of the lease is told apart.
-            if not _from_the_lease_thread():
+            if not on_the_kernel_lease_thread():
                 self.calls.append(name)
             return value(*args, **kwargs)
 
@@ -104,7 +98,7 @@ class Hops:
         driver = getattr(module, driver_name)
 
         def counted(coro: Any) -> Any:
-            if not _from_the_lease_thread():
+            if not on_the_kernel_lease_thread():
                 self.calls.append(module.__name__.rsplit(".", 1)[-1] + suffix)
             return driver(coro)
 
