@@ -21,6 +21,7 @@ it holds.
 from __future__ import annotations
 
 import array
+import bisect
 import builtins
 import contextvars
 import functools
@@ -40,7 +41,7 @@ import xxhash
 from ..store.codec import refuse_open_file
 from .cells.pickle_reach import reached
 
-__all__ = ["Pickled", "buffer_digest", "pickle_values", "restoring_into", "unpickle"]
+__all__ = ["Pickled", "buffer_digest", "in_reach", "pickle_values", "restoring_into", "unpickle"]
 
 _target: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("durable_nb_restore_into", default=None)
 
@@ -86,6 +87,12 @@ class Pickled:
         self.buffer_digests = buffer_digests
         self.memo = memo
         self.held = held
+
+
+def in_reach(reach: array.array[int], object_id: int) -> bool:
+    """Whether a pickle's reach (sorted ids) holds ``object_id``."""
+    position = bisect.bisect_left(reach, object_id)
+    return position < len(reach) and reach[position] == object_id
 
 
 # -- what a restore calls ---------------------------------------------------------------------

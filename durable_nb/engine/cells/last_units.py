@@ -11,10 +11,10 @@ unit: pickled together, which costs more but never loses an identity.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from ..pickling import in_reach
 from .reference_walk import DisjointSets
 
 __all__ = ["with_last_units"]
@@ -70,11 +70,6 @@ def _holds_together(
         other = known.get(member)
         if other is None or other.reach is not reach or member in skip or member not in namespace:
             return False
-        if not storable(member) or not _reached(reach, id(namespace[member])):
+        if not storable(member) or not in_reach(reach, id(namespace[member])):
             return False
     return True
-
-
-def _reached(reach: Any, object_id: int) -> bool:
-    position = bisect.bisect_left(reach, object_id)
-    return position < len(reach) and reach[position] == object_id

@@ -19,13 +19,12 @@ what counts as unchanged is what this kernel holds right after the restore.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from ...model import Blob
 from ...store import codec
-from ..pickling import Pickled, pickle_values
+from ..pickling import Pickled, in_reach, pickle_values
 from .last_units import with_last_units
 from .reach_index import ReachIndex
 from .reference_walk import DisjointSets, likely_units, reaches_any
@@ -95,9 +94,7 @@ class _Unit:
         self.witness = witness
 
     def holds(self, object_id: int) -> bool:
-        reach = self.pickled.reach
-        position = bisect.bisect_left(reach, object_id)
-        return position < len(reach) and reach[position] == object_id
+        return in_reach(self.pickled.reach, object_id)
 
 
 class _Covered:
