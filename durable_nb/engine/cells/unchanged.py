@@ -36,7 +36,7 @@ from typing import Any
 
 import xxhash
 
-from .value_digest import SCALARS, Digest, Refused
+from .value_digest import SCALARS, Digest, Refused, plain_array
 
 __all__ = ["Witness", "holds", "witness"]
 
@@ -165,7 +165,7 @@ def witness(values: list[Any], buffers: list[Any]) -> Witness | None:
     digest = Digest()
     try:
         watched = [_watchable(value, digest) for value in values]
-        if not any(watched) or not all(w or _plain(v, digest) for w, v in zip(watched, values, strict=True)):
+        if not any(watched) or not all(w or _plain(v) for w, v in zip(watched, values, strict=True)):
             return None
         for value in values:
             digest.walk(value)
@@ -198,13 +198,10 @@ def _watchable(value: Any, digest: Digest, depth: int = 0) -> bool:
     return False
 
 
-def _plain(value: Any, digest: Digest) -> bool:
+def _plain(value: Any) -> bool:
     """A numeric array or a number: cheap to digest, worth no witness alone, none needed beside one
     (the array a model was fitted on, kept in its unit)."""
-    ndarray = digest.ndarray
-    if ndarray is not None and type(value) is ndarray:
-        return not value.dtype.hasobject
-    return type(value) in SCALARS
+    return plain_array(value) or type(value) in SCALARS
 
 
 def _library_object(value: Any) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 
 import xxhash
 
-__all__ = ["SCALARS", "Digest", "Refused"]
+__all__ = ["SCALARS", "Digest", "Refused", "plain_array"]
 
 # Depth and size limits of an estimator walk: beyond them the walk refuses (the value is pickled).
 _MAX_DEPTH = 40
@@ -327,7 +327,7 @@ def _made_anew(first: Any, second: Any, made: set[int], depth: int) -> None:
     if type(first) not in _CONTAINERS:
         if type(second) is type(first) and _sealed(first):
             made.add(id(first))  # an index made anew (a frame's items, sliced): pickled alone, so by contents
-        elif type(second) is type(first) and _plain_array(first):
+        elif type(second) is type(first) and plain_array(first):
             # A copy of memory the object holds (a Cython state space's matrices): what it holds is its
             # bytes, hashed; its identity is that of a temporary, a new one at each call.
             made.add(id(first))
@@ -345,8 +345,8 @@ def _made_anew(first: Any, second: Any, made: set[int], depth: int) -> None:
         _made_anew(one, other, made, depth + 1)
 
 
-def _plain_array(value: Any) -> bool:
-    # Numbers only: an array of objects could hold the object's own (shared) values.
+def plain_array(value: Any) -> bool:
+    """Whether ``value`` is a numpy array of numbers (one of objects could hold shared values)."""
     numpy = sys.modules.get("numpy")
     return numpy is not None and type(value) is numpy.ndarray and not value.dtype.hasobject
 
