@@ -19,6 +19,8 @@ MARKER = "REALNB-FINGERPRINT "
 _IPYTHON_NAMES = re.compile(r"^(_{1,3}|_i{1,3}|_i\d+|_\d+|_ih|_oh|_dh|In|Out|get_ipython|exit|quit)$")
 _MAX_DEPTH = 40
 _MAX_PARTS = 200
+# Libraries whose objects are compared attribute by attribute rather than by their pickle.
+_BY_ATTRIBUTE = frozenset({"sklearn", "statsmodels", "patsy"})
 
 
 def _sha(*chunks: bytes | str) -> str:
@@ -108,8 +110,9 @@ class _Hasher:
             return _sha(name, *sorted(self.digest(v, depth + 1) for v in value))
         if isinstance(value, range | slice):
             return _sha(name, repr(value))
-        if type(value).__module__.startswith("sklearn") and vars(value):
-            # A display (RocCurveDisplay …) or another helper object: its attributes, one by one.
+        if type(value).__module__.split(".")[0] in _BY_ATTRIBUTE and getattr(value, "__dict__", None):
+            # A scikit-learn display, a statsmodels model or result: attribute by attribute, since
+            # plain pickle does not give the same bytes after a round trip (its memo differs).
             return _sha(name, *[f"{k}={self.digest(v, depth + 1)}" for k, v in sorted(vars(value).items())])
         return _sha(name, _pickled(value))
 
