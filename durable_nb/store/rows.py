@@ -112,9 +112,12 @@ def dumps(value: Any) -> str:
             pass
         else:
             # orjson writes NaN and infinities as null, the encoder as NaN and Infinity: output
-            # holding a null (rare in these columns) is written again by the encoder.
-            if b"null" not in fast:
-                return fast.decode()
+            # holding a null (rare in these columns) is written again by the encoder. (Searched
+            # in the text: ``bytes in bytes`` first tries the bytes as an integer, an exception
+            # raised and cleared on every call.)
+            text = fast.decode()
+            if "null" not in text:
+                return text
     return _ENCODER.encode(value)
 
 

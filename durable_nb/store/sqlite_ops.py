@@ -11,8 +11,10 @@ import os
 import sqlite3
 from dataclasses import replace
 from functools import partial
+from itertools import compress, repeat
+from operator import is_, not_
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import RunNotFound
 from ..model import (
@@ -120,6 +122,30 @@ _INSERT_INTERRUPT = f"INSERT INTO pending_interrupts ({rows.INTERRUPT_COLUMNS}) 
 _INSERT_WRITE = rows.INSERT_WRITE.format(p="?")
 
 
+# Statements with NULL written in place of the parameters that are None, by statement and by
+# which parameters are None. sqlite3 binds a None only after looking for an adapter of it,
+# which raises and clears an AttributeError each time: a node's checkpoint and run row have a
+# dozen or more, and a NULL written in the statement is the same value, bound for free.
+_WITH_NULLS: dict[tuple[str, tuple[bool, ...]], str] = {}
+_WITH_NULLS_KEPT = 256
+
+
+def _execute(conn: sqlite3.Connection, sql: str, values: tuple[Any, ...]) -> sqlite3.Cursor:
+    """Execute ``sql`` (whose only ``?`` are its parameters) with NULL written for each None value."""
+    nulls = tuple(map(is_, values, repeat(None)))
+    if not any(nulls):
+        return conn.execute(sql, values)
+    key = (sql, nulls)
+    text = _WITH_NULLS.get(key)
+    if text is None:
+        parts = sql.split("?")
+        text = parts[0] + "".join(("NULL" if null else "?") + part for null, part in zip(nulls, parts[1:], strict=True))
+        if len(_WITH_NULLS) >= _WITH_NULLS_KEPT:
+            _WITH_NULLS.clear()  # shapes seldom vary: a bound that is never reached in practice
+        _WITH_NULLS[key] = text
+    return conn.execute(text, tuple(compress(values, map(not_, nulls))))
+
+
 def _insert_blobs(conn: sqlite3.Connection, blobs: list[Blob], now: float) -> None:
     for blob in blobs:
         # Holding the write lock: a prune cannot delete the file between this check and the row.
@@ -136,13 +162,14 @@ def _write_children(
     written = []
     for offset, draft in enumerate(commit.checkpoints, start=1):
         seq = run.head_seq + offset
-        conn.execute(_INSERT_CHECKPOINT, rows.checkpoint_values(run.run_id, seq, now, draft))
+        _execute(conn, _INSERT_CHECKPOINT, rows.checkpoint_values(run.run_id, seq, now, draft))
         written.append(rows.checkpoint_from_draft(run.run_id, seq, now, draft))
     if commit.events:
         conn.executemany(
             _INSERT_EVENT,
             [
-                (run.run_id, run.event_seq + offset, e.type, e.node_id, now, rows.dumps(e.data))
+                # The type as plain text: sqlite3 binds an str subclass (the enum) only after an adapter lookup.
+                (run.run_id, run.event_seq + offset, str(e.type), e.node_id, now, rows.dumps(e.data))
                 for offset, e in enumerate(commit.events, start=1)
             ],
         )
@@ -184,7 +211,7 @@ def _commit(conn: sqlite3.Connection, commit: Commit, now: float, url: str) -> C
             # A running node's commit: one conditional UPDATE checks the row and writes it.
             after = updated_run(seen, commit, now, len(commit.checkpoints), len(commit.events))
             sets, values = rows.run_update(seen, after)
-            if conn.execute(_UPDATE_SEEN_RUN[sets], values + rows.seen_values(seen)).rowcount:
+            if _execute(conn, _UPDATE_SEEN_RUN[sets], values + rows.seen_values(seen)).rowcount:
                 return CommitResult(after, _write_rest(conn, seen, commit, now))
         run = _get_run(conn, commit.run_id)
         if run is None:
@@ -203,7 +230,7 @@ def _commit(conn: sqlite3.Connection, commit: Commit, now: float, url: str) -> C
         checkpoints = _write_rest(conn, run, commit, now)
         after = updated_run(run, commit, now, len(commit.checkpoints), len(commit.events), still_pending)
         sets, values = rows.run_update(run, after)
-        conn.execute(_UPDATE_RUN[sets], values)
+        _execute(conn, _UPDATE_RUN[sets], values)
         return CommitResult(after, checkpoints, claimed)
 
 
