@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import fields
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from ..model import (
@@ -17,6 +19,7 @@ from ..model import (
     RunRecord,
     RunStatus,
 )
+from ..model.records import record_of
 
 if TYPE_CHECKING:
     # Gates, events and status rows are read on request: loaded then, not when a kernel attaches.
@@ -330,10 +333,13 @@ def snapshot_from_json(text: str | None) -> CheckpointState | None:
     return CheckpointState(dict(data["manifest"]), list(data["completed"]))
 
 
+# A draft's values in field order; a record's fields are the draft's, then run_id, seq and created_at.
+_DRAFT_VALUES = attrgetter(*(f.name for f in fields(CheckpointDraft)))
+
+
 def checkpoint_from_draft(run_id: str, seq: int, created_at: float, draft: CheckpointDraft) -> CheckpointRecord:
     """Build the record a draft becomes once written, without a JSON round trip."""
-    fields = {name: getattr(draft, name) for name in CheckpointDraft.__slots__}  # type: ignore[attr-defined]
-    return CheckpointRecord(run_id=run_id, seq=seq, created_at=created_at, **fields)
+    return record_of(CheckpointRecord, (*_DRAFT_VALUES(draft), run_id, seq, created_at))
 
 
 def checkpoint_from_row(row: Sequence[Any]) -> CheckpointRecord:

@@ -1,0 +1,38 @@
+"""Records built and copied without their __init__ (a node's hot path) equal the ones it builds."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from durable_nb.model import CheckpointDraft, CheckpointRecord, CheckpointStatus, RunKind, RunRecord, RunStatus
+from durable_nb.model.records import evolve, record_of
+from durable_nb.store import rows
+
+
+def test_evolve_is_dataclasses_replace() -> None:
+    run = RunRecord("r", "flow", RunKind.WORKFLOW, RunStatus.RUNNING, 1.0, 2.0, {"a": "h"}, owner="me", meta={"k": 1})
+    changes = {"status": RunStatus.COMPLETED, "owner": None, "head_seq": 7, "updated_at": 3.0}
+    copied = evolve(run, **changes)
+    assert copied == dataclasses.replace(run, **changes) and type(copied) is RunRecord
+    assert evolve(run) == run and evolve(run) is not run
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        copied.owner = "other"  # type: ignore[misc]
+    with pytest.raises(TypeError, match="no field 'colour'"):
+        evolve(run, colour="red")
+
+
+def test_record_of_wants_every_field() -> None:
+    with pytest.raises(TypeError, match="RunRecord has 17 fields, not 2"):
+        record_of(RunRecord, ("r", "flow"))
+
+
+def test_a_written_draft_is_the_record_its_init_builds() -> None:
+    draft = CheckpointDraft("c", "after:n", "n", CheckpointStatus.OK, ["m"], {"x": "h"}, ["n"], extra={"e": 1})
+    built = CheckpointRecord(
+        run_id="r", seq=4, created_at=5.0, **{f.name: getattr(draft, f.name) for f in dataclasses.fields(draft)}
+    )
+    written = rows.checkpoint_from_draft("r", 4, 5.0, draft)
+    assert written == built and type(written) is CheckpointRecord
+    assert [getattr(written, f.name) for f in dataclasses.fields(built)] == list(dataclasses.astuple(built))
