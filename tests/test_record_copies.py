@@ -36,3 +36,14 @@ def test_a_written_draft_is_the_record_its_init_builds() -> None:
     written = rows.checkpoint_from_draft("r", 4, 5.0, draft)
     assert written == built and type(written) is CheckpointRecord
     assert [getattr(written, f.name) for f in dataclasses.fields(built)] == list(dataclasses.astuple(built))
+
+
+def test_a_commits_written_checkpoints_are_built_when_read() -> None:
+    drafts = [CheckpointDraft(f"c{i}", f"after:n{i}", f"n{i}", CheckpointStatus.OK) for i in range(3)]
+    written = rows.Written("r", 4, 5.0, drafts)
+    assert len(written) == 3 and written._records is None  # a node's runner reads none of them
+    expected = [rows.checkpoint_from_draft("r", 5 + i, 5.0, d) for i, d in enumerate(drafts)]
+    assert written == expected and written[-1].seq == 7 and written[1:] == expected[1:]
+    head, tail = expected[:1], expected[1:]
+    assert written + tail == expected + tail and head + written == head + expected
+    assert list(reversed(written)) == expected[::-1]

@@ -3,6 +3,7 @@ commit returns. (What a prune deleted is a report: ``reports.PruneReport``, stil
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -110,8 +111,9 @@ class Commit:
 
 @dataclass(frozen=True, slots=True)
 class CommitResult:
-    """What a commit wrote: its checkpoints with their seqs, and any claimed interrupt."""
+    """What a commit wrote: its checkpoints with their seqs (a sequence, perhaps built as it is
+    read), and any claimed interrupt."""
 
     run: RunRecord
-    checkpoints: list[CheckpointRecord]
+    checkpoints: Sequence[CheckpointRecord]
     claimed: PendingInterrupt | None = None

@@ -66,18 +66,14 @@ def _list_runs(conn: Any, name: str | None, statuses: list[str] | None) -> list[
     return [rows.run_from_row(row) for row in cursor]
 
 
-def _write_children(
-    conn: Any, run: RunRecord, commit: Commit | NewRun, blobs: list[Blob], now: float
-) -> list[CheckpointRecord]:
+def _write_children(conn: Any, run: RunRecord, commit: Commit | NewRun, blobs: list[Blob], now: float) -> rows.Written:
     with conn.cursor() as cursor:
         if blobs:
             cursor.executemany(_INSERT_BLOB, [rows.blob_values(b, now) for b in blobs])
-        written = []
-        values = []
-        for offset, draft in enumerate(commit.checkpoints, start=1):
-            seq = run.head_seq + offset
-            values.append(rows.checkpoint_values(run.run_id, seq, now, draft))
-            written.append(rows.checkpoint_from_draft(run.run_id, seq, now, draft))
+        values = [
+            rows.checkpoint_values(run.run_id, run.head_seq + offset, now, draft)
+            for offset, draft in enumerate(commit.checkpoints, start=1)
+        ]
         if values:
             cursor.executemany(_INSERT_CHECKPOINT, values)
         if commit.events:
@@ -88,7 +84,7 @@ def _write_children(
                     for offset, e in enumerate(commit.events, start=1)
                 ],
             )
-    return written
+    return rows.Written(run.run_id, run.head_seq, now, commit.checkpoints)
 
 
 def _create_run(conn: Any, new: NewRun, now: float) -> tuple[RunRecord, bool]:
@@ -196,7 +192,7 @@ def _statement(sets: bool, blobs: int, checkpoints: int, events: int, idempotent
 
 def _one_statement(
     seen: RunRecord, commit: Commit, now: float, sets: bool, values: tuple[Any, ...]
-) -> tuple[str, list[Any], list[CheckpointRecord]]:
+) -> tuple[str, list[Any], rows.Written]:
     """Return a running node's commit as one statement (its own transaction: the connection is in
     autocommit), its parameters and the checkpoints it writes.
 
@@ -208,21 +204,19 @@ def _one_statement(
     params: list[Any] = [*values, *rows.seen_values(seen)]
     for blob in commit.blobs:
         params += rows.blob_values(blob, now)
-    checkpoints: list[CheckpointRecord] = []
     for offset, draft in enumerate(commit.checkpoints, start=1):
         params += rows.checkpoint_values(run_id, seen.head_seq + offset, now, draft)
-        checkpoints.append(rows.checkpoint_from_draft(run_id, seen.head_seq + offset, now, draft))
     for offset, event in enumerate(commit.events, start=1):
         params += (run_id, seen.event_seq + offset, event.type, event.node_id, now, rows.dumps(event.data))
     for key, value_hash in commit.idempotent:
         params += (run_id, key, value_hash, now)
     counts = (len(commit.blobs), len(commit.checkpoints), len(commit.events), len(commit.idempotent))
-    return _statement(sets, *counts), params, checkpoints
+    return _statement(sets, *counts), params, rows.Written(run_id, seen.head_seq, now, commit.checkpoints)
 
 
 def _write_one_statement(
     conn: Any, seen: RunRecord, commit: Commit, now: float, sets: bool, values: tuple[Any, ...]
-) -> list[CheckpointRecord]:
+) -> rows.Written:
     """Write a running node's commit as one statement; return the checkpoints it wrote."""
     from psycopg import RawCursor
 
@@ -354,7 +348,7 @@ def _commit_read(conn: Any, commit: Commit, now: float, url: str) -> CommitResul
     return CommitResult(after, checkpoints, claimed)
 
 
-def _write_rest(conn: Any, run: RunRecord, commit: Commit, now: float) -> list[CheckpointRecord]:
+def _write_rest(conn: Any, run: RunRecord, commit: Commit, now: float) -> rows.Written:
     if commit.release_interrupts:
         conn.execute("DELETE FROM pending_interrupts WHERE run_id = %s", (run.run_id,))
     checkpoints = _write_children(conn, run, commit, commit.blobs, now)

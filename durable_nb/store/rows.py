@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from ..model import (
     Blob,
@@ -40,6 +40,7 @@ __all__ = [
     "WRITE_COLUMNS",
     "WRITE_CONFLICT",
     "write_values",
+    "Written",
     "checkpoint_from_draft",
     "checkpoint_from_row",
     "checkpoint_values",
@@ -340,6 +341,57 @@ _DRAFT_VALUES = attrgetter(*(f.name for f in fields(CheckpointDraft)))
 def checkpoint_from_draft(run_id: str, seq: int, created_at: float, draft: CheckpointDraft) -> CheckpointRecord:
     """Build the record a draft becomes once written, without a JSON round trip."""
     return record_of(CheckpointRecord, (*_DRAFT_VALUES(draft), run_id, seq, created_at))
+
+
+class Written(Sequence[CheckpointRecord]):
+    """The records of a commit's drafts, numbered after ``head_seq``: built when first read.
+
+    A node's commit returns them, and its runner never reads them (a record is thirty fields
+    copied, on every node's path); a decision's caller reads the last one.
+    """
+
+    __slots__ = ("_created_at", "_drafts", "_head_seq", "_records", "_run_id")
+
+    def __init__(self, run_id: str, head_seq: int, created_at: float, drafts: Sequence[CheckpointDraft]) -> None:
+        self._run_id = run_id
+        self._head_seq = head_seq
+        self._created_at = created_at
+        self._drafts = tuple(drafts)
+        self._records: list[CheckpointRecord] | None = None
+
+    def _built(self) -> list[CheckpointRecord]:
+        if self._records is None:
+            self._records = [
+                checkpoint_from_draft(self._run_id, self._head_seq + offset, self._created_at, draft)
+                for offset, draft in enumerate(self._drafts, start=1)
+            ]
+        return self._records
+
+    @overload
+    def __getitem__(self, index: int) -> CheckpointRecord: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[CheckpointRecord]: ...
+
+    def __getitem__(self, index: int | slice) -> CheckpointRecord | list[CheckpointRecord]:
+        return self._built()[index]
+
+    def __len__(self) -> int:
+        return len(self._drafts)
+
+    def __add__(self, other: Sequence[CheckpointRecord]) -> list[CheckpointRecord]:
+        return [*self, *other]
+
+    def __radd__(self, other: Sequence[CheckpointRecord]) -> list[CheckpointRecord]:
+        return [*other, *self]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self._built())
 
 
 def checkpoint_from_row(row: Sequence[Any]) -> CheckpointRecord:

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 from ..errors import RunNotFound
 from ..model import (
     Blob,
-    CheckpointRecord,
     Commit,
     CommitResult,
     NewRun,
@@ -156,14 +155,11 @@ def _insert_blobs(conn: sqlite3.Connection, blobs: list[Blob], now: float) -> No
 
 def _write_children(
     conn: sqlite3.Connection, run: RunRecord, commit: Commit | NewRun, blobs: list[Blob], now: float
-) -> list[CheckpointRecord]:
+) -> rows.Written:
     if blobs:
         _insert_blobs(conn, blobs, now)
-    written = []
     for offset, draft in enumerate(commit.checkpoints, start=1):
-        seq = run.head_seq + offset
-        _execute(conn, _INSERT_CHECKPOINT, rows.checkpoint_values(run.run_id, seq, now, draft))
-        written.append(rows.checkpoint_from_draft(run.run_id, seq, now, draft))
+        _execute(conn, _INSERT_CHECKPOINT, rows.checkpoint_values(run.run_id, run.head_seq + offset, now, draft))
     if commit.events:
         conn.executemany(
             _INSERT_EVENT,
@@ -173,7 +169,7 @@ def _write_children(
                 for offset, e in enumerate(commit.events, start=1)
             ],
         )
-    return written
+    return rows.Written(run.run_id, run.head_seq, now, commit.checkpoints)
 
 
 def _create_run(conn: sqlite3.Connection, new: NewRun, now: float) -> tuple[RunRecord, bool]:
@@ -251,7 +247,7 @@ def _insert_writes(conn: sqlite3.Connection, run_id: str, commit: Commit, now: f
     conn.executemany(_INSERT_WRITE, [rows.write_values(run_id, write, now) for write in commit.writes])
 
 
-def _write_rest(conn: sqlite3.Connection, run: RunRecord, commit: Commit, now: float) -> list[CheckpointRecord]:
+def _write_rest(conn: sqlite3.Connection, run: RunRecord, commit: Commit, now: float) -> rows.Written:
     if commit.release_interrupts:
         conn.execute("DELETE FROM pending_interrupts WHERE run_id = ?", (run.run_id,))
     checkpoints = _write_children(conn, run, commit, commit.blobs, now)
