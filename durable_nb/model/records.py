@@ -7,9 +7,7 @@ here still resolve (values pickled before name these classes by this module).
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field, fields
-from itertools import repeat
 from operator import attrgetter
 from typing import Any, TypeVar
 
@@ -24,7 +22,6 @@ __all__ = [
     "NewEvent",
     "RunRecord",
     "evolve",
-    "record_of",
 ]
 
 __getattr__, __dir__ = lazy_names(
@@ -162,29 +159,17 @@ _layouts: dict[type, tuple[tuple[str, ...], frozenset[str], attrgetter[Any]]] = 
 def _layout(cls: type) -> tuple[tuple[str, ...], frozenset[str], attrgetter[Any]]:
     layout = _layouts.get(cls)
     if layout is None:
+        if any(f.kw_only or not f.init for f in fields(cls)):
+            raise TypeError(f"evolve() copies records built from positional fields alone, not {cls.__name__}.")
         names = tuple(f.name for f in fields(cls))
         layout = _layouts[cls] = (names, frozenset(names), attrgetter(*names))
     return layout
 
 
-def record_of(cls: type[R], values: tuple[Any, ...]) -> R:
-    """Build a record from the values of all its fields, in field order.
-
-    What its ``__init__`` does (these records have no ``__post_init__``), without a line of
-    Python per field: a frozen dataclass sets each through ``object.__setattr__`` in its own
-    bytecode, a cost paid several times per workflow node for records of thirty fields.
-    """
-    names = _layout(cls)[0]
-    if len(values) != len(names):
-        raise TypeError(f"{cls.__name__} has {len(names)} fields, not {len(values)}.")
-    record = object.__new__(cls)
-    deque(map(object.__setattr__, repeat(record), names, values), maxlen=0)
-    return record
-
-
 def evolve(record: R, **changes: Any) -> R:
-    """Return a copy of a record with ``changes``: ``dataclasses.replace`` without its loop in Python."""
+    """Return a copy of a record with ``changes``: ``dataclasses.replace`` without its loop in Python
+    over the fields (the run row is copied so on every node's commit)."""
     names, known, values = _layout(type(record))
     if not known.issuperset(changes):
         raise TypeError(f"{type(record).__name__} has no field {sorted(set(changes) - known)[0]!r}.")
-    return record_of(type(record), tuple(map(changes.get, names, values(record))))
+    return type(record)(*map(changes.get, names, values(record)))

@@ -19,7 +19,6 @@ from ..model import (
     RunRecord,
     RunStatus,
 )
-from ..model.records import record_of
 
 if TYPE_CHECKING:
     # Gates, events and status rows are read on request: loaded then, not when a kernel attaches.
@@ -334,13 +333,13 @@ def snapshot_from_json(text: str | None) -> CheckpointState | None:
     return CheckpointState(dict(data["manifest"]), list(data["completed"]))
 
 
-# A draft's values in field order; a record's fields are the draft's, then run_id, seq and created_at.
+# A draft's values in field order: a record's fields are the draft's, then its own (keyword-only).
 _DRAFT_VALUES = attrgetter(*(f.name for f in fields(CheckpointDraft)))
 
 
 def checkpoint_from_draft(run_id: str, seq: int, created_at: float, draft: CheckpointDraft) -> CheckpointRecord:
     """Build the record a draft becomes once written, without a JSON round trip."""
-    return record_of(CheckpointRecord, (*_DRAFT_VALUES(draft), run_id, seq, created_at))
+    return CheckpointRecord(*_DRAFT_VALUES(draft), run_id=run_id, seq=seq, created_at=created_at)
 
 
 class Written(Sequence[CheckpointRecord]):
