@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
+from typing import Any
 
 import pytest
 
+from durable_nb import model
 from durable_nb.model import CheckpointDraft, CheckpointRecord, CheckpointStatus, RunKind, RunRecord, RunStatus
 from durable_nb.model.records import evolve
 from durable_nb.store import rows
@@ -45,3 +48,45 @@ def test_a_commits_written_checkpoints_are_built_when_read() -> None:
     head, tail = expected[:1], expected[1:]
     assert written + tail == expected + tail and head + written == head + expected
     assert list(reversed(written)) == expected[::-1]
+
+
+# The model's records of runs, checkpoints and commits: built on every node's path.
+RECORDS = [
+    cls
+    for cls in vars(model).values()
+    if dataclasses.is_dataclass(cls) and cls.__module__ in ("durable_nb.model.records", "durable_nb.model.commits")
+]
+
+
+def test_quick_inits_are_the_ones_dataclasses_writes() -> None:
+    """Same parameters, kinds and defaults; factories make a fresh value for each record."""
+    assert {c.__name__ for c in RECORDS} >= {"RunRecord", "CheckpointDraft", "CheckpointRecord", "Commit", "NewEvent"}
+    for cls in RECORDS:
+        assert "_set0" in cls.__init__.__globals__, cls  # made by quick_init
+        fields = dataclasses.fields(cls)
+        twin = dataclasses.make_dataclass(
+            cls.__name__,
+            [
+                (
+                    f.name,
+                    Any,
+                    dataclasses.field(default=f.default, default_factory=f.default_factory, kw_only=f.kw_only),
+                )
+                for f in fields
+            ],
+            frozen=True,
+            slots=True,
+        )
+        ours, theirs = inspect.signature(cls), inspect.signature(twin)
+        assert [(p.name, p.kind, repr(p.default)) for p in ours.parameters.values()] == [
+            (p.name, p.kind, repr(p.default)) for p in theirs.parameters.values()
+        ], cls
+        required = {n: f"<{n}>" for n, p in ours.parameters.items() if p.default is inspect.Parameter.empty}
+        first, second = cls(**required), cls(**required)
+        built = twin(**required)
+        assert [getattr(first, f.name) for f in fields] == [getattr(built, f.name) for f in fields], cls
+        for f in fields:
+            if f.default_factory is not dataclasses.MISSING:
+                assert getattr(first, f.name) is not getattr(second, f.name), (cls, f.name)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(first, fields[0].name, "other")
