@@ -251,7 +251,9 @@ def write_values(run_id: str, write: tuple[Any, ...], now: float) -> tuple[Any, 
 
 def seen_values(run: RunRecord) -> tuple[Any, ...]:
     """Return the values for SEEN_CONDITION."""
-    return (run.status.value, run.error, run.error_type, run.owner, run.lease_until, run.head_seq, run.event_seq)
+    # A status's text as ``_value_`` (the member's own attribute) where every commit reads it:
+    # ``value`` is a descriptor written in Python, a call each time.
+    return (run.status._value_, run.error, run.error_type, run.owner, run.lease_until, run.head_seq, run.event_seq)
 
 
 def run_update(before: RunRecord, after: RunRecord) -> tuple[bool, tuple[Any, ...]]:
@@ -266,7 +268,7 @@ def run_update(before: RunRecord, after: RunRecord) -> tuple[bool, tuple[Any, ..
 def run_update_values(run: RunRecord) -> tuple[Any, ...]:
     """Return the values of a commit's UPDATE of the run row (status … updated_at, then run_id)."""
     return (
-        run.status.value,
+        run.status._value_,
         run.error,
         run.error_type,
         run.owner,
@@ -287,7 +289,7 @@ def checkpoint_values(run_id: str, seq: int, created_at: float, draft: Checkpoin
         draft.checkpoint_id,
         draft.step,
         draft.node_id,
-        draft.status.value,
+        draft.status._value_,
         dumps(draft.changes),
         _completed_changes(draft),
         None if draft.snapshot is None else snapshot_json(draft.snapshot),

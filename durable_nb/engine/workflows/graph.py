@@ -39,10 +39,11 @@ class NodeSpec:
     # Where the function runs: None (the workflow's default), "local", a Dask client or an Executor.
     executor: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # Whether ``fn`` is a coroutine function: asked at every attempt, worked out once.
+    is_async: bool = field(init=False, repr=False, compare=False)
 
-    @property
-    def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.fn)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.fn))
 
     @property
     def policy(self) -> AttemptPolicy:
