@@ -12,7 +12,7 @@ import sqlite3
 from dataclasses import replace
 from functools import partial
 from itertools import compress, repeat
-from operator import is_, not_
+from operator import is_not
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -125,24 +125,24 @@ _INSERT_WRITE = rows.INSERT_WRITE.format(p="?")
 # which parameters are None. sqlite3 binds a None only after looking for an adapter of it,
 # which raises and clears an AttributeError each time: a node's checkpoint and run row have a
 # dozen or more, and a NULL written in the statement is the same value, bound for free.
-_WITH_NULLS: dict[tuple[str, tuple[bool, ...]], str] = {}
+_WITH_NULLS: dict[tuple[str, bytes], str] = {}
 _WITH_NULLS_KEPT = 256
 
 
 def _execute(conn: sqlite3.Connection, sql: str, values: tuple[Any, ...]) -> sqlite3.Cursor:
     """Execute ``sql`` (whose only ``?`` are its parameters) with NULL written for each None value."""
-    nulls = tuple(map(is_, values, repeat(None)))
-    if not any(nulls):
+    kept = bytes(map(is_not, values, repeat(None)))  # 1 for a value bound, 0 for a None
+    if 0 not in kept:
         return conn.execute(sql, values)
-    key = (sql, nulls)
+    key = (sql, kept)
     text = _WITH_NULLS.get(key)
     if text is None:
         parts = sql.split("?")
-        text = parts[0] + "".join(("NULL" if null else "?") + part for null, part in zip(nulls, parts[1:], strict=True))
+        text = parts[0] + "".join(("?" if keep else "NULL") + part for keep, part in zip(kept, parts[1:], strict=True))
         if len(_WITH_NULLS) >= _WITH_NULLS_KEPT:
             _WITH_NULLS.clear()  # shapes seldom vary: a bound that is never reached in practice
         _WITH_NULLS[key] = text
-    return conn.execute(text, tuple(compress(values, map(not_, nulls))))
+    return conn.execute(text, tuple(compress(values, kept)))
 
 
 def _insert_blobs(conn: sqlite3.Connection, blobs: list[Blob], now: float) -> None:
