@@ -108,7 +108,12 @@ class Graph:
         for node_id in finished:
             for candidate in dependents.get(node_id, ()):
                 after = self.nodes[candidate].after
-                if candidate not in done and all(d in done for d in after) and any(d in done_ok for d in after):
+                # map() rather than generators: this runs for every node of a run.
+                if (
+                    candidate not in done
+                    and all(map(done.__contains__, after))
+                    and any(map(done_ok.__contains__, after))
+                ):
                     found.add(candidate)
         return sorted(found, key=positions.__getitem__)
 

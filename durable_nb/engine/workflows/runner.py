@@ -223,7 +223,7 @@ class Runner:
         else:
             await self._run_together(wave, written_by, troubled)
         try:
-            failures = [o for o in troubled if o.error is not None]
+            failures = [o for o in troubled if o.error is not None] if troubled else []
             if failures:
                 await self.stops.commit_failure(failures)
                 self._stopped = True
