@@ -128,9 +128,17 @@ class _Stale(Exception):
     """The run row moved on from what the committer saw: roll back and read it."""
 
 
-def _commit(conn: Any, commit: Commit, now: float, url: str) -> CommitResult:
-    from psycopg.errors import UniqueViolation
+@lru_cache(maxsize=1)
+def _psycopg() -> Any:
+    """Return psycopg (its errors imported too), imported on first use: the extra may be missing
+    where this module is imported, and an import statement in a commit's function is a call
+    into importlib on every commit."""
+    import psycopg.errors
 
+    return psycopg
+
+
+def _commit(conn: Any, commit: Commit, now: float, url: str) -> CommitResult:
     seen = writes_only(commit)
     if seen is not None:
         return _commit_writes(conn, seen, commit, now, url)
@@ -138,7 +146,7 @@ def _commit(conn: Any, commit: Commit, now: float, url: str) -> CommitResult:
     if seen is not None:
         try:
             return _commit_seen(conn, seen, commit, now)
-        except (_Stale, UniqueViolation):
+        except (_Stale, _psycopg().errors.UniqueViolation):
             # Rolled back. A stale view numbers children that exist already; a real clash of
             # ids is raised again below.
             pass
@@ -218,10 +226,8 @@ def _write_one_statement(
     conn: Any, seen: RunRecord, commit: Commit, now: float, sets: bool, values: tuple[Any, ...]
 ) -> rows.Written:
     """Write a running node's commit as one statement; return the checkpoints it wrote."""
-    from psycopg import RawCursor
-
     sql, params, checkpoints = _one_statement(seen, commit, now, sets, values)
-    RawCursor(conn).execute(sql, params)
+    _psycopg().RawCursor(conn).execute(sql, params)
     return checkpoints
 
 
@@ -240,12 +246,12 @@ def _commit_seen(conn: Any, seen: RunRecord, commit: Commit, now: float) -> Comm
     # (re-evaluated after any concurrent writer commits) and fails when it matches nothing, so
     # nothing is written. Usually one statement; else BEGIN, the UPDATE, the writes and COMMIT
     # in one pipeline, whose rest (COMMIT included) the server skips once the UPDATE failed.
-    from psycopg import Error
-    from psycopg.errors import DivisionByZero
+    psycopg = _psycopg()
+    Error, DivisionByZero = psycopg.Error, psycopg.errors.DivisionByZero
 
     after = updated_run(seen, commit, now, len(commit.checkpoints), len(commit.events))
     sets, values = rows.run_update(seen, after)
-    failed: Error | None = None
+    failed: Exception | None = None  # a psycopg.Error
     if _fits_one_statement(commit):
         try:
             checkpoints = _write_one_statement(conn, seen, commit, now, sets, values)
@@ -299,9 +305,7 @@ _KEEP_RUN = "SELECT 1 FROM runs WHERE run_id = %s FOR KEY SHARE"
 def _commit_writes(conn: Any, seen: RunRecord, commit: Commit, now: float, url: str) -> CommitResult:
     """Store pending writes alone, and their values, in one statement (its own transaction: the
     connection is in autocommit), while the run exists; the run row is neither read nor written."""
-    from psycopg import RawCursor
-    from psycopg.errors import DivisionByZero
-
+    psycopg = _psycopg()
     if max(len(commit.blobs), len(commit.writes)) > _STATEMENT_ROWS:
         return _commit_read(conn, commit, now, url)
     params: list[Any] = [seen.run_id]
@@ -310,8 +314,8 @@ def _commit_writes(conn: Any, seen: RunRecord, commit: Commit, now: float, url: 
     for write in commit.writes:
         params += (seen.run_id, *write, now)
     try:
-        RawCursor(conn).execute(_writes_statement(len(commit.blobs), len(commit.writes)), params)
-    except DivisionByZero:
+        psycopg.RawCursor(conn).execute(_writes_statement(len(commit.blobs), len(commit.writes)), params)
+    except psycopg.errors.DivisionByZero:
         raise RunNotFound(seen.run_id, url) from None
     return CommitResult(seen, [])
 
