@@ -37,6 +37,7 @@ __getattr__, __dir__ = lazy_names(
 )
 
 T = TypeVar("T", bound=type)
+R = TypeVar("R")
 
 
 class _Factory:
@@ -206,8 +207,6 @@ class NewEvent:
     node_id: str | None = None
     data: dict[str, Any] = field(default_factory=dict)
 
-
-R = TypeVar("R")
 
 # Per record class: its field names in order, as a set, and a getter of all their values at once.
 _layouts: dict[type, tuple[tuple[str, ...], frozenset[str], attrgetter[Any]]] = {}
