@@ -56,7 +56,17 @@ __all__ = [
 T = TypeVar("T")
 P = ParamSpec("P")
 
-_local = threading.local()
+
+class _Loops(threading.local):
+    """This thread's loops: ``loop`` for its sync calls, ``engine`` for a run driven on it."""
+
+    # Unset slots read as None: a missing attribute of a thread-local raises (and clears) an
+    # AttributeError, which ``owns_running_loop`` would pay on each store call of an engine thread.
+    loop: asyncio.AbstractEventLoop | None = None
+    engine: asyncio.AbstractEventLoop | None = None
+
+
+_local = _Loops()
 _own: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
 _patched: set[int] = set()
 _lock = threading.Lock()
@@ -67,7 +77,7 @@ def _thread_loop(slot: str = "loop") -> asyncio.AbstractEventLoop:
     # One long-lived loop per thread: creating a loop per call would cost more than the
     # store round trip it drives. Slot "engine" is a second one, for a run driven on this thread
     # (``run_on_engine_loop``): the first stays free for the sync calls of its inline nodes.
-    loop: asyncio.AbstractEventLoop | None = getattr(_local, slot, None)
+    loop: asyncio.AbstractEventLoop | None = getattr(_local, slot)
     if loop is None or loop.is_closed():
         loop = asyncio.new_event_loop()
         setattr(_local, slot, loop)
@@ -168,7 +178,7 @@ def owns_running_loop() -> bool:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         return False
-    return loop is getattr(_local, "loop", None) or loop is _portal or loop is getattr(_local, "engine", None)
+    return loop is _local.loop or loop is _portal or loop is _local.engine
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:

@@ -228,3 +228,20 @@ def test_sync_api_waits_for_a_write_lock_held_elsewhere(store_url: str) -> None:
     steps = [c.step for c in run_sync(flow.store.list_checkpoints(run.id))]
     assert steps == ["after:take_lock", "after:after", "run_end"]
     holder.close()
+
+
+def test_a_statement_with_none_values_stores_the_row_that_binding_them_would() -> None:
+    """NULL written in the statement for each None value (no adapter lookup) is the same row."""
+    from durable_nb.store import sqlite_ops
+
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    conn.execute("CREATE TABLE t (a, b, c, d)")
+    shapes = [(1, None, "x", None), (None, None, None, None), (1.5, b"y", "z", 0), (None, "?", None, "NULL")]
+    for values in shapes:
+        conn.execute("INSERT INTO t (a, b, c, d) VALUES (?, ?, ?, ?)", values)
+        sqlite_ops._execute(conn, "INSERT INTO t (a, b, c, d) VALUES (?, ?, ?, ?)", values)
+    stored = conn.execute("SELECT a, b, c, d, typeof(a), typeof(b), typeof(c), typeof(d) FROM t").fetchall()
+    assert stored[0::2] == stored[1::2] and [row[:4] for row in stored[0::2]] == shapes
+    # A condition on a None value is the one binding it would make (``IS NULL``, ``= NULL``).
+    seen = "SELECT count(*) FROM t WHERE a IS ? AND b = ?"
+    assert sqlite_ops._execute(conn, seen, (None, "?")).fetchone() == conn.execute(seen, (None, "?")).fetchone()

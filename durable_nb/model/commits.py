@@ -3,11 +3,12 @@ commit returns. (What a prune deleted is a report: ``reports.PruneReport``, stil
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .._lazy import lazy_names
-from .records import Blob, CheckpointDraft, CheckpointRecord, NewEvent, RunRecord
+from .records import Blob, CheckpointDraft, CheckpointRecord, NewEvent, RunRecord, quick_init
 from .status import RunKind, RunStatus
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ class _Unchanged:
 UNCHANGED: Any = _Unchanged()
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class NewRun:
     """A run about to be created, with the blobs of its input."""
@@ -62,6 +64,7 @@ class WriteRow(NamedTuple):
     mac: str
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class RunUpdate:
     """Changes to a run row that ride in a commit; UNCHANGED fields stay."""
@@ -73,6 +76,7 @@ class RunUpdate:
     lease_until: Any = UNCHANGED
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Commit:
     """Everything one transaction writes for a run.
@@ -108,10 +112,12 @@ class Commit:
     writes: list[WriteRow] = field(default_factory=list)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class CommitResult:
-    """What a commit wrote: its checkpoints with their seqs, and any claimed interrupt."""
+    """What a commit wrote: its checkpoints with their seqs (a sequence, perhaps built as it is
+    read), and any claimed interrupt."""
 
     run: RunRecord
-    checkpoints: list[CheckpointRecord]
+    checkpoints: Sequence[CheckpointRecord]
     claimed: PendingInterrupt | None = None

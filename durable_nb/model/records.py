@@ -7,13 +7,24 @@ here still resolve (values pickled before name these classes by this module).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import MISSING, dataclass, field, fields
+from operator import attrgetter
+from types import MemberDescriptorType
+from typing import Any, TypeVar
 
 from .._lazy import lazy_names
 from .status import CheckpointStatus, EventType, RunKind, RunStatus
 
-__all__ = ["Blob", "CheckpointDraft", "CheckpointRecord", "CheckpointState", "NewEvent", "RunRecord"]
+__all__ = [
+    "Blob",
+    "CheckpointDraft",
+    "CheckpointRecord",
+    "CheckpointState",
+    "NewEvent",
+    "RunRecord",
+    "evolve",
+    "quick_init",
+]
 
 __getattr__, __dir__ = lazy_names(
     __name__,
@@ -25,7 +36,58 @@ __getattr__, __dir__ = lazy_names(
     },
 )
 
+T = TypeVar("T", bound=type)
+R = TypeVar("R")
 
+
+class _Factory:
+    """The default of a field whose value a factory makes (what dataclasses shows)."""
+
+    def __repr__(self) -> str:
+        return "<factory>"
+
+
+_FACTORY: Any = _Factory()
+
+
+def quick_init(cls: T) -> T:
+    """Give a frozen, slotted dataclass an ``__init__`` that sets each slot through its descriptor.
+
+    The same parameters, defaults and factories as the one dataclasses writes, which sets each
+    field through ``object.__setattr__`` (the way past the frozen ``__setattr__``): about twice
+    the instructions, paid several times per workflow node for records of up to thirty fields.
+    """
+    if hasattr(cls, "__post_init__"):
+        raise TypeError(f"quick_init does not run __post_init__ ({cls.__name__} has one).")
+    scope: dict[str, Any] = {"_FACTORY": _FACTORY}
+    positional: list[str] = []
+    keywords: list[str] = []
+    lines: list[str] = []
+    for index, f in enumerate(fields(cls)):
+        slot = getattr(cls, f.name)
+        if not f.init or not isinstance(slot, MemberDescriptorType):
+            raise TypeError(f"quick_init sets slots given to __init__, and {cls.__name__}.{f.name} is not one.")
+        name, value = f.name, f.name
+        scope[f"_set{index}"] = slot.__set__
+        if f.default is not MISSING:
+            scope[f"_default{index}"] = f.default
+            name = f"{f.name}=_default{index}"
+        elif f.default_factory is not MISSING:
+            scope[f"_factory{index}"] = f.default_factory
+            name = f"{f.name}=_FACTORY"
+            value = f"_factory{index}() if {f.name} is _FACTORY else {f.name}"
+        (keywords if f.kw_only else positional).append(name)
+        lines.append(f"    _set{index}(self, {value})\n")
+    signature = ", ".join(["self", *positional, *(["*", *keywords] if keywords else [])])
+    exec(f"def __init__({signature}) -> None:\n{''.join(lines) or '    pass'}", scope)  # made from field names
+    init = scope["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__module__ = cls.__module__
+    cls.__init__ = init  # type: ignore[misc]
+    return cls
+
+
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Blob:
     """A serialized value stored once under its content address."""
@@ -48,6 +110,7 @@ class Blob:
         return len(self.data)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class RunRecord:
     """One row of the runs table."""
@@ -71,6 +134,7 @@ class RunRecord:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class CheckpointState:
     """The state of a run at a checkpoint: its values (name to address) and completed nodes.
@@ -83,6 +147,7 @@ class CheckpointState:
     since_snapshot: int = 0
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class CheckpointDraft:
     """A checkpoint about to be written; the store assigns its seq and time.
@@ -123,6 +188,7 @@ class CheckpointDraft:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CheckpointRecord(CheckpointDraft):
     """One immutable row of the checkpoints table: a written draft with its run, seq and time."""
@@ -132,6 +198,7 @@ class CheckpointRecord(CheckpointDraft):
     created_at: float
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class NewEvent:
     """An event about to be appended to a run's log."""
@@ -139,3 +206,26 @@ class NewEvent:
     type: EventType
     node_id: str | None = None
     data: dict[str, Any] = field(default_factory=dict)
+
+
+# Per record class: its field names in order, as a set, and a getter of all their values at once.
+_layouts: dict[type, tuple[tuple[str, ...], frozenset[str], attrgetter[Any]]] = {}
+
+
+def _layout(cls: type) -> tuple[tuple[str, ...], frozenset[str], attrgetter[Any]]:
+    layout = _layouts.get(cls)
+    if layout is None:
+        if any(f.kw_only or not f.init for f in fields(cls)):
+            raise TypeError(f"evolve() copies records built from positional fields alone, not {cls.__name__}.")
+        names = tuple(f.name for f in fields(cls))
+        layout = _layouts[cls] = (names, frozenset(names), attrgetter(*names))
+    return layout
+
+
+def evolve(record: R, **changes: Any) -> R:
+    """Return a copy of a record with ``changes``: ``dataclasses.replace`` without its loop in Python
+    over the fields (the run row is copied so on every node's commit)."""
+    names, known, values = _layout(type(record))
+    if not known.issuperset(changes):
+        raise TypeError(f"{type(record).__name__} has no field {sorted(set(changes) - known)[0]!r}.")
+    return type(record)(*map(changes.get, names, values(record)))

@@ -109,9 +109,14 @@ def is_plain(value: Any, depth: int = 0) -> bool:
     return False
 
 
+# What json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False) builds on each
+# call (an encoder holds no state between calls): one, for every value of every node.
+_JSON_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
 def encode_json(value: Any) -> bytes:
     """Return the compact JSON bytes of a plain value."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    return _JSON_ENCODER.encode(value).encode()
 
 
 def refuse_open_file(obj: Any) -> None:

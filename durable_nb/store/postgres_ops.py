@@ -66,18 +66,14 @@ def _list_runs(conn: Any, name: str | None, statuses: list[str] | None) -> list[
     return [rows.run_from_row(row) for row in cursor]
 
 
-def _write_children(
-    conn: Any, run: RunRecord, commit: Commit | NewRun, blobs: list[Blob], now: float
-) -> list[CheckpointRecord]:
+def _write_children(conn: Any, run: RunRecord, commit: Commit | NewRun, blobs: list[Blob], now: float) -> rows.Written:
     with conn.cursor() as cursor:
         if blobs:
             cursor.executemany(_INSERT_BLOB, [rows.blob_values(b, now) for b in blobs])
-        written = []
-        values = []
-        for offset, draft in enumerate(commit.checkpoints, start=1):
-            seq = run.head_seq + offset
-            values.append(rows.checkpoint_values(run.run_id, seq, now, draft))
-            written.append(rows.checkpoint_from_draft(run.run_id, seq, now, draft))
+        values = [
+            rows.checkpoint_values(run.run_id, run.head_seq + offset, now, draft)
+            for offset, draft in enumerate(commit.checkpoints, start=1)
+        ]
         if values:
             cursor.executemany(_INSERT_CHECKPOINT, values)
         if commit.events:
@@ -88,7 +84,7 @@ def _write_children(
                     for offset, e in enumerate(commit.events, start=1)
                 ],
             )
-    return written
+    return rows.Written(run.run_id, run.head_seq, now, commit.checkpoints)
 
 
 def _create_run(conn: Any, new: NewRun, now: float) -> tuple[RunRecord, bool]:
@@ -132,9 +128,17 @@ class _Stale(Exception):
     """The run row moved on from what the committer saw: roll back and read it."""
 
 
-def _commit(conn: Any, commit: Commit, now: float, url: str) -> CommitResult:
-    from psycopg.errors import UniqueViolation
+@lru_cache(maxsize=1)
+def _psycopg() -> Any:
+    """Return psycopg (its errors imported too), imported on first use: the extra may be missing
+    where this module is imported, and an import statement in a commit's function is a call
+    into importlib on every commit."""
+    import psycopg.errors
 
+    return psycopg
+
+
+def _commit(conn: Any, commit: Commit, now: float, url: str) -> CommitResult:
     seen = writes_only(commit)
     if seen is not None:
         return _commit_writes(conn, seen, commit, now, url)
@@ -142,7 +146,7 @@ def _commit(conn: Any, commit: Commit, now: float, url: str) -> CommitResult:
     if seen is not None:
         try:
             return _commit_seen(conn, seen, commit, now)
-        except (_Stale, UniqueViolation):
+        except (_Stale, _psycopg().errors.UniqueViolation):
             # Rolled back. A stale view numbers children that exist already; a real clash of
             # ids is raised again below.
             pass
@@ -196,7 +200,7 @@ def _statement(sets: bool, blobs: int, checkpoints: int, events: int, idempotent
 
 def _one_statement(
     seen: RunRecord, commit: Commit, now: float, sets: bool, values: tuple[Any, ...]
-) -> tuple[str, list[Any], list[CheckpointRecord]]:
+) -> tuple[str, list[Any], rows.Written]:
     """Return a running node's commit as one statement (its own transaction: the connection is in
     autocommit), its parameters and the checkpoints it writes.
 
@@ -208,26 +212,22 @@ def _one_statement(
     params: list[Any] = [*values, *rows.seen_values(seen)]
     for blob in commit.blobs:
         params += rows.blob_values(blob, now)
-    checkpoints: list[CheckpointRecord] = []
     for offset, draft in enumerate(commit.checkpoints, start=1):
         params += rows.checkpoint_values(run_id, seen.head_seq + offset, now, draft)
-        checkpoints.append(rows.checkpoint_from_draft(run_id, seen.head_seq + offset, now, draft))
     for offset, event in enumerate(commit.events, start=1):
         params += (run_id, seen.event_seq + offset, event.type, event.node_id, now, rows.dumps(event.data))
     for key, value_hash in commit.idempotent:
         params += (run_id, key, value_hash, now)
     counts = (len(commit.blobs), len(commit.checkpoints), len(commit.events), len(commit.idempotent))
-    return _statement(sets, *counts), params, checkpoints
+    return _statement(sets, *counts), params, rows.Written(run_id, seen.head_seq, now, commit.checkpoints)
 
 
 def _write_one_statement(
     conn: Any, seen: RunRecord, commit: Commit, now: float, sets: bool, values: tuple[Any, ...]
-) -> list[CheckpointRecord]:
+) -> rows.Written:
     """Write a running node's commit as one statement; return the checkpoints it wrote."""
-    from psycopg import RawCursor
-
     sql, params, checkpoints = _one_statement(seen, commit, now, sets, values)
-    RawCursor(conn).execute(sql, params)
+    _psycopg().RawCursor(conn).execute(sql, params)
     return checkpoints
 
 
@@ -246,12 +246,12 @@ def _commit_seen(conn: Any, seen: RunRecord, commit: Commit, now: float) -> Comm
     # (re-evaluated after any concurrent writer commits) and fails when it matches nothing, so
     # nothing is written. Usually one statement; else BEGIN, the UPDATE, the writes and COMMIT
     # in one pipeline, whose rest (COMMIT included) the server skips once the UPDATE failed.
-    from psycopg import Error
-    from psycopg.errors import DivisionByZero
+    psycopg = _psycopg()
+    Error, DivisionByZero = psycopg.Error, psycopg.errors.DivisionByZero
 
     after = updated_run(seen, commit, now, len(commit.checkpoints), len(commit.events))
     sets, values = rows.run_update(seen, after)
-    failed: Error | None = None
+    failed: Exception | None = None  # a psycopg.Error
     if _fits_one_statement(commit):
         try:
             checkpoints = _write_one_statement(conn, seen, commit, now, sets, values)
@@ -305,9 +305,7 @@ _KEEP_RUN = "SELECT 1 FROM runs WHERE run_id = %s FOR KEY SHARE"
 def _commit_writes(conn: Any, seen: RunRecord, commit: Commit, now: float, url: str) -> CommitResult:
     """Store pending writes alone, and their values, in one statement (its own transaction: the
     connection is in autocommit), while the run exists; the run row is neither read nor written."""
-    from psycopg import RawCursor
-    from psycopg.errors import DivisionByZero
-
+    psycopg = _psycopg()
     if max(len(commit.blobs), len(commit.writes)) > _STATEMENT_ROWS:
         return _commit_read(conn, commit, now, url)
     params: list[Any] = [seen.run_id]
@@ -316,8 +314,8 @@ def _commit_writes(conn: Any, seen: RunRecord, commit: Commit, now: float, url: 
     for write in commit.writes:
         params += (seen.run_id, *write, now)
     try:
-        RawCursor(conn).execute(_writes_statement(len(commit.blobs), len(commit.writes)), params)
-    except DivisionByZero:
+        psycopg.RawCursor(conn).execute(_writes_statement(len(commit.blobs), len(commit.writes)), params)
+    except psycopg.errors.DivisionByZero:
         raise RunNotFound(seen.run_id, url) from None
     return CommitResult(seen, [])
 
@@ -354,7 +352,7 @@ def _commit_read(conn: Any, commit: Commit, now: float, url: str) -> CommitResul
     return CommitResult(after, checkpoints, claimed)
 
 
-def _write_rest(conn: Any, run: RunRecord, commit: Commit, now: float) -> list[CheckpointRecord]:
+def _write_rest(conn: Any, run: RunRecord, commit: Commit, now: float) -> rows.Written:
     if commit.release_interrupts:
         conn.execute("DELETE FROM pending_interrupts WHERE run_id = %s", (run.run_id,))
     checkpoints = _write_children(conn, run, commit, commit.blobs, now)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import fields
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, overload
 
 from ..model import (
     Blob,
@@ -37,6 +39,7 @@ __all__ = [
     "WRITE_COLUMNS",
     "WRITE_CONFLICT",
     "write_values",
+    "Written",
     "checkpoint_from_draft",
     "checkpoint_from_row",
     "checkpoint_values",
@@ -112,9 +115,12 @@ def dumps(value: Any) -> str:
             pass
         else:
             # orjson writes NaN and infinities as null, the encoder as NaN and Infinity: output
-            # holding a null (rare in these columns) is written again by the encoder.
-            if b"null" not in fast:
-                return fast.decode()
+            # holding a null (rare in these columns) is written again by the encoder. (Searched
+            # in the text: ``bytes in bytes`` first tries the bytes as an integer, an exception
+            # raised and cleared on every call.)
+            text = fast.decode()
+            if "null" not in text:
+                return text
     return _ENCODER.encode(value)
 
 
@@ -245,7 +251,9 @@ def write_values(run_id: str, write: tuple[Any, ...], now: float) -> tuple[Any, 
 
 def seen_values(run: RunRecord) -> tuple[Any, ...]:
     """Return the values for SEEN_CONDITION."""
-    return (run.status.value, run.error, run.error_type, run.owner, run.lease_until, run.head_seq, run.event_seq)
+    # A status's text as ``_value_`` (the member's own attribute) where every commit reads it:
+    # ``value`` is a descriptor written in Python, a call each time.
+    return (run.status._value_, run.error, run.error_type, run.owner, run.lease_until, run.head_seq, run.event_seq)
 
 
 def run_update(before: RunRecord, after: RunRecord) -> tuple[bool, tuple[Any, ...]]:
@@ -260,7 +268,7 @@ def run_update(before: RunRecord, after: RunRecord) -> tuple[bool, tuple[Any, ..
 def run_update_values(run: RunRecord) -> tuple[Any, ...]:
     """Return the values of a commit's UPDATE of the run row (status … updated_at, then run_id)."""
     return (
-        run.status.value,
+        run.status._value_,
         run.error,
         run.error_type,
         run.owner,
@@ -281,7 +289,7 @@ def checkpoint_values(run_id: str, seq: int, created_at: float, draft: Checkpoin
         draft.checkpoint_id,
         draft.step,
         draft.node_id,
-        draft.status.value,
+        draft.status._value_,
         dumps(draft.changes),
         _completed_changes(draft),
         None if draft.snapshot is None else snapshot_json(draft.snapshot),
@@ -327,10 +335,64 @@ def snapshot_from_json(text: str | None) -> CheckpointState | None:
     return CheckpointState(dict(data["manifest"]), list(data["completed"]))
 
 
+# A draft's values in field order: a record's fields are the draft's, then its own (keyword-only).
+_DRAFT_VALUES = attrgetter(*(f.name for f in fields(CheckpointDraft)))
+
+
 def checkpoint_from_draft(run_id: str, seq: int, created_at: float, draft: CheckpointDraft) -> CheckpointRecord:
     """Build the record a draft becomes once written, without a JSON round trip."""
-    fields = {name: getattr(draft, name) for name in CheckpointDraft.__slots__}  # type: ignore[attr-defined]
-    return CheckpointRecord(run_id=run_id, seq=seq, created_at=created_at, **fields)
+    return CheckpointRecord(*_DRAFT_VALUES(draft), run_id=run_id, seq=seq, created_at=created_at)
+
+
+class Written(Sequence[CheckpointRecord]):
+    """The records of a commit's drafts, numbered after ``head_seq``: built when first read.
+
+    A node's commit returns them, and its runner never reads them (a record is thirty fields
+    copied, on every node's path); a decision's caller reads the last one.
+    """
+
+    __slots__ = ("_created_at", "_drafts", "_head_seq", "_records", "_run_id")
+
+    def __init__(self, run_id: str, head_seq: int, created_at: float, drafts: Sequence[CheckpointDraft]) -> None:
+        self._run_id = run_id
+        self._head_seq = head_seq
+        self._created_at = created_at
+        self._drafts = tuple(drafts)
+        self._records: list[CheckpointRecord] | None = None
+
+    def _built(self) -> list[CheckpointRecord]:
+        if self._records is None:
+            self._records = [
+                checkpoint_from_draft(self._run_id, self._head_seq + offset, self._created_at, draft)
+                for offset, draft in enumerate(self._drafts, start=1)
+            ]
+        return self._records
+
+    @overload
+    def __getitem__(self, index: int) -> CheckpointRecord: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[CheckpointRecord]: ...
+
+    def __getitem__(self, index: int | slice) -> CheckpointRecord | list[CheckpointRecord]:
+        return self._built()[index]
+
+    def __len__(self) -> int:
+        return len(self._drafts)
+
+    def __add__(self, other: Sequence[CheckpointRecord]) -> list[CheckpointRecord]:
+        return [*self, *other]
+
+    def __radd__(self, other: Sequence[CheckpointRecord]) -> list[CheckpointRecord]:
+        return [*other, *self]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self._built())
 
 
 def checkpoint_from_row(row: Sequence[Any]) -> CheckpointRecord:

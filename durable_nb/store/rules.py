@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..errors import AlreadyResumed, InvalidDecision, InvalidInput
 from ..model import UNCHANGED, Commit, RunRecord, RunStatus
+from ..model.records import evolve
 from .protocol import Conflict
 
 if TYPE_CHECKING:
@@ -132,4 +132,4 @@ def updated_run(
             changes.update(status=RunStatus.PAUSED, owner=None, lease_until=None)
         else:
             changes["status"] = commit.status_after_claim
-    return replace(run, **changes)  # type: ignore[arg-type]
+    return evolve(run, **changes)

@@ -135,7 +135,7 @@ class SQLiteStore(SQLStore):
         return await offload(partial(fn, *args))
 
     def _has_large(self, blobs: list[Blob]) -> bool:
-        return self.blob_folder is not None and any(b.size >= FILE_BYTES for b in blobs)
+        return self.blob_folder is not None and any(len(b.data) >= FILE_BYTES for b in blobs)
 
     async def _with_files(self, blobs: list[Blob]) -> list[Blob]:
         folder = self.blob_folder

@@ -11,13 +11,14 @@ import os
 import sqlite3
 from dataclasses import replace
 from functools import partial
+from itertools import compress, repeat
+from operator import is_not
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import RunNotFound
 from ..model import (
     Blob,
-    CheckpointRecord,
     Commit,
     CommitResult,
     NewRun,
@@ -120,6 +121,30 @@ _INSERT_INTERRUPT = f"INSERT INTO pending_interrupts ({rows.INTERRUPT_COLUMNS}) 
 _INSERT_WRITE = rows.INSERT_WRITE.format(p="?")
 
 
+# Statements with NULL written in place of the parameters that are None, by statement and by
+# which parameters are None. sqlite3 binds a None only after looking for an adapter of it,
+# which raises and clears an AttributeError each time: a node's checkpoint and run row have a
+# dozen or more, and a NULL written in the statement is the same value, bound for free.
+_WITH_NULLS: dict[tuple[str, bytes], str] = {}
+_WITH_NULLS_KEPT = 256
+
+
+def _execute(conn: sqlite3.Connection, sql: str, values: tuple[Any, ...]) -> sqlite3.Cursor:
+    """Execute ``sql`` (whose only ``?`` are its parameters) with NULL written for each None value."""
+    kept = bytes(map(is_not, values, repeat(None)))  # 1 for a value bound, 0 for a None
+    if 0 not in kept:
+        return conn.execute(sql, values)
+    key = (sql, kept)
+    text = _WITH_NULLS.get(key)
+    if text is None:
+        parts = sql.split("?")
+        text = parts[0] + "".join(("?" if keep else "NULL") + part for keep, part in zip(kept, parts[1:], strict=True))
+        if len(_WITH_NULLS) >= _WITH_NULLS_KEPT:
+            _WITH_NULLS.clear()  # shapes seldom vary: a bound that is never reached in practice
+        _WITH_NULLS[key] = text
+    return conn.execute(text, tuple(compress(values, kept)))
+
+
 def _insert_blobs(conn: sqlite3.Connection, blobs: list[Blob], now: float) -> None:
     for blob in blobs:
         # Holding the write lock: a prune cannot delete the file between this check and the row.
@@ -130,23 +155,21 @@ def _insert_blobs(conn: sqlite3.Connection, blobs: list[Blob], now: float) -> No
 
 def _write_children(
     conn: sqlite3.Connection, run: RunRecord, commit: Commit | NewRun, blobs: list[Blob], now: float
-) -> list[CheckpointRecord]:
+) -> rows.Written:
     if blobs:
         _insert_blobs(conn, blobs, now)
-    written = []
     for offset, draft in enumerate(commit.checkpoints, start=1):
-        seq = run.head_seq + offset
-        conn.execute(_INSERT_CHECKPOINT, rows.checkpoint_values(run.run_id, seq, now, draft))
-        written.append(rows.checkpoint_from_draft(run.run_id, seq, now, draft))
+        _execute(conn, _INSERT_CHECKPOINT, rows.checkpoint_values(run.run_id, run.head_seq + offset, now, draft))
     if commit.events:
         conn.executemany(
             _INSERT_EVENT,
             [
-                (run.run_id, run.event_seq + offset, e.type, e.node_id, now, rows.dumps(e.data))
+                # The type as plain text: sqlite3 binds an str subclass (the enum) only after an adapter lookup.
+                (run.run_id, run.event_seq + offset, str(e.type), e.node_id, now, rows.dumps(e.data))
                 for offset, e in enumerate(commit.events, start=1)
             ],
         )
-    return written
+    return rows.Written(run.run_id, run.head_seq, now, commit.checkpoints)
 
 
 def _create_run(conn: sqlite3.Connection, new: NewRun, now: float) -> tuple[RunRecord, bool]:
@@ -184,7 +207,7 @@ def _commit(conn: sqlite3.Connection, commit: Commit, now: float, url: str) -> C
             # A running node's commit: one conditional UPDATE checks the row and writes it.
             after = updated_run(seen, commit, now, len(commit.checkpoints), len(commit.events))
             sets, values = rows.run_update(seen, after)
-            if conn.execute(_UPDATE_SEEN_RUN[sets], values + rows.seen_values(seen)).rowcount:
+            if _execute(conn, _UPDATE_SEEN_RUN[sets], values + rows.seen_values(seen)).rowcount:
                 return CommitResult(after, _write_rest(conn, seen, commit, now))
         run = _get_run(conn, commit.run_id)
         if run is None:
@@ -203,7 +226,7 @@ def _commit(conn: sqlite3.Connection, commit: Commit, now: float, url: str) -> C
         checkpoints = _write_rest(conn, run, commit, now)
         after = updated_run(run, commit, now, len(commit.checkpoints), len(commit.events), still_pending)
         sets, values = rows.run_update(run, after)
-        conn.execute(_UPDATE_RUN[sets], values)
+        _execute(conn, _UPDATE_RUN[sets], values)
         return CommitResult(after, checkpoints, claimed)
 
 
@@ -224,7 +247,7 @@ def _insert_writes(conn: sqlite3.Connection, run_id: str, commit: Commit, now: f
     conn.executemany(_INSERT_WRITE, [rows.write_values(run_id, write, now) for write in commit.writes])
 
 
-def _write_rest(conn: sqlite3.Connection, run: RunRecord, commit: Commit, now: float) -> list[CheckpointRecord]:
+def _write_rest(conn: sqlite3.Connection, run: RunRecord, commit: Commit, now: float) -> rows.Written:
     if commit.release_interrupts:
         conn.execute("DELETE FROM pending_interrupts WHERE run_id = ?", (run.run_id,))
     checkpoints = _write_children(conn, run, commit, commit.blobs, now)

@@ -28,7 +28,8 @@ def check_state(value: Any, what: str, *, from_node: bool = False) -> dict[str, 
     """
     if value is None:
         return {}
-    if not isinstance(value, Mapping):
+    # A dict (every node's result, nearly) is a Mapping: no ABC check for it.
+    if type(value) is not dict and not isinstance(value, Mapping):
         raise InvalidState(f"{what} must be a dict of state values (name -> value), not {type(value).__name__}.")
     bad = [k for k in value if not isinstance(k, str)]
     if bad:
@@ -101,6 +102,8 @@ class ValueCodec:
         sizes = {blob.hash: blob.size for blob in more}
         for name, address in delta.items():
             self.lists.remember_whole(address, plain[name], sizes.get(address))
+        if not addresses:
+            return delta, more  # no list appended to (a node's usual result): both made afresh above
         return {**delta, **addresses}, [*(b for b in blobs if b.hash not in self._stored), *more]
 
     def list_of_items(self, addresses: list[str]) -> Blob:
@@ -109,7 +112,8 @@ class ValueCodec:
 
     def mark_stored(self, blobs: list[Blob]) -> None:
         """Remember blobs a committed transaction wrote."""
-        self._stored.update(b.hash for b in blobs)
+        for blob in blobs:
+            self._stored.add(blob.hash)
 
     def unstored(self, blobs: list[Blob]) -> list[Blob]:
         """Return those of ``blobs`` no committed transaction of this codec wrote (the store may lack them)."""

@@ -39,10 +39,11 @@ class NodeSpec:
     # Where the function runs: None (the workflow's default), "local", a Dask client or an Executor.
     executor: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # Whether ``fn`` is a coroutine function: asked at every attempt, worked out once.
+    is_async: bool = field(init=False, repr=False, compare=False)
 
-    @property
-    def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.fn)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.fn))
 
     @property
     def policy(self) -> AttemptPolicy:
@@ -107,7 +108,12 @@ class Graph:
         for node_id in finished:
             for candidate in dependents.get(node_id, ()):
                 after = self.nodes[candidate].after
-                if candidate not in done and all(d in done for d in after) and any(d in done_ok for d in after):
+                # map() rather than generators: this runs for every node of a run.
+                if (
+                    candidate not in done
+                    and all(map(done.__contains__, after))
+                    and any(map(done_ok.__contains__, after))
+                ):
                     found.add(candidate)
         return sorted(found, key=positions.__getitem__)
 

@@ -78,7 +78,7 @@ class RunProgress:
             **self.log.draft_fields(),
             "skipped": list(self.skipped),
             "routes": dict(self.routes),
-            "resumes": {k: [d.to_json() for d in v] for k, v in self.resumes.items()},
+            "resumes": {k: [d.to_json() for d in v] for k, v in self.resumes.items()} if self.resumes else {},
         }
 
     def complete(self, node_id: str) -> None:

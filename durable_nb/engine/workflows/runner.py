@@ -223,7 +223,7 @@ class Runner:
         else:
             await self._run_together(wave, written_by, troubled)
         try:
-            failures = [o for o in troubled if o.error is not None]
+            failures = [o for o in troubled if o.error is not None] if troubled else []
             if failures:
                 await self.stops.commit_failure(failures)
                 self._stopped = True
@@ -313,7 +313,7 @@ class Runner:
         updates = dict(outcome.updates or {})
         # A loop's next iteration may share a wave with its last one (a gate beside it paused the
         # wave): its own writes are no clash.
-        clash = sorted(k for k in updates if written_by.get(k, node_id) != node_id)
+        clash = sorted(k for k in updates if written_by.get(k, node_id) != node_id) if written_by else []
         if clash:
             outcome.updates, outcome.error = (
                 None,
@@ -334,7 +334,7 @@ class Runner:
                 outcome.updates, outcome.error = None, error
                 return outcome
             completes = not again
-        fresh = {k: v for k, v in updates.items() if k not in outcome.stored}
+        fresh = {k: v for k, v in updates.items() if k not in outcome.stored} if outcome.stored else updates
         try:
             delta, blobs = self.commits.values.encode_updates(fresh, self.progress.manifest)
         except Exception as error:  # noqa: BLE001 - any encoding failure fails the node, never the engine
