@@ -354,6 +354,39 @@ def test_frames_and_series_are_not_one_unit_through_their_class(shell: Shell) ->
     assert shell.changed("change") == ["other", "t"]
 
 
+def test_what_a_library_no_longer_holds_ties_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A class's list or a module's path the library has replaced since ties what still holds it, as any
+    object does; the one it holds now ties nothing."""
+    import matplotlib.markers
+    import pandas as pd
+
+    from durable_nb.engine.pickling import pickle_values
+
+    frame = pd.DataFrame({"a": [1.0]})
+    figure, axes = plt_subplots()
+    axes.plot([1, 2], marker="o")
+    owner = pd.core.generic.NDFrame  # the class that holds frames' one _metadata list
+    old_list, old_path = owner._metadata, matplotlib.markers._empty_path
+    reach = pickle_values([frame, old_list, figure, old_path], {}).reach
+    assert id(old_list) not in reach and id(old_path) not in reach
+    monkeypatch.setattr(owner, "_metadata", list(old_list))
+    monkeypatch.setattr(matplotlib.markers, "_empty_path", old_path.deepcopy())
+    reach = pickle_values([frame, old_list, figure, old_path], {}).reach
+    assert id(old_list) in reach and id(old_path) in reach
+    assert id(owner._metadata) not in reach and id(matplotlib.markers._empty_path) not in reach
+
+
+def plt_subplots() -> Any:
+    import matplotlib
+
+    matplotlib.use("agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots()
+    plt.close(figure)
+    return figure, axes
+
+
 RESULTS = (
     "%%durable fit\nimport numpy as np\nimport pandas as pd\nimport statsmodels.api as sm\n"
     "data = pd.DataFrame({'x': np.arange(20.0), 'y': np.arange(20.0) * 2 + np.sin(np.arange(20.0))})\n"
