@@ -7,6 +7,7 @@ Each is read only once its library is imported (by the notebook, never by this m
 from __future__ import annotations
 
 import functools
+import itertools
 import operator
 import sys
 import warnings
@@ -124,16 +125,18 @@ def _stored_options() -> dict[str, Any] | None:
     if not isinstance(config, dict):
         return None
     if len(_pandas_paths) != len(_pandas_names):
-        _pandas_paths[:] = [(name, name.split(".")) for name in _pandas_names]
+        _pandas_paths[:] = [name.split(".") for name in _pandas_names]
     try:
-        # Each walked down in C: read before and after every cell. The nested dicts are plain dicts
-        # whose leaves are the options, so a name that no longer leads to one fails to index.
-        return {name: functools.reduce(operator.getitem, parts, config) for name, parts in _pandas_paths}
+        # Each walked down in C, with no Python line per option: read before and after every cell. The
+        # nested dicts are plain dicts whose leaves are the options: a name that no longer leads to one
+        # fails to index.
+        values = map(functools.reduce, itertools.repeat(operator.getitem), _pandas_paths, itertools.repeat(config))
+        return dict(zip(_pandas_names, values, strict=True))
     except (KeyError, TypeError, IndexError):
         return None
 
 
-_pandas_paths: list[tuple[str, list[str]]] = []
+_pandas_paths: list[list[str]] = []
 
 
 def _apply_pandas(changed: dict[str, Any]) -> None:

@@ -41,7 +41,7 @@ def _animated(figure: Any) -> bool:
     artists = [figure, *figure.get_children()]
     for ax in figure.axes:
         artists += ax.get_children()
-    kinds = {type(artist) for artist in artists}
+    kinds = set(map(type, artists))
     if not kinds <= _FLAGGED and not _flagged(kinds):
         return any(artist.get_animated() for artist in artists if hasattr(artist, "get_animated"))
     # Artist.get_animated reads the flag: read in C, without a call per artist (a figure has hundreds).
