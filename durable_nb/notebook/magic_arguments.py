@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 from typing import Any
 
 from IPython.core.magic_arguments import ArgDecorator, MagicArgumentParser, real_name
@@ -72,7 +71,7 @@ def cell_arguments(magic: Any, line: str) -> Any:
     args = _PARSED.get(line)
     if args is None:
         word = line.strip()
-        if _BARE.fullmatch(word):
+        if _bare(word):
             # The node's name alone, as --all writes above every cell: the defaults with that name
             # (argparse would take it as the one positional; it costs more than the rest of a cell).
             args = argparse.Namespace(**{**vars(_defaults(magic)), "node": word})
@@ -93,7 +92,11 @@ def _defaults(magic: Any) -> argparse.Namespace:
     return found
 
 
-_BARE = re.compile(r"[A-Za-z_][\w.-]*")
+def _bare(word: str) -> bool:
+    # A word argparse takes as the one positional: a letter or _ first, then letters, digits, _ . -
+    # (no regex: compiling one would cost attaching more than the test).
+    first = word[:1]
+    return (first.isalpha() or first == "_") and word.replace(".", "_").replace("-", "_").isidentifier()
 
 
 def names_in(text: str | None) -> frozenset[str]:
