@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import itertools
 import logging
-import operator
 import os
 import random
 import sys
@@ -37,15 +35,10 @@ def _pattern(text: Any) -> str:
 
 def _read_loggers() -> Any:
     levels = {"": logging.getLogger().level}
-    # Read before and after every cell, a hundred loggers or more: filtered and read in C (the
-    # others in the registry are placeholders for loggers not made yet).
-    items = list(logging.Logger.manager.loggerDict.items())
-    kept = list(itertools.compress(items, map(isinstance, map(_SECOND, items), itertools.repeat(logging.Logger))))
-    levels.update(zip(map(_FIRST, kept), map(_LEVEL, map(_SECOND, kept)), strict=True))
+    for name, logger in list(logging.Logger.manager.loggerDict.items()):
+        if isinstance(logger, logging.Logger):
+            levels[name] = logger.level
     return levels
-
-
-_FIRST, _SECOND, _LEVEL = operator.itemgetter(0), operator.itemgetter(1), operator.attrgetter("level")
 
 
 def _apply_loggers(changed: dict[str, Any]) -> None:
