@@ -12,13 +12,15 @@ back the library's own object anyway: a restored value holds its own copy.
 Where each library holds such objects (its classes; matplotlib's modules and ``rcParams`` too)
 is read once and kept, with the path from the holder to each object. The path is checked again
 at each use: an object the library no longer holds there (replaced, or a value's own) still
-ties what reaches it. A holder whose values are no longer the same objects (a class attribute
-set lazily, a module imported since) is read again. Only these libraries: a shared container
+ties what reaches it. A holder is read again when it holds more or fewer entries, or another
+object where it held one that counts or None (a class attribute set on first use); matplotlib's
+modules are looked for again when a module was imported. Only these libraries: a shared container
 elsewhere may be a registry that its instances fill together.
 """
 
 from __future__ import annotations
 
+import itertools
 import sys
 import weakref
 from collections.abc import Callable, Iterable, Mapping
@@ -69,34 +71,44 @@ def _still_held(path: tuple[_Link, ...], obj: Any) -> bool:
 class _Holder:
     """What one class, module, mapping or weak cache held when last read, and the path to each object that counts."""
 
-    __slots__ = ("caches", "ids", "items", "links", "mapping", "read", "values", "view")
+    __slots__ = ("caches", "ids", "items", "keys", "links", "mapping", "read", "size", "values")
 
     def __init__(self, mapping: Any) -> None:
         self.mapping = mapping
         # A dict read as a dict: RcParams' own lookup resolves some entries (the backend) when read.
         kind = dict if isinstance(mapping, dict) else type(mapping)
         self.read: Callable[[Any, Any], Any] = kind.get
-        self.view: Callable[[Any], Iterable[Any]] = kind.values
         self.items: Callable[[Any], Iterable[tuple[Any, Any]]] = kind.items
         self.values: tuple[Any, ...] = ()  # held: no id of them is reused while they are compared
+        self.size = -1
+        self.keys: tuple[Any, ...] = ()
         self.ids: tuple[int, ...] = ()
         self.links: dict[int, tuple[_Link, ...]] = {}
         self.caches: list[_Holder] = []
 
     def refresh(self) -> None:
-        """Read the holder again if its values are no longer the objects they were."""
-        # Read in C, with no switch to another thread (a module another thread imports into may grow).
-        if tuple(map(id, self.view(self.mapping))) == self.ids:
+        """Read the holder again if it holds more or fewer entries, or another object where it held one
+        that counts or None (a class attribute set on first use, as ``Path._unit_circle``)."""
+        # Read in C: a class has hundreds of attributes, its methods mostly, compared at each pickle.
+        now = map(self.read, itertools.repeat(self.mapping), self.keys)
+        if len(self.mapping) == self.size and tuple(map(id, now)) == self.ids:
             return
-        values = tuple(self.view(self.mapping))
-        self.values, self.ids = values, tuple(map(id, values))
+        # One C call, with no switch to another thread (a module another thread imports into may grow).
+        items = tuple(self.items(self.mapping))
+        self.values, self.size = items, len(items)
         self.links, self.caches = {}, []
         counted = _counted()
-        for key, value in tuple(self.items(self.mapping)):
+        watched = []
+        for key, value in items:
             if type(value) in counted:
                 _add(self.links, ((self.read, self.mapping, key, value),), value)
             elif type(value) is weakref.WeakValueDictionary:
                 self.caches.append(_Holder(value))
+            elif value is not None:
+                continue
+            watched.append((key, value))
+        self.keys = tuple(key for key, _ in watched)
+        self.ids = tuple(id(value) for _, value in watched)
 
 
 def _counted() -> frozenset[type]:
