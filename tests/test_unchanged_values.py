@@ -147,6 +147,28 @@ def test_a_figure_a_cell_only_reads_costs_no_walk_over_its_objects(
     assert shell.changed("title") == ["a", "axs", "fig"]
 
 
+def test_a_figure_pyplot_holds_open_is_checked_without_a_call_per_artist(
+    shell: Shell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After every cell, a figure pyplot holds open is checked: its artists' animated flags are read
+    without calling get_animated on each (hundreds of calls a cell); an artist made animated is still seen."""
+    import matplotlib.artist
+
+    calls: list[object] = []
+    real = matplotlib.artist.Artist.get_animated
+
+    def counted(artist: matplotlib.artist.Artist) -> bool:
+        calls.append(artist)
+        return real(artist)
+
+    monkeypatch.setattr(matplotlib.artist.Artist, "get_animated", counted)
+    ns = shell.shell.user_ns
+    assert not held(shell.cell("%%durable nothing\nz = 1"), ns["fig"], ns["axs"])
+    assert calls == []
+    shell.cell("%%durable animate\naxs[1, 1].lines[0].set_animated(True)")
+    assert shell.changed("animate") == ["a", "axs", "fig"]
+
+
 def test_a_figure_changed_through_matplotlib_is_stored_again(shell: Shell) -> None:
     """A title set through the axes, or through pyplot's current figure, stores the figure again."""
     ns = shell.shell.user_ns
