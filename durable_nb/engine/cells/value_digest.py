@@ -57,7 +57,8 @@ def _flagged(kinds: set[type]) -> bool:
 
 
 _ANIMATED = operator.attrgetter("_animated")
-# Artist classes whose get_animated is matplotlib's own (module-level classes: they live as long as it).
+# Artist classes whose get_animated is matplotlib's own, kept for the process (a notebook's own artist
+# class too: a few classes at most).
 _FLAGGED: set[type] = set()
 
 
