@@ -143,6 +143,18 @@ def test_loading_the_extension_and_attaching_import_only_what_a_cell_needs(tmp_p
     assert loaded(setup, heavy, str(tmp_path)) == []
 
 
+def test_attaching_loads_nothing_of_running_a_cell(tmp_path: Path) -> None:
+    """`%load_ext durable_nb` and `%durable run --all` load none of what runs a cell's code, reads the settings
+    it changed and shows what it restores: the first cell loads them."""
+    setup = (
+        f"import sys\n{SHELL}shell.run_line_magic('load_ext', 'durable_nb')\n"
+        "assert shell.run_cell(f'%durable run light --all --store sqlite:///{sys.argv[1]}/runs.db').success"
+    )
+    cell = ("durable_nb.notebook.executing", "durable_nb.notebook.outcome", "durable_nb.notebook.settings")
+    cell += ("durable_nb.notebook.restored", "durable_nb.notebook.capture", "durable_nb.engine.cells.plan")
+    assert loaded(setup, cell, str(tmp_path)) == []
+
+
 def test_typed_marker_ships() -> None:
     """Style: the package ships py.typed."""
     assert (PACKAGE / "py.typed").exists()

@@ -132,9 +132,9 @@ def test_a_figure_a_cell_only_reads_costs_no_walk_over_its_objects(
     digests: list[int] = []
     real = unchanged._buffers_digest
 
-    def counted(views: list[memoryview]) -> str:
+    def counted(views: list[memoryview], layout: bytes) -> str:
         digests.append(len(views))
-        return real(views)
+        return real(views, layout)
 
     monkeypatch.setattr(unchanged, "_buffers_digest", counted)
     CountingReach.walks = 0
@@ -145,6 +145,28 @@ def test_a_figure_a_cell_only_reads_costs_no_walk_over_its_objects(
     # Changed, it is pickled and stored again, whatever reach it had.
     assert held(shell.cell("%%durable title\naxs[0, 0].set_title('set')"), ns["fig"])
     assert shell.changed("title") == ["a", "axs", "fig"]
+
+
+def test_a_figure_pyplot_holds_open_is_checked_without_a_call_per_artist(
+    shell: Shell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After every cell, a figure pyplot holds open is checked: its artists' animated flags are read
+    without calling get_animated on each (hundreds of calls a cell); an artist made animated is still seen."""
+    import matplotlib.artist
+
+    calls: list[object] = []
+    real = matplotlib.artist.Artist.get_animated
+
+    def counted(artist: matplotlib.artist.Artist) -> bool:
+        calls.append(artist)
+        return real(artist)
+
+    monkeypatch.setattr(matplotlib.artist.Artist, "get_animated", counted)
+    ns = shell.shell.user_ns
+    assert not held(shell.cell("%%durable nothing\nz = 1"), ns["fig"], ns["axs"])
+    assert calls == []
+    shell.cell("%%durable animate\naxs[1, 1].lines[0].set_animated(True)")
+    assert shell.changed("animate") == ["a", "axs", "fig"]
 
 
 def test_a_figure_changed_through_matplotlib_is_stored_again(shell: Shell) -> None:
@@ -352,6 +374,39 @@ def test_frames_and_series_are_not_one_unit_through_their_class(shell: Shell) ->
     pickled = shell.cell("%%durable change\nother.loc[0, 'c'] = 9.0\nt[0] = 7")
     assert not held(pickled, ns["df"], ns["s"], ns["dates"])
     assert shell.changed("change") == ["other", "t"]
+
+
+def test_what_a_library_no_longer_holds_ties_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A class's list or a module's path the library has replaced since ties what still holds it, as any
+    object does; the one it holds now ties nothing."""
+    import matplotlib.markers
+    import pandas as pd
+
+    from durable_nb.engine.pickling import pickle_values
+
+    frame = pd.DataFrame({"a": [1.0]})
+    figure, axes = plt_subplots()
+    axes.plot([1, 2], marker="o")
+    owner = pd.core.generic.NDFrame  # the class that holds frames' one _metadata list
+    old_list, old_path = owner._metadata, matplotlib.markers._empty_path
+    reach = pickle_values([frame, old_list, figure, old_path], {}).reach
+    assert id(old_list) not in reach and id(old_path) not in reach
+    monkeypatch.setattr(owner, "_metadata", list(old_list))
+    monkeypatch.setattr(matplotlib.markers, "_empty_path", old_path.deepcopy())
+    reach = pickle_values([frame, old_list, figure, old_path], {}).reach
+    assert id(old_list) in reach and id(old_path) in reach
+    assert id(owner._metadata) not in reach and id(matplotlib.markers._empty_path) not in reach
+
+
+def plt_subplots() -> Any:
+    import matplotlib
+
+    matplotlib.use("agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots()
+    plt.close(figure)
+    return figure, axes
 
 
 RESULTS = (

@@ -43,7 +43,8 @@ def is_quiet(shell: Any, source: str) -> bool:
     IPython asks this of the line it ran, which for a cell magic is the ``run_cell_magic(…)``
     call; here the same test is asked of the cell's own code.
     """
-    return bool(shell.displayhook.semicolon_at_end_of_expression(source))
+    # IPython tokenizes the code to find it (comments may follow): not needed with no ';' at all.
+    return ";" in source and bool(shell.displayhook.semicolon_at_end_of_expression(source))
 
 
 def _show_result(shell: Any, value: Any, data: dict[str, Any] | None, metadata: dict[str, Any]) -> Any:

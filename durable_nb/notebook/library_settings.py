@@ -6,6 +6,9 @@ Each is read only once its library is imported (by the notebook, never by this m
 
 from __future__ import annotations
 
+import functools
+import itertools
+import operator
 import sys
 import warnings
 from typing import Any
@@ -121,15 +124,19 @@ def _stored_options() -> dict[str, Any] | None:
     config = getattr(sys.modules.get("pandas._config.config"), "_global_config", None)
     if not isinstance(config, dict):
         return None
-    found = {}
-    for name in _pandas_names:
-        node: Any = config
-        for part in name.split("."):
-            if not isinstance(node, dict) or part not in node:
-                return None
-            node = node[part]
-        found[name] = node
-    return found
+    if len(_pandas_paths) != len(_pandas_names):
+        _pandas_paths[:] = [name.split(".") for name in _pandas_names]
+    try:
+        # Each walked down in C, with no Python line per option: read before and after every cell. The
+        # nested dicts are plain dicts whose leaves are the options: a name that no longer leads to one
+        # fails to index.
+        values = map(functools.reduce, itertools.repeat(operator.getitem), _pandas_paths, itertools.repeat(config))
+        return dict(zip(_pandas_names, values, strict=True))
+    except (KeyError, TypeError, IndexError):
+        return None
+
+
+_pandas_paths: list[list[str]] = []
 
 
 def _apply_pandas(changed: dict[str, Any]) -> None:
@@ -148,8 +155,10 @@ def _read_rc() -> Any:
     if matplotlib is None:
         return None
     # The backend is the kernel's business: a restore must not switch it.
-    # dict.items: the stored values (RcParams' own lookup would resolve the backend).
-    return {k: v for k, v in dict.items(matplotlib.rcParams) if k != "backend"}
+    # dict.items: the stored values (RcParams' own lookup would resolve the backend), copied in C.
+    found = dict(dict.items(matplotlib.rcParams))
+    found.pop("backend", None)
+    return found
 
 
 def _apply_rc(changed: dict[str, Any]) -> None:
@@ -184,7 +193,10 @@ def _read_colormaps() -> Any:
         # The colormaps there when matplotlib is first read are the library's: an import registers
         # them again, so only their names are compared (a copy of each would cost every cell).
         _library_colormaps.update(registry)
-    return {name: None if name in _library_colormaps else registry[name] for name in registry}
+    found: dict[str, Any] = dict.fromkeys(registry)  # the library's own stand as None
+    for name in found.keys() - _library_colormaps:
+        found[name] = registry[name]
+    return found
 
 
 _library_colormaps: set[str] = set()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 from IPython.core.magic_arguments import ArgDecorator, MagicArgumentParser, real_name
@@ -69,11 +70,33 @@ def cell_arguments(magic: Any, line: str) -> Any:
     """The arguments of a %%durable line (read only: the same object comes back for the same line)."""
     args = _PARSED.get(line)
     if args is None:
-        args = parser_of(magic).parse_argstring(line)
+        word = line.strip()
+        if _bare(word):
+            # The node's name alone, as --all writes above every cell: the defaults with that name
+            # (argparse would take it as the one positional; it costs more than the rest of a cell).
+            args = argparse.Namespace(**{**vars(_defaults(magic)), "node": word})
+        else:
+            args = parser_of(magic).parse_argstring(line)
         if len(_PARSED) >= _PARSED_KEPT:
             _PARSED.clear()
         _PARSED[line] = args
     return args
+
+
+def _defaults(magic: Any) -> argparse.Namespace:
+    """The arguments of a line that names a node and nothing else (parsed once)."""
+    func = getattr(magic, "__func__", magic)  # as parser_of: a bound method forwards reads, not writes
+    found = getattr(func, "defaults", None)
+    if found is None:
+        found = func.defaults = parser_of(magic).parse_argstring("node")
+    return found
+
+
+def _bare(word: str) -> bool:
+    # A word argparse takes as the one positional: a letter or _ first, then letters, digits, _ . -
+    # (no regex: compiling one would cost attaching more than the test).
+    first = word[:1]
+    return (first.isalpha() or first == "_") and word.replace(".", "_").replace("-", "_").isidentifier()
 
 
 def names_in(text: str | None) -> frozenset[str]:

@@ -7,29 +7,31 @@ import os
 import time
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._loop import run_in_place, run_sync
 from ..engine import tracing
 from ..engine.cells.cell_run import CellRun
 from ..engine.cells.namespace import NamespaceTracker
-from ..engine.cells.plan import CellAction, CellPlan, continue_cell, open_cell
 from ..engine.gates.decisions import decide, make_decision
 from ..errors import GatePending, StoreError
 from ..model import CommitResult, RunStatus
 from ..store import Store, connect
 from .all_cells import AllCells
-from .capture import is_quiet, open_figure_ids
-from .cellcode import CellCode, analyze
 from .definitions import Definitions
-from .execute import run_code
-from .executing import CellExecutor, CellOptions
 from .frontend import FrontendLink
 from .kernel_lease import KernelLease
 from .notes import Notes
-from .restored import say_held, show_restored, warn_shared
 
-__all__ = ["CellOptions", "KernelSession", "session_for"]
+if TYPE_CHECKING:
+    from ..engine.cells.plan import CellPlan
+    from .cellcode import CellCode
+    from .executing import CellExecutor, CellOptions
+
+# Running a cell (its code, settings, outputs, what it restores) is imported at the first cell:
+# attaching a kernel does not load it. Where a method below imports, that is why.
+
+__all__ = ["KernelSession", "session_for"]
 
 
 class KernelSession:
@@ -43,13 +45,22 @@ class KernelSession:
         self.tracker: NamespaceTracker | None = None
         self.definitions = Definitions()
         self.notes = Notes(shell)
-        # Looked up at each pause: a test or an extension may replace how this session shows gates.
-        self.executor = CellExecutor(shell, self.notes, self.definitions, lambda *gate: self._pause(*gate))
+        self._executor: CellExecutor | None = None
         self.all_cells = AllCells(shell)
         self.handed_over = False  # attached by run-notebook (%durable run --from-env): the notebook's own line waits
         self.lease = KernelLease()
         shell.events.register("pre_run_cell", self.notes.new_cell)
         atexit.register(self._release_at_exit)
+
+    @property
+    def executor(self) -> CellExecutor:
+        """What runs a cell's code and commits it (made at the first cell)."""
+        if self._executor is None:
+            from .executing import CellExecutor
+
+            # Looked up at each pause: a test or an extension may replace how this session shows gates.
+            self._executor = CellExecutor(self.shell, self.notes, self.definitions, lambda *gate: self._pause(*gate))
+        return self._executor
 
     @property
     def cell_run(self) -> CellRun | None:
@@ -173,6 +184,11 @@ class KernelSession:
     def run_cell(self, node: str, raw_source: str, options: CellOptions) -> Any:
         """Restore a committed cell, or run it and commit what it defined and displayed."""
         __tracebackhide__ = True
+        from ..engine.cells.plan import CellAction, open_cell
+        from .capture import is_quiet, open_figure_ids
+        from .cellcode import analyze
+        from .restored import say_held, show_restored
+
         cell_run = self.require()
         source = self.shell.transform_cell(raw_source)
         self.all_cells.transformed(node, source)
@@ -272,6 +288,9 @@ class KernelSession:
 
         What forks made after it set is put back once it ran: the cell restores, it is not live.
         """
+        from .capture import is_quiet
+        from .execute import run_code
+
         cell_run, committed = plan.cell_run, plan.committed
         assert committed is not None
         if plan.paused:
@@ -291,12 +310,16 @@ class KernelSession:
 
     def hold_overrides(self, cell_run: CellRun, *, quiet: bool = False) -> dict[str, Any]:
         """Make sure the kernel holds what the run's forks set; say what was put in place or found changed."""
+        from .restored import say_held
+
         held = run_sync(cell_run.hold_overrides(self.shell.user_ns))
         say_held(self.notes, held, cell_run.run_id, quiet=quiet)
         return held.placed
 
     def warn_shared(self, shared: dict[str, list[str]], where: str) -> None:
         """Warn that an override replaces one of several variables that shared objects (the others keep theirs)."""
+        from .restored import warn_shared
+
         warn_shared(self.notes, shared, where)
 
     # -- gates ----------------------------------------------------------------------------------
@@ -354,6 +377,11 @@ class KernelSession:
         run = decided.run
         if cell_run is None or cell_run.run_id != run.run_id or decided.claimed is None:
             return "Decision recorded. Run the cell again in the kernel attached to this run to continue."
+        from ..engine.cells.plan import continue_cell
+        from .cellcode import analyze
+        from .executing import CellOptions
+        from .restored import say_held
+
         plan = run_sync(continue_cell(cell_run, decided, self.shell.user_ns))
         if plan is None:
             return f"Decision recorded; the run is {run.status.value}. Run the cell again to continue."

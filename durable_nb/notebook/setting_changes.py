@@ -3,6 +3,7 @@ the settings share: a reading taken whole, the keys that changed, the entries re
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -65,6 +66,8 @@ def changed_keys(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any
 def replaced_entries(before: dict[Any, Any], after: dict[Any, Any]) -> dict[Any, Any] | None:
     """Return the entries that are not the same objects as before, and those removed; None when none."""
     # Entries that are replaced, not edited (a style, a unit converter): compared as objects.
+    if tuple(before) == tuple(after) and all(map(operator.is_, before.values(), after.values())):
+        return None  # most cells: the very same entries, told in C
     changed = {key: value for key, value in after.items() if before.get(key) is not value}
     changed.update({key: MISSING for key in before if key not in after})
     return changed or None

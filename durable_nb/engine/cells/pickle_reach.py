@@ -3,7 +3,8 @@
 Two variables that reach a common mutable object must be stored together, or a restore gives
 each its own copy. The pickler's memo lists everything a pickle met; this module keeps the
 objects whose identity can matter, leaving out those that cannot change, those pickled by name
-(they come back as themselves), and the pickler's own temporaries.
+(they come back as themselves), the pickler's own temporaries, and what pandas and matplotlib
+hold for the whole process (``library_held``).
 """
 
 from __future__ import annotations
@@ -14,12 +15,11 @@ import io
 import pickle
 import sys
 import types
-import weakref
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["reached"]
+__all__ = ["importable", "reached"]
 
 # Objects whose identity cannot matter: they cannot change, or are looked up by name on load.
 _IMMUTABLE = (
@@ -66,14 +66,14 @@ def _mutable(obj: Any, namespace: Mapping[str, Any], immutable: tuple[type, ...]
     if kind is types.FunctionType:
         # A function from a module is pickled by name and comes back as itself.
         return obj.__globals__ is namespace
-    return not _importable(obj)
+    return not importable(obj)
 
 
 _UNKNOWN = object()
 
 
-def _importable(obj: Any) -> bool:
-    # Objects pickled by name (a compiled library function, say) come back as themselves.
+def importable(obj: Any) -> bool:
+    """True if ``obj`` is pickled by name and comes back as itself (a library's class or function)."""
     qualname = getattr(obj, "__qualname__", None)
     module = sys.modules.get(getattr(obj, "__module__", None) or "")
     if not isinstance(qualname, str) or module is None:
@@ -137,68 +137,15 @@ def reached(memo: dict[int, tuple[int, Any]], namespace: Mapping[str, Any], buff
     immutable = _immutable_types()
     verdicts: dict[type, Any] = {}
     made = _made_while_pickling(memo, buffers)
-    containers = False
     for key, entry in memo.items():
         if key not in made and _mutable(entry[1], namespace, immutable, verdicts):
             found.append(key)
-            containers = containers or type(entry[1]) in _CLASS_CONTAINERS
-    kinds = {type(entry[1]) for entry in memo.values()} if found else set()
-    if containers:
-        owned = _class_owned(kinds)
-        if owned:
-            found = [key for key in found if not _owned_by_class(memo[key][1], owned.get(key))]
-    if any(kind.__module__.startswith("matplotlib.") for kind in kinds):
-        # Imported here: only notebooks with figures need it, and attaching stays light.
-        from .figure_constants import figure_constants
+    if found:
+        # Imported here: attaching a kernel stays light.
+        from .library_held import without_library_held
 
-        constants = figure_constants(kinds)
-        found = [key for key in found if key not in constants]
+        found = without_library_held(found, memo, {type(entry[1]) for entry in memo.values()})
     return found
-
-
-# What a class may hold as a class attribute that its instances' pickles then carry.
-_CLASS_CONTAINERS = frozenset({list, dict, set})
-
-
-def _class_owned(kinds: set[type]) -> dict[int, tuple[type, str, Any]]:
-    """The containers pandas' classes hold as class attributes, by id (with their owner).
-
-    pandas pickles every frame's ``_metadata``, the one list ``DataFrame._metadata`` (a constant of
-    the class): two frames reaching it are not tied by it, or every frame of a notebook, and every
-    result holding one, would be one unit, pickled whole whenever one of them changes. Only pandas'
-    classes: a class's shared container elsewhere may be a registry its instances fill together.
-    """
-    owned: dict[int, tuple[type, str, Any]] = {}
-    for kind in kinds:
-        try:
-            attributes = _CLASS_ATTRIBUTES[kind]
-        except KeyError:
-            attributes = _CLASS_ATTRIBUTES[kind] = _class_attributes(kind)
-        for base, name, value in attributes:
-            owned[id(value)] = (base, name, value)
-    return owned
-
-
-def _class_attributes(kind: type) -> tuple[tuple[type, str, Any], ...]:
-    # Held here (so that their ids stay theirs); checked still to be the class's at each use.
-    found = []
-    for base in kind.__mro__:
-        if base.__module__.partition(".")[0] != "pandas" or not _importable(base):
-            continue
-        for name, value in vars(base).items():
-            if type(value) in _CLASS_CONTAINERS:
-                found.append((base, name, value))
-    return tuple(found)
-
-
-def _owned_by_class(obj: Any, owner: tuple[type, str, Any] | None) -> bool:
-    if owner is None:
-        return False
-    base, name, value = owner
-    return obj is value and vars(base).get(name) is value
-
-
-_CLASS_ATTRIBUTES: weakref.WeakKeyDictionary[type, tuple[tuple[type, str, Any], ...]] = weakref.WeakKeyDictionary()
 
 
 def _memo_only_references() -> int:

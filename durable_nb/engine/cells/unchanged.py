@@ -29,6 +29,8 @@ unsure means pickle again, never "unchanged".
 
 from __future__ import annotations
 
+import collections
+import operator
 import sys
 import weakref
 from collections.abc import Callable
@@ -68,16 +70,21 @@ def _watch_of(figure: Any) -> _FigureWatch:
 class _Attributes:
     """An object's attributes as they were: the values themselves, held (so no id is reused meanwhile)."""
 
-    __slots__ = ("items",)
+    __slots__ = ("items", "keys", "values")
 
     def __init__(self, obj: Any) -> None:
         self.items = tuple(vars(obj).items())
+        self.keys = tuple(key for key, _ in self.items)
+        self.values = tuple(value for _, value in self.items)
 
     def same(self, obj: Any) -> bool:
         """True if ``obj`` has the same attributes, each the same object (or an equal number or text)."""
         now = vars(obj)
         if len(now) != len(self.items):
             return False
+        # Mostly each the very same object: compared in C, without a call per attribute.
+        if tuple(now) == self.keys and all(map(operator.is_, now.values(), self.values)):
+            return True
         for key, value in self.items:
             current = now.get(key, _MISSING)
             if current is not value and not (
@@ -114,7 +121,7 @@ class _FigureWitness:
 class Witness:
     """Proof that a unit's values pickle as they did: figures watched, estimators digested, buffers hashed."""
 
-    __slots__ = ("buffers", "bytes", "digest", "figures", "kept", "values")
+    __slots__ = ("buffers", "bytes", "digest", "figures", "kept", "layout", "values")
 
     def __init__(
         self,
@@ -130,15 +137,17 @@ class Witness:
         # Their bytes as memory views, made once, and one digest of all of them: a figure holds
         # thousands of small arrays, and a view and a hasher for each cost more than the hashing.
         self.buffers = [buffer.raw() for buffer in buffers]
-        self.bytes = _buffers_digest(self.buffers)
+        # Each view's length and whether it is read-only: a view's, fixed once it is made.
+        self.layout = repr([(view.nbytes, view.readonly) for view in self.buffers]).encode()
+        self.bytes = _buffers_digest(self.buffers, self.layout)
 
 
-def _buffers_digest(views: list[memoryview]) -> str:
-    """The digest of out-of-band buffers' bytes, each one's length and whether it is read-only."""
+def _buffers_digest(views: list[memoryview], layout: bytes) -> str:
+    """The digest of out-of-band buffers' bytes and their ``layout``."""
     hasher = xxhash.xxh3_128()
-    for view in views:
-        hasher.update(view)
-    hasher.update(repr([(view.nbytes, view.readonly) for view in views]).encode())
+    # Hashed in C, with no call per view (a figure's pickle writes thousands).
+    collections.deque(map(hasher.update, views), maxlen=0)
+    hasher.update(layout)
     return hasher.hexdigest()
 
 
@@ -223,7 +232,7 @@ def holds(held: Witness, values: list[Any]) -> bool:
         return False
     if not all(figure.holds() for figure in held.figures):
         return False
-    if held.buffers and _buffers_digest(held.buffers) != held.bytes:
+    if held.buffers and _buffers_digest(held.buffers, held.layout) != held.bytes:
         return False
     again = Digest()
     try:

@@ -8,6 +8,7 @@ vouch for raises ``Refused``: the caller then pickles the value, never calls it 
 
 from __future__ import annotations
 
+import operator
 import sys
 import types
 import weakref
@@ -38,8 +39,27 @@ def _animated(figure: Any) -> bool:
     # Two levels only (the figure, its axes and what they hold): deeper down, an axis makes its
     # ticks when asked for them, and reading must not change what the pickle holds.
     artists = [figure, *figure.get_children()]
-    artists += [child for ax in figure.axes for child in ax.get_children()]
-    return any(artist.get_animated() for artist in artists if hasattr(artist, "get_animated"))
+    for ax in figure.axes:
+        artists += ax.get_children()
+    kinds = set(map(type, artists))
+    if not kinds <= _FLAGGED and not _flagged(kinds):
+        return any(artist.get_animated() for artist in artists if hasattr(artist, "get_animated"))
+    # Artist.get_animated reads the flag: read in C, without a call per artist (a figure has hundreds).
+    return any(map(_ANIMATED, artists))
+
+
+def _flagged(kinds: set[type]) -> bool:
+    """True if every one of ``kinds`` tells whether it is animated by matplotlib's own flag (noted once)."""
+    artist = sys.modules.get("matplotlib.artist")
+    own = getattr(getattr(artist, "Artist", None), "get_animated", None)
+    _FLAGGED.update(kind for kind in kinds if own is not None and getattr(kind, "get_animated", None) is own)
+    return kinds <= _FLAGGED
+
+
+_ANIMATED = operator.attrgetter("_animated")
+# Artist classes whose get_animated is matplotlib's own, kept for the process (a notebook's own artist
+# class too: a few classes at most).
+_FLAGGED: set[type] = set()
 
 
 class Digest:
@@ -358,8 +378,19 @@ def _sealed(value: Any) -> bool:
 
 
 def _has_root(artist: Any) -> bool:
+    method = type(artist).get_figure
+    known = _ROOT.get(method)
+    if known is not None:
+        return known
     try:
         artist.get_figure(root=True)
     except TypeError:  # matplotlib before 3.10
-        return False
-    return True
+        known = False
+    else:
+        known = True
+    _ROOT[method] = known
+    return known
+
+
+# Whether each get_figure method takes ``root`` (matplotlib 3.10 on).
+_ROOT: dict[Any, bool] = {}
