@@ -30,7 +30,7 @@ UNCHANGED: Any = _Unchanged()
 
 
 @quick_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class NewRun:
     """A run about to be created, with the blobs of its input."""
 
@@ -65,7 +65,7 @@ class WriteRow(NamedTuple):
 
 
 @quick_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class RunUpdate:
     """Changes to a run row that ride in a commit; UNCHANGED fields stay."""
 
@@ -77,7 +77,7 @@ class RunUpdate:
 
 
 @quick_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Commit:
     """Everything one transaction writes for a run.
 
@@ -113,7 +113,7 @@ class Commit:
 
 
 @quick_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class CommitResult:
     """What a commit wrote: its checkpoints with their seqs (a sequence, perhaps built as it is
     read), and any claimed interrupt."""
