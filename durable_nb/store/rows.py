@@ -26,6 +26,7 @@ __all__ = [
     "BYTES_WRITTEN",
     "CHECKPOINT_COLUMNS",
     "CHECKPOINT_COUNT",
+    "addresses_json",
     "blob_values",
     "EVENT_COLUMNS",
     "INTERRUPT_COLUMNS",
@@ -116,6 +117,21 @@ def dumps(value: Any) -> str:
             if b"null" not in fast:
                 return fast.decode()
     return _ENCODER.encode(value)
+
+
+# The types of the values of a column of names to value addresses (None: a name removed).
+_ADDRESS_TYPES = frozenset({str, type(None)})
+
+
+def addresses_json(value: dict[str, str | None]) -> str:
+    """Encode a column of names to value addresses (None for a name removed) compactly."""
+    # Here orjson's null can only be a None, never a NaN: no second pass for a removed name.
+    if orjson is not None and value and _ADDRESS_TYPES.issuperset(map(type, value.values())):
+        try:
+            return orjson.dumps(value).decode()  # type: ignore[no-any-return]
+        except TypeError:
+            pass  # keys that are not text, lone surrogates: the encoder below
+    return dumps(value)
 
 
 def blob_values(blob: Blob, created_at: float) -> tuple[Any, ...]:
@@ -282,7 +298,7 @@ def checkpoint_values(run_id: str, seq: int, created_at: float, draft: Checkpoin
         draft.step,
         draft.node_id,
         draft.status.value,
-        dumps(draft.changes),
+        addresses_json(draft.changes),
         _completed_changes(draft),
         None if draft.snapshot is None else snapshot_json(draft.snapshot),
         dumps(draft.queue),
@@ -329,8 +345,40 @@ def snapshot_from_json(text: str | None) -> CheckpointState | None:
 
 def checkpoint_from_draft(run_id: str, seq: int, created_at: float, draft: CheckpointDraft) -> CheckpointRecord:
     """Build the record a draft becomes once written, without a JSON round trip."""
-    fields = {name: getattr(draft, name) for name in CheckpointDraft.__slots__}  # type: ignore[attr-defined]
-    return CheckpointRecord(run_id=run_id, seq=seq, created_at=created_at, **fields)
+    d = draft  # each field named once: on every commit's path, where getattr() by name costs a call each
+    return CheckpointRecord(
+        d.checkpoint_id,
+        d.step,
+        d.node_id,
+        d.status,
+        d.queue,
+        d.changes,
+        d.completed_added,
+        d.completed_removed,
+        d.snapshot,
+        d.skipped,
+        d.routes,
+        d.iteration,
+        d.item_index,
+        d.branch_key,
+        d.parent_checkpoint_id,
+        d.node_input,
+        d.node_output,
+        d.error,
+        d.error_type,
+        d.traceback,
+        d.interrupt,
+        d.decision,
+        d.resumes,
+        d.counters,
+        d.agent_path,
+        d.duration,
+        d.attempts,
+        d.extra,
+        run_id=run_id,
+        seq=seq,
+        created_at=created_at,
+    )
 
 
 def checkpoint_from_row(row: Sequence[Any]) -> CheckpointRecord:

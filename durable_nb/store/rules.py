@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..errors import AlreadyResumed, InvalidDecision, InvalidInput
@@ -117,19 +116,42 @@ def updated_run(
     run: RunRecord, commit: Commit, now: float, checkpoints: int, events: int, still_pending: int = 0
 ) -> RunRecord:
     """Return the run row as the commit leaves it (``still_pending``: gates left after a claim)."""
-    changes: dict[str, object] = {
-        "updated_at": now,
-        "head_seq": run.head_seq + checkpoints,
-        "event_seq": run.event_seq + events,
-    }
-    if commit.run is not None:
-        for name in ("status", "error", "error_type", "owner", "lease_until"):
-            value = getattr(commit.run, name)
-            if value is not UNCHANGED:
-                changes[name] = value
+    # Built field by field, not with dataclasses.replace: this is on every commit's path, and
+    # replace() reads each of the row's fields by name.
+    status, error, error_type, owner, lease_until = run.status, run.error, run.error_type, run.owner, run.lease_until
+    update = commit.run
+    if update is not None:
+        if update.status is not UNCHANGED:
+            status = update.status
+        if update.error is not UNCHANGED:
+            error = update.error
+        if update.error_type is not UNCHANGED:
+            error_type = update.error_type
+        if update.owner is not UNCHANGED:
+            owner = update.owner
+        if update.lease_until is not UNCHANGED:
+            lease_until = update.lease_until
     if commit.claim is not None and commit.status_after_claim is not None:
         if still_pending:
-            changes.update(status=RunStatus.PAUSED, owner=None, lease_until=None)
+            status, owner, lease_until = RunStatus.PAUSED, None, None
         else:
-            changes["status"] = commit.status_after_claim
-    return replace(run, **changes)  # type: ignore[arg-type]
+            status = commit.status_after_claim
+    return RunRecord(
+        run.run_id,
+        run.name,
+        run.kind,
+        status,
+        run.created_at,
+        now,
+        run.input_manifest,
+        error,
+        error_type,
+        run.idempotency_key,
+        run.parent_run_id,
+        run.parent_checkpoint_id,
+        owner,
+        lease_until,
+        run.head_seq + checkpoints,
+        run.event_seq + events,
+        run.meta,
+    )
