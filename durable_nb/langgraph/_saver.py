@@ -203,11 +203,16 @@ class DurableSaver(BaseCheckpointSaver[int]):
             "ts": checkpoint.get("ts"),
             "versions": dict(checkpoint.get("channel_versions") or {}),
             "seen": {node: dict(seen) for node, seen in (checkpoint.get("versions_seen") or {}).items()},
-            "updated": checkpoint.get("updated_channels"),
             "metadata": metadata_json(config, metadata),
-            "parent": parent_id,
         }
-        encoded: dict[str, tuple[str, list[Blob]]] = {}
+        # Left out when None (readers take None for missing): a null in the column costs its
+        # JSON encoder a second pass (see store.rows.dumps).
+        updated = checkpoint.get("updated_channels")
+        if updated is not None:
+            info["updated"] = updated
+        if parent_id is not None:
+            info["parent"] = parent_id
+        encoded: dict[str, Blob] = {}
         for _ in range(_ATTEMPTS):
             run_id = await self._runs.open(thread_id, ns)
             if parent_id is not None:

@@ -24,6 +24,7 @@ from langgraph.checkpoint.base import (
 
 from ..errors import InvalidInput, SerializationError
 from ..model import CheckpointRecord, RunStatus
+from ..store.rows import dumps
 from ..views.threads import META
 from ..views.threads import thread_address as address
 
@@ -73,7 +74,7 @@ def metadata_json(config: RunnableConfig, metadata: CheckpointMetadata) -> dict[
     """Return a checkpoint's metadata as LangGraph stores it, checked to be JSON."""
     merged = dict(get_serializable_checkpoint_metadata(config, metadata))
     try:
-        json.dumps(merged)
+        dumps(merged)
         return merged  # the usual case: checked in one pass, not one per key
     except (TypeError, ValueError):
         pass
