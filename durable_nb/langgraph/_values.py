@@ -52,11 +52,9 @@ def dumps(serde: SerializerProtocol, name: str, value: Any) -> tuple[str, bytes]
         ) from error
 
 
-def _blob(secret: bytes, name: str, typed: Any) -> Blob:
-    """Return the signed blob of a value as the serializer made it: (type name, bytes), as a rule."""
-    if type(typed) is tuple and len(typed) == 2 and type(typed[0]) is str and type(typed[1]) is bytes:
-        return codec.encode_typed(typed, secret)
-    return codec.encode(typed, secret, name)
+# How many small values (of how many bytes at most) ChannelValues remembers the blobs of.
+_RECENT_VALUES = 64
+_RECENT_BYTES = 1024
 
 
 def _write_order(write: WriteRow) -> tuple[Any, ...]:
@@ -69,6 +67,10 @@ class ChannelValues:
     def __init__(self, store: Store, secret: bytes) -> None:
         self.store = store
         self._secret = secret
+        # The blobs of the small values encoded last, by what the serializer made of them: a step's
+        # checkpoint holds the values its tasks just wrote (the same bytes), not pickled and signed
+        # again. A blob is a function of those bytes and the key, so a hit is always right.
+        self._recent: dict[tuple[str, bytes], Blob] = {}
 
     def manifest(
         self,
@@ -86,7 +88,6 @@ class ChannelValues:
         """
         base_versions, base_manifest = base[0], base[1]
         values = checkpoint.get("channel_values") or {}
-        secret = self._secret
         manifest: dict[str, str] = {}
         blobs: dict[str, Blob] = {}
         for channel, version in (checkpoint.get("channel_versions") or {}).items():
@@ -97,7 +98,7 @@ class ChannelValues:
             if blob is None:
                 if channel not in values:
                     continue
-                blob = encoded[channel] = _blob(secret, channel, dumps(serde, channel, values[channel]))
+                blob = encoded[channel] = self._blob(channel, dumps(serde, channel, values[channel]))
             manifest[channel] = blob.hash
             blobs[blob.hash] = blob
         return manifest, list(blobs.values())
@@ -124,13 +125,26 @@ class ChannelValues:
         rows = []
         blobs: dict[str, Blob] = {}
         for idx, (channel, value) in typed.items():
-            blob = _blob(secret, channel, value)
+            blob = self._blob(channel, value)
             blobs[blob.hash] = blob
             mac = codec.write_mac(secret, checkpoint_id, task_id, idx, channel, task_path, blob.hash)
             rows.append(
                 WriteRow(checkpoint_id, task_id, idx, channel, task_path, blob.hash, stamp if idx < 0 else 0, mac)
             )
         return rows, list(blobs.values())
+
+    def _blob(self, name: str, typed: Any) -> Blob:
+        """Return the signed blob of a value as the serializer made it: (type name, bytes), as a rule."""
+        if type(typed) is not tuple or len(typed) != 2 or type(typed[0]) is not str or type(typed[1]) is not bytes:
+            return codec.encode(typed, self._secret, name)
+        if len(typed[1]) > _RECENT_BYTES:
+            return codec.encode_typed(typed, self._secret)
+        blob = self._recent.get(typed)
+        if blob is None:
+            if len(self._recent) >= _RECENT_VALUES:
+                self._recent.clear()
+            blob = self._recent[typed] = codec.encode_typed(typed, self._secret)
+        return blob
 
     async def _load(self, addresses: set[str]) -> dict[str, Any]:
         """Read and check the values at ``addresses`` (LangGraph's, each stored whole) in one read."""
