@@ -135,6 +135,24 @@ def test_commit_numbers_checkpoints_and_events_without_gaps(store: dnb.Store) ->
     sync(main())
 
 
+def test_a_commit_that_returns_no_checkpoints_stores_them_all_the_same(store: dnb.Store) -> None:
+    """A caller that does not read its checkpoints back gets none; the store holds them as ever."""
+
+    async def main() -> None:
+        record, _ = await store.create_run(new_run())
+        for seen in (None, record):  # the row read in the transaction, and the conditional update
+            written = draft(f"after:{seen is None}", "a")
+            result = await store.commit(
+                Commit(run_id=record.run_id, checkpoints=[written], seen=seen, return_checkpoints=False)
+            )
+            assert result.checkpoints == []
+            record = result.run
+        stored = await store.list_checkpoints(record.run_id)
+        assert [c.step for c in stored] == ["after:True", "after:False"] and record.head_seq == 2
+
+    sync(main())
+
+
 def test_failed_expectation_writes_nothing(store: dnb.Store) -> None:
     """Atomicity: when a commit's expectation fails, none of it is written."""
 

@@ -87,7 +87,9 @@ class Commit:
     moved on since the caller read it. ``seen`` is the run row as the caller last saw it: while
     the stored row still matches it, a backend may update the row without reading it first.
     ``writes`` are pending writes; a commit of writes alone (with ``seen``) leaves the run row
-    as it is: it checks only that the run exists.
+    as it is: it checks only that the run exists. ``return_checkpoints`` False: the caller does
+    not read the written checkpoints back (CommitResult.checkpoints is empty), and the store
+    builds no record of them.
     """
 
     run_id: str
@@ -106,6 +108,7 @@ class Commit:
     idempotent: list[tuple[str, str]] = field(default_factory=list)
     seen: RunRecord | None = None
     writes: list[WriteRow] = field(default_factory=list)
+    return_checkpoints: bool = True
 
 
 @dataclass(frozen=True, slots=True)

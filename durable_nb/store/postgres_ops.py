@@ -74,10 +74,13 @@ def _write_children(
             cursor.executemany(_INSERT_BLOB, [rows.blob_values(b, now) for b in blobs])
         written = []
         values = []
+        # A record per checkpoint, only for a caller that reads them back (a NewRun's are read).
+        returned = getattr(commit, "return_checkpoints", True)
         for offset, draft in enumerate(commit.checkpoints, start=1):
             seq = run.head_seq + offset
             values.append(rows.checkpoint_values(run.run_id, seq, now, draft))
-            written.append(rows.checkpoint_from_draft(run.run_id, seq, now, draft))
+            if returned:
+                written.append(rows.checkpoint_from_draft(run.run_id, seq, now, draft))
         if values:
             cursor.executemany(_INSERT_CHECKPOINT, values)
         if commit.events:
@@ -211,7 +214,8 @@ def _one_statement(
     checkpoints: list[CheckpointRecord] = []
     for offset, draft in enumerate(commit.checkpoints, start=1):
         params += rows.checkpoint_values(run_id, seen.head_seq + offset, now, draft)
-        checkpoints.append(rows.checkpoint_from_draft(run_id, seen.head_seq + offset, now, draft))
+        if commit.return_checkpoints:
+            checkpoints.append(rows.checkpoint_from_draft(run_id, seen.head_seq + offset, now, draft))
     for offset, event in enumerate(commit.events, start=1):
         params += (run_id, seen.event_seq + offset, event.type, event.node_id, now, rows.dumps(event.data))
     for key, value_hash in commit.idempotent:

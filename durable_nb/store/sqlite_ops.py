@@ -134,10 +134,13 @@ def _write_children(
     if blobs:
         _insert_blobs(conn, blobs, now)
     written = []
+    # A record per checkpoint, only for a caller that reads them back (a NewRun's are read).
+    returned = getattr(commit, "return_checkpoints", True)
     for offset, draft in enumerate(commit.checkpoints, start=1):
         seq = run.head_seq + offset
         conn.execute(_INSERT_CHECKPOINT, rows.checkpoint_values(run.run_id, seq, now, draft))
-        written.append(rows.checkpoint_from_draft(run.run_id, seq, now, draft))
+        if returned:
+            written.append(rows.checkpoint_from_draft(run.run_id, seq, now, draft))
     if commit.events:
         conn.executemany(
             _INSERT_EVENT,
