@@ -214,12 +214,13 @@ class DurableSaver(BaseCheckpointSaver[int]):
             info["parent"] = parent_id
         encoded: dict[str, Blob] = {}
         for _ in range(_ATTEMPTS):
-            run_id = await self._runs.open(thread_id, ns)
-            if parent_id is not None:
-                await after_claim((thread_id, ns, parent_id))
+            run_id = self._runs.known(thread_id, ns) or await self._runs.open(thread_id, ns)
+            if parent_id is not None and (waiting := after_claim((thread_id, ns, parent_id))) is not None:
+                await waiting
             try:
-                head = await self._runs.head(run_id)
-                base = await self._runs.base(run_id, head, parent_id)
+                # Remembered, as a rule: the thread's last checkpoint is the one this saver wrote.
+                head = self._runs.remembered(run_id) or await self._runs.head(run_id)
+                base = self._runs.base_at_head(head, parent_id) or await self._runs.base(run_id, head, parent_id)
                 manifest, blobs = self._values.manifest(self.serde, checkpoint, new_versions or {}, base, encoded)
                 changes: dict[str, str | None] = {k: a for k, a in manifest.items() if head.manifest.get(k) != a}
                 changes.update((k, None) for k in head.manifest if k not in manifest)
@@ -251,6 +252,7 @@ class DurableSaver(BaseCheckpointSaver[int]):
                         release_interrupts=moved_on is not None and head.status is RunStatus.PAUSED,
                         expect_head_seq=head.seq,
                         seen=self._runs.row(run_id),
+                        return_checkpoints=False,
                     )
                 )
             except Conflict:
