@@ -191,7 +191,7 @@ class DurableSaver(BaseCheckpointSaver[int]):
     ) -> RunnableConfig:
         """Store a checkpoint as the next checkpoint of its thread's run; return its config."""
         thread_id, ns = address(config)
-        checkpoint_id = checkpoint.get("id") if isinstance(checkpoint, Mapping) else None
+        checkpoint_id = checkpoint.get("id") if type(checkpoint) is dict or isinstance(checkpoint, Mapping) else None
         if not isinstance(checkpoint_id, str) or not checkpoint_id:
             raise InvalidInput(
                 f"put() takes a LangGraph Checkpoint (a dict with an 'id', as LangGraph makes), not {checkpoint!r}."

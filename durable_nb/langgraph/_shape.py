@@ -99,7 +99,7 @@ def node_of(metadata: Mapping[str, Any], seen: Mapping[str, Any], parent_seen: M
     ``fork:<step>`` where a replay from an earlier checkpoint branched, ``input`` for the input."""
     source, step = metadata.get("source"), metadata.get("step")
     ran = sorted(
-        node for node, versions in seen.items() if parent_seen.get(node) != versions and node != "__interrupt__"
+        [node for node, versions in seen.items() if parent_seen.get(node) != versions and node != "__interrupt__"]
     )
     names = "+".join("start" if node == "__start__" else node for node in ran)
     if source == "input":
