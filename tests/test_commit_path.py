@@ -63,3 +63,13 @@ def test_a_commit_leaves_the_run_row_replace_would(update: RunUpdate | None) -> 
         if value is not UNCHANGED:
             changes[name] = value
     assert rules.updated_run(run, commit, 9.5, 1, 2) == dataclasses.replace(run, **changes)  # type: ignore[arg-type]
+
+
+def test_a_sqlite_statement_writes_null_for_a_none_it_would_bind() -> None:
+    from durable_nb.store.sqlite_ops import _null_free
+
+    sql = "UPDATE t SET a = ?, b = ? WHERE c IS ? AND d = ?"
+    assert _null_free(sql, (1, None, None, "x")) == ("UPDATE t SET a = ?, b = NULL WHERE c IS NULL AND d = ?", (1, "x"))
+    assert _null_free(sql, (1, 2, 3, 4)) == (sql, (1, 2, 3, 4))
+    with pytest.raises(ValueError):
+        _null_free(sql, (None, 1))  # a statement whose "?" are not its parameters is refused
