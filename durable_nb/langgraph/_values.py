@@ -52,6 +52,7 @@ def dumps(serde: SerializerProtocol, name: str, value: Any) -> tuple[str, bytes]
         ) from error
 
 
+_ABSENT = object()
 # How many small values (of how many bytes at most) ChannelValues remembers the blobs of.
 _RECENT_VALUES = 64
 _RECENT_BYTES = 1024
@@ -88,9 +89,15 @@ class ChannelValues:
         """
         base_versions, base_manifest = base[0], base[1]
         values = checkpoint.get("channel_values") or {}
+        versions = checkpoint.get("channel_versions") or {}
         manifest: dict[str, str] = {}
         blobs: dict[str, Blob] = {}
-        for channel, version in (checkpoint.get("channel_versions") or {}).items():
+        # Only a channel holding a value now or in the base can have an address: not the many
+        # whose value was consumed (a branch taken), which a long graph keeps versions of.
+        for channel in {**values, **base_manifest}:
+            version = versions.get(channel, _ABSENT)
+            if version is _ABSENT:
+                continue
             if channel not in new_versions and base_versions.get(channel) == version and channel in base_manifest:
                 manifest[channel] = base_manifest[channel]
                 continue
