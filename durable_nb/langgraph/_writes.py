@@ -93,13 +93,12 @@ def _claim_started(
     return claim
 
 
-def _status_of(writes: Sequence[tuple[str, Any]]) -> RunUpdate | None:
+def _status_of(writes: Sequence[tuple[str, Any]], channels: set[str]) -> RunUpdate | None:
     """A thread that stopped at an interrupt is paused, one whose task failed is failed, as the run shows."""
-    channels = {channel: value for channel, value in writes}
     if INTERRUPT in channels:
         return RunUpdate(status=RunStatus.PAUSED)
     if ERROR in channels:
-        error = channels[ERROR]
+        error = dict(writes)[ERROR]  # the last one, as a dict of the writes keeps it
         return RunUpdate(status=RunStatus.FAILED, error=str(error), error_type=type(error).__name__)
     return None
 
@@ -160,8 +159,8 @@ class PendingWrites:
         rows, blobs = self._values.writes(serde, checkpoint_id, writes, task_id, task_path)
         if not rows:
             return
-        update = _status_of(writes)
         channels = {channel for channel, _ in writes}
+        update = _status_of(writes, channels)
         if not claims and (waiting := after_claim((thread_id, ns, checkpoint_id))) is not None:
             await waiting
         gated = INTERRUPT in channels or RESUME in channels
