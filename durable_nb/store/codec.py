@@ -184,6 +184,7 @@ def encode_typed(typed: tuple[str, bytes], key: bytes) -> Blob:
 _SMALL = 256
 _BLOCK = 64
 _pads: dict[bytes, tuple[Any, Any]] = {}
+_PADS_KEPT = 16
 
 
 def _key_pads(key: bytes) -> tuple[Any, Any]:
@@ -197,6 +198,8 @@ def _sign(key: bytes, data: Any) -> str:
     if type(data) is bytes and len(data) <= _SMALL and _sha256 is not None:
         pads = _pads.get(key)
         if pads is None:
+            if len(_pads) >= _PADS_KEPT:  # a process signs with a key or two; tests with many
+                _pads.clear()
             pads = _pads[key] = _key_pads(key)
         inner = pads[0].copy()
         inner.update(data)
