@@ -261,7 +261,8 @@ def write_values(run_id: str, write: tuple[Any, ...], now: float) -> tuple[Any, 
 
 def seen_values(run: RunRecord) -> tuple[Any, ...]:
     """Return the values for SEEN_CONDITION."""
-    return (run.status.value, run.error, run.error_type, run.owner, run.lease_until, run.head_seq, run.event_seq)
+    # _value_, the member's own attribute: .value is a property (two Python calls) on every commit's path.
+    return (run.status._value_, run.error, run.error_type, run.owner, run.lease_until, run.head_seq, run.event_seq)
 
 
 def run_update(before: RunRecord, after: RunRecord) -> tuple[bool, tuple[Any, ...]]:
@@ -276,7 +277,7 @@ def run_update(before: RunRecord, after: RunRecord) -> tuple[bool, tuple[Any, ..
 def run_update_values(run: RunRecord) -> tuple[Any, ...]:
     """Return the values of a commit's UPDATE of the run row (status … updated_at, then run_id)."""
     return (
-        run.status.value,
+        run.status._value_,  # the member's own attribute, as in seen_values
         run.error,
         run.error_type,
         run.owner,
@@ -297,7 +298,7 @@ def checkpoint_values(run_id: str, seq: int, created_at: float, draft: Checkpoin
         draft.checkpoint_id,
         draft.step,
         draft.node_id,
-        draft.status.value,
+        draft.status._value_,  # the member's own attribute, as in seen_values
         addresses_json(draft.changes),
         _completed_changes(draft),
         None if draft.snapshot is None else snapshot_json(draft.snapshot),
