@@ -116,3 +116,17 @@ def test_profile_prints_where_a_node_and_a_saver_step_spend_their_time() -> None
     ):
         assert phase in result.stdout, phase
     assert result.stdout.count("| area (cProfile own CPU time) |") == 2
+
+
+@pytest.mark.skipif(importlib.util.find_spec("langgraph") is None, reason="LangGraph is not installed")
+def test_saver_counts_print_calls_statements_and_frames_per_step_and_checkpoint() -> None:
+    """`python -m benchmarks.saver_counts`: counts, side by side, per chain step and per checkpoint."""
+    result = _run("benchmarks.saver_counts", "--runs", "1", "--checkpoints", "20")
+    assert result.returncode == 0, result.stderr
+    assert "**Counted per step (50-node chain, 1 runs)**" in result.stdout
+    assert "**Counted per checkpoint (a thread of 20)**" in result.stdout
+    for row in ("| put Python calls |", "| put_writes statements |", "| WAL frames |", "| list Python calls"):
+        assert row in result.stdout, row
+    # A put of DurableSaver is one transaction: BEGIN, the run's row, values, the checkpoint, COMMIT.
+    line = next(line for line in result.stdout.splitlines() if line.startswith("| put statements |"))
+    assert float(line.rstrip(" |").rsplit("|", 1)[1]) <= 6.5, line

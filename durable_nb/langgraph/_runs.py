@@ -38,6 +38,10 @@ class ThreadRuns:
                 found.append(run)
         return found
 
+    def known(self, thread_id: str, ns: str) -> str | None:
+        """Return the id of the run of a thread's namespace if remembered (no store call)."""
+        return self._runs.get((thread_id, ns))
+
     async def find(self, thread_id: str, ns: str, fresh: bool = False) -> str | None:
         """Return the id of the run of a thread's namespace (as remembered unless ``fresh``), or None."""
         if not fresh and (thread_id, ns) in self._runs:
@@ -161,13 +165,25 @@ class ThreadRuns:
             record = await self.store.get_checkpoint(run_id, record.parent_checkpoint_id)
         return record, decisions[::-1]
 
-    async def base(self, run_id: str, head: Head, parent_id: str | None) -> tuple[Any, ...]:
-        """Return the channel versions, value addresses, seen versions and time of the checkpoint
-        a new one follows."""
+    def remembered(self, run_id: str) -> Head | None:
+        """Return the run's head if remembered (no store call)."""
+        return self._heads.get(run_id)
+
+    @staticmethod
+    def base_at_head(head: Head, parent_id: str | None) -> tuple[Any, ...] | None:
+        """Return ``base`` for a new checkpoint that follows the head or none (no store call), else None."""
         if parent_id is None:
             return {}, {}, {}, None
         if parent_id == head.checkpoint_id:
             return head.versions, head.manifest, head.seen, head.ts
+        return None
+
+    async def base(self, run_id: str, head: Head, parent_id: str | None) -> tuple[Any, ...]:
+        """Return the channel versions, value addresses, seen versions and time of the checkpoint
+        a new one follows."""
+        known = self.base_at_head(head, parent_id)
+        if known is not None:
+            return known
         try:
             record = await self.store.get_checkpoint(run_id, our_id(parent_id, run_id))
         except CheckpointNotFound:

@@ -191,7 +191,7 @@ class DurableSaver(BaseCheckpointSaver[int]):
     ) -> RunnableConfig:
         """Store a checkpoint as the next checkpoint of its thread's run; return its config."""
         thread_id, ns = address(config)
-        checkpoint_id = checkpoint.get("id") if isinstance(checkpoint, Mapping) else None
+        checkpoint_id = checkpoint.get("id") if type(checkpoint) is dict or isinstance(checkpoint, Mapping) else None
         if not isinstance(checkpoint_id, str) or not checkpoint_id:
             raise InvalidInput(
                 f"put() takes a LangGraph Checkpoint (a dict with an 'id', as LangGraph makes), not {checkpoint!r}."
@@ -203,18 +203,24 @@ class DurableSaver(BaseCheckpointSaver[int]):
             "ts": checkpoint.get("ts"),
             "versions": dict(checkpoint.get("channel_versions") or {}),
             "seen": {node: dict(seen) for node, seen in (checkpoint.get("versions_seen") or {}).items()},
-            "updated": checkpoint.get("updated_channels"),
             "metadata": metadata_json(config, metadata),
-            "parent": parent_id,
         }
-        encoded: dict[str, tuple[str, list[Blob]]] = {}
+        # Left out when None (readers take None for missing): a null in the column costs its
+        # JSON encoder a second pass (see store.rows.dumps).
+        updated = checkpoint.get("updated_channels")
+        if updated is not None:
+            info["updated"] = updated
+        if parent_id is not None:
+            info["parent"] = parent_id
+        encoded: dict[str, Blob] = {}
         for _ in range(_ATTEMPTS):
-            run_id = await self._runs.open(thread_id, ns)
-            if parent_id is not None:
-                await after_claim((thread_id, ns, parent_id))
+            run_id = self._runs.known(thread_id, ns) or await self._runs.open(thread_id, ns)
+            if parent_id is not None and (waiting := after_claim((thread_id, ns, parent_id))) is not None:
+                await waiting
             try:
-                head = await self._runs.head(run_id)
-                base = await self._runs.base(run_id, head, parent_id)
+                # Remembered, as a rule: the thread's last checkpoint is the one this saver wrote.
+                head = self._runs.remembered(run_id) or await self._runs.head(run_id)
+                base = self._runs.base_at_head(head, parent_id) or await self._runs.base(run_id, head, parent_id)
                 manifest, blobs = self._values.manifest(self.serde, checkpoint, new_versions or {}, base, encoded)
                 changes: dict[str, str | None] = {k: a for k, a in manifest.items() if head.manifest.get(k) != a}
                 changes.update((k, None) for k in head.manifest if k not in manifest)

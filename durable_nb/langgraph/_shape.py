@@ -24,6 +24,7 @@ from langgraph.checkpoint.base import (
 
 from ..errors import InvalidInput, SerializationError
 from ..model import CheckpointRecord, RunStatus
+from ..store.rows import dumps
 from ..views.threads import META
 from ..views.threads import thread_address as address
 
@@ -73,7 +74,7 @@ def metadata_json(config: RunnableConfig, metadata: CheckpointMetadata) -> dict[
     """Return a checkpoint's metadata as LangGraph stores it, checked to be JSON."""
     merged = dict(get_serializable_checkpoint_metadata(config, metadata))
     try:
-        json.dumps(merged)
+        dumps(merged)
         return merged  # the usual case: checked in one pass, not one per key
     except (TypeError, ValueError):
         pass
@@ -98,7 +99,7 @@ def node_of(metadata: Mapping[str, Any], seen: Mapping[str, Any], parent_seen: M
     ``fork:<step>`` where a replay from an earlier checkpoint branched, ``input`` for the input."""
     source, step = metadata.get("source"), metadata.get("step")
     ran = sorted(
-        node for node, versions in seen.items() if parent_seen.get(node) != versions and node != "__interrupt__"
+        [node for node, versions in seen.items() if parent_seen.get(node) != versions and node != "__interrupt__"]
     )
     names = "+".join("start" if node == "__start__" else node for node in ran)
     if source == "input":

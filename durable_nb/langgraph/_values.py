@@ -17,7 +17,6 @@ from langgraph.checkpoint.base import WRITES_IDX_MAP, ChannelVersions, Checkpoin
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import RESUME
 
-from ..engine.state.values import ValueCodec
 from ..errors import SerializationError, StoreError
 from ..model import Blob, CheckpointRecord, WriteRow
 from ..store import codec
@@ -53,6 +52,12 @@ def dumps(serde: SerializerProtocol, name: str, value: Any) -> tuple[str, bytes]
         ) from error
 
 
+_ABSENT = object()
+# How many small values (of how many bytes at most) ChannelValues remembers the blobs of.
+_RECENT_VALUES = 64
+_RECENT_BYTES = 1024
+
+
 def _write_order(write: WriteRow) -> tuple[Any, ...]:
     return writes_sort_key(write.task_path, write.task_id, write.idx)
 
@@ -63,8 +68,10 @@ class ChannelValues:
     def __init__(self, store: Store, secret: bytes) -> None:
         self.store = store
         self._secret = secret
-        # Encodes only (the saver never marks blobs stored): one for every call, not one per call.
-        self._codec = ValueCodec(store, secret)
+        # The blobs of the small values encoded last, by what the serializer made of them: a step's
+        # checkpoint holds the values its tasks just wrote (the same bytes), not pickled and signed
+        # again. A blob is a function of those bytes and the key, so a hit is always right.
+        self._recent: dict[tuple[str, bytes], Blob] = {}
 
     def manifest(
         self,
@@ -72,7 +79,7 @@ class ChannelValues:
         checkpoint: Checkpoint,
         new_versions: ChannelVersions,
         base: tuple[Any, ...],
-        encoded: dict[str, tuple[str, list[Blob]]],
+        encoded: dict[str, Blob],
     ) -> tuple[dict[str, str], list[Blob]]:
         """Return the new checkpoint's channel -> address and the blobs to store.
 
@@ -82,26 +89,26 @@ class ChannelValues:
         """
         base_versions, base_manifest = base[0], base[1]
         values = checkpoint.get("channel_values") or {}
+        versions = checkpoint.get("channel_versions") or {}
         manifest: dict[str, str] = {}
-        blobs: list[Blob] = []
-        fresh = {}
-        for channel, version in (checkpoint.get("channel_versions") or {}).items():
+        blobs: dict[str, Blob] = {}
+        # Only a channel holding a value now or in the base can have an address: not the many
+        # whose value was consumed (a branch taken), which a long graph keeps versions of.
+        for channel in {**values, **base_manifest}:
+            version = versions.get(channel, _ABSENT)
+            if version is _ABSENT:
+                continue
             if channel not in new_versions and base_versions.get(channel) == version and channel in base_manifest:
                 manifest[channel] = base_manifest[channel]
-            elif channel in encoded:
-                manifest[channel] = encoded[channel][0]
-                blobs.extend(encoded[channel][1])
-            elif channel in values:
-                fresh[channel] = dumps(serde, channel, values[channel])
-        if fresh:
-            addresses, more = self._codec.encode(fresh)
-            by_address = {blob.hash: blob for blob in more}
-            for channel, value_address in addresses.items():
-                mine = [by_address[value_address]] if value_address in by_address else []
-                encoded[channel] = (value_address, mine)
-                manifest[channel] = value_address
-            blobs.extend(more)
-        return manifest, list({blob.hash: blob for blob in blobs}.values())
+                continue
+            blob = encoded.get(channel)
+            if blob is None:
+                if channel not in values:
+                    continue
+                blob = encoded[channel] = self._blob(channel, dumps(serde, channel, values[channel]))
+            manifest[channel] = blob.hash
+            blobs[blob.hash] = blob
+        return manifest, list(blobs.values())
 
     def writes(
         self,
@@ -112,27 +119,39 @@ class ChannelValues:
         task_path: str,
     ) -> tuple[list[WriteRow], list[Blob]]:
         """Return a task's writes as rows of their checkpoint, signed, and the blobs to store."""
-        values, about = {}, {}
+        typed: dict[int, tuple[str, tuple[str, bytes]]] = {}
         for i, (channel, value) in enumerate(writes):
-            idx = WRITES_IDX_MAP.get(channel, i)
-            values[str(idx)] = dumps(serde, channel, value)
-            about[str(idx)] = (channel, idx)
-        if not values:
+            typed[WRITES_IDX_MAP.get(channel, i)] = (channel, dumps(serde, channel, value))
+        if not typed:
             return [], []
         # The value is stored as a channel holding it would be (the node's output is the next
         # checkpoint's channel value: one blob for both); the row names it. Special writes
         # (errors, interrupts) replace earlier ones of their task; the stamp says when.
-        addresses, blobs = self._codec.encode(values)
         stamp = time.time_ns()
         secret = self._secret
         rows = []
-        for name, value_address in addresses.items():
-            channel, idx = about[name]
-            mac = codec.write_mac(secret, checkpoint_id, task_id, idx, channel, task_path, value_address)
+        blobs: dict[str, Blob] = {}
+        for idx, (channel, value) in typed.items():
+            blob = self._blob(channel, value)
+            blobs[blob.hash] = blob
+            mac = codec.write_mac(secret, checkpoint_id, task_id, idx, channel, task_path, blob.hash)
             rows.append(
-                WriteRow(checkpoint_id, task_id, idx, channel, task_path, value_address, stamp if idx < 0 else 0, mac)
+                WriteRow(checkpoint_id, task_id, idx, channel, task_path, blob.hash, stamp if idx < 0 else 0, mac)
             )
-        return rows, blobs
+        return rows, list(blobs.values())
+
+    def _blob(self, name: str, typed: Any) -> Blob:
+        """Return the signed blob of a value as the serializer made it: (type name, bytes), as a rule."""
+        if type(typed) is not tuple or len(typed) != 2 or type(typed[0]) is not str or type(typed[1]) is not bytes:
+            return codec.encode(typed, self._secret, name)
+        if len(typed[1]) > _RECENT_BYTES:
+            return codec.encode_typed(typed, self._secret)
+        blob = self._recent.get(typed)
+        if blob is None:
+            if len(self._recent) >= _RECENT_VALUES:
+                self._recent.clear()
+            blob = self._recent[typed] = codec.encode_typed(typed, self._secret)
+        return blob
 
     async def _load(self, addresses: set[str]) -> dict[str, Any]:
         """Read and check the values at ``addresses`` (LangGraph's, each stored whole) in one read."""

@@ -55,12 +55,17 @@ def begin_invocation() -> None:
     _invocation.set(_Invocation())
 
 
-async def after_claim(key: tuple[str, str, str]) -> None:
-    """Wait for this invocation's resume at a checkpoint, if one is in flight; refuse to go on from
-    a resume it lost: the winner's run goes on, not this one."""
+def after_claim(key: tuple[str, str, str]) -> Coroutine[Any, Any, None] | None:
+    """Return what waits for this invocation's resume at a checkpoint, if one was made there (None:
+    nothing to wait for); it refuses to go on from a resume it lost: the winner's run goes on."""
+    # Not a coroutine function: a step with no resume (nearly every one) awaits nothing.
     invocation = _invocation.get()
-    if invocation is None:
-        return
+    if invocation is None or (key not in invocation.claims and key not in invocation.lost):
+        return None
+    return _after_claim(invocation, key)
+
+
+async def _after_claim(invocation: _Invocation, key: tuple[str, str, str]) -> None:
     claim = invocation.claims.get(key)
     if claim is not None and not claim.done():
         try:
@@ -88,13 +93,12 @@ def _claim_started(
     return claim
 
 
-def _status_of(writes: Sequence[tuple[str, Any]]) -> RunUpdate | None:
+def _status_of(writes: Sequence[tuple[str, Any]], channels: set[str]) -> RunUpdate | None:
     """A thread that stopped at an interrupt is paused, one whose task failed is failed, as the run shows."""
-    channels = {channel: value for channel, value in writes}
     if INTERRUPT in channels:
         return RunUpdate(status=RunStatus.PAUSED)
     if ERROR in channels:
-        error = channels[ERROR]
+        error = dict(writes)[ERROR]  # the last one, as a dict of the writes keeps it
         return RunUpdate(status=RunStatus.FAILED, error=str(error), error_type=type(error).__name__)
     return None
 
@@ -131,7 +135,9 @@ class PendingWrites:
         # Not a coroutine function: LangGraph calls it before the invocation's tasks run, so a
         # resume is known to be in flight from then on (its own later writes wait for it).
         claim = _claim_started(config, writes, task_id)
-        return _settling(claim, self._store(serde, config, writes, task_id, task_path, claim is not None))
+        if claim is None:
+            return self._store(serde, config, writes, task_id, task_path, False)
+        return _settling(claim, self._store(serde, config, writes, task_id, task_path, True))
 
     async def _store(
         self,
@@ -153,16 +159,17 @@ class PendingWrites:
         rows, blobs = self._values.writes(serde, checkpoint_id, writes, task_id, task_path)
         if not rows:
             return
-        update = _status_of(writes)
         channels = {channel for channel, _ in writes}
-        if not claims:
-            await after_claim((thread_id, ns, checkpoint_id))
+        update = _status_of(writes, channels)
+        if not claims and (waiting := after_claim((thread_id, ns, checkpoint_id))) is not None:
+            await waiting
+        gated = INTERRUPT in channels or RESUME in channels
         for _ in range(2):
-            run_id = await self._runs.open(thread_id, ns)
+            run_id = self._runs.known(thread_id, ns) or await self._runs.open(thread_id, ns)
             if update is not None:
                 # Before the commit: a checkpoint stored meanwhile by another thread must see it.
                 self._runs.stopped(run_id, checkpoint_id)
-            gates = await self._gates(run_id, checkpoint_id, channels, writes, task_id, task_path)
+            gates = await self._gates(run_id, checkpoint_id, channels, writes, task_id, task_path) if gated else {}
             try:
                 result = await self.store.commit(
                     Commit(
@@ -202,8 +209,6 @@ class PendingWrites:
     ) -> dict[str, Any]:
         """Return what a commit of writes does to the run's gates: a task that stopped at
         interrupt() opens one; a resume claims the one it answers, in the same transaction."""
-        if INTERRUPT not in channels and RESUME not in channels:
-            return {}
         gate_id = our_id(checkpoint_id, run_id)
         pending = await self.store.pending_interrupts(run_id)
         here = [p for p in pending if p.checkpoint_id == gate_id]

@@ -51,6 +51,7 @@ __all__ = [
     "encode_group",
     "encode_json",
     "encode_raw",
+    "encode_typed",
     "encode_list",
     "write_mac",
     "is_group",
@@ -170,9 +171,29 @@ def encode(value: Any, key: bytes, name: str = "value") -> Blob:
     return Blob(_PICKLE_PREFIX + _sign(key, data), PICKLE, data)
 
 
+def encode_typed(typed: tuple[str, bytes], key: bytes) -> Blob:
+    """Return the blob ``encode`` makes of a serializer's (type name, bytes), without its checks:
+    the caller knows ``typed`` is such a pair (LangGraph's values are)."""
+    data = pickle.dumps(typed, protocol=pickle.HIGHEST_PROTOCOL)
+    return Blob(_PICKLE_PREFIX + _sign(key, data), PICKLE, data)
+
+
+# A keyed HMAC-SHA256 per key, copied for each value: a copy skips the key's setup, which is most
+# of the cost of a one-shot HMAC over the few hundred bytes of a small state's value (about 1.0
+# against 1.35 µs). The originals are never updated, so threads may copy them at once.
+_keyed: dict[bytes, hmac.HMAC] = {}
+_KEYS_KEPT = 16
+
+
 def _sign(key: bytes, data: Any) -> str:
-    # One call into OpenSSL: hmac.new() builds its object in Python, a few µs per value.
-    return hmac.digest(key, data, "sha256").hex()
+    keyed = _keyed.get(key)
+    if keyed is None:
+        if len(_keyed) >= _KEYS_KEPT:  # a process signs with a key or two; tests with many
+            _keyed.clear()
+        keyed = _keyed[key] = hmac.new(key, digestmod="sha256")
+    signer = keyed.copy()
+    signer.update(data)
+    return signer.hexdigest()
 
 
 def seal(address: str, key: bytes) -> str:

@@ -13,7 +13,7 @@ import math
 import select
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -217,11 +217,12 @@ class PostgresStore(SQLStore):
     ) -> StoreFailed:
         return store_failed(_shown(self.url), operation_name(fn.__name__), error, attempts, reported=reported)
 
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await offload(partial(self._call, fn, *args))
+    def _run(self, fn: Callable[..., T], *args: Any) -> Awaitable[T]:
+        # The driver's awaitable itself, not a coroutine around it: one frame fewer per operation.
+        return offload(partial(self._call, fn, *args))
 
-    async def _run_once(self, fn: Callable[..., T], *args: Any) -> T:
-        return await offload(partial(self._call_once, fn, *args))
+    def _run_once(self, fn: Callable[..., T], *args: Any) -> Awaitable[T]:
+        return offload(partial(self._call_once, fn, *args))
 
     async def close(self) -> None:
         """Close the pool; later calls raise StoreUnavailable."""

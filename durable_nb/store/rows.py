@@ -28,6 +28,7 @@ __all__ = [
     "BYTES_WRITTEN",
     "CHECKPOINT_COLUMNS",
     "CHECKPOINT_COUNT",
+    "addresses_json",
     "blob_values",
     "EVENT_COLUMNS",
     "INTERRUPT_COLUMNS",
@@ -122,6 +123,21 @@ def dumps(value: Any) -> str:
             if "null" not in text:
                 return text
     return _ENCODER.encode(value)
+
+
+# The types of the values of a column of names to value addresses (None: a name removed).
+_ADDRESS_TYPES = frozenset({str, type(None)})
+
+
+def addresses_json(value: dict[str, str | None]) -> str:
+    """Encode a column of names to value addresses (None for a name removed) compactly."""
+    # Here orjson's null can only be a None, never a NaN: no second pass for a removed name.
+    if orjson is not None and value and _ADDRESS_TYPES.issuperset(map(type, value.values())):
+        try:
+            return orjson.dumps(value).decode()  # type: ignore[no-any-return]
+        except TypeError:
+            pass  # keys that are not text, lone surrogates: the encoder below
+    return dumps(value)
 
 
 def blob_values(blob: Blob, created_at: float) -> tuple[Any, ...]:
@@ -290,7 +306,7 @@ def checkpoint_values(run_id: str, seq: int, created_at: float, draft: Checkpoin
         draft.step,
         draft.node_id,
         draft.status._value_,
-        dumps(draft.changes),
+        addresses_json(draft.changes),
         _completed_changes(draft),
         None if draft.snapshot is None else snapshot_json(draft.snapshot),
         dumps(draft.queue),

@@ -52,11 +52,12 @@ def is_thread_config(value: Any) -> bool:
 
 def thread_address(config: Any) -> tuple[str, str]:
     """Return (thread id, namespace) of a LangGraph config; raise InvalidInput saying how to call."""
-    configurable = config.get("configurable") if isinstance(config, Mapping) else None
-    if not isinstance(configurable, Mapping) or configurable.get("thread_id") is None:
+    # A dict, as a rule (every step's calls pass one): told apart without the Mapping ABC's check.
+    configurable = config.get("configurable") if type(config) is dict or isinstance(config, Mapping) else None
+    if not (type(configurable) is dict or isinstance(configurable, Mapping)) or configurable.get("thread_id") is None:
         raise InvalidInput(f"A LangGraph thread needs its thread id: {_USAGE}. Got config={config!r}.")
     thread_id = configurable["thread_id"]
-    if isinstance(thread_id, (int, uuid.UUID)) and not isinstance(thread_id, bool):
+    if type(thread_id) is not str and isinstance(thread_id, (int, uuid.UUID)) and not isinstance(thread_id, bool):
         thread_id = str(thread_id)
     if not isinstance(thread_id, str) or not thread_id:
         raise InvalidInput(f"A thread id is non-empty text (or a number or UUID), not {thread_id!r}: {_USAGE}.")
