@@ -325,6 +325,53 @@ def test_dask_items_delivered_together_share_a_commit(
     assert Counter(int(i) for i in rows["item_index"]) == Counter(range(ITEMS))
 
 
+@pytest.mark.sqlite_only
+def test_dask_results_read_together_are_released_together(
+    store_url: str, dask_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each item's result is released on the cluster once read, the results a batch delivers together
+    in one message to the scheduler (not one each): every item's key once, in no more messages than
+    deliveries, and none of the map's tasks left on the scheduler."""
+    scheduler = dask_client.cluster.scheduler
+    handlers = scheduler.stream_handlers
+    releases: list[list[Any]] = []
+    release = handlers["client-releases-keys"]
+
+    def counted(keys: Any, client: str, **kwargs: Any) -> None:
+        mine = [k for k in keys if isinstance(k, tuple) and str(k[0]).startswith("released-")]
+        if mine:
+            releases.append(mine)
+        release(keys=keys, client=client, **kwargs)
+
+    monkeypatch.setitem(handlers, "client-releases-keys", counted)
+    store = dnb.connect(store_url)
+    assert isinstance(store, SQLiteStore)
+    flow = dnb.Workflow("released", store=store, sleep=FakeSleep())
+    flow.map(lambda state, i: i + 1, items="xs", name="released", executor=dask_client)
+
+    def held() -> list[Any]:
+        return [k for k in list(scheduler.tasks) if isinstance(k, tuple) and str(k[0]).startswith("released-")]
+
+    def settle(count: int) -> None:
+        # The releases travel on the client's loop after the run: a loaded machine is slow.
+        deadline = time.monotonic() + 30
+        while (held() or sum(map(len, releases)) < count) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    flow.run({"xs": [1]})  # warm: the worker imports, the store's schema
+    settle(1)
+    releases.clear()
+    counts = Deliveries(store, monkeypatch, "after:released'")
+    run = flow.run({"xs": list(range(ITEMS))})
+    assert run.status == "completed", run.error
+    assert run.state["released"] == [i + 1 for i in range(ITEMS)]
+    settle(ITEMS)
+    assert not held()
+    assert Counter(k for keys in releases for k in keys) == Counter({k: 1 for keys in releases for k in keys})
+    assert sum(map(len, releases)) == ITEMS
+    assert len(releases) <= len(counts.batches), (len(releases), counts.batches)
+
+
 def test_pool_map_of_100_items_commits_each_once_in_order(
     store_url: str, pool: tuple[str, concurrent.futures.Executor], tmp_path: Path
 ) -> None:

@@ -3,7 +3,8 @@
 The calls made in one turn of the owner's loop reach the scheduler as one graph, as Dask's own
 ``client.map`` sends them. One thread per batch watches them finish (Dask's ``as_completed``),
 fetches the results of those that finished together in one gather, and hands them to the
-owner's loop in one callback: no thread hop and no wake-up of the owner's loop per item.
+owner's loop in one callback: no thread hop and no wake-up of the owner's loop per item. They are
+released together too, in one message to the scheduler, as soon as their results are in hand.
 """
 
 from __future__ import annotations
@@ -89,15 +90,11 @@ class DaskBatch(Batch):
             packed = await queued.waiter
         except asyncio.CancelledError:
             future = queued.future
-            if future is not None:
-                if self._waiting.pop(future.key, None) is None:
-                    future.release()  # its result was handed over already: nobody reads it now
-                elif not future.done():
-                    self._cancel_soon(future)  # a finished one is released when its result arrives
+            # One whose result was handed over is released already; a finished one is released
+            # when its result arrives.
+            if future is not None and self._waiting.pop(future.key, None) is not None and not future.done():
+                self._cancel_soon(future)
             raise  # not submitted yet: the submission skips a call whose waiter is done
-        # Released now, not when garbage collected: a result the cluster still holds is one it
-        # computes again (running the item's body twice) if its worker dies before the release.
-        queued.future.release()
         return read_outcome(packed)
 
     def _submit_queued(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -159,11 +156,14 @@ class DaskBatch(Batch):
         for future, packed, error in arrived:
             waiter = self._waiting.pop(future.key, None)
             if waiter is None or waiter.done():
-                future.release()  # its caller stopped waiting
-            elif error is not None:
+                continue  # its caller stopped waiting
+            if error is not None:
                 waiter.set_exception(error)
             else:
                 waiter.set_result(packed)  # type: ignore[arg-type]
+        # Released now, not when garbage collected: a result the cluster still holds is one it
+        # computes again (running the item's body twice) if its worker dies before the release.
+        release_together(self.client, [future for future, _packed, _error in arrived])
 
     def _cancel_soon(self, future: Any) -> None:
         # A cancelled map cancels its items together: one request to the scheduler, off the loop.
@@ -210,6 +210,43 @@ def _results_of(client: Any, done: list[Any]) -> list[Arrived]:
         else:
             arrived.append((future, None, error))
     return arrived
+
+
+def release_together(client: Any, futures: list[Any]) -> None:
+    """Release futures read together: one callback on the client's loop and one message to the scheduler.
+
+    ``Future.release`` costs, per future, two wake-ups of the client's loop (the loop that also runs
+    the scheduler here) and a message the scheduler handles on its own. This does what it does for
+    all of them at once, through the client's bookkeeping; a client without it gets one release each.
+    """
+    try:
+        generation = client.generation
+        keys = [f.key for f in futures if not f._cleared and f._generation == generation]
+        for future in futures:
+            future._cleared = True  # its own release (when garbage collected) does nothing more
+    except AttributeError:  # another version of distributed: its own way, one future at a time
+        for future in futures:
+            future.release()
+        return
+    if keys:
+        client.loop.add_callback(_release_keys, client, keys)
+
+
+def _release_keys(client: Any, keys: list[Any]) -> None:
+    # On the client's loop, what its _dec_ref and _release_key do per key, with one message for all.
+    gone = []
+    with client._refcount_lock:
+        for key in keys:
+            client.refcount[key] -= 1
+            if client.refcount[key] == 0:
+                del client.refcount[key]
+                gone.append(key)
+    for key in gone:
+        state = client.futures.pop(key, None)
+        if state is not None:
+            state.cancel()
+    if gone and client.status != "closed":
+        client._send_to_scheduler_safe({"op": "client-releases-keys", "keys": gone, "client": client.id})
 
 
 def _hold(shared: bytes) -> bytes:
