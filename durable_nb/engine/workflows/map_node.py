@@ -145,9 +145,11 @@ class MapNodes:
     ) -> Outcome:
         # The results are the items as they were stored when each finished: assembled when read,
         # not written again as one list.
-        root = self.commits.values.list_of_items([self.progress.manifest[spec.item_key(i)] for i in range(count)])
-        results = [self.progress.state.pop(spec.item_key(i)) for i in range(count)]
-        self.progress.log.remove(spec.item_key(i) for i in range(count))
+        keys = [spec.item_key(i) for i in range(count)]
+        manifest, state = self.progress.manifest, self.progress.state
+        root = self.commits.values.list_of_items([manifest[key] for key in keys])
+        results = [state.pop(key) for key in keys]
+        self.progress.log.remove(keys)
         into = spec.into or spec.node_id
         return Outcome(
             spec.node_id,
