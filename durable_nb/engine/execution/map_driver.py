@@ -99,12 +99,15 @@ async def drive_items(
         workers = [asyncio.ensure_future(run_item(i) if limit >= len(todo) else one(i)) for i in todo]
         await asyncio.gather(*workers)
     finally:
-        for worker in workers:
+        # Only those still running: another gather of every item would cost a callback per item.
+        running = [worker for worker in workers if not worker.done()]
+        for worker in running:
             worker.cancel()
         if batch is not None:
             try:
                 # Items still queued on the executor are cancelled with their tasks, before the batch goes.
-                await asyncio.gather(*workers, return_exceptions=True)
+                if running:
+                    await asyncio.gather(*running, return_exceptions=True)
             finally:
                 batch.close()  # even when a second cancel interrupts the wait
     return failures
