@@ -19,7 +19,6 @@ import concurrent.futures
 import multiprocessing
 import os
 import re
-import sys
 import threading
 import time
 import warnings
@@ -35,9 +34,7 @@ import durable_nb as dnb
 from durable_nb._loop import run_sync
 from durable_nb.engine.execution.dask_batch import DaskBatch
 from durable_nb.engine.execution.idempotent import call_key
-from durable_nb.engine.runs import watch
 from durable_nb.engine.state.values import ValueCodec
-from durable_nb.engine.workflows import engine_thread
 from durable_nb.store.secret import load_secret
 from durable_nb.store.sqlite import SQLiteStore
 
@@ -921,30 +918,14 @@ def test_remote_item_timeout_fails_at_the_owner_and_its_late_result_is_dropped(
 
 @pytest.mark.sqlite_only
 def test_a_dask_map_item_costs_the_owner_a_bounded_number_of_python_calls(
-    store_url: str, dask_client: Any, monkeypatch: pytest.MonkeyPatch
+    store_url: str, dask_client: Any, engine_calls: list[int]
 ) -> None:
     """The Python calls of the engine thread (where a map's items are packed, sent, read and committed)
     per item of a map on Dask, counted, never timed: 200 items more add at most the budget each. One
     item in flight, so that each is its own submission, delivery and transaction whatever the load
     (how many results arrive together depends on timing). 368 today, 395 before the release of
     results, the end of a map and empty JSON columns were trimmed; work added to every item shows here."""
-    monkeypatch.setattr(watch, "POLL_SECONDS", 3600.0)  # no poll of the run row while the items run
-    calls = [0]
-
-    def count(frame: Any, event: str, arg: Any) -> None:
-        if event == "call":
-            calls[0] += 1
-
-    drive = engine_thread.run_on_engine_loop
-
-    def counted(coro: Any) -> Any:
-        sys.setprofile(count)
-        try:
-            return drive(coro)
-        finally:
-            sys.setprofile(None)
-
-    monkeypatch.setattr(engine_thread, "run_on_engine_loop", counted)
+    calls = engine_calls
     flow = dnb.Workflow("counted-map", store=store_url, sleep=FakeSleep())
     flow.map(lambda state, i: i, items="xs", name="work", executor=dask_client, max_concurrency=1)
     flow.run({"xs": [1, 2]})  # warm: the worker imports, the store's schema
