@@ -190,8 +190,10 @@ class DaskBatch(Batch):
 
 def _results_of(client: Any, done: list[Any]) -> list[Arrived]:
     """Fetch the results of futures that ended: those that finished in one gather, the others' errors."""
-    finished = [f for f in done if f.status == "finished"]
-    others = [f for f in done if f.status != "finished"]
+    finished: list[Any] = []
+    others: list[Any] = []
+    for future in done:  # one look at each future's status (a property)
+        (finished if future.status == "finished" else others).append(future)
     arrived: list[Arrived] = []
     if finished:
         try:
