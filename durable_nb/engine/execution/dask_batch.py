@@ -107,7 +107,8 @@ class DaskBatch(Batch):
         # on its dashboard); the number makes each attempt's key unique.
         first = self._submitted + 1
         self._submitted += len(calls)
-        keys = [(f"{self.label}-{self.token}", first + n) for n in range(len(calls))]
+        prefix = f"{self.label}-{self.token}"  # one string for all: pickled once in the graph
+        keys = [(prefix, first + n) for n in range(len(calls))]
         try:
             shared = self._shared_on_cluster(len(calls))
             futures = self.client.map(
