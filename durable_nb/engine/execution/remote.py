@@ -185,8 +185,14 @@ def _shared(token: str, data: bytes) -> SharedPart:
     return part
 
 
+_WHERE: list[Any] = [None, ""]  # this process's id and its name for errors, asked once per process
+
+
 def _where() -> str:
-    return f"{socket.gethostname()} pid {os.getpid()}"
+    pid = os.getpid()
+    if _WHERE[0] != pid:
+        _WHERE[:] = [pid, f"{socket.gethostname()} pid {pid}"]
+    return _WHERE[1]
 
 
 def run_remote(token: str, shared: bytes, item: bytes) -> bytes:
@@ -223,6 +229,10 @@ def run_remote(token: str, shared: bytes, item: bytes) -> bytes:
         }
     except Exception as error:  # noqa: BLE001 - handed back to the owner, which applies the retry policy
         outcome.error = _travelling(error, outcome.worker, part.label)
+    if outcome.error is None and outcome.suspend is None and not calls.new and _plain(outcome.value):
+        # Most items return plain data and nothing else: a tuple of it, by pickle (three times
+        # faster than cloudpickle, and without the outcome's class name). See read_outcome.
+        return pickle.dumps((outcome.value,), protocol=_PROTOCOL)
     outcome.calls = calls.new
     outcome.seconds = time.perf_counter() - started
     return _pack_outcome(outcome)
