@@ -175,6 +175,37 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dnb.Store]
 
 
 @pytest.fixture
+def engine_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count in ``[0]`` the Python calls of the engine thread, where a run's nodes, map items and
+    commits run (the run row is not polled meanwhile: the watching thread's polls are not counted anyway)."""
+    from durable_nb.engine import tracing
+    from durable_nb.engine.runs import watch
+    from durable_nb.engine.workflows import engine_thread
+
+    monkeypatch.setattr(watch, "POLL_SECONDS", 3600.0)
+    # Counted as in a process with no tracer provider: an earlier test in this worker may have set
+    # one (OpenTelemetry's global cannot be unset), and each node's span would then be counted.
+    monkeypatch.setattr(tracing, "_api", lambda: None)
+    calls = [0]
+
+    def count(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            calls[0] += 1
+
+    drive = engine_thread.run_on_engine_loop
+
+    def counted(coro: Any) -> Any:
+        sys.setprofile(count)
+        try:
+            return drive(coro)
+        finally:
+            sys.setprofile(None)
+
+    monkeypatch.setattr(engine_thread, "run_on_engine_loop", counted)
+    return calls
+
+
+@pytest.fixture
 def serving(tmp_path: Path, store_url: str) -> Iterator[Any]:
     """Real ``durable-nb serve`` processes on the test's store, started by calling it; all stopped afterwards."""
     from servicekit import Servers

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import statistics
 import struct
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +19,7 @@ import pytest
 
 import durable_nb as dnb
 from durable_nb._loop import run_sync
-from durable_nb.engine import tracing
 from durable_nb.engine.runs import watch
-from durable_nb.engine.workflows import engine_thread
 from durable_nb.store.postgres import PostgresStore
 from durable_nb.store.sqlite import SQLiteStore
 
@@ -170,31 +167,12 @@ def test_a_chains_nodes_start_no_task_of_their_own(tmp_path: Path) -> None:
 
 
 @pytest.mark.sqlite_only
-def test_a_chain_node_costs_a_bounded_number_of_python_calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_chain_node_costs_a_bounded_number_of_python_calls(tmp_path: Path, engine_calls: list[int]) -> None:
     """The Python calls of the engine thread (where a chain's nodes and their commits run), counted,
     never timed: each node more in a chain adds at most the budget. 135 today, 154 before the hot
     path was trimmed (each call a frame: a node's attempt, its value, its records, its commit); a
     change that adds work to every node shows here."""
-    monkeypatch.setattr(watch, "POLL_SECONDS", 3600.0)  # the watching thread's polls are not counted anyway
-    # The budget is a process's with no tracer provider: an earlier test in this worker may have set
-    # one (OpenTelemetry's global cannot be unset), and each node's span would then be counted.
-    monkeypatch.setattr(tracing, "_api", lambda: None)
-    calls = [0]
-
-    def count(frame: Any, event: str, arg: Any) -> None:
-        if event == "call":
-            calls[0] += 1
-
-    drive = engine_thread.run_on_engine_loop
-
-    def counted(coro: Any) -> Any:
-        sys.setprofile(count)
-        try:
-            return drive(coro)
-        finally:
-            sys.setprofile(None)
-
-    monkeypatch.setattr(engine_thread, "run_on_engine_loop", counted)
+    calls = engine_calls
     store = dnb.connect(f"sqlite:///{tmp_path}/runs.db")
     counts = {}
     for nodes in (10, 20):

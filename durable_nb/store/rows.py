@@ -298,6 +298,7 @@ def run_update_values(run: RunRecord) -> tuple[Any, ...]:
 
 def checkpoint_values(run_id: str, seq: int, created_at: float, draft: CheckpointDraft) -> tuple[Any, ...]:
     """Return a draft's column values in CHECKPOINT_COLUMNS order."""
+    # The columns most often empty are written without a call to dumps (every node and map item).
     return (
         run_id,
         seq,
@@ -306,12 +307,12 @@ def checkpoint_values(run_id: str, seq: int, created_at: float, draft: Checkpoin
         draft.step,
         draft.node_id,
         draft.status._value_,
-        addresses_json(draft.changes),
-        _completed_changes(draft),
+        addresses_json(draft.changes) if draft.changes else "{}",
+        _completed_changes(draft) if draft.completed_added or draft.completed_removed else "{}",
         None if draft.snapshot is None else snapshot_json(draft.snapshot),
-        dumps(draft.queue),
-        dumps(draft.skipped),
-        dumps(draft.routes),
+        dumps(draft.queue) if draft.queue else "[]",
+        dumps(draft.skipped) if draft.skipped else "[]",
+        dumps(draft.routes) if draft.routes else "{}",
         draft.iteration,
         draft.item_index,
         draft.branch_key,
@@ -323,8 +324,8 @@ def checkpoint_values(run_id: str, seq: int, created_at: float, draft: Checkpoin
         draft.traceback,
         None if draft.interrupt is None else dumps(draft.interrupt),
         None if draft.decision is None else dumps(draft.decision),
-        dumps(draft.resumes),
-        dumps(draft.counters),
+        dumps(draft.resumes) if draft.resumes else "{}",
+        dumps(draft.counters) if draft.counters else "{}",
         draft.agent_path,
         draft.duration,
         draft.attempts,
@@ -333,8 +334,6 @@ def checkpoint_values(run_id: str, seq: int, created_at: float, draft: Checkpoin
 
 
 def _completed_changes(draft: CheckpointDraft) -> str:
-    if not draft.completed_added and not draft.completed_removed:
-        return "{}"
     return dumps({"added": draft.completed_added, "removed": draft.completed_removed})
 
 

@@ -3,7 +3,8 @@
 The calls made in one turn of the owner's loop reach the scheduler as one graph, as Dask's own
 ``client.map`` sends them. One thread per batch watches them finish (Dask's ``as_completed``),
 fetches the results of those that finished together in one gather, and hands them to the
-owner's loop in one callback: no thread hop and no wake-up of the owner's loop per item.
+owner's loop in one callback: no thread hop and no wake-up of the owner's loop per item. Each is
+released on the cluster as soon as its result is in hand, errors included.
 """
 
 from __future__ import annotations
@@ -89,15 +90,11 @@ class DaskBatch(Batch):
             packed = await queued.waiter
         except asyncio.CancelledError:
             future = queued.future
-            if future is not None:
-                if self._waiting.pop(future.key, None) is None:
-                    future.release()  # its result was handed over already: nobody reads it now
-                elif not future.done():
-                    self._cancel_soon(future)  # a finished one is released when its result arrives
+            # One whose result was handed over is released already; a finished one is released
+            # when its result arrives.
+            if future is not None and self._waiting.pop(future.key, None) is not None and not future.done():
+                self._cancel_soon(future)
             raise  # not submitted yet: the submission skips a call whose waiter is done
-        # Released now, not when garbage collected: a result the cluster still holds is one it
-        # computes again (running the item's body twice) if its worker dies before the release.
-        queued.future.release()
         return read_outcome(packed)
 
     def _submit_queued(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -110,7 +107,8 @@ class DaskBatch(Batch):
         # on its dashboard); the number makes each attempt's key unique.
         first = self._submitted + 1
         self._submitted += len(calls)
-        keys = [(f"{self.label}-{self.token}", first + n) for n in range(len(calls))]
+        prefix = f"{self.label}-{self.token}"  # one string for all: pickled once in the graph
+        keys = [(prefix, first + n) for n in range(len(calls))]
         try:
             shared = self._shared_on_cluster(len(calls))
             futures = self.client.map(
@@ -159,11 +157,16 @@ class DaskBatch(Batch):
         for future, packed, error in arrived:
             waiter = self._waiting.pop(future.key, None)
             if waiter is None or waiter.done():
-                future.release()  # its caller stopped waiting
-            elif error is not None:
+                continue  # its caller stopped waiting
+            if error is not None:
                 waiter.set_exception(error)
             else:
                 waiter.set_result(packed)  # type: ignore[arg-type]
+        # Released now, not when garbage collected: a result the cluster still holds is one it
+        # computes again (running the item's body twice) if its worker dies before the release.
+        # (One public release each: a message per key, which Dask's own bookkeeping then owns.)
+        for future, _packed, _error in arrived:
+            future.release()
 
     def _cancel_soon(self, future: Any) -> None:
         # A cancelled map cancels its items together: one request to the scheduler, off the loop.
@@ -190,8 +193,10 @@ class DaskBatch(Batch):
 
 def _results_of(client: Any, done: list[Any]) -> list[Arrived]:
     """Fetch the results of futures that ended: those that finished in one gather, the others' errors."""
-    finished = [f for f in done if f.status == "finished"]
-    others = [f for f in done if f.status != "finished"]
+    finished: list[Any] = []
+    others: list[Any] = []
+    for future in done:  # one look at each future's status (a property)
+        (finished if future.status == "finished" else others).append(future)
     arrived: list[Arrived] = []
     if finished:
         try:

@@ -103,6 +103,8 @@ class _FuturesBatch(Batch):
 def read_outcome(packed: Any) -> RemoteOutcome:
     """Unpack what a worker returned: a call's outcome."""
     outcome = unpack(packed)
+    if type(outcome) is tuple:  # a plain value, alone (see run_remote)
+        return RemoteOutcome(value=outcome[0])
     if not isinstance(outcome, RemoteOutcome):
         raise TypeError(f"the executor returned {type(outcome).__name__}, not a durable_nb outcome")
     return outcome

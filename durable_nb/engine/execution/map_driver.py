@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from ...errors import ConfigurationError
 from ..workflows.graph import NodeSpec
-from .attempts import Attempter, Outcome, RemoteCall, journal_prefix, node_journal
+from .attempts import Attempter, Outcome, RemoteCall, node_journal
 from .executors import Batch, items_in_flight, open_batch
 from .remote import SharedPart
 
@@ -99,12 +99,15 @@ async def drive_items(
         workers = [asyncio.ensure_future(run_item(i) if limit >= len(todo) else one(i)) for i in todo]
         await asyncio.gather(*workers)
     finally:
-        for worker in workers:
+        # Only those still running: another gather of every item would cost a callback per item.
+        running = [worker for worker in workers if not worker.done()]
+        for worker in running:
             worker.cancel()
         if batch is not None:
             try:
                 # Items still queued on the executor are cancelled with their tasks, before the batch goes.
-                await asyncio.gather(*workers, return_exceptions=True)
+                if running:
+                    await asyncio.gather(*running, return_exceptions=True)
             finally:
                 batch.close()  # even when a second cancel interrupts the wait
     return failures
@@ -123,11 +126,16 @@ def _item_runner(
 ) -> Callable[[int], Awaitable[None]]:
     """Return the coroutine function that runs one item and commits it with those that finished alongside."""
     finished: list[Finished] = []
+    calls = node_journal(journal)  # each item's @idempotent results under calls + "<index>/"
+    # The items in ``finished`` wait for the first of them (the group's leader) to commit them all:
+    # this future ends when it has (an item keeps its place of max_concurrency until then).
+    group: list[asyncio.Future[None]] = []
 
     async def item(index: int) -> None:
         remote = None
         if batch is not None:
-            remote = RemoteCall(batch, journal_prefix(journal, str(index)), known.get(str(index), {}))
+            part = str(index)
+            remote = RemoteCall(batch, f"{calls}{part}/", known.get(part, {}))
         args = hooks.arguments(index, remote is not None)
         outcome = await attempter.run(spec, args, [], expect_dict=False, item_index=index, remote=remote)
         if outcome.suspend is not None:
@@ -149,17 +157,29 @@ def _item_runner(
             hooks.failed(index)
             return
         finished.append(Finished(index, outcome, delta, blobs))
-        # Let the items that came back with this one (one fetch brings many) join its commit.
-        await asyncio.sleep(0)
-        async with lock:
-            together, finished[:] = list(finished), []
-            if not together:
-                return  # committed with an earlier item's group
-            remaining.difference_update(f.index for f in together)
-            try:
-                await hooks.commit(list(together), not remaining and not failures)
-            finally:
-                for f in together:
-                    f.outcome.end_span()  # those the hook's commit did not name (a map's last item rides later)
+        if group:
+            # Committed by the group's leader, with no turn of the loop or wait on the lock of its own.
+            # (A cancel here cancels the group's future too: items are only cancelled all at once.)
+            await group[0]
+            return
+        done = asyncio.get_running_loop().create_future()
+        group.append(done)
+        try:
+            # Let the items that came back with this one (one fetch brings many) join its commit.
+            await asyncio.sleep(0)
+            async with lock:
+                together, finished[:] = list(finished), []
+                group.clear()  # items finishing from now on are the next group's
+                remaining.difference_update(f.index for f in together)
+                try:
+                    await hooks.commit(list(together), not remaining and not failures)
+                finally:
+                    for f in together:
+                        f.outcome.end_span()  # those the hook's commit did not name (a map's last item rides later)
+        finally:
+            if group and group[0] is done:
+                group.clear()  # cancelled before it took the group: the next item to finish leads it
+            if not done.done():
+                done.set_result(None)  # the group's items end with it, committed or not (its error is its own)
 
     return item

@@ -41,14 +41,12 @@ class NodeSpec:
     extra: dict[str, Any] = field(default_factory=dict)
     # Whether ``fn`` is a coroutine function: asked at every attempt, worked out once.
     is_async: bool = field(init=False, repr=False, compare=False)
+    # How the node is attempted (its retries and time limit per attempt): read by every map item.
+    policy: AttemptPolicy = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.fn))
-
-    @property
-    def policy(self) -> AttemptPolicy:
-        """How the node is attempted: its retries and its time limit per attempt."""
-        return AttemptPolicy(self.retry_count, self.timeout_seconds)
+        object.__setattr__(self, "policy", AttemptPolicy(self.retry_count, self.timeout_seconds))
 
     @property
     def loop_key(self) -> str:

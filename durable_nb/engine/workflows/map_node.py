@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ...errors import InvalidState
-from ...model import CheckpointStatus, EventType, NewEvent
+from ...model import CheckpointStatus, EventType, NewEvent, step_name
 from ..execution.attempts import Attempter, Outcome
 from ..execution.map_driver import Finished, drive_items
 from ..tracing import NODE, current, start
@@ -89,6 +89,7 @@ class MapNodes:
     async def commit_items(self, spec: NodeSpec, done: list[Finished]) -> None:
         """Commit finished items of a map, a checkpoint each, in one transaction."""
         upcoming = self.progress.ready()
+        step, branch = step_name("after", spec.node_id), self.progress.branch_key(spec.node_id)
         drafts = []
         events = []
         blobs: list[Any] = []
@@ -107,6 +108,8 @@ class MapNodes:
                     duration=outcome.duration,
                     attempts=outcome.attempts,
                     item_index=item.index,
+                    step=step,
+                    branch_key=branch,
                     extra={"wave_writes": dict(self.progress.wave_writes)},
                 )
             )
@@ -145,9 +148,11 @@ class MapNodes:
     ) -> Outcome:
         # The results are the items as they were stored when each finished: assembled when read,
         # not written again as one list.
-        root = self.commits.values.list_of_items([self.progress.manifest[spec.item_key(i)] for i in range(count)])
-        results = [self.progress.state.pop(spec.item_key(i)) for i in range(count)]
-        self.progress.log.remove(spec.item_key(i) for i in range(count))
+        keys = [spec.item_key(i) for i in range(count)]
+        manifest, state = self.progress.manifest, self.progress.state
+        root = self.commits.values.list_of_items([manifest[key] for key in keys])
+        results = [state.pop(key) for key in keys]
+        self.progress.log.remove(keys)
         into = spec.into or spec.node_id
         return Outcome(
             spec.node_id,

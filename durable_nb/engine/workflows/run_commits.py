@@ -80,8 +80,11 @@ class RunCommits:
     def draft(
         self, kind: str, node_id: str | None, status: CheckpointStatus, queue: list[str], **fields: Any
     ) -> CheckpointDraft:
-        """Draft the run's next checkpoint, with what changed since the last one."""
+        """Draft the run's next checkpoint, with what changed since the last one (``step`` and
+        ``branch_key`` are worked out unless given: a map's items give theirs, the same for all)."""
         step = fields.pop("step", None) or step_name(kind, node_id)
+        if "branch_key" not in fields:
+            fields["branch_key"] = self.progress.branch_key(node_id)
         draft = CheckpointDraft(
             checkpoint_id=new_id(),
             step=step,
@@ -89,7 +92,6 @@ class RunCommits:
             status=status,
             queue=queue,
             **self.progress.draft_fields(),
-            branch_key=self.progress.branch_key(node_id),
             parent_checkpoint_id=self.head,
             **fields,
         )
