@@ -2,29 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
-import gc
-from collections.abc import Iterator
 from typing import Any
 
 __all__ = ["load_ipython_extension"]
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """Keep the garbage collector off while the extension or the engine loads.
-
-    Loading defines hundreds of classes and functions: with the collector on, it walked the kernel's
-    young objects again and again meanwhile (14 collections of an attach with numpy, pandas and
-    matplotlib loaded, 3 with it off); what it would have found is found by the next collection.
-    """
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def _quiet_gate(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: int | None = None) -> list[str]:
@@ -42,12 +22,11 @@ def _quiet_gate(shell: Any, etype: type, value: BaseException, tb: Any, tb_offse
 
 def load_ipython_extension(ip: Any) -> None:
     """Register the magics, the quiet display of paused cells and the JupyterLab comm target."""
-    with collector_paused():
-        from ..errors import GatePending
-        from .all_cells import CellSyntaxError
-        from .frontend import register_comm_target
-        from .magics import DurableMagics
+    from ..errors import GatePending
+    from .all_cells import CellSyntaxError
+    from .frontend import register_comm_target
+    from .magics import DurableMagics
 
-        ip.register_magics(DurableMagics)
-        ip.set_custom_exc((GatePending, CellSyntaxError), _quiet_gate)
-        register_comm_target(ip)
+    ip.register_magics(DurableMagics)
+    ip.set_custom_exc((GatePending, CellSyntaxError), _quiet_gate)
+    register_comm_target(ip)

@@ -10,7 +10,6 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument
 
 from ..errors import DurableError, GatePending
-from . import collector_paused
 from .cell_names import is_node_name
 from .handover import ATTACH_VARIABLE, Handover, run_key
 from .magic_arguments import cell_arguments, lazy_arguments, names_in, subcommand_arguments, unquoted
@@ -162,10 +161,6 @@ class DurableMagics(Magics):
         """
 
     def _run(self, rest: str) -> None:
-        with collector_paused():  # the first attach imports the engine and the store
-            self._attach(rest)
-
-    def _attach(self, rest: str) -> None:
         args = subcommand_arguments(self._run_args, rest)
         if args.from_env:
             if any(given is not None for given in (args.name, args.key, args.store, args.run_id)) or args.new:
