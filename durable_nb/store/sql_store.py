@@ -85,10 +85,7 @@ class SQLStore:
         """Write a commit in one transaction; its checks first, nothing written if one fails."""
         if self._has_large(commit.blobs):
             return await self._commit_with_files(commit)
-        # Not through _commit_rows: one coroutine fewer on every commit's path.
-        result = await self._run(self._sql._commit, commit, time.time(), self.url)
-        tally.committed(commit)
-        return result
+        return await self._commit_rows(commit)
 
     async def _commit_rows(self, commit: Commit) -> CommitResult:
         """Write a commit's rows in one transaction (its large values are files already)."""
