@@ -70,22 +70,22 @@ def _watch_of(figure: Any) -> _FigureWatch:
 class _Attributes:
     """An object's attributes as they were: the values themselves, held (so no id is reused meanwhile)."""
 
-    __slots__ = ("items", "keys", "values")
+    __slots__ = ("keys", "values")
 
     def __init__(self, obj: Any) -> None:
-        self.items = tuple(vars(obj).items())
-        self.keys = tuple(key for key, _ in self.items)
-        self.values = tuple(value for _, value in self.items)
+        attributes = vars(obj)
+        self.keys = tuple(attributes)
+        self.values = tuple(attributes.values())
 
     def same(self, obj: Any) -> bool:
         """True if ``obj`` has the same attributes, each the same object (or an equal number or text)."""
         now = vars(obj)
-        if len(now) != len(self.items):
+        if len(now) != len(self.keys):
             return False
         # Mostly each the very same object: compared in C, without a call per attribute.
         if tuple(now) == self.keys and all(map(operator.is_, now.values(), self.values)):
             return True
-        for key, value in self.items:
+        for key, value in zip(self.keys, self.values, strict=True):
             current = now.get(key, _MISSING)
             if current is not value and not (
                 type(value) in SCALARS and type(current) is type(value) and current == value
