@@ -98,6 +98,8 @@ def _option_names(options: Any, caught: list[Any], prefix: str = "") -> list[str
 
 
 _pandas_names: list[str] = []
+# Each name's parts, for reading the option where pandas stores it: made with the names.
+_pandas_paths: list[list[str]] = []
 
 
 def _live_options(pandas: Any) -> list[str]:
@@ -112,6 +114,7 @@ def _read_pandas() -> Any:
         return None
     if not _pandas_names:
         _pandas_names.extend(_live_options(pandas))
+        _pandas_paths.extend(name.split(".") for name in _pandas_names)
     stored = _stored_options()
     if stored is not None:
         return stored
@@ -124,8 +127,6 @@ def _stored_options() -> dict[str, Any] | None:
     config = getattr(sys.modules.get("pandas._config.config"), "_global_config", None)
     if not isinstance(config, dict):
         return None
-    if len(_pandas_paths) != len(_pandas_names):
-        _pandas_paths[:] = [name.split(".") for name in _pandas_names]
     try:
         # Each walked down in C, with no Python line per option: read before and after every cell. The
         # nested dicts are plain dicts whose leaves are the options: a name that no longer leads to one
@@ -134,9 +135,6 @@ def _stored_options() -> dict[str, Any] | None:
         return dict(zip(_pandas_names, values, strict=True))
     except (KeyError, TypeError, IndexError):
         return None
-
-
-_pandas_paths: list[list[str]] = []
 
 
 def _apply_pandas(changed: dict[str, Any]) -> None:
