@@ -164,9 +164,12 @@ class DaskBatch(Batch):
                 waiter.set_result(packed)  # type: ignore[arg-type]
         # Released now, not when garbage collected: a result the cluster still holds is one it
         # computes again (running the item's body twice) if its worker dies before the release.
-        # (One public release each: a message per key, which Dask's own bookkeeping then owns.)
-        for future, _packed, _error in arrived:
-            future.release()
+        # Released from the client's loop, in one callback handed over from here: each release
+        # schedules its key's release on that loop, and from this thread each would wake it.
+        try:
+            self.client.loop.add_callback(_release, [future for future, _packed, _error in arrived])
+        except RuntimeError:  # the client's loop is closed: the cluster holds nothing for it now
+            pass
 
     def _cancel_soon(self, future: Any) -> None:
         # A cancelled map cancels its items together: one request to the scheduler, off the loop.
@@ -189,6 +192,11 @@ class DaskBatch(Batch):
         shared, self._shared_future = self._shared_future, None
         if shared is not None:
             shared.release()  # only schedules the release on the client's loop
+
+
+def _release(futures: list[Any]) -> None:
+    for future in futures:
+        future.release()
 
 
 def _results_of(client: Any, done: list[Any]) -> list[Arrived]:
