@@ -245,3 +245,18 @@ def test_a_statement_with_none_values_stores_the_row_that_binding_them_would() -
     # A condition on a None value is the one binding it would make (``IS NULL``, ``= NULL``).
     seen = "SELECT count(*) FROM t WHERE a IS ? AND b = ?"
     assert sqlite_ops._execute(conn, seen, (None, "?")).fetchone() == conn.execute(seen, (None, "?")).fetchone()
+
+
+def test_a_store_another_process_creates_between_two_reads_opens(tmp_path: Path) -> None:
+    """Opening a new file reads its version, then (with none found) its tables. A process that
+    creates the store between the two reads made it: its version is read, not refused as foreign."""
+    from durable_nb.store import sqlite_schema
+
+    path = tmp_path / "runs.db"
+    run_sync(dnb.connect(f"sqlite:///{path}").list_runs())  # created whole, as the other process would
+    conn = sqlite3.connect(path)
+    try:
+        # Where the first read found no schema_version table, the second finds the whole store.
+        assert sqlite_schema._unversioned(conn, str(path)) == SCHEMA_VERSION
+    finally:
+        conn.close()

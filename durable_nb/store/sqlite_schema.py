@@ -37,6 +37,9 @@ def _current_version(conn: sqlite3.Connection, where: str) -> int:
 def _unversioned(conn: sqlite3.Connection, where: str) -> int:
     """Return 0 for a new database; refuse one that holds tables of someone else's."""
     tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if "schema_version" in tables:
+        # Another process created the store between this read and the one before it: read its version.
+        return _current_version(conn, where)
     if tables - {"sqlite_sequence"}:
         raise StoreUnavailable(
             f"{where} is a SQLite database that durable_nb did not create (it has tables "
