@@ -15,7 +15,6 @@ Each copy's modules are byte-compiled first, as an installed package's are.
 from __future__ import annotations
 
 import argparse
-import compileall
 import json
 import os
 import statistics
@@ -24,7 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .realnb import Kernel
+from .realnb import Kernel, compile_package
 
 CELLS = [
     (
@@ -103,9 +102,7 @@ def overhead_scenario(reps: int, against: str | None = None) -> dict[str, Any]:
         modes["against"] = against
     for path in modes.values():
         if path is not None:
-            # As an installed package has it: with PYTHONDONTWRITEBYTECODE set (as on CI machines)
-            # every kernel would otherwise compile durable_nb's sources again on import.
-            compileall.compile_dir(Path(path) / "durable_nb", quiet=1)
+            compile_package(Path(path) / "durable_nb")
     runs: dict[str, list[dict[str, tuple[float, float]]]] = {mode: [] for mode in modes}
     for rep in range(reps):
         for mode, path in modes.items():
