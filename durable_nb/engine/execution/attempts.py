@@ -24,7 +24,7 @@ from .policy import Attempts
 from .remote import ItemPart, pack_call, rebuild_suspend
 from .scope import NodeScope, enter_scope
 
-__all__ = ["NODE_THREADS", "Attempter", "Outcome", "RemoteCall", "journal_prefix", "node_journal"]
+__all__ = ["NODE_THREADS", "Attempter", "Outcome", "RemoteCall", "journal_prefix", "node_journal", "part_journal"]
 
 Sleep = Callable[[float], Awaitable[Any]]
 
@@ -169,7 +169,12 @@ def node_journal(node_id: str) -> str:
 
 def journal_prefix(node_id: str, part: str) -> str:
     """The key prefix of the @idempotent results of one remote call of a node (``part``: "node" or an item)."""
-    return f"{node_journal(node_id)}{part}/"
+    return part_journal(node_journal(node_id), part)
+
+
+def part_journal(calls: str, part: str) -> str:
+    """The key prefix of one remote call's results under its node's prefix (``calls``, from ``node_journal``)."""
+    return f"{calls}{part}/"
 
 
 @dataclass(slots=True)

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from ...errors import ConfigurationError
 from ..workflows.graph import NodeSpec
-from .attempts import Attempter, Outcome, RemoteCall, node_journal
+from .attempts import Attempter, Outcome, RemoteCall, node_journal, part_journal
 from .executors import Batch, items_in_flight, open_batch
 from .remote import SharedPart
 
@@ -135,7 +135,7 @@ def _item_runner(
         remote = None
         if batch is not None:
             part = str(index)
-            remote = RemoteCall(batch, f"{calls}{part}/", known.get(part, {}))
+            remote = RemoteCall(batch, part_journal(calls, part), known.get(part, {}))
         args = hooks.arguments(index, remote is not None)
         outcome = await attempter.run(spec, args, [], expect_dict=False, item_index=index, remote=remote)
         if outcome.suspend is not None:
