@@ -42,7 +42,17 @@ from ..views.threads import register_thread_store, register_value_decoder, threa
 from ._admin import ThreadAdmin
 from ._listing import Listing, Plan
 from ._runs import ThreadRuns
-from ._shape import META, Head, address, checkpoint_id_of, is_lg, metadata_json, node_of, our_id
+from ._shape import (
+    META,
+    Head,
+    address,
+    check_metadata,
+    checkpoint_id_of,
+    is_lg,
+    metadata_json,
+    node_of,
+    our_id,
+)
 from ._values import ChannelValues
 from ._writes import PendingWrites, after_claim, begin_invocation
 
@@ -202,7 +212,9 @@ class DurableSaver(BaseCheckpointSaver[int]):
             "v": checkpoint.get("v", 1),
             "ts": checkpoint.get("ts"),
             "versions": dict(checkpoint.get("channel_versions") or {}),
-            "seen": {node: dict(seen) for node, seen in (checkpoint.get("versions_seen") or {}).items()},
+            # Each node's seen versions as LangGraph made them for this checkpoint (its own copy:
+            # LangGraph hands a copy of its checkpoint to put), not copied again.
+            "seen": dict(checkpoint.get("versions_seen") or {}),
             "metadata": metadata_json(config, metadata),
         }
         # Left out when None (readers take None for missing): a null in the column costs its
@@ -222,8 +234,13 @@ class DurableSaver(BaseCheckpointSaver[int]):
                 head = self._runs.remembered(run_id) or await self._runs.head(run_id)
                 base = self._runs.base_at_head(head, parent_id) or await self._runs.base(run_id, head, parent_id)
                 manifest, blobs = self._values.manifest(self.serde, checkpoint, new_versions or {}, base, encoded)
-                changes: dict[str, str | None] = {k: a for k, a in manifest.items() if head.manifest.get(k) != a}
-                changes.update((k, None) for k in head.manifest if k not in manifest)
+                old = head.manifest
+                changes: dict[str, str | None] = {k: a for k, a in manifest.items() if old.get(k) != a}
+                # The channels this step changed: what history shows and counts the bytes of.
+                output = dict(changes)
+                for k in old:  # a loop, not a call per channel: most channels keep their value
+                    if k not in manifest:
+                        changes[k] = None
                 since = head.since_snapshot + 1
                 snapshot = None
                 if snapshot_due(since, len(manifest)):
@@ -237,8 +254,7 @@ class DurableSaver(BaseCheckpointSaver[int]):
                     duration=_seconds_between(base[3], info["ts"]),
                     changes=changes,
                     snapshot=snapshot,
-                    # The channels this step changed: what history shows and counts the bytes of.
-                    node_output={k: a for k, a in changes.items() if a is not None},
+                    node_output=output,
                     parent_checkpoint_id=our_id(parent_id, run_id) if parent_id else None,
                     extra={META: info},
                 )
@@ -260,6 +276,10 @@ class DurableSaver(BaseCheckpointSaver[int]):
             except RunNotFound:
                 self._runs.forget([run_id])  # the thread was deleted meanwhile: start it again
                 continue
+            except (TypeError, ValueError):
+                # The commit encodes the metadata (nothing was written): name what is not JSON.
+                check_metadata(info["metadata"])
+                raise
             self._runs.committed(result.run)
             self._runs.moved(
                 run_id,
