@@ -37,6 +37,7 @@ __all__ = [
     "UPDATE_RUN",
     "UPDATE_RUN_SAME_STATUS",
     "INSERT_WRITE",
+    "insert_writes",
     "WRITE_COLUMNS",
     "WRITE_CONFLICT",
     "write_values",
@@ -258,6 +259,18 @@ INSERT_WRITE = (
     "SELECT {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p} WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = {p}) "
     + WRITE_CONFLICT
 )
+
+
+def insert_writes(count: int, placeholder: str) -> str:
+    """Return the INSERT of ``count`` pending writes of one run, stored only while it exists; its
+    values are the run id, the time, each write's in WRITE_COLUMNS order, then the run id again."""
+    row = f"({', '.join([placeholder] * 8)})"
+    return (
+        f"INSERT INTO pending_writes (run_id, {WRITE_COLUMNS}, created_at) "
+        f"SELECT {placeholder}, column1, column2, column3, column4, column5, column6, column7, column8, "
+        f"{placeholder} FROM (VALUES {', '.join([row] * count)}) "
+        f"WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = {placeholder}) {WRITE_CONFLICT}"
+    )
 
 
 def write_values(run_id: str, write: tuple[Any, ...], now: float) -> tuple[Any, ...]:

@@ -136,7 +136,12 @@ class SQLiteStore(SQLStore):
         return await offload(partial(fn, *args))
 
     def _has_large(self, blobs: list[Blob]) -> bool:
-        return self.blob_folder is not None and any(len(b.data) >= FILE_BYTES for b in blobs)
+        if self.blob_folder is None:
+            return False
+        for blob in blobs:  # a loop, not a generator: on every commit's path
+            if len(blob.data) >= FILE_BYTES:
+                return True
+        return False
 
     async def _with_files(self, blobs: list[Blob]) -> list[Blob]:
         folder = self.blob_folder
