@@ -22,6 +22,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .. import _tally as tally
 from ..errors import InvalidInput, StoreNotFound, StoreUnavailable
 from ..model import (
     Blob,
@@ -128,6 +129,17 @@ class SQLiteStore(SQLStore):
     def _run(self, fn: Callable[..., T], *args: Any) -> Awaitable[T]:
         # The driver's awaitable itself, not a coroutine around it: one frame fewer per operation.
         return offload(partial(self._call, fn, *args))
+
+    def commit_now(self, commit: Commit) -> CommitResult | None:
+        """Write a commit as ``commit`` does, blocking this thread, which runs no event loop
+        (nothing would wait meanwhile); None for a commit holding values kept as files, which
+        only ``commit`` writes."""
+        # A LangGraph step's put and put_writes, from the graph's worker threads: no coroutine.
+        if self._has_large(commit.blobs):
+            return None
+        result = self._call(sqlite_ops._commit, commit, time.time(), self.url)
+        tally.committed(commit)
+        return result
 
     # -- values kept as files ---------------------------------------------------------
 
