@@ -312,6 +312,8 @@ def run_update_values(run: RunRecord) -> tuple[Any, ...]:
 def checkpoint_values(run_id: str, seq: int, created_at: float, draft: CheckpointDraft) -> tuple[Any, ...]:
     """Return a draft's column values in CHECKPOINT_COLUMNS order."""
     # The columns most often empty are written without a call to dumps (every node and map item).
+    changes = addresses_json(draft.changes) if draft.changes else "{}"
+    output = draft.node_output
     return (
         run_id,
         seq,
@@ -320,7 +322,7 @@ def checkpoint_values(run_id: str, seq: int, created_at: float, draft: Checkpoin
         draft.step,
         draft.node_id,
         draft.status._value_,
-        addresses_json(draft.changes) if draft.changes else "{}",
+        changes,
         _completed_changes(draft) if draft.completed_added or draft.completed_removed else "{}",
         None if draft.snapshot is None else snapshot_json(draft.snapshot),
         dumps(draft.queue) if draft.queue else "[]",
@@ -331,7 +333,8 @@ def checkpoint_values(run_id: str, seq: int, created_at: float, draft: Checkpoin
         draft.branch_key,
         draft.parent_checkpoint_id,
         None if draft.node_input is None else dumps(draft.node_input),
-        None if draft.node_output is None else dumps(draft.node_output),
+        # A step's output is, as a rule, what it changed: that JSON is not made twice.
+        None if output is None else changes if output == draft.changes else dumps(output),
         draft.error,
         draft.error_type,
         draft.traceback,
