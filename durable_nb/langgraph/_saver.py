@@ -32,13 +32,7 @@ from ._admin import ThreadAdmin
 from ._checkpoints import CheckpointWriter
 from ._listing import Listing, Plan
 from ._runs import ThreadRuns
-from ._shape import (
-    META,
-    address,
-    checkpoint_id_of,
-    is_lg,
-    our_id,
-)
+from ._shape import META, address, checkpoint_id_of, is_lg, our_id
 from ._values import ChannelValues
 from ._writes import PendingWrites, begin_invocation
 
