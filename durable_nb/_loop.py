@@ -45,6 +45,7 @@ from typing import Any, ParamSpec, TypeVar
 __all__ = [
     "blocking",
     "call_outside_loop",
+    "loop_running",
     "owns_running_loop",
     "run_blocking",
     "run_in_place",
@@ -168,6 +169,11 @@ def _run_on_portal(coro: Coroutine[Any, Any, T]) -> T:
             except BaseException:  # noqa: BLE001 - re-raise the original interruption below
                 pass
         raise
+
+
+def loop_running() -> bool:
+    """Return whether an event loop runs in this thread."""
+    return asyncio.events._get_running_loop() is not None
 
 
 def owns_running_loop() -> bool:

@@ -29,7 +29,7 @@ from langgraph.types import Command, interrupt
 import durable_nb as dnb
 from durable_nb.errors import InvalidInput, SerializationError, TamperedValueError
 from durable_nb.langgraph import DurableSaver
-from durable_nb.store import disconnect
+from durable_nb.store import codec, disconnect
 
 MB = 1 << 20
 # Random bytes do not compress: the store's byte count is the value's own.
@@ -259,3 +259,17 @@ def test_a_script_exits_quietly(tmp_path: Path) -> None:
     )
     assert done.returncode == 0 and done.stdout.strip() == "{'n': 4}", done.stderr
     assert done.stderr == ""
+
+
+def test_a_tasks_writes_are_signed_as_each_write_alone_is_checked() -> None:
+    """A task's writes are signed together (their shared fields laid out once): each signature is
+    the one a single write's check expects, text fields of any length and non-ASCII included."""
+    key = b"k" * 32
+    writes = [(0, "step", "p-1"), (-3, "__interrupt__", "p-22"), (7, "ünïcode:1", "js-333")]
+    for checkpoint_id, task_id, task_path in (("1f0-ck", "task", ""), ("c:1", "t:2", "~__pregel_pull, n1")):
+        macs = codec.write_macs(key, checkpoint_id, task_id, task_path, writes)
+        assert macs == [codec.write_mac(key, checkpoint_id, task_id, i, c, task_path, v) for i, c, v in writes]
+        for (idx, channel, value), mac in zip(writes, macs, strict=True):
+            codec.check_write(key, mac, checkpoint_id, task_id, idx, channel, task_path, value)
+        with pytest.raises(TamperedValueError):
+            codec.check_write(key, macs[0], checkpoint_id, task_id, 0, "step", task_path, "p-2")

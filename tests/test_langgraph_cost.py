@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import sqlite3
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +27,16 @@ from langgraph.checkpoint.base.id import uuid6
 from benchmarks.saver import chain_graph
 from durable_nb import _loop
 from durable_nb._loop import run_sync
+from durable_nb.errors import SerializationError
 from durable_nb.langgraph import DurableSaver, _listing
 from durable_nb.store import bulk_ops, postgres_ops, rows, sqlite_ops
 from durable_nb.store.postgres import PostgresStore
 from durable_nb.store.sqlite import SQLiteStore
 
 NODES = 5
+# Python calls (functions and built-ins) per put and per put_writes of a thread the saver wrote to.
+PUT_CALLS = 160  # 148 today
+PUT_WRITES_CALLS = 100  # 94 today
 
 
 def chain(saver: DurableSaver) -> Any:
@@ -47,6 +52,8 @@ class Counted:
         for name in ("put", "put_writes"):
             self._count(monkeypatch, saver, name, name)
         self._count(monkeypatch, saver.store, "commit", "commit")
+        if hasattr(saver.store, "commit_now"):  # SQLite's blocking commit, a sync step's
+            self._count(monkeypatch, saver.store, "commit_now", "commit")
         # Every read of a run row by the store, commits' included, goes through _get_run.
         for module in (sqlite_ops, postgres_ops):
             self._count(monkeypatch, module, "_get_run", "read run row")
@@ -355,3 +362,95 @@ def test_a_listing_page_sets_off_no_garbage_collection(store_url: str) -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+class Budget:
+    """Counts, per call of the saver's put and put_writes, the Python calls made (functions and
+    built-ins, as cProfile counts them) and, on SQLite, the statements run."""
+
+    def __init__(self, saver: DurableSaver, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.counts = {name: [0, 0, 0] for name in ("put", "put_writes")}  # calls, Python calls, statements
+        self._active: str | None = None
+        for name in self.counts:
+            self._wrap(monkeypatch, saver, name)
+
+    def _wrap(self, monkeypatch: pytest.MonkeyPatch, saver: DurableSaver, name: str) -> None:
+        original = getattr(saver, name)
+        row = self.counts[name]
+
+        def count(frame: Any, event: str, arg: Any) -> None:
+            if event == "call" or event == "c_call":
+                row[1] += 1
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            row[0] += 1
+            self._active = name
+            sys.setprofile(count)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                sys.setprofile(None)
+                self._active = None
+
+        monkeypatch.setattr(saver, name, counted)
+
+    def statement(self, _sql: str) -> None:
+        """A trace callback: count a statement of the call in progress."""
+        if self._active is not None:
+            self.counts[self._active][2] += 1
+
+    def per_call(self, name: str) -> tuple[float, float]:
+        """Python calls and statements per call of ``name``."""
+        calls, python, statements = self.counts[name]
+        return python / calls, statements / calls
+
+
+@pytest.mark.sqlite_only
+def test_a_put_and_a_put_writes_make_a_bounded_number_of_calls_and_statements(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step of a thread the saver wrote to, counted (never timed): Python calls (functions and
+    built-ins) and statements per put and per put_writes. Here (a value and a write per step) a
+    put made 181 calls and a put_writes 113 before the step's path was trimmed (a sync step now
+    makes one blocking store call, no coroutine; the checkpoint names its nodes without a call
+    per node); a step of more values made a statement per value, now one. A change that adds
+    work to every step shows here."""
+    saver = DurableSaver(store_url)
+    store = saver.store
+    assert isinstance(store, SQLiteStore)
+    config = {"configurable": {"thread_id": "budget"}}
+    chain(saver).invoke({"step": -1}, config, durability="sync")
+    steps(saver, saver.get_tuple(config), 2)  # the saver has read the thread's head, the values exist
+    latest = saver.get_tuple(config)
+    budget = Budget(saver, monkeypatch)
+    run_sync(store._run(lambda conn: conn.set_trace_callback(budget.statement)))
+    try:
+        steps(saver, latest, NODES)
+    finally:
+        run_sync(store._run(lambda conn: conn.set_trace_callback(None)))
+    put_calls, put_statements = budget.per_call("put")
+    writes_calls, writes_statements = budget.per_call("put_writes")
+    # A put: BEGIN, the run row's conditional UPDATE, its values (one INSERT), its checkpoint, COMMIT.
+    assert put_statements == 5
+    # A put_writes: BEGIN, its values, its writes (one INSERT each), COMMIT.
+    assert writes_statements == 4
+    assert put_calls <= PUT_CALLS, put_calls
+    assert writes_calls <= PUT_WRITES_CALLS, writes_calls
+    stored = saver.get_tuple(config)
+    assert stored is not None and stored.checkpoint["channel_values"]["step"] == NODES - 1
+
+
+@pytest.mark.sqlite_only
+def test_a_remembered_threads_put_refuses_metadata_that_is_not_json_and_writes_nothing(store_url: str) -> None:
+    """The one-call path of a put checks metadata as the other does: a typed error, nothing written."""
+    saver = DurableSaver(store_url)
+    config = {"configurable": {"thread_id": "metadata"}}
+    chain(saver).invoke({"step": -1}, config, durability="sync")
+    latest = saver.get_tuple(config)
+    assert latest is not None
+    checkpoint = {**latest.checkpoint, "id": str(uuid6(clock_seq=99))}
+    with pytest.raises(SerializationError, match=r"'when'.*JSON") as raised:
+        saver.put(latest.config, checkpoint, {"source": "loop", "step": 9, "when": object()}, {})
+    assert raised.value.name == "when"
+    after = saver.get_tuple(config)
+    assert after is not None and after.config == latest.config

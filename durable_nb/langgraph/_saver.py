@@ -9,8 +9,7 @@ copying and pruning threads). Each sync method is the blocking twin of its async
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
-from datetime import datetime
+from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -23,34 +22,21 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from .._loop import blocking, run_sync
-from ..errors import CheckpointNotFound, InvalidInput, RunNotFound, StoreError
-from ..model import (
-    Blob,
-    CheckpointDraft,
-    CheckpointState,
-    CheckpointStatus,
-    Commit,
-    RunStatus,
-    step_name,
-)
+from .._loop import blocking, run_inline, run_sync
+from ..errors import CheckpointNotFound
 from ..store import connect, resolve_store
-from ..store.protocol import Conflict, Store
+from ..store.protocol import Store
 from ..store.secret import load_secret
-from ..store.state import snapshot_due
 from ..views.threads import register_thread_store, register_value_decoder, thread_run
 from ._admin import ThreadAdmin
+from ._checkpoints import CheckpointWriter
 from ._listing import Listing, Plan
 from ._runs import ThreadRuns
-from ._shape import META, Head, address, checkpoint_id_of, is_lg, metadata_json, node_of, our_id
+from ._shape import META, address, checkpoint_id_of, is_lg, our_id
 from ._values import ChannelValues
-from ._writes import PendingWrites, after_claim, begin_invocation
+from ._writes import PendingWrites, begin_invocation
 
 __all__ = ["DurableSaver"]
-
-# A commit refused because the thread moved on meanwhile (another process wrote to it) is
-# computed again from what is stored now, a bounded number of times.
-_ATTEMPTS = 8
 
 
 class DurableSaver(BaseCheckpointSaver[int]):
@@ -78,6 +64,7 @@ class DurableSaver(BaseCheckpointSaver[int]):
         self._values = ChannelValues(self.store, load_secret())
         self._writes = PendingWrites(self.store, self._runs, self._values)
         self._admin = ThreadAdmin(self.store, self._runs)
+        self._checkpoints = CheckpointWriter(self.store, self._runs, self._values)
         self._listing = Listing(self.store, self._runs, self._values)
         register_value_decoder(META, self._view_value)
         # A LangGraph config names a thread, not this store: durable_nb.history(config) looks here.
@@ -190,95 +177,19 @@ class DurableSaver(BaseCheckpointSaver[int]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Store a checkpoint as the next checkpoint of its thread's run; return its config."""
-        thread_id, ns = address(config)
-        checkpoint_id = checkpoint.get("id") if type(checkpoint) is dict or isinstance(checkpoint, Mapping) else None
-        if not isinstance(checkpoint_id, str) or not checkpoint_id:
-            raise InvalidInput(
-                f"put() takes a LangGraph Checkpoint (a dict with an 'id', as LangGraph makes), not {checkpoint!r}."
-            )
-        parent_id = checkpoint_id_of(config)
-        info = {
-            "id": checkpoint_id,
-            "v": checkpoint.get("v", 1),
-            "ts": checkpoint.get("ts"),
-            "versions": dict(checkpoint.get("channel_versions") or {}),
-            "seen": {node: dict(seen) for node, seen in (checkpoint.get("versions_seen") or {}).items()},
-            "metadata": metadata_json(config, metadata),
-        }
-        # Left out when None (readers take None for missing): a null in the column costs its
-        # JSON encoder a second pass (see store.rows.dumps).
-        updated = checkpoint.get("updated_channels")
-        if updated is not None:
-            info["updated"] = updated
-        if parent_id is not None:
-            info["parent"] = parent_id
-        encoded: dict[str, Blob] = {}
-        for _ in range(_ATTEMPTS):
-            run_id = self._runs.known(thread_id, ns) or await self._runs.open(thread_id, ns)
-            if parent_id is not None and (waiting := after_claim((thread_id, ns, parent_id))) is not None:
-                await waiting
-            try:
-                # Remembered, as a rule: the thread's last checkpoint is the one this saver wrote.
-                head = self._runs.remembered(run_id) or await self._runs.head(run_id)
-                base = self._runs.base_at_head(head, parent_id) or await self._runs.base(run_id, head, parent_id)
-                manifest, blobs = self._values.manifest(self.serde, checkpoint, new_versions or {}, base, encoded)
-                changes: dict[str, str | None] = {k: a for k, a in manifest.items() if head.manifest.get(k) != a}
-                changes.update((k, None) for k in head.manifest if k not in manifest)
-                since = head.since_snapshot + 1
-                snapshot = None
-                if snapshot_due(since, len(manifest)):
-                    snapshot, since = CheckpointState(dict(manifest), []), 0
-                kind, node = node_of(info["metadata"], info["seen"], base[2])
-                draft = CheckpointDraft(
-                    checkpoint_id=our_id(checkpoint_id, run_id),
-                    step=step_name(kind, node),
-                    node_id=node,
-                    status=CheckpointStatus.FORK if kind == "fork" else CheckpointStatus.OK,
-                    duration=_seconds_between(base[3], info["ts"]),
-                    changes=changes,
-                    snapshot=snapshot,
-                    # The channels this step changed: what history shows and counts the bytes of.
-                    node_output={k: a for k, a in changes.items() if a is not None},
-                    parent_checkpoint_id=our_id(parent_id, run_id) if parent_id else None,
-                    extra={META: info},
-                )
-                result = await self.store.commit(
-                    Commit(
-                        run_id,
-                        checkpoints=[draft],
-                        blobs=blobs,
-                        run=(moved_on := self._runs.status_after(run_id, head, checkpoint_id)),
-                        # A step stored past the thread's stop answered the gates it waited at.
-                        release_interrupts=moved_on is not None and head.status is RunStatus.PAUSED,
-                        expect_head_seq=head.seq,
-                        seen=self._runs.row(run_id),
-                    )
-                )
-            except Conflict:
-                self._runs.moved(run_id, None)  # another writer moved the thread on: read it again
-                continue
-            except RunNotFound:
-                self._runs.forget([run_id])  # the thread was deleted meanwhile: start it again
-                continue
-            self._runs.committed(result.run)
-            self._runs.moved(
-                run_id,
-                Head(
-                    result.run.head_seq,
-                    checkpoint_id,
-                    info["versions"],
-                    manifest,
-                    since,
-                    result.run.status,
-                    info["seen"],
-                    info["ts"],
-                ),
-            )
-            return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
-        raise StoreError(
-            f"Thread {thread_id!r} kept changing while checkpoint {checkpoint_id} was written ({_ATTEMPTS} tries): "
-            "other processes write to it at the same time. Give each concurrent run its own thread_id."
-        )
+        return await self._checkpoints.put(self.serde, config, checkpoint, metadata, new_versions)
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint as the next checkpoint of its thread's run; return its config."""
+        # A step of a thread this saver wrote to: one blocking store call, else aput, stepped here.
+        stored = self._checkpoints.put_now(self.serde, config, checkpoint, metadata, new_versions)
+        return stored if stored is not None else run_inline(self.aput(config, checkpoint, metadata, new_versions))
 
     def aput_writes(
         self,
@@ -293,6 +204,18 @@ class DurableSaver(BaseCheckpointSaver[int]):
         of concurrent resumers exactly one is stored; the others get AlreadyResumed.
         """
         return self._writes.put(self.serde, config, writes, task_id, task_path)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's writes under the checkpoint the config names (a write stored before is kept)."""
+        # A task's plain writes: one blocking store call, else aput_writes, stepped here.
+        if not self._writes.put_now(self.serde, config, writes, task_id, task_path):
+            run_inline(self.aput_writes(config, writes, task_id, task_path))
 
     # -- threads --------------------------------------------------------------------------------
 
@@ -317,20 +240,7 @@ class DurableSaver(BaseCheckpointSaver[int]):
     run_id = blocking(arun_id)
     # A step's calls make store calls only: stepped in the calling thread, no loop turned for them.
     get_tuple = blocking(aget_tuple, inline=True)
-    put = blocking(aput, inline=True)
-    put_writes = blocking(aput_writes, inline=True)
     delete_thread = blocking(adelete_thread)
     delete_for_runs = blocking(adelete_for_runs)
     copy_thread = blocking(acopy_thread)
     prune = blocking(aprune)
-
-
-def _seconds_between(start: str | None, end: str | None) -> float | None:
-    """Return the seconds between two LangGraph checkpoint times (ISO text), if both are known."""
-    if not start or not end:
-        return None
-    try:
-        seconds = (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
-    except (TypeError, ValueError):
-        return None
-    return seconds if seconds >= 0 else None

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import compress
+from operator import ne
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -34,6 +36,7 @@ __all__ = [
     "Head",
     "address",
     "checkpoint_id_of",
+    "check_metadata",
     "is_lg",
     "lg",
     "metadata_json",
@@ -71,14 +74,19 @@ def is_lg(record: CheckpointRecord) -> bool:
 
 
 def metadata_json(config: RunnableConfig, metadata: CheckpointMetadata) -> dict[str, Any]:
-    """Return a checkpoint's metadata as LangGraph stores it, checked to be JSON."""
-    merged = dict(get_serializable_checkpoint_metadata(config, metadata))
+    """Return a checkpoint's metadata as LangGraph stores it (checked to be JSON by ``check_metadata``
+    only when its commit fails to encode it: the commit encodes it anyway, once)."""
+    return get_serializable_checkpoint_metadata(config, metadata)  # type: ignore[return-value]
+
+
+def check_metadata(metadata: Mapping[str, Any]) -> None:
+    """Raise SerializationError naming the first metadata value that is not JSON."""
     try:
-        dumps(merged)
-        return merged  # the usual case: checked in one pass, not one per key
+        dumps(metadata)
+        return
     except (TypeError, ValueError):
         pass
-    for key, value in merged.items():
+    for key, value in metadata.items():
         try:
             json.dumps(value)
         except (TypeError, ValueError) as error:
@@ -90,7 +98,6 @@ def metadata_json(config: RunnableConfig, metadata: CheckpointMetadata) -> dict[
                 name=key,
                 type_name=type_name,
             ) from None
-    return merged
 
 
 def node_of(metadata: Mapping[str, Any], seen: Mapping[str, Any], parent_seen: Mapping[str, Any]) -> tuple[str, str]:
@@ -98,14 +105,14 @@ def node_of(metadata: Mapping[str, Any], seen: Mapping[str, Any], parent_seen: M
     that ran in it (those whose seen versions moved on), ``update:<node>`` after update_state,
     ``fork:<step>`` where a replay from an earlier checkpoint branched, ``input`` for the input."""
     source, step = metadata.get("source"), metadata.get("step")
-    ran = sorted(
-        [node for node, versions in seen.items() if parent_seen.get(node) != versions and node != "__interrupt__"]
-    )
-    names = "+".join("start" if node == "__start__" else node for node in ran)
     if source == "input":
         return "after", "input"
     if source == "fork":
         return "fork", f"step {step}"
+    # The nodes whose seen versions differ from the parent's, compared without a Python call per
+    # node: a long graph's checkpoint has seen every node that ever ran.
+    ran = sorted(compress(seen, map(ne, seen.values(), map(parent_seen.get, seen))))
+    names = "+".join(["start" if node == "__start__" else node for node in ran if node != "__interrupt__"])
     if source == "update":
         return "update", names or f"step {step}"
     if names:

@@ -24,7 +24,7 @@ from ..store.protocol import Store
 from ._gates import with_decisions
 from ._shape import lg, tuple_of
 
-__all__ = ["ChannelValues", "Stored", "dumps"]
+__all__ = ["ChannelValues", "Stored"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,19 +37,16 @@ class Stored:
     manifest: dict[str, str]
 
 
-def dumps(serde: SerializerProtocol, name: str, value: Any) -> tuple[str, bytes]:
-    """Serialize a channel's value with LangGraph's serializer; a failure names the value."""
-    try:
-        return serde.dumps_typed(value)
-    except Exception as error:  # a serializer may raise anything: name the value
-        type_name = f"{type(value).__module__}.{type(value).__qualname__}"
-        raise SerializationError(
-            f"LangGraph's serializer ({type(serde).__name__}) cannot serialize {name!r} of type "
-            f"{type_name}: {error}. Keep such objects out of the graph's state, or give the saver a "
-            "serializer that handles them (DurableSaver(store, serde=…)).",
-            name=name,
-            type_name=type_name,
-        ) from error
+def _unserializable(serde: SerializerProtocol, name: str, value: Any, error: Exception) -> SerializationError:
+    """Return the error saying that LangGraph's serializer failed on a channel's value (naming it)."""
+    type_name = f"{type(value).__module__}.{type(value).__qualname__}"
+    return SerializationError(
+        f"LangGraph's serializer ({type(serde).__name__}) cannot serialize {name!r} of type "
+        f"{type_name}: {error}. Keep such objects out of the graph's state, or give the saver a "
+        "serializer that handles them (DurableSaver(store, serde=…)).",
+        name=name,
+        type_name=type_name,
+    )
 
 
 _ABSENT = object()
@@ -105,7 +102,12 @@ class ChannelValues:
             if blob is None:
                 if channel not in values:
                     continue
-                blob = encoded[channel] = self._blob(channel, dumps(serde, channel, values[channel]))
+                value = values[channel]
+                try:
+                    typed = serde.dumps_typed(value)
+                except Exception as error:  # a serializer may raise anything: name the value
+                    raise _unserializable(serde, channel, value, error) from error
+                blob = encoded[channel] = self._blob(channel, typed)
             manifest[channel] = blob.hash
             blobs[blob.hash] = blob
         return manifest, list(blobs.values())
@@ -121,23 +123,27 @@ class ChannelValues:
         """Return a task's writes as rows of their checkpoint, signed, and the blobs to store."""
         typed: dict[int, tuple[str, tuple[str, bytes]]] = {}
         for i, (channel, value) in enumerate(writes):
-            typed[WRITES_IDX_MAP.get(channel, i)] = (channel, dumps(serde, channel, value))
+            try:
+                typed[WRITES_IDX_MAP.get(channel, i)] = (channel, serde.dumps_typed(value))
+            except Exception as error:  # a serializer may raise anything: name the value
+                raise _unserializable(serde, channel, value, error) from error
         if not typed:
             return [], []
         # The value is stored as a channel holding it would be (the node's output is the next
         # checkpoint's channel value: one blob for both); the row names it. Special writes
         # (errors, interrupts) replace earlier ones of their task; the stamp says when.
         stamp = time.time_ns()
-        secret = self._secret
-        rows = []
+        fields = []
         blobs: dict[str, Blob] = {}
         for idx, (channel, value) in typed.items():
             blob = self._blob(channel, value)
             blobs[blob.hash] = blob
-            mac = codec.write_mac(secret, checkpoint_id, task_id, idx, channel, task_path, blob.hash)
-            rows.append(
-                WriteRow(checkpoint_id, task_id, idx, channel, task_path, blob.hash, stamp if idx < 0 else 0, mac)
-            )
+            fields.append((idx, channel, blob.hash))
+        macs = codec.write_macs(self._secret, checkpoint_id, task_id, task_path, fields)
+        rows = [
+            WriteRow(checkpoint_id, task_id, idx, channel, task_path, address, stamp if idx < 0 else 0, mac)
+            for (idx, channel, address), mac in zip(fields, macs, strict=True)
+        ]
         return rows, list(blobs.values())
 
     def _blob(self, name: str, typed: Any) -> Blob:

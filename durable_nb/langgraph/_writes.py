@@ -19,6 +19,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME
 
+from .._loop import loop_running
 from ..errors import AlreadyResumed, InvalidInput, RunNotFound
 from ..model import Commit, EventType, NewEvent, PendingInterrupt, RunStatus, RunUpdate
 from ..store.protocol import Store
@@ -28,10 +29,12 @@ from ._runs import ThreadRuns
 from ._shape import address, checkpoint_id_of, our_id
 from ._values import ChannelValues
 
-__all__ = ["PendingWrites", "after_claim", "begin_invocation"]
+__all__ = ["PendingWrites", "after_claim", "begin_invocation", "claim_pending"]
 
 # LangGraph's task id for writes of the graph's input, such as Command(resume=…).
 _INPUT_TASK = "00000000-0000-0000-0000-000000000000"
+# Writes that open or claim a gate, or change the run's status: not stored by put_now.
+_NOT_PLAIN = frozenset({INTERRUPT, RESUME, ERROR})
 
 
 @dataclasses.dataclass
@@ -53,6 +56,12 @@ _invocation: ContextVar[_Invocation | None] = ContextVar("durable_nb_langgraph_i
 def begin_invocation() -> None:
     """Start a graph invocation in the caller's context (LangGraph loads the thread first)."""
     _invocation.set(_Invocation())
+
+
+def claim_pending(key: tuple[str, str, str]) -> bool:
+    """Tell whether this invocation made a resume at a checkpoint (won, lost or in flight)."""
+    invocation = _invocation.get()
+    return invocation is not None and (key in invocation.claims or key in invocation.lost)
 
 
 def after_claim(key: tuple[str, str, str]) -> Coroutine[Any, Any, None] | None:
@@ -138,6 +147,43 @@ class PendingWrites:
         if claim is None:
             return self._store(serde, config, writes, task_id, task_path, False)
         return _settling(claim, self._store(serde, config, writes, task_id, task_path, True))
+
+    def put_now(
+        self,
+        serde: SerializerProtocol,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> bool:
+        """Store a task's plain writes (no interrupt, resume or error) in one blocking store call if
+        the thread's run is remembered and no loop runs in this thread; tell whether it did (else
+        ``put`` stores them)."""
+        commit_now = getattr(self.store, "commit_now", None)
+        if commit_now is None or loop_running():
+            return False
+        for channel, _ in writes:  # a loop, not a set: a task writes a channel or two
+            if channel in _NOT_PLAIN:
+                return False
+        thread_id, ns = address(config)
+        checkpoint_id = checkpoint_id_of(config)
+        run_id = self._runs.known(thread_id, ns)
+        if run_id is None or checkpoint_id is None or type(task_id) is not str or not task_id:
+            return False  # put opens the run, or says what is wrong with the call
+        if claim_pending((thread_id, ns, checkpoint_id)):
+            return False
+        rows, blobs = self._values.writes(serde, checkpoint_id, writes, task_id, task_path)
+        if not rows:
+            return True
+        try:
+            result = commit_now(Commit(run_id, blobs=blobs, writes=rows, seen=self._runs.row(run_id)))
+        except RunNotFound:
+            self._runs.forget([run_id])
+            return False
+        if result is None:
+            return False
+        self._runs.committed(result.run)
+        return True
 
     async def _store(
         self,

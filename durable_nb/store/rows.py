@@ -37,6 +37,7 @@ __all__ = [
     "UPDATE_RUN",
     "UPDATE_RUN_SAME_STATUS",
     "INSERT_WRITE",
+    "insert_writes",
     "WRITE_COLUMNS",
     "WRITE_CONFLICT",
     "write_values",
@@ -260,6 +261,18 @@ INSERT_WRITE = (
 )
 
 
+def insert_writes(count: int, placeholder: str) -> str:
+    """Return the INSERT of ``count`` pending writes of one run, stored only while it exists; its
+    values are the run id, the time, each write's in WRITE_COLUMNS order, then the run id again."""
+    row = f"({', '.join([placeholder] * 8)})"
+    return (
+        f"INSERT INTO pending_writes (run_id, {WRITE_COLUMNS}, created_at) "
+        f"SELECT {placeholder}, column1, column2, column3, column4, column5, column6, column7, column8, "
+        f"{placeholder} FROM (VALUES {', '.join([row] * count)}) "
+        f"WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = {placeholder}) {WRITE_CONFLICT}"
+    )
+
+
 def write_values(run_id: str, write: tuple[Any, ...], now: float) -> tuple[Any, ...]:
     """Return the values for INSERT_WRITE of one pending write (a WriteRow) of a run."""
     return (run_id, *write, now, run_id)
@@ -299,6 +312,8 @@ def run_update_values(run: RunRecord) -> tuple[Any, ...]:
 def checkpoint_values(run_id: str, seq: int, created_at: float, draft: CheckpointDraft) -> tuple[Any, ...]:
     """Return a draft's column values in CHECKPOINT_COLUMNS order."""
     # The columns most often empty are written without a call to dumps (every node and map item).
+    changes = addresses_json(draft.changes) if draft.changes else "{}"
+    output = draft.node_output
     return (
         run_id,
         seq,
@@ -307,7 +322,7 @@ def checkpoint_values(run_id: str, seq: int, created_at: float, draft: Checkpoin
         draft.step,
         draft.node_id,
         draft.status._value_,
-        addresses_json(draft.changes) if draft.changes else "{}",
+        changes,
         _completed_changes(draft) if draft.completed_added or draft.completed_removed else "{}",
         None if draft.snapshot is None else snapshot_json(draft.snapshot),
         dumps(draft.queue) if draft.queue else "[]",
@@ -318,7 +333,8 @@ def checkpoint_values(run_id: str, seq: int, created_at: float, draft: Checkpoin
         draft.branch_key,
         draft.parent_checkpoint_id,
         None if draft.node_input is None else dumps(draft.node_input),
-        None if draft.node_output is None else dumps(draft.node_output),
+        # A step's output is, as a rule, what it changed: that JSON is not made twice.
+        None if output is None else changes if output == draft.changes else dumps(output),
         draft.error,
         draft.error_type,
         draft.traceback,

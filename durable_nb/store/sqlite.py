@@ -22,6 +22,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .. import _tally as tally
 from ..errors import InvalidInput, StoreNotFound, StoreUnavailable
 from ..model import (
     Blob,
@@ -129,6 +130,17 @@ class SQLiteStore(SQLStore):
         # The driver's awaitable itself, not a coroutine around it: one frame fewer per operation.
         return offload(partial(self._call, fn, *args))
 
+    def commit_now(self, commit: Commit) -> CommitResult | None:
+        """Write a commit as ``commit`` does, blocking this thread, which runs no event loop
+        (nothing would wait meanwhile); None for a commit holding values kept as files, which
+        only ``commit`` writes."""
+        # A LangGraph step's put and put_writes, from the graph's worker threads: no coroutine.
+        if self._has_large(commit.blobs):
+            return None
+        result = self._call(sqlite_ops._commit, commit, time.time(), self.url)
+        tally.committed(commit)
+        return result
+
     # -- values kept as files ---------------------------------------------------------
 
     async def _off_loop(self, fn: Callable[..., T], *args: Any) -> T:
@@ -136,7 +148,12 @@ class SQLiteStore(SQLStore):
         return await offload(partial(fn, *args))
 
     def _has_large(self, blobs: list[Blob]) -> bool:
-        return self.blob_folder is not None and any(len(b.data) >= FILE_BYTES for b in blobs)
+        if self.blob_folder is None:
+            return False
+        for blob in blobs:  # a loop, not a generator: on every commit's path
+            if len(blob.data) >= FILE_BYTES:
+                return True
+        return False
 
     async def _with_files(self, blobs: list[Blob]) -> list[Blob]:
         folder = self.blob_folder

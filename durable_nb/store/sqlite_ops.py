@@ -112,13 +112,12 @@ class _Transaction:
             pass
 
 
-_INSERT_BLOB = "INSERT OR IGNORE INTO blobs (hash, codec, size, created_at, data, parts) VALUES (?, ?, ?, ?, ?, ?)"
+_INSERT_BLOB_ROWS = "INSERT OR IGNORE INTO blobs (hash, codec, size, created_at, data, parts) VALUES "
 _INSERT_CHECKPOINT = (
     f"INSERT INTO checkpoints ({rows.CHECKPOINT_COLUMNS}) VALUES ({', '.join('?' * rows.CHECKPOINT_COUNT)})"
 )
 _INSERT_EVENT = f"INSERT INTO events ({rows.EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
 _INSERT_INTERRUPT = f"INSERT INTO pending_interrupts ({rows.INTERRUPT_COLUMNS}) VALUES ({', '.join('?' * 9)})"
-_INSERT_WRITE = rows.INSERT_WRITE.format(p="?")
 
 
 # Statements with NULL written in place of the parameters that are None, by statement and by
@@ -145,12 +144,42 @@ def _execute(conn: sqlite3.Connection, sql: str, values: tuple[Any, ...]) -> sql
     return conn.execute(text, tuple(compress(values, kept)))
 
 
+# Rows per INSERT of values or pending writes: a commit's few rows in one statement, and few
+# statement texts (each size and shape is one) in the connection's statement cache.
+_ROWS_PER_INSERT = 8
+_BLOB_ROW = {True: "(?, ?, ?, ?, ?, ?)", False: "(?, ?, ?, ?, ?, NULL)"}
+_INSERT_BLOBS: dict[tuple[bool, ...], str] = {}
+# Values of this size or less are bound as a bytearray, which sqlite3 binds as it is: bytes it
+# binds only after looking for an adapter of them (about 3,000 instructions, a copy's tenfold).
+_COPIED_BYTES = 4096
+
+
 def _insert_blobs(conn: sqlite3.Connection, blobs: list[Blob], now: float) -> None:
-    for blob in blobs:
-        # Holding the write lock: a prune cannot delete the file between this check and the row.
-        if isinstance(blob, FileBlob) and not os.path.exists(blob.path):
-            raise FileVanished(blob.path)
-    conn.executemany(_INSERT_BLOB, [rows.blob_values(b, now) for b in blobs])
+    for start in range(0, len(blobs), _ROWS_PER_INSERT):
+        values: list[Any] = []
+        shape: list[bool] = []  # per row: does it list parts (else NULL is written for them)
+        for blob in blobs[start : start + _ROWS_PER_INSERT]:
+            data = blob.data
+            if isinstance(blob, FileBlob):
+                # Holding the write lock: a prune cannot delete the file between this check and the row.
+                if not os.path.exists(blob.path):
+                    raise FileVanished(blob.path)
+                size = blob.stored_size
+            else:
+                size = len(data)
+                if size <= _COPIED_BYTES:
+                    data = bytearray(data)
+            values += (blob.hash, blob.codec, size, now, data)
+            if blob.parts:
+                values.append(rows.dumps(list(blob.parts)))
+            shape.append(bool(blob.parts))
+        key = tuple(shape)
+        sql = _INSERT_BLOBS.get(key)
+        if sql is None:
+            if len(_INSERT_BLOBS) >= _WITH_NULLS_KEPT:
+                _INSERT_BLOBS.clear()
+            sql = _INSERT_BLOBS[key] = _INSERT_BLOB_ROWS + ", ".join([_BLOB_ROW[parts] for parts in shape])
+        conn.execute(sql, values)
 
 
 def _write_children(
@@ -243,8 +272,21 @@ def _commit_writes(conn: sqlite3.Connection, seen: RunRecord, commit: Commit, no
     return CommitResult(seen, [])
 
 
+_INSERT_WRITES: dict[int, str] = {}
+
+
 def _insert_writes(conn: sqlite3.Connection, run_id: str, commit: Commit, now: float) -> None:
-    conn.executemany(_INSERT_WRITE, [rows.write_values(run_id, write, now) for write in commit.writes])
+    writes = commit.writes
+    for start in range(0, len(writes), _ROWS_PER_INSERT):
+        chunk = writes[start : start + _ROWS_PER_INSERT]
+        sql = _INSERT_WRITES.get(len(chunk))
+        if sql is None:
+            sql = _INSERT_WRITES[len(chunk)] = rows.insert_writes(len(chunk), "?")
+        values: list[Any] = [run_id, now]
+        for write in chunk:
+            values += write
+        values.append(run_id)
+        conn.execute(sql, values)
 
 
 def _write_rest(conn: sqlite3.Connection, run: RunRecord, commit: Commit, now: float) -> rows.Written:
