@@ -110,9 +110,12 @@ class _Hasher:
             return _sha(name, *sorted(self.digest(v, depth + 1) for v in value))
         if isinstance(value, range | slice):
             return _sha(name, repr(value))
-        if type(value).__module__.split(".")[0] in _BY_ATTRIBUTE and getattr(value, "__dict__", None):
-            # A scikit-learn display, a statsmodels model or result: attribute by attribute, since
-            # plain pickle does not give the same bytes after a round trip (its memo differs).
+        by_attribute = type(value).__module__.split(".")[0] in _BY_ATTRIBUTE or type(value) is types.SimpleNamespace
+        if by_attribute and getattr(value, "__dict__", None):
+            # A scikit-learn display, a statsmodels model or result, a namespace of frames (a state space
+            # result's ``_states``): attribute by attribute, since plain pickle does not give the same bytes
+            # after a round trip. Its memo writes an object met twice once: equal strings or dtypes shared
+            # by two parts read apart from equal ones that are not, which no program can tell from a value.
             return _sha(name, *[f"{k}={self.digest(v, depth + 1)}" for k, v in sorted(vars(value).items())])
         return _sha(name, _pickled(value))
 
