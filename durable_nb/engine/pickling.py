@@ -1,6 +1,6 @@
 """Pickle a notebook's variables so that a restore gives back the same objects.
 
-Three things plain pickling gets wrong for a namespace, and what this module does instead:
+Four things plain pickling gets wrong for a namespace, and what this module does instead:
 
 - Functions and classes defined in the notebook read their globals from the namespace they
   were defined in. cloudpickle gives each restored function a private copy of the globals it
@@ -9,6 +9,9 @@ Three things plain pickling gets wrong for a namespace, and what this module doe
 - A numpy view of an array that is itself a variable is rebuilt as a view of that array, so
   that writing through one is seen through the other (views of arrays that are not variables,
   as inside pandas objects, are stored as copies, which is what pandas' copy-on-write expects).
+- An object a library made at import and holds as a module global (``scipy.stats.t``, which a
+  statsmodels prediction keeps) is pickled by its module and name, as the library's classes
+  are, so that it comes back as the library's own rather than a copy (``module_singletons``).
 - Large array buffers go out of band: they are hashed quickly to tell whether a value
   changed, and stored as blobs of their own, written once however many times the value is.
 
@@ -26,6 +29,7 @@ import builtins
 import contextvars
 import functools
 import gc
+import importlib
 import io
 import pickle
 import sys
@@ -39,6 +43,7 @@ import cloudpickle
 import xxhash
 
 from ..store.codec import refuse_open_file
+from . import module_singletons
 from .cells.pickle_reach import reached
 
 __all__ = ["Pickled", "buffer_digest", "in_reach", "pickle_values", "restoring_into", "unpickle"]
@@ -162,6 +167,11 @@ def unpickle(stream: Any, buffers: list[Any]) -> Any:
     return pickle.loads(stream, buffers=buffers)
 
 
+def _module_global(module: str, name: str) -> Any:
+    """The object a library module holds under ``name`` (a singleton pickled by its name)."""
+    return getattr(importlib.import_module(module), name)
+
+
 def _new_instance(kind: type) -> Any:
     return kind.__new__(kind)
 
@@ -235,6 +245,7 @@ class _NamespacePickler(cloudpickle.Pickler):
         self.uses: set[str] = set()
         self.figures: set[int] = set()
         self.extra_reach: list[Any] = []
+        self.by_name: set[int] = set()  # library singletons pickled by their module and name
         self._closure_cells: set[int] = set()
         numpy = sys.modules.get("numpy")
         self._ndarray: type | None = numpy.ndarray if numpy is not None else None
@@ -265,6 +276,10 @@ class _NamespacePickler(cloudpickle.Pickler):
             return _seal(obj)
         if kind is self._callbacks:
             return _reduce_callbacks(obj)
+        held = module_singletons.module_name_of(obj)
+        if held is not None:
+            self.by_name.add(id(obj))
+            return (_module_global, held)
         return super().reducer_override(obj)
 
     def _reduce_function(self, function: types.FunctionType) -> Any:
@@ -321,6 +336,7 @@ def pickle_values(values: list[Any], namespace: Mapping[str, Any]) -> Pickled:
     arrays = [v for v in values if ndarray is not None and type(v) is ndarray]
     bottoms = Counter(id(_bottom(a, ndarray)) for a in arrays if a.base is not None)
     shared = frozenset(key for key, count in bottoms.items() if count > 1)
+    module_singletons.refresh()
     pickler = _NamespacePickler(file, namespace, frozenset(id(a) for a in arrays), shared)
     # Pickling a figure allocates tens of thousands of objects: left on, the collector walks the
     # whole notebook's heap again and again meanwhile (several times the pickle's own cost).
@@ -329,7 +345,7 @@ def pickle_values(values: list[Any], namespace: Mapping[str, Any]) -> Pickled:
     try:
         pickler.dump(values[0] if len(values) == 1 else tuple(values))
         memo = pickler.memo.copy()
-        ids = reached(memo, namespace, pickler.buffers)
+        ids = reached(memo, namespace, pickler.buffers, pickler.by_name)
     finally:
         if collecting:
             gc.enable()

@@ -1,0 +1,106 @@
+"""Objects a library makes once, at import, and holds as a module global: pickled by their name.
+
+``scipy.stats.t`` is one object, made when ``scipy.stats`` is imported: a fitted model's prediction
+holds it (``pred.dist is scipy.stats.t``). Pickled by value it came back as a private copy, with a
+copy of numpy's global random state frozen inside, so that ``pred.dist.rvs`` no longer drew from
+numpy's generator. Pickled as ``module.name``, like a library's classes and functions, it comes
+back as the object the library holds in the restoring process.
+
+Only a library's own objects count: an instance of a class of the package whose module holds it,
+in a module installed outside the notebook's folder (the standard library, site-packages). A
+module the user writes next to the notebook may hold state the notebook changes, and a slot a
+library fills at run time (``sys.last_value``) holds the user's objects: those stay pickled by
+value. A module's globals are read once, when it is first seen, so a global bound later (a cache,
+a user's assignment) is not taken for one; each use checks that the module still holds the object.
+
+Such an object changed in place by the notebook (a monkeypatch) comes back as the restoring
+process's library holds it, as a changed library class or function does: a copy would keep the
+change for this one value while ``scipy.stats.t`` itself, in the same session, had lost it.
+"""
+
+from __future__ import annotations
+
+import os
+import site
+import sys
+import sysconfig
+import types
+from typing import Any
+
+from .cells.pickle_reach import _immutable_types, importable
+
+__all__ = ["module_name_of", "refresh"]
+
+# Besides immutable kinds: what is pickled by name already, or never reaches a reducer.
+_SKIPPED = (types.FunctionType, list, dict, set, type(Ellipsis), type(NotImplemented))
+
+# id -> (module, attribute, the object): the object is held, so its id is never another's.
+_index: dict[int, tuple[str, str, Any]] = {}
+_seen: dict[str, types.ModuleType] = {}
+_count = -1
+_roots: tuple[str, ...] | None = None
+
+
+def _library_roots() -> tuple[str, ...]:
+    """The folders installed code lives in: the standard library and site-packages."""
+    paths = {sysconfig.get_path(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    paths.update(site.getsitepackages() if hasattr(site, "getsitepackages") else [])
+    paths.add(site.getusersitepackages())
+    roots = {os.path.join(p, "") for p in paths if p} | {os.path.join(os.path.realpath(p), "") for p in paths if p}
+    return tuple(sorted(roots))
+
+
+def _is_library(name: str, module: types.ModuleType) -> bool:
+    if name == "__main__" or getattr(module, "__name__", None) != name or getattr(module, "__spec__", None) is None:
+        return False
+    path = getattr(module, "__file__", None)
+    global _roots
+    if _roots is None:
+        _roots = _library_roots()
+    return isinstance(path, str) and path.startswith(_roots)
+
+
+def _rank(module: str, attribute: str, obj: Any) -> tuple[Any, ...]:
+    """Which of several names of one object to pickle: the module of its class first, then public and short ones."""
+    own = type(obj).__module__ == module
+    private = any(part.startswith("_") for part in (*module.split("."), attribute))
+    return (not own, private, module.count("."), module, attribute)
+
+
+def refresh() -> None:
+    """Read the globals of the library modules imported since the last call."""
+    global _count
+    if len(sys.modules) == _count:
+        return
+    modules = tuple(sys.modules.items())  # one C call: another thread may be importing
+    _count = len(modules)
+    # Immutable library objects are left too (a dtype): equal ones are interchangeable, and a dtype a
+    # module holds is the one every array of that type has, which would all be pickled as that module's.
+    skipped = (*_SKIPPED, *_immutable_types())
+    for name, module in modules:
+        if not isinstance(module, types.ModuleType) or _seen.get(name) is module:
+            continue
+        _seen[name] = module
+        if not _is_library(name, module):
+            continue
+        top = name.partition(".")[0]
+        for attribute, obj in tuple(vars(module).items()):
+            if isinstance(obj, skipped) or attribute.startswith("__"):
+                continue
+            if type(obj).__module__.partition(".")[0] != top:
+                continue  # not this library's own object: a value someone put there
+            known = _index.get(id(obj))
+            if known is None or _rank(name, attribute, obj) < _rank(known[0], known[1], obj):
+                _index[id(obj)] = (name, attribute, obj)
+
+
+def module_name_of(obj: Any) -> tuple[str, str] | None:
+    """The module and global name a library holds ``obj`` under, if it is such an object (call ``refresh`` first)."""
+    known = _index.get(id(obj))
+    if known is None or known[2] is not obj:
+        return None
+    module, attribute, _ = known
+    held = sys.modules.get(module)
+    if held is None or vars(held).get(attribute) is not obj or importable(obj):
+        return None
+    return module, attribute
