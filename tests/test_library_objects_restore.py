@@ -2,7 +2,8 @@
 
 A library's module-level singleton (``scipy.stats.t``, which a statsmodels prediction keeps as its
 ``dist``) comes back as the library's object, not a copy; an object the notebook owns stays pickled
-by value.
+by value. A library that reads its caller's frame while unpickling (statsmodels evaluating a
+model's formula again) finds the notebook's namespace.
 """
 
 from __future__ import annotations
@@ -106,3 +107,19 @@ def test_an_object_put_in_a_library_module_after_its_import_is_pickled_by_value(
         assert copy is not mine and copy.prec == 7
     finally:
         del decimal.durable_nb_test_context  # type: ignore[attr-defined]
+
+
+def test_a_formula_model_restores_finding_the_notebooks_names(store_url: str) -> None:
+    """statsmodels evaluates a model's formula again when it is unpickled, with patsy looking names up
+    in the frame that unpickles it: the notebook's ``np``, and no ``__future__`` flags of durable_nb's."""
+    cells = [
+        "%%durable data\nimport numpy as np, statsmodels.api as sm, statsmodels.formula.api as smf\n"
+        "data = sm.datasets.engel.load_pandas().data\nscale = 2.0",
+        "%%durable model\nmod = smf.quantreg('foodexp ~ np.log(income) + I(income * scale)', data)\n"
+        "res = mod.fit(q=0.5)",
+    ]
+    shell = restored_shell(store_url, "formula", cells)
+    factors = shell.ns["mod"].data.model_spec.factor_infos.values()
+    assert [info.state["eval_env"].flags for info in factors] == [0, 0]
+    assert shell.ns["res"].predict(shell.ns["data"].head(3)).shape == (3,)
+    shell.close()

@@ -162,9 +162,23 @@ def restoring_into(namespace: dict[str, Any] | None) -> Iterator[None]:
         _target.reset(token)
 
 
+# Compiled on its own: a frame of this module would carry its ``from __future__`` flags.
+_LOAD_IN_NAMESPACE = compile("_durable_nb_load()", "<durable_nb restore>", "eval", dont_inherit=True)
+
+
 def unpickle(stream: Any, buffers: list[Any]) -> Any:
-    """Load a stream written by ``pickle_values`` with its out-of-band buffers."""
-    return pickle.loads(stream, buffers=buffers)
+    """Load a stream written by ``pickle_values`` with its out-of-band buffers.
+
+    Inside ``restoring_into`` the load is called from a frame over that namespace, as if a cell
+    called ``pickle.loads``: a library that reads its caller's frame while unpickling (statsmodels
+    evaluates a model's formula again, and patsy looks its names up in that frame and keeps its
+    compiler flags) finds the notebook's names, not durable_nb's module.
+    """
+    load = functools.partial(pickle.loads, stream, buffers=buffers)
+    namespace = _target.get()
+    if namespace is None:
+        return load()
+    return eval(_LOAD_IN_NAMESPACE, namespace, {"_durable_nb_load": load})
 
 
 def _module_global(module: str, name: str) -> Any:
