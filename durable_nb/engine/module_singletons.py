@@ -25,11 +25,12 @@ import site
 import sys
 import sysconfig
 import types
+from collections.abc import Container
 from typing import Any
 
 from .cells.pickle_reach import _immutable_types, importable
 
-__all__ = ["module_name_of", "refresh"]
+__all__ = ["candidates", "module_name_of", "refresh"]
 
 # Besides immutable kinds: what is pickled by name already, or never reaches a reducer.
 _SKIPPED = (types.FunctionType, list, dict, set, type(Ellipsis), type(NotImplemented))
@@ -92,6 +93,11 @@ def refresh() -> None:
             known = _index.get(id(obj))
             if known is None or _rank(name, attribute, obj) < _rank(known[0], known[1], obj):
                 _index[id(obj)] = (name, attribute, obj)
+
+
+def candidates() -> Container[int]:
+    """The ids of the objects that may be such objects (a test as cheap as a dict's, for every object pickled)."""
+    return _index
 
 
 def module_name_of(obj: Any) -> tuple[str, str] | None:

@@ -260,6 +260,7 @@ class _NamespacePickler(cloudpickle.Pickler):
         self.figures: set[int] = set()
         self.extra_reach: list[Any] = []
         self.by_name: set[int] = set()  # library singletons pickled by their module and name
+        self._singletons = module_singletons.candidates()
         self._closure_cells: set[int] = set()
         numpy = sys.modules.get("numpy")
         self._ndarray: type | None = numpy.ndarray if numpy is not None else None
@@ -290,10 +291,11 @@ class _NamespacePickler(cloudpickle.Pickler):
             return _seal(obj)
         if kind is self._callbacks:
             return _reduce_callbacks(obj)
-        held = module_singletons.module_name_of(obj)
-        if held is not None:
-            self.by_name.add(id(obj))
-            return (_module_global, held)
+        if id(obj) in self._singletons:
+            held = module_singletons.module_name_of(obj)
+            if held is not None:
+                self.by_name.add(id(obj))
+                return (_module_global, held)
         return super().reducer_override(obj)
 
     def _reduce_function(self, function: types.FunctionType) -> Any:
