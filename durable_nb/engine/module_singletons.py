@@ -64,7 +64,7 @@ def _is_library(name: str, module: types.ModuleType) -> bool:
 def _rank(module: str, attribute: str, obj: Any) -> tuple[Any, ...]:
     """Which of several names of one object to pickle: the module of its class first, then public and short ones."""
     own = type(obj).__module__ == module
-    private = any(part.startswith("_") for part in (*module.split("."), attribute))
+    private = "._" in f".{module}" or attribute.startswith("_")
     return (not own, private, module.count("."), module, attribute)
 
 
@@ -91,7 +91,9 @@ def refresh() -> None:
             if type(obj).__module__.partition(".")[0] != top:
                 continue  # not this library's own object: a value someone put there
             known = _index.get(id(obj))
-            if known is None or _rank(name, attribute, obj) < _rank(known[0], known[1], obj):
+            if known is None:
+                _index[id(obj)] = (name, attribute, obj)
+            elif _rank(name, attribute, obj) < _rank(known[0], known[1], obj):  # re-exported: one name, always the same
                 _index[id(obj)] = (name, attribute, obj)
 
 
