@@ -55,3 +55,13 @@ def test_a_namespace_whose_frame_changed_reads_apart() -> None:
     changed = _frames(shared=True)
     changed.predicted.iloc[0, 0] = 5.0
     assert _Hasher().describe(_frames(shared=True))["hash"] != _Hasher().describe(changed)["hash"]
+
+
+def test_a_library_singleton_reads_as_its_name_and_a_copy_of_it_apart() -> None:
+    """A prediction's ``dist`` is ``scipy.stats.t``: read by name, not by its state, which holds numpy's
+    global random state (a library setting, whose seed sequence a restore does not bring back)."""
+    stats = pytest.importorskip("scipy.stats")
+    before = _Hasher().describe(stats.t)["hash"]
+    np.random.standard_normal(3)  # moves the global state scipy.stats.t holds
+    assert _Hasher().describe(stats.t)["hash"] == before
+    assert _Hasher().describe(pickle.loads(pickle.dumps(stats.t)))["hash"] != before
