@@ -162,17 +162,20 @@ def restoring_into(namespace: dict[str, Any] | None) -> Iterator[None]:
         _target.reset(token)
 
 
-# Compiled on its own: a frame of this module would carry its ``from __future__`` flags.
-_LOAD_IN_NAMESPACE = compile("_durable_nb_load()", "<durable_nb restore>", "eval", dont_inherit=True)
+# Two frames over the namespace, as a cell calling a function that unpickles would give (statsmodels
+# looks two frames up first), compiled on their own: a frame of this module carries its ``__future__`` flags.
+_LOAD_IN_NAMESPACE = compile(
+    "(lambda _durable_nb_load: _durable_nb_load())(_durable_nb_load)", "<durable_nb restore>", "eval", dont_inherit=True
+)
 
 
 def unpickle(stream: Any, buffers: list[Any]) -> Any:
     """Load a stream written by ``pickle_values`` with its out-of-band buffers.
 
-    Inside ``restoring_into`` the load is called from a frame over that namespace, as if a cell
-    called ``pickle.loads``: a library that reads its caller's frame while unpickling (statsmodels
-    evaluates a model's formula again, and patsy looks its names up in that frame and keeps its
-    compiler flags) finds the notebook's names, not durable_nb's module.
+    Inside ``restoring_into`` the load is called from frames over that namespace, as if a cell
+    unpickled: a library that reads its callers' frames while unpickling (statsmodels evaluates a
+    model's formula again, and patsy looks its names up in such a frame and keeps its compiler
+    flags) finds the notebook's names, not durable_nb's module.
     """
     load = functools.partial(pickle.loads, stream, buffers=buffers)
     namespace = _target.get()
