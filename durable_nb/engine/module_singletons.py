@@ -52,9 +52,11 @@ def _library_roots() -> tuple[str, ...]:
 
 
 def _is_library(name: str, module: types.ModuleType) -> bool:
-    if name == "__main__" or getattr(module, "__name__", None) != name or getattr(module, "__spec__", None) is None:
+    # Read from the module's dict: a module's __getattr__ (a lazy loader) may import on a miss.
+    own = vars(module)
+    if name == "__main__" or own.get("__name__") != name or own.get("__spec__") is None:
         return False
-    path = getattr(module, "__file__", None)
+    path = own.get("__file__")
     global _roots
     if _roots is None:
         _roots = _library_roots()
@@ -86,9 +88,11 @@ def refresh() -> None:
             continue
         top = name.partition(".")[0]
         for attribute, obj in tuple(vars(module).items()):
-            if isinstance(obj, skipped) or attribute.startswith("__"):
+            kind = type(obj)  # not isinstance: a proxy's __class__ may run code
+            if issubclass(kind, skipped) or attribute.startswith("__"):
                 continue
-            if type(obj).__module__.partition(".")[0] != top:
+            home = kind.__module__
+            if not isinstance(home, str) or home.partition(".")[0] != top:
                 continue  # not this library's own object: a value someone put there
             known = _index.get(id(obj))
             if known is None:
