@@ -35,7 +35,7 @@ import pickle
 import sys
 import types
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Container, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -43,7 +43,6 @@ import cloudpickle
 import xxhash
 
 from ..store.codec import refuse_open_file
-from . import module_singletons
 from .cells.pickle_reach import reached
 
 __all__ = ["Pickled", "buffer_digest", "in_reach", "pickle_values", "restoring_into", "unpickle"]
@@ -184,6 +183,17 @@ def unpickle(stream: Any, buffers: list[Any]) -> Any:
     return eval(_LOAD_IN_NAMESPACE, namespace, {"_durable_nb_load": load})
 
 
+_SINGLETONS = f"{__package__}.module_singletons"
+
+
+def _singleton_ids() -> Container[int]:
+    # Imported here: attaching a kernel, and a cell of plain numbers, load no module for it.
+    from . import module_singletons
+
+    module_singletons.refresh()
+    return module_singletons.candidates()
+
+
 def _module_global(module: str, name: str) -> Any:
     """The object a library module holds under ``name`` (a singleton pickled by its name)."""
     return getattr(importlib.import_module(module), name)
@@ -263,7 +273,7 @@ class _NamespacePickler(cloudpickle.Pickler):
         self.figures: set[int] = set()
         self.extra_reach: list[Any] = []
         self.by_name: set[int] = set()  # library singletons pickled by their module and name
-        self._singletons = module_singletons.candidates()
+        self._singletons: Container[int] | None = None  # read when the first object that is no atom is met
         self._closure_cells: set[int] = set()
         numpy = sys.modules.get("numpy")
         self._ndarray: type | None = numpy.ndarray if numpy is not None else None
@@ -294,8 +304,10 @@ class _NamespacePickler(cloudpickle.Pickler):
             return _seal(obj)
         if kind is self._callbacks:
             return _reduce_callbacks(obj)
+        if self._singletons is None:
+            self._singletons = _singleton_ids()
         if id(obj) in self._singletons:
-            held = module_singletons.module_name_of(obj)
+            held = sys.modules[_SINGLETONS].module_name_of(obj)
             if held is not None:
                 self.by_name.add(id(obj))
                 return (_module_global, held)
@@ -355,7 +367,6 @@ def pickle_values(values: list[Any], namespace: Mapping[str, Any]) -> Pickled:
     arrays = [v for v in values if ndarray is not None and type(v) is ndarray]
     bottoms = Counter(id(_bottom(a, ndarray)) for a in arrays if a.base is not None)
     shared = frozenset(key for key, count in bottoms.items() if count > 1)
-    module_singletons.refresh()
     pickler = _NamespacePickler(file, namespace, frozenset(id(a) for a in arrays), shared)
     # Pickling a figure allocates tens of thousands of objects: left on, the collector walks the
     # whole notebook's heap again and again meanwhile (several times the pickle's own cost).
