@@ -61,6 +61,7 @@ class _Hasher:
         self.memo: dict[int, str] = {}
         self.active: set[int] = set()
         self.keep: list[Any] = []  # keeps memoized objects alive, so their ids are not reused
+        self.globals_of: dict[str, dict[int, str]] = {}  # module name -> its globals' names by id
 
     def digest(self, value: Any, depth: int = 0) -> str:
         """A short hex digest of one value."""
@@ -102,6 +103,12 @@ class _Hasher:
         drawn = self.matplotlib_parts(value, depth)
         if drawn is not None:
             return _sha(name, repr(sorted(drawn.items())))
+        held = self.module_global(value)
+        if held is not None:
+            # A library's singleton (a prediction's ``dist``, ``scipy.stats.t``): which object it is,
+            # as for a class or function. Its state is the library's (numpy's global random state
+            # inside it), not the value's.
+            return _sha("module global", held)
         if isinstance(value, list | tuple):
             return _sha(name, *[self.digest(v, depth + 1) for v in value])
         if isinstance(value, dict):
@@ -110,11 +117,25 @@ class _Hasher:
             return _sha(name, *sorted(self.digest(v, depth + 1) for v in value))
         if isinstance(value, range | slice):
             return _sha(name, repr(value))
-        if type(value).__module__.split(".")[0] in _BY_ATTRIBUTE and getattr(value, "__dict__", None):
-            # A scikit-learn display, a statsmodels model or result: attribute by attribute, since
-            # plain pickle does not give the same bytes after a round trip (its memo differs).
+        by_attribute = type(value).__module__.split(".")[0] in _BY_ATTRIBUTE or type(value) is types.SimpleNamespace
+        if by_attribute and getattr(value, "__dict__", None):
+            # A scikit-learn display, a statsmodels model or result, a namespace of frames (a state space
+            # result's ``_states``): attribute by attribute, since plain pickle does not give the same bytes
+            # after a round trip. Its memo writes an object met twice once: equal strings or dtypes shared
+            # by two parts read apart from equal ones that are not, which no program can tell from a value.
             return _sha(name, *[f"{k}={self.digest(v, depth + 1)}" for k, v in sorted(vars(value).items())])
         return _sha(name, _pickled(value))
+
+    def module_global(self, value: Any) -> str | None:
+        """``module.name`` if the module of the value's class holds the value as a global, else None."""
+        module = _module(type(value).__module__)
+        if module is None or type(value).__module__ in ("builtins", "__main__"):
+            return None
+        names = self.globals_of.get(module.__name__)
+        if names is None:
+            names = self.globals_of[module.__name__] = {id(v): k for k, v in vars(module).items()}
+        name = names.get(id(value))
+        return f"{module.__name__}.{name}" if name is not None and vars(module).get(name) is value else None
 
     def _array(self, value: Any, depth: int) -> str:
         if value.dtype.hasobject:

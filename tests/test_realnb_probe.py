@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pickle
+from types import SimpleNamespace
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from benchmarks.realnb_probe import _Hasher
@@ -28,3 +30,38 @@ def test_a_statsmodels_result_and_its_pickled_copy_read_alike() -> None:
 
 def test_a_result_fitted_on_other_data_reads_apart() -> None:
     assert _Hasher().describe(_fitted_ols())["hash"] != _Hasher().describe(_fitted_ols(scale=2.0))["hash"]
+
+
+def _frames(shared: bool) -> SimpleNamespace:
+    """A namespace of two equal frames, as statsmodels' state space results keep: their labels the
+    same string objects, or equal copies (as a restore that unpickles them apart gives)."""
+    labels = ["state.0", "state.1"]
+    other = labels if shared else ["".join(label) for label in labels]  # equal, not the same objects
+    index = pd.MultiIndex.from_product([other, pd.date_range("2000", periods=3, freq="YE")])
+    return SimpleNamespace(
+        filtered=pd.DataFrame(np.ones((6, 2)), index=index, columns=labels),
+        predicted=pd.DataFrame(np.zeros((6, 2)), index=index, columns=labels),
+    )
+
+
+def test_a_namespace_of_frames_reads_alike_whichever_equal_strings_its_frames_share() -> None:
+    shared, apart = _frames(shared=True), _frames(shared=False)
+    # Plain pickle tells them apart: a string met twice is written once.
+    assert pickle.dumps(shared) != pickle.dumps(apart)
+    assert _Hasher().describe(shared)["hash"] == _Hasher().describe(apart)["hash"]
+
+
+def test_a_namespace_whose_frame_changed_reads_apart() -> None:
+    changed = _frames(shared=True)
+    changed.predicted.iloc[0, 0] = 5.0
+    assert _Hasher().describe(_frames(shared=True))["hash"] != _Hasher().describe(changed)["hash"]
+
+
+def test_a_library_singleton_reads_as_its_name_and_a_copy_of_it_apart() -> None:
+    """A prediction's ``dist`` is ``scipy.stats.t``: read by name, not by its state, which holds numpy's
+    global random state (a library setting, whose seed sequence a restore does not bring back)."""
+    stats = pytest.importorskip("scipy.stats")
+    before = _Hasher().describe(stats.t)["hash"]
+    np.random.standard_normal(3)  # moves the global state scipy.stats.t holds
+    assert _Hasher().describe(stats.t)["hash"] == before
+    assert _Hasher().describe(pickle.loads(pickle.dumps(stats.t)))["hash"] != before

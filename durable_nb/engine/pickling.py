@@ -1,6 +1,6 @@
 """Pickle a notebook's variables so that a restore gives back the same objects.
 
-Three things plain pickling gets wrong for a namespace, and what this module does instead:
+Four things plain pickling gets wrong for a namespace, and what this module does instead:
 
 - Functions and classes defined in the notebook read their globals from the namespace they
   were defined in. cloudpickle gives each restored function a private copy of the globals it
@@ -9,6 +9,9 @@ Three things plain pickling gets wrong for a namespace, and what this module doe
 - A numpy view of an array that is itself a variable is rebuilt as a view of that array, so
   that writing through one is seen through the other (views of arrays that are not variables,
   as inside pandas objects, are stored as copies, which is what pandas' copy-on-write expects).
+- An object a library made at import and holds as a module global (``scipy.stats.t``, which a
+  statsmodels prediction keeps) is pickled by its module and name, as the library's classes
+  are, so that it comes back as the library's own rather than a copy (``module_singletons``).
 - Large array buffers go out of band: they are hashed quickly to tell whether a value
   changed, and stored as blobs of their own, written once however many times the value is.
 
@@ -26,12 +29,13 @@ import builtins
 import contextvars
 import functools
 import gc
+import importlib
 import io
 import pickle
 import sys
 import types
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Container, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -157,9 +161,42 @@ def restoring_into(namespace: dict[str, Any] | None) -> Iterator[None]:
         _target.reset(token)
 
 
+# Two frames over the namespace, as a cell calling a function that unpickles would give (statsmodels
+# looks two frames up first), compiled on their own: a frame of this module carries its ``__future__`` flags.
+_LOAD_IN_NAMESPACE = compile(
+    "(lambda _durable_nb_load: _durable_nb_load())(_durable_nb_load)", "<durable_nb restore>", "eval", dont_inherit=True
+)
+
+
 def unpickle(stream: Any, buffers: list[Any]) -> Any:
-    """Load a stream written by ``pickle_values`` with its out-of-band buffers."""
-    return pickle.loads(stream, buffers=buffers)
+    """Load a stream written by ``pickle_values`` with its out-of-band buffers.
+
+    Inside ``restoring_into`` the load is called from frames over that namespace, as if a cell
+    unpickled: a library that reads its callers' frames while unpickling (statsmodels evaluates a
+    model's formula again, and patsy looks its names up in such a frame and keeps its compiler
+    flags) finds the notebook's names, not durable_nb's module.
+    """
+    load = functools.partial(pickle.loads, stream, buffers=buffers)
+    namespace = _target.get()
+    if namespace is None:
+        return load()
+    return eval(_LOAD_IN_NAMESPACE, namespace, {"_durable_nb_load": load})
+
+
+_SINGLETONS = f"{__package__}.module_singletons"
+
+
+def _singleton_ids() -> Container[int]:
+    # Imported here: attaching a kernel, and a cell of plain numbers, load no module for it.
+    from . import module_singletons
+
+    module_singletons.refresh()
+    return module_singletons.candidates()
+
+
+def _module_global(module: str, name: str) -> Any:
+    """The object a library module holds under ``name`` (a singleton pickled by its name)."""
+    return getattr(importlib.import_module(module), name)
 
 
 def _new_instance(kind: type) -> Any:
@@ -235,6 +272,8 @@ class _NamespacePickler(cloudpickle.Pickler):
         self.uses: set[str] = set()
         self.figures: set[int] = set()
         self.extra_reach: list[Any] = []
+        self.by_name: set[int] = set()  # library singletons pickled by their module and name
+        self._singletons: Container[int] | None = None  # read when the first object that is no atom is met
         self._closure_cells: set[int] = set()
         numpy = sys.modules.get("numpy")
         self._ndarray: type | None = numpy.ndarray if numpy is not None else None
@@ -265,6 +304,13 @@ class _NamespacePickler(cloudpickle.Pickler):
             return _seal(obj)
         if kind is self._callbacks:
             return _reduce_callbacks(obj)
+        if self._singletons is None:
+            self._singletons = _singleton_ids()
+        if id(obj) in self._singletons:
+            held = sys.modules[_SINGLETONS].module_name_of(obj)
+            if held is not None:
+                self.by_name.add(id(obj))
+                return (_module_global, held)
         return super().reducer_override(obj)
 
     def _reduce_function(self, function: types.FunctionType) -> Any:
@@ -329,7 +375,7 @@ def pickle_values(values: list[Any], namespace: Mapping[str, Any]) -> Pickled:
     try:
         pickler.dump(values[0] if len(values) == 1 else tuple(values))
         memo = pickler.memo.copy()
-        ids = reached(memo, namespace, pickler.buffers)
+        ids = reached(memo, namespace, pickler.buffers, pickler.by_name)
     finally:
         if collecting:
             gc.enable()

@@ -16,7 +16,7 @@ import pickle
 import sys
 import types
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 __all__ = ["importable", "reached"]
@@ -130,13 +130,21 @@ def _large_array(obj: Any) -> bool:
 _LARGE = 1 << 20
 
 
-def reached(memo: dict[int, tuple[int, Any]], namespace: Mapping[str, Any], buffers: Sequence[Any] = ()) -> list[int]:
+def reached(
+    memo: dict[int, tuple[int, Any]],
+    namespace: Mapping[str, Any],
+    buffers: Sequence[Any] = (),
+    by_name: Collection[int] = (),
+) -> list[int]:
     """Return the ids of the mutable objects a pickle met, leaving out the pickler's own temporaries
-    (``buffers``: the pickle's out-of-band buffers, which hold the arrays they were taken from)."""
+    (``buffers``: the pickle's out-of-band buffers, which hold the arrays they were taken from) and
+    the objects pickled by name (``by_name``: they come back as themselves)."""
     found = []
     immutable = _immutable_types()
     verdicts: dict[type, Any] = {}
     made = _made_while_pickling(memo, buffers)
+    if by_name:
+        made |= set(by_name)
     for key, entry in memo.items():
         if key not in made and _mutable(entry[1], namespace, immutable, verdicts):
             found.append(key)

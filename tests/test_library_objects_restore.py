@@ -1,0 +1,126 @@
+"""A restored value holds the library objects the user's value held, and unpickles as a cell would.
+
+A library's module-level singleton (``scipy.stats.t``, which a statsmodels prediction keeps as its
+``dist``) comes back as the library's object, not a copy; an object the notebook owns stays pickled
+by value. A library that reads its caller's frame while unpickling (statsmodels evaluating a
+model's formula again) finds the notebook's namespace.
+"""
+
+from __future__ import annotations
+
+import decimal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.stats
+from shellkit import Shell
+
+from durable_nb.engine import module_singletons
+from durable_nb.engine.pickling import in_reach, pickle_values, restoring_into, unpickle
+
+sm = pytest.importorskip("statsmodels.api")
+
+pytestmark = pytest.mark.backends("sqlite")
+
+FIT = (
+    "%%durable fit\nimport numpy as np, scipy.stats, statsmodels.api as sm\n"
+    "x = np.linspace(0, 10, 50)\nres = sm.OLS(2 * x + np.sin(x), sm.add_constant(x)).fit()"
+)
+PREDICT = "%%durable predict\npred = res.get_prediction()\nwide = res.get_prediction(sm.add_constant(x) * 2)"
+
+
+def restored_shell(store_url: str, name: str, cells: list[str]) -> Shell:
+    """Run ``cells`` in one shell, then again in a new one (every cell restored); return the new one."""
+    first = Shell(store_url, name)
+    first.run_all(*cells)
+    first.close()
+    second = Shell(store_url, name)
+    for cell in cells:
+        assert "restored" in _notes(second, cell), cell
+    return second
+
+
+def _notes(shell: Shell, cell: str) -> str:
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as captured:
+        shell.ok(cell)
+    return captured.stdout + "".join(str(o.data) for o in captured.outputs)
+
+
+def test_a_prediction_restores_holding_scipys_own_distribution(store_url: str) -> None:
+    shell = restored_shell(store_url, "dist", [FIT, PREDICT])
+    pred = shell.ns["pred"]
+    assert pred.dist is scipy.stats.t and shell.ns["wide"].dist is scipy.stats.t
+    # So it draws from numpy's global generator, as the distribution the user had did.
+    np.random.seed(3)
+    drawn = pred.dist.rvs(5, size=3)
+    np.random.seed(3)
+    assert (drawn == scipy.stats.t.rvs(5, size=3)).all()
+    shell.close()
+
+
+def test_two_values_holding_a_library_singleton_are_not_tied_by_it() -> None:
+    x = np.linspace(0, 10, 50)
+    pred = sm.OLS(2 * x, sm.add_constant(x)).fit().get_prediction()
+    pickled = pickle_values([pred], {})
+    assert not in_reach(pickled.reach, id(scipy.stats.t))
+    assert not in_reach(pickled.reach, id(np.random.mtrand._rand))
+    with restoring_into({}):
+        assert unpickle(pickled.stream, [b.raw() for b in pickled.buffers]).dist is scipy.stats.t
+
+
+@pytest.fixture
+def own_module(tmp_path: Path) -> Iterator[object]:
+    """A module next to the notebook (not a library) that holds an object of its own class."""
+    (tmp_path / "nb_helpers.py").write_text(
+        "class Settings:\n    def __init__(self):\n        self.rate = 1\n\nsettings = Settings()\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import nb_helpers  # type: ignore[import-not-found]
+
+        yield nb_helpers
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("nb_helpers", None)
+
+
+def test_an_object_of_a_module_beside_the_notebook_is_pickled_by_value(own_module: object) -> None:
+    settings = own_module.settings  # type: ignore[attr-defined]
+    settings.rate = 5  # the notebook's change: a restart of the module would not bring it back
+    pickled = pickle_values([settings], {})
+    copy = unpickle(pickled.stream, [b.raw() for b in pickled.buffers])
+    assert copy is not settings and copy.rate == 5
+
+
+def test_an_object_put_in_a_library_module_after_its_import_is_pickled_by_value() -> None:
+    module_singletons.refresh()
+    mine = decimal.Context(prec=7)
+    decimal.durable_nb_test_context = mine  # type: ignore[attr-defined]
+    try:
+        pickled = pickle_values([mine], {})
+        copy = unpickle(pickled.stream, [b.raw() for b in pickled.buffers])
+        assert copy is not mine and copy.prec == 7
+    finally:
+        del decimal.durable_nb_test_context  # type: ignore[attr-defined]
+
+
+def test_a_formula_model_restores_finding_the_notebooks_names(store_url: str) -> None:
+    """statsmodels evaluates a model's formula again when it is unpickled, with patsy looking names up
+    in the frame that unpickles it: the notebook's ``np``, and no ``__future__`` flags of durable_nb's."""
+    cells = [
+        "%%durable data\nimport numpy as np, statsmodels.api as sm, statsmodels.formula.api as smf\n"
+        "data = sm.datasets.engel.load_pandas().data\nscale = 2.0",
+        "%%durable model\nmod = smf.quantreg('foodexp ~ np.log(income) + I(income * scale)', data)\n"
+        "res = mod.fit(q=0.5)\nplain = smf.quantreg('foodexp ~ income', data)",
+    ]
+    shell = restored_shell(store_url, "formula", cells)
+    for name in ("mod", "plain"):
+        factors = shell.ns[name].data.model_spec.factor_infos.values()
+        assert {info.state["eval_env"].flags for info in factors} == {0}, name
+    assert shell.ns["res"].predict(shell.ns["data"].head(3)).shape == (3,)
+    shell.close()
