@@ -184,8 +184,9 @@ def _definitions(tree: ast.Module, source: str) -> dict[str, Definition]:
     lines = source.splitlines(keepends=True)
     found: dict[str, Definition] = {}
     for statement in tree.body:
-        for name in _bound(statement):
-            found.pop(name, None)
+        if found:  # what a statement binds is only looked for once a definition above it may lose its name
+            for name in _bound(statement):
+                found.pop(name, None)
         if isinstance(statement, _DEFINITIONS) and statement.end_lineno is not None:
             # A decorated statement starts at its first decorator, not at ``def``.
             first = min([statement.lineno, *(d.lineno for d in statement.decorator_list)])
