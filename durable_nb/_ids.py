@@ -8,7 +8,19 @@ import socket
 import threading
 import time
 
-__all__ = ["host_name", "new_id", "owner_token", "parse_owner", "process_token"]
+__all__ = ["host_name", "is_short_id", "new_id", "owner_token", "parse_owner", "process_token"]
+
+# What a notebook cell id (nbformat 4.5) and a Jupyter kernel id are made of.
+_ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+
+
+def is_short_id(text: str) -> bool:
+    """True for 1 to 64 ASCII letters, digits, ``_`` and ``-`` (a cell's or a kernel's id).
+
+    Checked with a set, not a regular expression: compiling one costs an attaching kernel more
+    than a thousand Python calls."""
+    return 0 < len(text) <= 64 and _ID_CHARS.issuperset(text)
+
 
 _lock = threading.Lock()
 _last_ms = 0

@@ -24,7 +24,9 @@ over if it ever waits on something; a store call does not, so most calls never t
 
 ``run_in_place`` is the notebook's hot path (a cell's start and its commit): a coroutine that
 only makes store calls runs on this thread's own loop even under someone else's loop, which
-waits for the cell anyway; that spares two thread switches per call. A Ctrl-C arriving
+waits for the cell anyway; that spares two thread switches per call. It is stepped by hand as
+``run_inline`` steps it: turning the loop for a coroutine that never waits cost a cell more
+Python calls than its commit. A Ctrl-C arriving
 meanwhile is held until the coroutine ends, as the background loop's caller would see it.
 """
 
@@ -232,7 +234,9 @@ def run_in_place(coro: Coroutine[Any, Any, T]) -> T:
     background loop. Only for coroutines that start no task meant to outlive them.
     """
     running = asyncio.events._get_running_loop()
-    if running is None or running in _own or threading.current_thread() is not threading.main_thread():
+    if running is None:
+        return run_inline(coro)  # stepped by hand: a store call never waits, so the loop mostly stays still
+    if running in _own or threading.current_thread() is not threading.main_thread():
         return run_sync(coro)
     handler = signal.getsignal(signal.SIGINT)
     if handler is not signal.default_int_handler:
@@ -242,7 +246,7 @@ def run_in_place(coro: Coroutine[Any, Any, T]) -> T:
     signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
     asyncio.events._set_running_loop(None)
     try:
-        return _run_here(_thread_loop(), coro)
+        return run_inline(coro)
     finally:
         asyncio.events._set_running_loop(running)
         signal.signal(signal.SIGINT, handler)

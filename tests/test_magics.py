@@ -515,3 +515,40 @@ def test_every_subcommand_in_a_real_kernel(kernels: Callable[[], Kernel]) -> Non
     _ok(kernel, LOAD)
     for subcommand in order[1:]:
         KERNEL_CHECKS[subcommand](kernel)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "",
+        "demo",
+        "demo --all",
+        "--all demo",
+        "demo --new --all",
+        "sales-report",
+        "a b",
+        "--from-env",
+        "x.y_z-1",
+        "train --rerun",
+        "--replay --rerun train",
+        "demo --id r1",
+        "'quoted'",
+        "--al demo",
+        "-h",
+    ],
+)
+def test_lines_read_without_argparse_read_as_argparse_reads_them(line: str) -> None:
+    """A line of bare words and flags without values is read without building a parser, to the same
+    arguments argparse gives; any other line is left to argparse."""
+    from durable_nb.notebook.magic_arguments import _simple, parser_of
+    from durable_nb.notebook.magics import DurableMagics
+
+    stubs = [DurableMagics.durable, DurableMagics._run_args, DurableMagics._fork_args]
+    stubs += [DurableMagics._replay_args, DurableMagics._decision_args]
+    for stub in stubs:
+        simple = _simple(stub, line)
+        if simple is None:
+            continue
+        assert simple == parser_of(stub).parse_argstring(line), (stub.__name__, line)
+    assert _simple(DurableMagics._run_args, "demo --all") is not None
+    assert _simple(DurableMagics.durable, "train --rerun") is not None

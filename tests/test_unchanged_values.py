@@ -169,6 +169,27 @@ def test_a_figure_pyplot_holds_open_is_checked_without_a_call_per_artist(
     assert shell.changed("animate") == ["a", "axs", "fig"]
 
 
+def test_a_figure_that_reported_no_change_is_not_asked_for_its_artists_again(
+    shell: Shell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The artists whose animated flags are read after each cell are those its witness read: while the
+    figure reports no change (adding or removing an artist marks it stale), none is asked for its children."""
+    import matplotlib.axes
+    import matplotlib.figure
+
+    asked: list[object] = []
+    for kind in (matplotlib.axes.Axes, matplotlib.figure.Figure):
+        real = kind.get_children
+        monkeypatch.setattr(kind, "get_children", lambda self, real=real: asked.append(self) or real(self))
+    ns = shell.shell.user_ns
+    assert not held(shell.cell("%%durable nothing\nz = 1"), ns["fig"], ns["axs"])
+    assert asked == []
+    shell.cell("%%durable added\nline = axs[0, 0].plot([1, 2])[0]")
+    assert {"axs", "fig"} <= set(shell.changed("added"))
+    shell.cell("%%durable animate\nline.set_animated(True)")
+    assert {"axs", "fig"} <= set(shell.changed("animate"))
+
+
 def test_a_figure_changed_through_matplotlib_is_stored_again(shell: Shell) -> None:
     """A title set through the axes, or through pyplot's current figure, stores the figure again."""
     ns = shell.shell.user_ns

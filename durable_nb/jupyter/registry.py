@@ -13,18 +13,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import sys
 from pathlib import Path
 from typing import NamedTuple
 
+from .._ids import is_short_id
 from .stores import resolved_url
 
 __all__ = ["KernelEntry", "read_kernel_entry", "remove_kernel_entry", "write_kernel_entry"]
 
-# Jupyter's kernel ids are UUIDs; anything else in a file name is not one of its kernels.
-_KERNEL_FILE = re.compile(r"^kernel-([A-Za-z0-9_-]{1,64})\.json$")
-_KERNEL_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # An entry is four short fields: anything longer was not written by a kernel.
 _MAX_ENTRY_BYTES = 64 * 1024
 
@@ -60,8 +57,12 @@ def _this_kernel() -> tuple[str, Path] | None:
     if not IPKernelApp.initialized():
         return None
     connection = Path(IPKernelApp.instance().abs_connection_file or "")
-    found = _KERNEL_FILE.match(connection.name)
-    return (found.group(1), connection.parent) if found else None
+    # Jupyter names the file kernel-<id>.json, its ids UUIDs: anything else is not one of its kernels.
+    name = connection.name
+    found = name[len("kernel-") : -len(".json")]
+    if name.startswith("kernel-") and name.endswith(".json") and is_short_id(found):
+        return found, connection.parent
+    return None
 
 
 def write_kernel_entry(run_id: str, store_url: str) -> None:
@@ -104,7 +105,7 @@ def remove_kernel_entry() -> None:
 
 def read_kernel_entry(kernel_id: str, pid: int | None = None, runtime_dir: Path | None = None) -> KernelEntry | None:
     """Return the entry of ``kernel_id`` if there is a sound one (written by process ``pid`` when given)."""
-    if not _KERNEL_ID.match(kernel_id):
+    if not is_short_id(kernel_id):
         return None
     path = _entry_path(kernel_id, runtime_dir)
     try:

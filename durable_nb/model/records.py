@@ -3,9 +3,10 @@
 The records only some calls need (gates and their decisions, status rows, events) live in
 ``gates`` and ``reports``: a kernel attaching to a run does not define them. Their old names
 here still resolve (values pickled before name these classes by this module).
-"""
 
-from __future__ import annotations
+The records' annotations are evaluated, not kept as text: dataclasses parses a text annotation
+twice per field (is it a ClassVar, an InitVar?), a tenth of what defining them cost a kernel.
+"""
 
 from dataclasses import MISSING, dataclass, field, fields
 from operator import attrgetter
@@ -212,10 +213,10 @@ class NewEvent:
 
 
 # Per record class: its field names in order, as a set, and a getter of all their values at once.
-_layouts: dict[type, tuple[tuple[str, ...], frozenset[str], attrgetter[Any]]] = {}
+_layouts: dict[type, tuple[tuple[str, ...], frozenset[str], "attrgetter[Any]"]] = {}
 
 
-def _layout(cls: type) -> tuple[tuple[str, ...], frozenset[str], attrgetter[Any]]:
+def _layout(cls: type) -> tuple[tuple[str, ...], frozenset[str], "attrgetter[Any]"]:
     layout = _layouts.get(cls)
     if layout is None:
         if any(f.kw_only or not f.init for f in fields(cls)):

@@ -24,7 +24,8 @@ from .notebook_tags import NotebookTags, notebook_path
 __all__ = ["AllCells", "CellSyntaxError", "runs_durably", "show_syntax_error"]
 
 # A cell that controls durable_nb itself (attaching, ending, deciding) is not work to commit.
-_CONTROL = re.compile(r"^\s*(%durable\b|%(re)?load_ext\s+durable_nb\b)", re.MULTILINE)
+# Compiled when --all first meets a cell (by ``re``'s own cache), not when a kernel attaches.
+_CONTROL = r"^\s*(%durable\b|%(re)?load_ext\s+durable_nb\b)"
 
 
 def runs_durably(text: str) -> bool:
@@ -35,7 +36,7 @@ def runs_durably(text: str) -> bool:
         return False  # empty, or comments only
     if next(line for line in lines if line).startswith("%%"):
         return False  # an explicit %%durable NODE, or another cell magic: the cell runs as written
-    return _CONTROL.search(text) is None
+    return re.search(_CONTROL, text, re.MULTILINE) is None
 
 
 class CellSyntaxError(SyntaxError):

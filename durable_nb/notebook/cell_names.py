@@ -9,8 +9,9 @@ its source. No IPython here: ``run-notebook`` names a notebook's cells without a
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Iterable
+
+from .._ids import is_short_id
 
 __all__ = [
     "INJECTED_TAG",
@@ -24,16 +25,21 @@ __all__ = [
 ]
 
 PLAIN_TAG, PARAMETERS_TAG, INJECTED_TAG = "not-durable", "parameters", "injected-parameters"
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
-_CELL_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # nbformat 4.5's cell id
+_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
+_NAME_CHARS = _FIRST | frozenset("0123456789.-")
 _RESERVED_TAGS = {PLAIN_TAG, PARAMETERS_TAG, INJECTED_TAG}
+
+
+def _is_word(text: str) -> bool:
+    """A letter or ``_``, then up to 63 letters, digits, ``_``, ``.`` or ``-`` (ASCII)."""
+    return 0 < len(text) <= 64 and text[0] in _FIRST and _NAME_CHARS.issuperset(text)
 
 
 def tag_name(tags: Iterable[str]) -> str | None:
     """The cell's first tag that is a name, else the parameters cells' own names, else None."""
     tags = [tag for tag in tags if isinstance(tag, str)]
     for tag in tags:
-        if tag not in _RESERVED_TAGS and _NAME.match(tag):
+        if tag not in _RESERVED_TAGS and _is_word(tag):
             return tag
     # The parameters cells are named for what they are, so that a fork finds them in another run.
     for tag in (INJECTED_TAG, PARAMETERS_TAG):
@@ -44,7 +50,7 @@ def tag_name(tags: Iterable[str]) -> str | None:
 
 def id_name(cell_id: object) -> str | None:
     """``cell-<id>`` for a notebook cell id as nbformat writes them, else None."""
-    if isinstance(cell_id, str) and _CELL_ID.match(cell_id):
+    if isinstance(cell_id, str) and is_short_id(cell_id):  # nbformat 4.5's cell id
         return f"cell-{cell_id}"
     return None
 
@@ -62,4 +68,4 @@ def cell_name(index: int, source: str, tags: Iterable[str], cell_id: object = No
 
 def is_node_name(text: str) -> bool:
     """True for a name a cell can have: a short word (``load``, ``train.v2``, ``cell-3f9a``)."""
-    return bool(_NAME.match(text)) or text.replace("-", "_").replace(":", "_").replace("/", "_").isidentifier()
+    return _is_word(text) or text.replace("-", "_").replace(":", "_").replace("/", "_").isidentifier()

@@ -184,8 +184,9 @@ def _definitions(tree: ast.Module, source: str) -> dict[str, Definition]:
     lines = source.splitlines(keepends=True)
     found: dict[str, Definition] = {}
     for statement in tree.body:
-        for name in _bound(statement):
-            found.pop(name, None)
+        if found:  # what a statement binds is only looked for once a definition above it may lose its name
+            for name in _bound(statement):
+                found.pop(name, None)
         if isinstance(statement, _DEFINITIONS) and statement.end_lineno is not None:
             # A decorated statement starts at its first decorator, not at ``def``.
             first = min([statement.lineno, *(d.lineno for d in statement.decorator_list)])
@@ -193,8 +194,24 @@ def _definitions(tree: ast.Module, source: str) -> dict[str, Definition]:
     return found
 
 
+# The latest cells analyzed, by their text: a cell run again (restored, replayed, a Run All) is
+# not parsed, walked and dumped again. A CellCode is read, never changed, by those it is given to.
+_ANALYZED: dict[str, CellCode] = {}
+_ANALYZED_KEPT = 64
+
+
 def analyze(source: str) -> CellCode:
     """Parse Python source (IPython syntax already transformed) into a CellCode."""
+    found = _ANALYZED.get(source)
+    if found is None:
+        found = _analyze(source)
+        if len(_ANALYZED) >= _ANALYZED_KEPT:
+            del _ANALYZED[next(iter(_ANALYZED))]  # the oldest
+        _ANALYZED[source] = found
+    return found
+
+
+def _analyze(source: str) -> CellCode:
     tree = ast.parse(source)
     # Comments and formatting do not change the tree: its dump names the code.
     source_hash = hashlib.sha256(ast.dump(tree, include_attributes=False).encode()).hexdigest()

@@ -21,7 +21,7 @@ from .definitions import Definitions, unstored_advice
 from .execute import run_code
 from .map_progress import MapProgress
 from .notes import Notes
-from .outcome import cell_outcome
+from .outcome import cell_outcome, ids_of
 from .restored import unstorable
 from .settings import SettingsWatch
 
@@ -107,7 +107,7 @@ class CellExecutor:
         for attempt in attempts:
             scope = cell_run.scope(node, _show_turn)
             scope.steps.progress = MapProgress(self.shell, self.notes.enabled)
-            before = {name: id(value) for name, value in namespace.items()}
+            before = ids_of(namespace)
             watch = SettingsWatch()
             token = enter_scope(scope)
             try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from IPython.core.magic_arguments import ArgDecorator, MagicArgumentParser, real_name
+from IPython.core.magic_arguments import ArgDecorator, MagicArgumentParser, argument, real_name
 
 __all__ = ["cell_arguments", "lazy_arguments", "names_in", "parser_of", "subcommand_arguments", "unquoted"]
 
@@ -51,7 +51,74 @@ def _construct(func: Any) -> MagicArgumentParser:
 
 def subcommand_arguments(spec: Any, line: str) -> Any:
     """Parse a subcommand's arguments with the parser of its ``@lazy_arguments`` stub."""
-    return parser_of(spec).parse_argstring(line)
+    simple = _simple(spec, line)
+    return simple if simple is not None else parser_of(spec).parse_argstring(line)
+
+
+class _Declared:
+    """What a stub's ``@argument`` lines declare, read without building its parser: each destination's
+    default, the flags that take no value (``--all``) and the positional arguments in order."""
+
+    __slots__ = ("defaults", "flags", "optional", "positionals", "simple")
+
+    def __init__(self, func: Any) -> None:
+        self.defaults: dict[str, Any] = {}
+        self.flags: dict[str, str] = {}
+        self.positionals: list[str] = []
+        self.optional = 0  # how many positionals at the end may be left out (nargs="?")
+        self.simple = True
+        for decorator in func.decorators[::-1]:  # in the order they stand in the source
+            if not isinstance(decorator, argument):
+                continue
+            names, kwds = decorator.args, decorator.kwds
+            options = [name for name in names if name.startswith("-")]
+            if options:
+                long = next((name for name in options if name.startswith("--")), options[0])
+                dest = kwds.get("dest", long.lstrip("-").replace("-", "_"))
+                if kwds.get("required"):
+                    self.simple = False  # argparse tells what is missing
+            else:
+                dest = kwds.get("dest", names[0])
+                self.positionals.append(dest)
+                self.optional = self.optional + 1 if kwds.get("nargs") == "?" else 0
+                if kwds.get("nargs") not in (None, "?") or "type" in kwds or "choices" in kwds:
+                    self.simple = False  # a word argparse would convert, check or gather: its own to read
+            if kwds.get("action") == "store_true":
+                self.defaults[dest] = kwds.get("default", False)
+                self.flags.update(dict.fromkeys(options, dest))
+            else:
+                self.defaults[dest] = kwds.get("default")
+
+
+def _declared(spec: Any) -> _Declared:
+    func = getattr(spec, "__func__", spec)  # as parser_of: a bound method forwards reads, not writes
+    found = getattr(func, "declared", None)
+    if found is None:
+        found = func.declared = _Declared(func)
+    return found
+
+
+def _simple(spec: Any, line: str) -> argparse.Namespace | None:
+    """The arguments of a line of bare words and flags that take no value (``sales-report --all``),
+    as argparse reads them, without building the parser (most of what attaching a kernel parsed);
+    None for any other line, which argparse reads."""
+    declared = _declared(spec)
+    if not declared.simple:
+        return None
+    found = {dest: list(value) if type(value) is list else value for dest, value in declared.defaults.items()}
+    words = []
+    for token in line.split():
+        if token in declared.flags:
+            found[declared.flags[token]] = True
+        elif _bare(token):
+            words.append(token)
+        else:
+            return None
+    given = len(words)
+    if given > len(declared.positionals) or given < len(declared.positionals) - declared.optional:
+        return None
+    found.update(zip(declared.positionals, words, strict=False))  # those left out keep their defaults
+    return argparse.Namespace(**found)
 
 
 def unquoted(text: str | None) -> str | None:
@@ -70,26 +137,15 @@ def cell_arguments(magic: Any, line: str) -> Any:
     """The arguments of a %%durable line (read only: the same object comes back for the same line)."""
     args = _PARSED.get(line)
     if args is None:
-        word = line.strip()
-        if _bare(word):
-            # The node's name alone, as --all writes above every cell: the defaults with that name
-            # (argparse would take it as the one positional; it costs more than the rest of a cell).
-            args = argparse.Namespace(**{**vars(_defaults(magic)), "node": word})
-        else:
+        # The node's name alone (as --all writes above every cell), or with flags that take no value,
+        # is read without argparse: building the parser costs more than the rest of a first cell.
+        args = _simple(magic, line)
+        if args is None:
             args = parser_of(magic).parse_argstring(line)
         if len(_PARSED) >= _PARSED_KEPT:
             _PARSED.clear()
         _PARSED[line] = args
     return args
-
-
-def _defaults(magic: Any) -> argparse.Namespace:
-    """The arguments of a line that names a node and nothing else (parsed once)."""
-    func = getattr(magic, "__func__", magic)  # as parser_of: a bound method forwards reads, not writes
-    found = getattr(func, "defaults", None)
-    if found is None:
-        found = func.defaults = parser_of(magic).parse_argstring("node")
-    return found
 
 
 def _bare(word: str) -> bool:

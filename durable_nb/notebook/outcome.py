@@ -12,9 +12,14 @@ from .cellcode import CellCode
 from .effects import attributes_set, shown_value, unrecorded_calls
 from .settings import SettingsWatch
 
-__all__ = ["cell_outcome"]
+__all__ = ["cell_outcome", "ids_of"]
 
 _HIDDEN_NAMES = {"In", "Out", "get_ipython", "exit", "quit", "_", "__", "___"}
+
+
+def ids_of(namespace: dict[str, Any]) -> dict[str, int]:
+    """Each name's object's id: what tells, after a cell, the names it bound."""
+    return dict(zip(namespace, map(id, namespace.values()), strict=True))
 
 
 def hidden_name(shell: Any, name: str) -> bool:
@@ -44,8 +49,10 @@ def cell_outcome(
     module attributes and shown value (the engine encodes them with the commit)."""
     namespace = shell.user_ns
     storable = functools.partial(_storable, shell, exclude)
-    bound = frozenset(n for n, v in namespace.items() if before.get(n) != id(v) and storable(n))
-    deleted = sorted(n for n in before if n not in namespace and storable(n))
+    now = ids_of(namespace)
+    # Compared as sets of (name, id) pairs, in C: a notebook's namespace holds hundreds of names.
+    bound = frozenset(n for n, _ in now.items() - before.items() if storable(n))
+    deleted = sorted(n for n in before.keys() - now.keys() if storable(n))
     extra: dict[str, Any] = {}
     unrecorded, called = unrecorded_calls(namespace, cell.setting_calls)
     settings = watch.changes(called)

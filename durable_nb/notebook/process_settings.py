@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
+import operator
 import os
 import random
 import sys
@@ -33,11 +35,16 @@ def _pattern(text: Any) -> str:
     return "" if text is None else str(getattr(text, "pattern", text))
 
 
+_LEVEL = operator.attrgetter("level")
+
+
 def _read_loggers() -> Any:
     levels = {"": logging.getLogger().level}
-    for name, logger in list(logging.Logger.manager.loggerDict.items()):
-        if isinstance(logger, logging.Logger):
-            levels[name] = logger.level
+    # Copied in one C call (another thread may add a logger meanwhile); the loggers, not the
+    # placeholders between them, and their levels picked in C: a kernel holds dozens, read per cell.
+    known = dict(logging.Logger.manager.loggerDict)
+    loggers = dict(itertools.compress(known.items(), map(isinstance, known.values(), itertools.repeat(logging.Logger))))
+    levels.update(zip(loggers, map(_LEVEL, loggers.values()), strict=True))
     return levels
 
 

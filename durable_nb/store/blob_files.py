@@ -17,7 +17,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import os
-import re
 import secrets
 import threading
 from collections.abc import Callable
@@ -34,7 +33,17 @@ FILE_BYTES = 4 << 20
 _CHUNK_BYTES = 8 << 20
 # Only names this module writes are ever opened: an address edited in the database cannot
 # point the store at another file.
-_ADDRESS = re.compile(r"^(?:[pjgrl]|js|ls)-[0-9a-f]{64}$")
+# The kinds of addresses a value can have (their prefix before ``-``), and a digest's characters.
+_PREFIXES = frozenset({"p", "j", "g", "r", "l", "js", "ls"})
+_HEX = frozenset("0123456789abcdef")
+
+
+def _is_address(text: str) -> bool:
+    """True for ``<kind>-<64 hex digits>``, an address the store names a file by."""
+    kind, dash, digest = text.partition("-")
+    return bool(dash) and kind in _PREFIXES and len(digest) == 64 and _HEX.issuperset(digest)
+
+
 _hashing: concurrent.futures.ThreadPoolExecutor | None = None
 _hashing_lock = threading.Lock()
 
@@ -112,7 +121,7 @@ class BlobFolder:
 
     def path(self, value_hash: str) -> Path | None:
         """Return the file of an address, or None for an address this store never names a file."""
-        return self.folder / value_hash if _ADDRESS.match(value_hash) else None
+        return self.folder / value_hash if _is_address(value_hash) else None
 
     def write(self, blob: Blob) -> FileBlob:
         """Write a blob's bytes to its file (atomically, durably when ``sync``); return the row's stand-in."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import NamedTuple
 
@@ -13,7 +12,16 @@ __all__ = ["DEFAULT_URL", "ENV_VAR", "StoreURL", "parse_url", "resolve_url", "ur
 
 ENV_VAR = "DURABLE_NB_STORE"
 # Anything that starts like a URL scheme is a URL, never a file name (so "sqlite:/x.db" is refused).
-_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+_LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+_SCHEME_CHARS = _LETTERS | frozenset("0123456789+.-")
+
+
+def _has_scheme(url: str) -> bool:
+    """True if ``url`` starts with a URL scheme and its colon (a letter, then letters, digits, ``+.-``)."""
+    scheme, colon, _ = url.partition(":")
+    return bool(colon) and scheme[:1] in _LETTERS and _SCHEME_CHARS.issuperset(scheme)
+
+
 DEFAULT_URL = "sqlite:///.durable_nb/runs.db"
 
 
@@ -63,7 +71,7 @@ def parse_url(url: str) -> StoreURL:
         return StoreURL("sqlite", url, str(Path(path).expanduser()))
     if url.startswith(("postgresql://", "postgres://", "postgresql+")):
         return StoreURL("postgresql", url)
-    if not _SCHEME.match(url) and url.endswith((".db", ".sqlite", ".sqlite3")):
+    if not _has_scheme(url) and url.endswith((".db", ".sqlite", ".sqlite3")):
         return StoreURL("sqlite", url, str(Path(url).expanduser()))
     raise StoreUnavailable(
         f"Unknown store URL {url!r}. Use sqlite:///path/to/runs.db for the embedded store "

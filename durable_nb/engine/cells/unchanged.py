@@ -100,10 +100,13 @@ _MISSING = object()
 class _FigureWitness:
     """What one figure was when its unit was pickled."""
 
-    __slots__ = ("attributes", "axes", "changes", "figure", "watch")
+    __slots__ = ("artists", "attributes", "axes", "changes", "figure", "watch")
 
-    def __init__(self, figure: Any) -> None:
+    def __init__(self, figure: Any, artists: tuple[tuple[Any, ...], bool]) -> None:
         self.figure = weakref.ref(figure)
+        # Held: while the figure reports no change, it holds these artists (adding or removing one
+        # marks it stale), and only their animated flags are read again.
+        self.artists = artists
         self.watch = _watch_of(figure)
         self.changes = self.watch.changes
         self.axes = tuple(figure.axes)  # held: their identities are compared
@@ -178,7 +181,7 @@ def witness(values: list[Any], buffers: list[Any]) -> Witness | None:
             return None
         for value in values:
             digest.walk(value)
-        figures = [_FigureWitness(figure) for figure in digest.figures.values()]
+        figures = [_FigureWitness(figure, digest.artists[key]) for key, figure in digest.figures.items()]
     except Refused:
         return None
     except Exception:  # noqa: BLE001 - a library object that fails to describe itself is simply pickled
@@ -234,7 +237,7 @@ def holds(held: Witness, values: list[Any]) -> bool:
         return False
     if held.buffers and _buffers_digest(held.buffers, held.layout) != held.bytes:
         return False
-    again = Digest()
+    again = Digest({id(figure.figure()): figure.artists for figure in held.figures})
     try:
         for value in values:
             again.walk(value)

@@ -34,15 +34,23 @@ class Refused(Exception):
     """Raised inside a walk that cannot vouch for what it met."""
 
 
-def _animated(figure: Any) -> bool:
-    # Animated artists do not report their changes (matplotlib leaves them to the blitting code).
-    # Two levels only (the figure, its axes and what they hold): deeper down, an axis makes its
-    # ticks when asked for them, and reading must not change what the pickle holds.
+def _artists(figure: Any) -> tuple[tuple[Any, ...], bool]:
+    """The artists whose animated flag a figure's witness reads, and whether each class reads it by
+    matplotlib's own ``get_animated``.
+
+    Two levels only (the figure, its axes and what they hold): deeper down, an axis makes its
+    ticks when asked for them, and reading must not change what the pickle holds.
+    """
     artists = [figure, *figure.get_children()]
     for ax in figure.axes:
         artists += ax.get_children()
     kinds = set(map(type, artists))
-    if not kinds <= _FLAGGED and not _flagged(kinds):
+    return tuple(artists), kinds <= _FLAGGED or _flagged(kinds)
+
+
+def _animated(artists: tuple[Any, ...], flagged: bool) -> bool:
+    # Animated artists do not report their changes (matplotlib leaves them to the blitting code).
+    if not flagged:
         return any(artist.get_animated() for artist in artists if hasattr(artist, "get_animated"))
     # Artist.get_animated reads the flag: read in C, without a call per artist (a figure has hundreds).
     return any(map(_ANIMATED, artists))
@@ -65,8 +73,11 @@ _FLAGGED: set[type] = set()
 class Digest:
     """One walk over figures, axes and estimators, digesting what is not watched."""
 
-    def __init__(self) -> None:
+    def __init__(self, artists: dict[int, tuple[tuple[Any, ...], bool]] | None = None) -> None:
         self.hasher = xxhash.xxh3_128()  # array bytes, as they come
+        # Each figure's artists (``_artists``), by the figure's id: read here, or given by a witness
+        # that found the figure reported no change since it read them.
+        self.artists: dict[int, tuple[tuple[Any, ...], bool]] = {} if artists is None else artists
         self.parts: list[Any] = []  # everything else, in order
         self.seen: dict[int, int] = {}
         self.keep: list[Any] = []  # what the walk met stays alive while it runs (no id reuse)
@@ -270,10 +281,14 @@ class Digest:
         if figure is None:
             raise Refused
         figure = figure.get_figure(root=True) if _has_root(figure) else figure
-        if id(figure) not in self.figures:
-            if _animated(figure):
+        key = id(figure)
+        if key not in self.figures:
+            artists = self.artists.get(key)
+            if artists is None:
+                artists = self.artists[key] = _artists(figure)
+            if _animated(*artists):
                 raise Refused
-            self.figures[id(figure)] = figure
+            self.figures[key] = figure
         self.add("figure", id(figure))
 
     def _artist(self, artist: Any) -> None:
