@@ -6,8 +6,9 @@ reaches lists read from ``rcParams`` (``path.effects``, ``axes.formatter.limits`
 by a module or a class (``markers._empty_path``, ``MarkerStyle._tickhoriz_path``,
 ``Path._unit_circle``, with their state dict and arrays, whose codes transformed markers share),
 ``IdentityTransform._mtx`` and a colormap's colours. Counted as shared, they made every frame,
-or every figure, of a notebook one unit, pickled whole whenever one changed. No restore gave
-back the library's own object anyway: a restored value holds its own copy.
+or every figure, of a notebook one unit, pickled whole whenever one changed. Those a module
+holds as a global (``markers._empty_path``) are pickled by name and come back as the library's
+own (``module_singletons``); the rest come back as the restored value's own copy.
 
 Where each library holds such objects (its classes; matplotlib's modules and ``rcParams`` too)
 is read once and kept, with the path from the holder to each object. The path is checked again
