@@ -216,6 +216,68 @@ def test_a_cell_that_changed_nothing_reads_each_setting_at_most_twice(
         assert reads["torch"] <= 1  # the reading before the cell finds nothing to watch
 
 
+def _counting_reads(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    reads: Counter[str] = Counter()
+
+    def counted(setting: Setting) -> Setting:
+        def read() -> object:
+            reads[setting.name] += 1
+            return setting.read()
+
+        return setting._replace(read=read)
+
+    monkeypatch.setattr(settings, "SETTINGS", tuple(counted(setting) for setting in settings.SETTINGS))
+    return reads
+
+
+def test_a_cell_right_after_another_reads_each_setting_once(shell: Shell, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The previous cell's reading after it stands for this cell's before it: one reading, after."""
+    shell.ok("%%durable before\npass")
+    reads = _counting_reads(monkeypatch)
+    shell.ok("%%durable next\npass")
+    assert reads and max(reads.values()) == 1, reads
+
+
+@pytest.mark.parametrize(
+    "between",
+    ["plain cell", "restore"],
+)
+def test_a_cell_after_other_work_reads_its_settings_again(
+    shell: Shell, monkeypatch: pytest.MonkeyPatch, between: str
+) -> None:
+    """A plain cell between the two, or changes applied by a restore, and the reading before is taken anew."""
+    shell.ok("%%durable before\npass")
+    if between == "plain cell":
+        shell.ok("y = 2")
+    else:
+        settings.apply_changes({})
+    reads = _counting_reads(monkeypatch)
+    shell.ok("%%durable next\npass")
+    assert reads["random"] == 2, reads
+
+
+def test_a_setting_changed_between_two_cells_is_restored_with_the_second(store_url: str) -> None:
+    """A change no cell made (a widget's callback) between two cells is where the second left it after a restore."""
+    import pandas as pd
+
+    first = Shell(store_url, "between")
+    try:
+        first.ok("%%durable a\nimport pandas as pd")
+        pd.set_option("display.max_rows", 7)  # between the cells, as a callback would
+        first.ok("%%durable b\nx = 2")
+        run_id = first.run_id
+    finally:
+        first.close()
+    pd.set_option("display.max_rows", 60)
+    second = Shell(store_url, "between", run_id)
+    try:
+        second.run_all("%%durable a\nimport pandas as pd", "%%durable b\nx = 2")
+        assert pd.get_option("display.max_rows") == 7
+    finally:
+        second.close()
+        pd.reset_option("display.max_rows")
+
+
 # The Python calls a %%durable cell that changed nothing makes beyond the same cell run plain, in a
 # fresh shell (cProfile's count, IPython's own work for the magic line included): its code parsed
 # and hashed, the settings read around it, its outputs captured, its one commit. With a 3x3

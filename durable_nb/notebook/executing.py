@@ -23,7 +23,7 @@ from .map_progress import MapProgress
 from .notes import Notes
 from .outcome import cell_outcome, ids_of
 from .restored import unstorable
-from .settings import SettingsWatch
+from .settings import SettingsReading, SettingsWatch
 
 __all__ = ["CellExecutor", "CellOptions"]
 
@@ -79,6 +79,8 @@ class CellExecutor:
         self.definitions = definitions
         self.show_gate = show_gate
         self._unstorable_warned: dict[str, int] = {}
+        # The settings as the last cell run here left them, with its execution count.
+        self._settings_end: tuple[int, SettingsReading] | None = None
 
     def run(
         self,
@@ -104,11 +106,15 @@ class CellExecutor:
         namespace = self.shell.user_ns
         quiet = is_quiet(self.shell, source)
         cell_run.tracker.baseline(namespace)
+        count = self.shell.execution_count
+        ended, self._settings_end = self._settings_end, None
+        # Read again unless the previous cell was this one's just before (no cell ran in between).
+        start = ended[1] if ended is not None and ended[0] == count - 1 else None
         for attempt in attempts:
             scope = cell_run.scope(node, _show_turn)
             scope.steps.progress = MapProgress(self.shell, self.notes.enabled)
             before = ids_of(namespace)
-            watch = SettingsWatch()
+            watch = SettingsWatch(start if attempt == 1 else None)
             token = enter_scope(scope)
             try:
                 with Capture(self.shell, quiet) as capture:
@@ -175,6 +181,8 @@ class CellExecutor:
             outcome.attempts = attempt
             outcome.events = attempts.events
             checkpoint = run_in_place(cell_run.commit_cell(outcome, only_if_changed=only_if_changed))
+            if watch.ending is not None:
+                self._settings_end = (count, watch.ending)
             if checkpoint is not None:
                 self._say_committed(node, checkpoint)
             return checkpoint

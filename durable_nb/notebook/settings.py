@@ -24,13 +24,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 from .library_settings import LIBRARY_SETTINGS
 from .process_settings import PROCESS_SETTINGS
 from .setting_changes import Setting
 
-__all__ = ["SETTINGS", "Setting", "SettingsWatch", "apply_changes", "setting_for_call"]
+__all__ = ["SETTINGS", "Setting", "SettingsReading", "SettingsWatch", "apply_changes", "setting_for_call"]
 
 # In the order they are applied on restore.
 SETTINGS: tuple[Setting, ...] = (*PROCESS_SETTINGS, *LIBRARY_SETTINGS)
@@ -77,17 +77,40 @@ def _read(setting: Setting) -> Any:
         return None
 
 
+# How many times recorded changes were applied in this process (a restore, going back): readings
+# taken before the last one no longer say what the settings are.
+_applied = 0
+
+
+class SettingsReading(NamedTuple):
+    """Every setting as a cell left it: the readings, how many modules were loaded, and ``_applied``."""
+
+    values: dict[str, Any]
+    modules: int
+    applied: int
+
+
 class SettingsWatch:
     """Readings taken around one cell, to tell which settings it changed.
 
     A library the cell imports is read right after the statement that imported it: what it
     sets while importing, a restore's import sets again; only what the cell changed after
-    counts.
+    counts. ``start``, the previous durable cell's ending, stands for the reading before the
+    cell when that cell ran just before this one and nothing was applied since: reading every
+    setting costs a no-change cell more than the rest of its work (numpy's random state alone is
+    a copy of 2.5 KB). A change made between the two cells (a widget's callback) then counts
+    as this cell's, which is what a restore needs: it brings the settings back to where this
+    cell left them, from where the previous cell's restore left them.
     """
 
-    def __init__(self) -> None:
-        self._before: dict[str, Any] = {}
-        self._modules = -1
+    def __init__(self, start: SettingsReading | None = None) -> None:
+        if start is not None and start.applied == _applied:
+            self._before: dict[str, Any] = dict(start.values)
+            self._modules = start.modules
+        else:
+            self._before = {}
+            self._modules = -1
+        self.ending: SettingsReading | None = None
         self.after_statement()
 
     def after_statement(self) -> None:
@@ -105,6 +128,7 @@ class SettingsWatch:
         """Return what the cell changed, per setting; ``called`` names the settings read only after
         a call the cell made (recorded whole)."""
         found = {}
+        readings = {}
         for setting in SETTINGS:
             if setting.on_call:
                 reading = _read(setting) if setting.name in called else None
@@ -115,14 +139,20 @@ class SettingsWatch:
             if before is None:
                 continue
             after = _read(setting)
-            delta = None if after is None else setting.diff(before, after)
+            if after is None:
+                continue
+            readings[setting.name] = after
+            delta = setting.diff(before, after)
             if delta is not None:
                 found[setting.name] = delta
+        self.ending = SettingsReading(readings, self._modules, _applied)
         return found
 
 
 def apply_changes(found: dict[str, Any]) -> list[str]:
     """Apply recorded changes in order; return messages for those that could not be applied."""
+    global _applied
+    _applied += 1
     problems = []
     for setting in SETTINGS:
         if setting.name in found:
