@@ -196,26 +196,6 @@ async def _value() -> int:
     return 7
 
 
-def test_a_cell_that_changed_nothing_reads_each_setting_at_most_twice(
-    shell: Shell, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Once before the cell and once after it, and none of a library the kernel has not imported twice."""
-    reads: Counter[str] = Counter()
-
-    def counted(setting: Setting) -> Setting:
-        def read() -> object:
-            reads[setting.name] += 1
-            return setting.read()
-
-        return setting._replace(read=read)
-
-    monkeypatch.setattr(settings, "SETTINGS", tuple(counted(setting) for setting in settings.SETTINGS))
-    shell.ok("%%durable still\npass")
-    assert reads and max(reads.values()) <= 2, reads
-    if "torch" not in sys.modules:
-        assert reads["torch"] <= 1  # the reading before the cell finds nothing to watch
-
-
 def _counting_reads(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     reads: Counter[str] = Counter()
 
@@ -228,6 +208,17 @@ def _counting_reads(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
 
     monkeypatch.setattr(settings, "SETTINGS", tuple(counted(setting) for setting in settings.SETTINGS))
     return reads
+
+
+def test_a_cell_that_changed_nothing_reads_each_setting_at_most_twice(
+    shell: Shell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once before the cell and once after it, and none of a library the kernel has not imported twice."""
+    reads = _counting_reads(monkeypatch)
+    shell.ok("%%durable still\npass")
+    assert reads and max(reads.values()) <= 2, reads
+    if "torch" not in sys.modules:
+        assert reads["torch"] <= 1  # the reading before the cell finds nothing to watch
 
 
 def test_a_cell_right_after_another_reads_each_setting_once(shell: Shell, monkeypatch: pytest.MonkeyPatch) -> None:
