@@ -80,6 +80,9 @@ def refresh() -> None:
     # Immutable library objects are left too (a dtype): equal ones are interchangeable, and a dtype a
     # module holds is the one every array of that type has, which would all be pickled as that module's.
     skipped = (*_SKIPPED, *_immutable_types())
+    # Per type: the library its class is from, or None for a kind never indexed. Most globals are
+    # functions, classes and modules: one lookup each, over the thousands of globals of a library.
+    libraries: dict[type, str | None] = {}
     for name, module in modules:
         if not isinstance(module, types.ModuleType) or _seen.get(name) is module:
             continue
@@ -89,11 +92,14 @@ def refresh() -> None:
         top = name.partition(".")[0]
         for attribute, obj in tuple(vars(module).items()):
             kind = type(obj)  # not isinstance: a proxy's __class__ may run code
-            if issubclass(kind, skipped) or attribute.startswith("__"):
-                continue
-            home = kind.__module__
-            if not isinstance(home, str) or home.partition(".")[0] != top:
-                continue  # not this library's own object: a value someone put there
+            if kind in libraries:
+                library = libraries[kind]
+            else:
+                home = kind.__module__
+                skip = issubclass(kind, skipped) or not isinstance(home, str)
+                library = libraries[kind] = None if skip else home.partition(".")[0]
+            if library != top or attribute.startswith("__"):
+                continue  # never indexed, or not this library's own object: a value someone put there
             known = _index.get(id(obj))
             if known is None:
                 _index[id(obj)] = (name, attribute, obj)
