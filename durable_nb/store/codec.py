@@ -217,12 +217,7 @@ _WRITE_CONTEXT = "durable_nb pending write\0"
 
 def write_mac(key: bytes, checkpoint_id: str, task_id: str, idx: int, channel: str, task_path: str, value: str) -> str:
     """Return the signature of a pending write's fields (its value's address among them) under ``key``."""
-    # Each text field after its length: no two different rows sign the same bytes.
-    text = (
-        f"{_WRITE_CONTEXT}{len(checkpoint_id)}:{checkpoint_id}{len(task_id)}:{task_id}{idx}:"
-        f"{len(channel)}:{channel}{len(task_path)}:{task_path}{value}"
-    )
-    return _sign(key, text.encode("utf-8", "surrogatepass"))
+    return write_macs(key, checkpoint_id, task_id, task_path, ((idx, channel, value),))[0]
 
 
 def write_macs(
@@ -230,6 +225,7 @@ def write_macs(
 ) -> list[str]:
     """Return ``write_mac`` of each (idx, channel, value address) of a task's writes at a checkpoint:
     the fields they share are laid out once (a step's writes are signed on its path)."""
+    # Each text field after its length: no two different rows sign the same bytes.
     head = f"{_WRITE_CONTEXT}{len(checkpoint_id)}:{checkpoint_id}{len(task_id)}:{task_id}"
     path = f"{len(task_path)}:{task_path}"
     keyed = _keyed_hmac(key)
