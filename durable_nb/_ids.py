@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import string
 import threading
 import time
 
 __all__ = ["host_name", "is_short_id", "new_id", "owner_token", "parse_owner", "process_token"]
 
 # What a notebook cell id (nbformat 4.5) and a Jupyter kernel id are made of.
-_ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_ID_CHARS = frozenset(string.ascii_letters + string.digits + "_-")
 
 
 def is_short_id(text: str) -> bool:

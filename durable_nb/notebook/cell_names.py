@@ -9,6 +9,7 @@ its source. No IPython here: ``run-notebook`` names a notebook's cells without a
 from __future__ import annotations
 
 import hashlib
+import string
 from collections.abc import Iterable
 
 from .._ids import is_short_id
@@ -25,8 +26,8 @@ __all__ = [
 ]
 
 PLAIN_TAG, PARAMETERS_TAG, INJECTED_TAG = "not-durable", "parameters", "injected-parameters"
-_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
-_NAME_CHARS = _FIRST | frozenset("0123456789.-")
+_FIRST = frozenset(string.ascii_letters + "_")
+_NAME_CHARS = _FIRST | frozenset(string.digits + ".-")
 _RESERVED_TAGS = {PLAIN_TAG, PARAMETERS_TAG, INJECTED_TAG}
 
 

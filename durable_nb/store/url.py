@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import string
 from pathlib import Path
 from typing import NamedTuple
 
@@ -12,8 +13,8 @@ __all__ = ["DEFAULT_URL", "ENV_VAR", "StoreURL", "parse_url", "resolve_url", "ur
 
 ENV_VAR = "DURABLE_NB_STORE"
 # Anything that starts like a URL scheme is a URL, never a file name (so "sqlite:/x.db" is refused).
-_LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
-_SCHEME_CHARS = _LETTERS | frozenset("0123456789+.-")
+_LETTERS = frozenset(string.ascii_letters)
+_SCHEME_CHARS = _LETTERS | frozenset(string.digits + "+.-")
 
 
 def _has_scheme(url: str) -> bool:
