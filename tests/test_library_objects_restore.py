@@ -9,6 +9,7 @@ model's formula again) finds the notebook's namespace.
 from __future__ import annotations
 
 import decimal
+import importlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -73,20 +74,25 @@ def test_two_values_holding_a_library_singleton_are_not_tied_by_it() -> None:
         assert unpickle(pickled.stream, [b.raw() for b in pickled.buffers]).dist is scipy.stats.t
 
 
+def _module_beside(folder: Path, name: str, text: str) -> Iterator[object]:
+    """Write module ``name`` next to the notebook (not a library), import it, and forget it after."""
+    (folder / f"{name}.py").write_text(text)
+    sys.path.insert(0, str(folder))
+    try:
+        yield importlib.import_module(name)
+    finally:
+        sys.path.remove(str(folder))
+        sys.modules.pop(name, None)
+
+
 @pytest.fixture
 def own_module(tmp_path: Path) -> Iterator[object]:
-    """A module next to the notebook (not a library) that holds an object of its own class."""
-    (tmp_path / "nb_helpers.py").write_text(
-        "class Settings:\n    def __init__(self):\n        self.rate = 1\n\nsettings = Settings()\n"
+    """A module next to the notebook that holds an object of its own class."""
+    yield from _module_beside(
+        tmp_path,
+        "nb_helpers",
+        "class Settings:\n    def __init__(self):\n        self.rate = 1\n\nsettings = Settings()\n",
     )
-    sys.path.insert(0, str(tmp_path))
-    try:
-        import nb_helpers  # type: ignore[import-not-found]
-
-        yield nb_helpers
-    finally:
-        sys.path.remove(str(tmp_path))
-        sys.modules.pop("nb_helpers", None)
 
 
 def test_an_object_of_a_module_beside_the_notebook_is_pickled_by_value(own_module: object) -> None:
@@ -124,3 +130,47 @@ def test_a_formula_model_restores_finding_the_notebooks_names(store_url: str) ->
         assert {info.state["eval_env"].flags for info in factors} == {0}, name
     assert shell.ns["res"].predict(shell.ns["data"].head(3)).shape == (3,)
     shell.close()
+
+
+def test_a_formula_model_restores_with_a_function_and_number_of_its_own_cell(store_url: str) -> None:
+    """The formula names a function and a number the same cell made, not in the namespace yet while
+    the cell's values are unpickled; the function's body needs a module the cell imported too."""
+    cells = [
+        "%%durable fit\nimport numpy as np, pandas as pd, statsmodels.formula.api as smf\n"
+        "def shift(v):\n    return np.log(v + power)\n\npower = 1.5\n"
+        "df = pd.DataFrame({'y': np.arange(20.0), 'x': np.arange(20.0) ** 1.5})\n"
+        "res = smf.ols('y ~ shift(x) + I(x ** power)', df).fit()\nparams = res.params.copy()",
+    ]
+    shell = restored_shell(store_url, "own", cells)
+    res = shell.ns["res"]
+    assert (res.params == shell.ns["params"]).all()
+    assert res.model.data.model_spec.column_names == ["Intercept", "shift(x)", "I(x ** power)"]
+    assert shell.ns["res"].predict(shell.ns["df"].head(2)).shape == (2,)
+    shell.close()
+
+
+@pytest.fixture
+def fragile_module(tmp_path: Path) -> Iterator[object]:
+    """A module next to the notebook whose objects cannot be unpickled."""
+    yield from _module_beside(
+        tmp_path,
+        "nb_fragile",
+        "class Fragile:\n    def __setstate__(self, state):\n"
+        "        raise RuntimeError('Fragile objects do not come back')\n",
+    )
+
+
+def test_a_value_that_never_unpickles_raises_its_own_error_and_places_nothing(
+    store_url: str, fragile_module: object
+) -> None:
+    cell = "%%durable make\nimport nb_fragile\nmarker = 7\nthing = nb_fragile.Fragile()\nthing.size = 3"
+    first = Shell(store_url, "fragile")
+    first.run_all(cell)
+    first.close()
+    second = Shell(store_url, "fragile")
+    result = second.shell.run_cell(cell)
+    assert isinstance(result.error_in_exec, RuntimeError)
+    assert "do not come back" in str(result.error_in_exec)
+    # The cell's other values were made visible only while the value was tried again.
+    assert "marker" not in second.ns and "thing" not in second.ns
+    second.close()

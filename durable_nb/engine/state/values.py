@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from ...errors import InvalidInput, InvalidState, StoreError, TamperedValueError
@@ -47,6 +48,22 @@ def refuse_reserved(names: Iterable[str], what: str, error: type[InvalidInput] =
             f"{what} sets {reserved[:5]!r}: names starting with '__' are reserved for durable_nb's own "
             "bookkeeping (loop counters, map items) and cannot be set from outside; use another name."
         )
+
+
+@contextmanager
+def _visible(namespace: dict[str, Any] | None, names: Mapping[str, Any]) -> Iterator[None]:
+    """Put the ``names`` that ``namespace`` lacks into it for the block, and take them out after."""
+    if namespace is None:
+        yield
+        return
+    added = {name: value for name, value in names.items() if name not in namespace}
+    namespace.update(added)
+    try:
+        yield
+    finally:
+        for name, value in added.items():
+            if namespace.get(name) is value:
+                del namespace[name]
 
 
 def _buffer(data: Any, readonly: bool, taken: bool) -> Any:
@@ -149,12 +166,17 @@ class ValueCodec:
                 "outside durable_nb. Fork from another checkpoint to go on."
             )
         self._stored.update(found)
-        groups = await self._load_groups([found[h] for h in found if codec.is_group(h)], namespace)
         lists = await self._load_lists([found[h] for h in found if codec.is_list(h)])
-        plain = {h: codec.decode(blob, self.secret) for h, blob in found.items() if h not in groups and h not in lists}
+        plain = {
+            h: codec.decode(blob, self.secret) for h, blob in found.items() if h not in lists and not codec.is_group(h)
+        }
         for address, value in plain.items():
             self.lists.remember_whole(address, value, found[address].size)
         plain.update(lists)
+        # The groups see the names loaded before them: a formula model evaluates its formula again
+        # while unpickled, and it may name a function or number the same cell made.
+        scope = {name: plain[h] for m in manifests.values() for name, h in m.items() if h in plain}
+        groups = await self._load_groups([found[h] for h in found if codec.is_group(h)], namespace, scope)
         loaded = {
             key: {
                 name: groups[value_hash][name] if value_hash in groups else plain[value_hash]
@@ -216,7 +238,10 @@ class ValueCodec:
             )
         return found
 
-    async def _load_groups(self, blobs: list[Blob], namespace: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    async def _load_groups(
+        self, blobs: list[Blob], namespace: dict[str, Any] | None, scope: dict[str, Any]
+    ) -> dict[str, dict[str, Any]]:
+        """Unpickle each group of variables (``scope``: the values loaded with them, by name)."""
         opened = {blob.hash: codec.open_group(blob, self.secret) for blob in blobs}
         wanted = {part.address for group in opened.values() for part in group.parts}
         parts = await self._parts(wanted, "array buffer(s) of stored variables")
@@ -224,15 +249,33 @@ class ValueCodec:
         self._stored.update(parts)
         loaded: dict[str, dict[str, Any]] = {}
         taken: set[str] = set()
+        errors: dict[str, Exception] = {}
+        pending, placing = list(opened), False
         with restoring_into(namespace):
-            for address, group in opened.items():
-                buffers = []
-                for part in group.parts:
-                    buffers.append(_buffer(contents[part.address], part.readonly, part.address in taken))
-                    if not part.readonly:
-                        taken.add(part.address)
-                values = unpickle(group.stream, buffers)
-                loaded[address] = dict(zip(group.names, [values] if len(group.names) == 1 else values, strict=True))
+            while pending:
+                failed = []
+                for address in pending:
+                    group = opened[address]
+                    buffers = []
+                    for part in group.parts:
+                        buffers.append(_buffer(contents[part.address], part.readonly, part.address in taken))
+                        if not part.readonly:
+                            taken.add(part.address)
+                    try:
+                        with _visible(namespace if placing else None, scope):
+                            values = unpickle(group.stream, buffers)
+                    except Exception as error:  # noqa: BLE001 - raised below unless a retry loads it
+                        errors.setdefault(address, error)
+                        failed.append(address)
+                        continue
+                    loaded[address] = dict(zip(group.names, [values] if len(group.names) == 1 else values, strict=True))
+                    scope.update(loaded[address])
+                if len(failed) == len(pending) and (placing or namespace is None):
+                    raise errors[failed[0]]  # nothing more loads: the first error is the group's own
+                # A value that unpickles by running code (statsmodels evaluates a model's formula
+                # again) may need names of the same cell, not placed yet: it is tried again with
+                # the values loaded so far visible in the namespace, as they were when it was made.
+                pending, placing = failed, True
         return loaded
 
     async def load_one(self, value_hash: str) -> Any:
