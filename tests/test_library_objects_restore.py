@@ -174,3 +174,15 @@ def test_a_value_that_never_unpickles_raises_its_own_error_and_places_nothing(
     # The cell's other values were made visible only while the value was tried again.
     assert "marker" not in second.ns and "thing" not in second.ns
     second.close()
+
+
+def test_a_librarys_own_dict_subclass_held_as_a_global_restores_as_its_object() -> None:
+    """statsmodels' stored results are ``Bunch`` objects (a dict whose ``__dict__`` is itself, which
+    a pickle by value brings back as a dict with a separate ``__dict__``)."""
+    results = pytest.importorskip("statsmodels.treatment.tests.results.results_teffects")
+    module_singletons.refresh()
+    held = [("ra", results.results_ra), ("ipw", results.results_ipw)]
+    pickled = pickle_values([held], {})
+    with restoring_into({}):
+        copy = unpickle(pickled.stream, [b.raw() for b in pickled.buffers])
+    assert copy[0][1] is results.results_ra and copy[1][1] is results.results_ipw

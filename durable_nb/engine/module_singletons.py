@@ -32,8 +32,10 @@ from .cells.pickle_reach import _immutable_types, importable
 
 __all__ = ["candidates", "module_name_of", "refresh"]
 
-# Besides immutable kinds: what is pickled by name already, or never reaches a reducer.
-_SKIPPED = (types.FunctionType, list, dict, set, type(Ellipsis), type(NotImplemented))
+# Besides immutable kinds: what is pickled by name already, or never reaches a reducer. Builtin
+# containers are no library's own class; a library's subclass of one (a results ``Bunch``, a
+# ``dict`` whose ``__dict__`` is itself, which pickling by value cannot rebuild) is indexed.
+_SKIPPED = (types.FunctionType, type(Ellipsis), type(NotImplemented))
 
 # id -> (module, attribute, the object): the object is held, so its id is never another's.
 _index: dict[int, tuple[str, str, Any]] = {}
