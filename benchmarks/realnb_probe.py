@@ -117,7 +117,10 @@ class _Hasher:
             return _sha(name, *sorted(self.digest(v, depth + 1) for v in value))
         if isinstance(value, range | slice):
             return _sha(name, repr(value))
-        by_attribute = type(value).__module__.split(".")[0] in _BY_ATTRIBUTE or type(value) is types.SimpleNamespace
+        home = type(value).__module__
+        # A class the notebook defined (a custom estimator or likelihood model) too: its instances
+        # pickle by the same memo, and the restored class is another object than the one pickled.
+        by_attribute = home.split(".")[0] in _BY_ATTRIBUTE or home == "__main__" or type(value) is types.SimpleNamespace
         if by_attribute and getattr(value, "__dict__", None):
             # A scikit-learn display, a statsmodels model or result, a namespace of frames (a state space
             # result's ``_states``): attribute by attribute, since plain pickle does not give the same bytes

@@ -65,3 +65,22 @@ def test_a_library_singleton_reads_as_its_name_and_a_copy_of_it_apart() -> None:
     np.random.standard_normal(3)  # moves the global state scipy.stats.t holds
     assert _Hasher().describe(stats.t)["hash"] == before
     assert _Hasher().describe(pickle.loads(pickle.dumps(stats.t)))["hash"] != before
+
+
+class _Notebooks:
+    """Stands for a class a notebook defines (its module is ``__main__``)."""
+
+    def __init__(self, first: str, second: str) -> None:
+        self.first = first
+        self.second = second
+
+
+_Notebooks.__module__ = "__main__"
+
+
+def test_an_object_of_a_notebook_class_reads_by_its_attributes() -> None:
+    label = "".join(["coef", "_"])
+    shared, apart = _Notebooks(label, label), _Notebooks(label, "".join(["coef", "_"]))
+    assert shared.second is not apart.second
+    assert _Hasher().describe(shared)["hash"] == _Hasher().describe(apart)["hash"]
+    assert _Hasher().describe(shared)["hash"] != _Hasher().describe(_Notebooks(label, "other"))["hash"]
