@@ -32,6 +32,13 @@ def test_a_signature_is_hmac_sha256_of_the_bytes_whatever_their_size(key_bytes: 
         assert codec._sign(key, memoryview(data)) == hmac.digest(key, data, "sha256").hex()
 
 
+def test_a_pending_writes_signature_is_hmac_sha256_of_its_fields_as_stores_hold_them() -> None:
+    """The layout stored writes were signed with: each text field after its length."""
+    key = os.urandom(32)
+    laid_out = b"durable_nb pending write\x003:c-14:task0:4:step1:pp-1"
+    assert codec.write_mac(key, "c-1", "task", 0, "step", "p", "p-1") == hmac.digest(key, laid_out, "sha256").hex()
+
+
 def test_a_serializers_pair_is_the_blob_encode_makes_of_it() -> None:
     key = os.urandom(32)
     typed = ("msgpack", b"\x81\xa4step\x01")
