@@ -186,6 +186,16 @@ class _Hasher:
                 "axes": self.digest(list(value.axes), depth + 1),
                 "pixels": _sha(_rendered(value)),
             }
+        colors = _module("matplotlib.colors")
+        if colors is not None and isinstance(value, colors.Colormap):
+            # Its colours, not its lookup table, which matplotlib fills on first use (a restored
+            # colormap not yet used has none).
+            numpy = _module("numpy")
+            return {
+                "name": _sha(str(value.name), repr(value.N)),
+                "colors": self.digest(value(numpy.linspace(0.0, 1.0, value.N)), depth + 1),
+                "extremes": self.digest((value.get_under(), value.get_over(), value.get_bad()), depth + 1),
+            }
         if axes is not None and isinstance(value, axes.Axes):
             legend = value.get_legend()
             return {

@@ -84,3 +84,12 @@ def test_an_object_of_a_notebook_class_reads_by_its_attributes() -> None:
     assert shared.second is not apart.second
     assert _Hasher().describe(shared)["hash"] == _Hasher().describe(apart)["hash"]
     assert _Hasher().describe(shared)["hash"] != _Hasher().describe(_Notebooks(label, "other"))["hash"]
+
+
+def test_a_colormap_reads_by_its_colours_whether_or_not_it_was_used() -> None:
+    colors = pytest.importorskip("matplotlib.colors")
+    used = colors.ListedColormap(["red", "green", "blue"])
+    used(0.5)  # fills its lookup table
+    fresh = pickle.loads(pickle.dumps(colors.ListedColormap(["red", "green", "blue"])))
+    assert _Hasher().describe(used)["hash"] == _Hasher().describe(fresh)["hash"]
+    assert _Hasher().describe(used)["hash"] != _Hasher().describe(colors.ListedColormap(["red", "blue"]))["hash"]
