@@ -124,3 +124,31 @@ def test_a_formula_model_restores_finding_the_notebooks_names(store_url: str) ->
         assert {info.state["eval_env"].flags for info in factors} == {0}, name
     assert shell.ns["res"].predict(shell.ns["data"].head(3)).shape == (3,)
     shell.close()
+
+
+@pytest.fixture
+def fresh_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The singleton index as in a kernel that has pickled nothing yet."""
+    for name, value in (("_indexes", {}), ("_unread", {}), ("_seen", {}), ("_count", -1)):
+        monkeypatch.setattr(module_singletons, name, value)
+
+
+@pytest.mark.usefixtures("fresh_index")
+def test_a_cell_of_imports_reads_no_librarys_globals() -> None:
+    """Modules, classes and functions are pickled by name: no library's thousands of globals are read for them."""
+    pickle_values([np, scipy.stats, scipy.stats.norm.__class__, np.linspace, sm.OLS], {})
+    assert module_singletons._indexes == {} and module_singletons._unread == {}
+
+
+@pytest.mark.usefixtures("fresh_index")
+def test_a_value_reads_the_globals_of_its_own_libraries_only() -> None:
+    """An array reads numpy's globals when first pickled; a prediction also scipy's (its distribution)."""
+    pickle_values([np.arange(3)], {})
+    assert "numpy" in module_singletons._indexes and "numpy" not in module_singletons._unread
+    assert "scipy" in module_singletons._unread
+    x = np.linspace(0, 10, 50)
+    pred = sm.OLS(2 * x, sm.add_constant(x)).fit().get_prediction()
+    pickled = pickle_values([pred], {})
+    assert "scipy" in module_singletons._indexes
+    with restoring_into({}):
+        assert unpickle(pickled.stream, [b.raw() for b in pickled.buffers]).dist is scipy.stats.t
