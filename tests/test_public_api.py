@@ -184,6 +184,27 @@ def test_attaching_and_a_first_cell_define_few_dataclasses(tmp_path: Path) -> No
     assert len(defined) <= DATACLASSES_AT_ATTACH, defined
 
 
+# How many methods dataclasses compiles (one exec each, about 0.1 ms) while attaching and running a
+# first cell: the records' comparison, repr and freezing are written once, in their common base.
+DATACLASS_METHODS_AT_ATTACH = 15
+
+
+def test_attaching_and_a_first_cell_compile_few_dataclass_methods(tmp_path: Path) -> None:
+    """The records' methods are not compiled per class: at most DATACLASS_METHODS_AT_ATTACH are."""
+    code = (
+        "import dataclasses, json, sys\nmade = []\nreal = dataclasses._create_fn\n"
+        "dataclasses._create_fn = lambda name, *a, **k: made.append(name) or real(name, *a, **k)\n"
+        f"{SHELL}shell.run_line_magic('load_ext', 'durable_nb')\n"
+        "assert shell.run_cell(f'%durable run light --store sqlite:///{sys.argv[1]}/runs.db').success\n"
+        "assert shell.run_cell('%%durable first\\nx = 1').success\nprint(json.dumps(made))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=env_with_repo(), check=True
+    )
+    made = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len(made) <= DATACLASS_METHODS_AT_ATTACH, made
+
+
 def test_records_loaded_on_first_use_keep_their_old_paths() -> None:
     """Values pickled before name Decision, PendingInterrupt, EventRecord, StatusRows, PruneReport and
     Resume by the modules that defined them then: those names still give the same classes."""
