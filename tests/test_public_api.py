@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from conftest import env_with_repo
 
@@ -66,16 +67,21 @@ def test_engine_and_store_import_no_front_end_library() -> None:
         assert not (_imports(path) & FRONT_END_ONLY), path
 
 
-def loaded(setup: str, heavy: tuple[str, ...], *args: str) -> list[str]:
-    """The modules of ``heavy`` (or inside them) that a fresh Python process has loaded after ``setup``."""
-    code = (
-        f"{setup}\nimport json, sys\nheavy = {heavy!r}\n"
-        "print(json.dumps(sorted(m for m in sys.modules if m in heavy or m.startswith(tuple(h + '.' for h in heavy)))))"
-    )
+def printed(code: str, *args: str) -> Any:
+    """What a fresh Python process running ``code`` printed last, as JSON."""
     result = subprocess.run(
         [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env_with_repo(), check=True
     )
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def loaded(setup: str, heavy: tuple[str, ...], *args: str) -> list[str]:
+    """The modules of ``heavy`` (or inside them) that a fresh Python process has loaded after ``setup``."""
+    return printed(
+        f"{setup}\nimport json, sys\nheavy = {heavy!r}\nwithin = tuple(h + '.' for h in heavy)\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m in heavy or m.startswith(within))))",
+        *args,
+    )
 
 
 def test_import_is_light() -> None:
@@ -177,10 +183,7 @@ def test_attaching_and_a_first_cell_define_few_dataclasses(tmp_path: Path) -> No
         " if name.startswith('durable_nb') for value in vars(module).values()"
         " if isinstance(value, type) and value.__module__ == name and dataclasses.is_dataclass(value))))"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=env_with_repo(), check=True
-    )
-    defined = json.loads(result.stdout.strip().splitlines()[-1])
+    defined = printed(code, str(tmp_path))
     assert len(defined) <= DATACLASSES_AT_ATTACH, defined
 
 
@@ -198,10 +201,7 @@ def test_attaching_and_a_first_cell_compile_few_dataclass_methods(tmp_path: Path
         "assert shell.run_cell(f'%durable run light --store sqlite:///{sys.argv[1]}/runs.db').success\n"
         "assert shell.run_cell('%%durable first\\nx = 1').success\nprint(json.dumps(made))"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=env_with_repo(), check=True
-    )
-    made = json.loads(result.stdout.strip().splitlines()[-1])
+    made = printed(code, str(tmp_path))
     assert len(made) <= DATACLASS_METHODS_AT_ATTACH, made
 
 
