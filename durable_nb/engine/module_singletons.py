@@ -21,6 +21,7 @@ change for this one value while ``scipy.stats.t`` itself, in the same session, h
 
 from __future__ import annotations
 
+import itertools
 import os
 import site
 import sys
@@ -115,21 +116,23 @@ def _read(library: str, modules: list[tuple[str, dict[str, Any]]]) -> None:
     """Index the globals of one library's modules that are objects of that library's own classes."""
     index = _indexes.setdefault(library, {})
     skipped = _skipped()
-    # Per type: whether its class is from this library. Most globals are functions, classes and
-    # modules: one lookup each, over the thousands of globals of a library.
-    own: dict[type, bool] = {}
+    # The types met so far, and those that are this library's own classes. Most globals are
+    # functions, classes and modules: a module's globals are sorted by type in C, and only those of
+    # the library's own classes (a few in a thousand) are looked at one by one.
+    judged: set[type] = set()
+    own: set[type] = set()
     for name, found in modules:
         if not _is_library(name, found):
             continue
-        for attribute, obj in found.items():
-            kind = type(obj)  # not isinstance: a proxy's __class__ may run code
-            mine = own.get(kind)
-            if mine is None:
-                home = kind.__module__
-                skip = issubclass(kind, skipped) or not isinstance(home, str)
-                mine = own[kind] = not skip and home.partition(".")[0] == library
-            if not mine or attribute.startswith("__"):
-                continue  # never indexed, or not this library's own object: a value someone put there
+        kinds = list(map(type, found.values()))  # type(), not isinstance: a proxy's __class__ may run code
+        for kind in set(kinds).difference(judged):
+            judged.add(kind)
+            home = kind.__module__
+            if not issubclass(kind, skipped) and isinstance(home, str) and home.partition(".")[0] == library:
+                own.add(kind)
+        for attribute, obj in itertools.compress(found.items(), map(own.__contains__, kinds)):
+            if attribute.startswith("__"):
+                continue
             known = index.get(id(obj))
             if known is None:
                 index[id(obj)] = (name, attribute, obj)
