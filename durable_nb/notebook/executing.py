@@ -16,10 +16,9 @@ from ..engine.tracing import GATE, event
 from ..errors import GatePending
 from ..model import CheckpointRecord
 from .capture import Capture, is_quiet
-from .cell_files import cache_cell
 from .cellcode import CellCode
 from .definitions import Definitions, unstored_advice
-from .execute import run_code
+from .execute import cache_cell, run_code
 from .map_progress import MapProgress
 from .notes import Notes
 from .outcome import cell_outcome, ids_of

@@ -8,7 +8,7 @@ import random
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from durable_nb.notebook import cell_files
+from durable_nb.notebook import execute
 
 compiler = pytest.importorskip("ipykernel.compiler")
 
@@ -17,7 +17,7 @@ def test_the_hash_is_ipykernels() -> None:
     chooser = random.Random(7)
     for length in range(300):
         text = "".join(chooser.choice("ab€\n x=1é漢\t") for _ in range(length))
-        assert cell_files.murmur2_x86(text, compiler.get_tmp_hash_seed()) == compiler.murmur2_x86(
+        assert execute.murmur2_x86(text, compiler.get_tmp_hash_seed()) == compiler.murmur2_x86(
             text, compiler.get_tmp_hash_seed()
         ), text
 
@@ -32,7 +32,7 @@ def test_a_kernels_cell_is_named_and_cached_as_ipykernel_does(monkeypatch: pytes
     hashed: list[str] = []
     real = compiler.murmur2_x86
     monkeypatch.setattr(compiler, "murmur2_x86", lambda data, seed: hashed.append(data) or real(data, seed))
-    name = cell_files.cache_cell(shell, source, 7)
+    name = execute.cache_cell(shell, source, 7)
     assert name == expected and hashed == []
     assert linecache.getlines(name) == source.splitlines(keepends=True)
     assert shell.compile._filename_map[name] == 7
@@ -41,5 +41,5 @@ def test_a_kernels_cell_is_named_and_cached_as_ipykernel_does(monkeypatch: pytes
 
 def test_another_compiler_names_as_it_does() -> None:
     shell = InteractiveShell.instance()
-    name = cell_files.cache_cell(shell, "x = 1\n", 3)
+    name = execute.cache_cell(shell, "x = 1\n", 3)
     assert name == shell.compile.get_code_name("x = 1\n", "x = 1\n", 3)
