@@ -152,3 +152,19 @@ def test_a_value_reads_the_globals_of_its_own_libraries_only() -> None:
     assert "scipy" in module_singletons._indexes
     with restoring_into({}):
         assert unpickle(pickled.stream, [b.raw() for b in pickled.buffers]).dist is scipy.stats.t
+
+
+def test_the_modules_a_cell_imports_are_taken_as_it_is_committed(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cell of imports takes its modules' globals when it is committed (a copy, paid where the import
+    is paid), not the first later cell that pickles one of their objects."""
+    (tmp_path / "nb_taken.py").write_text("limit = 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    shell = Shell(store_url, "taken")
+    try:
+        shell.ok("%%durable imports\nimport nb_taken")
+        assert module_singletons._seen.get("nb_taken") is sys.modules["nb_taken"]
+    finally:
+        shell.close()
+        sys.modules.pop("nb_taken", None)

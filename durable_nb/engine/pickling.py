@@ -45,7 +45,7 @@ import xxhash
 from ..store.codec import refuse_open_file
 from .cells.pickle_reach import importable, reached
 
-__all__ = ["Pickled", "buffer_digest", "in_reach", "pickle_values", "restoring_into", "unpickle"]
+__all__ = ["Pickled", "buffer_digest", "in_reach", "pickle_values", "restoring_into", "take_imported", "unpickle"]
 
 _target: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("durable_nb_restore_into", default=None)
 
@@ -185,6 +185,25 @@ def unpickle(stream: Any, buffers: list[Any]) -> Any:
 
 _SINGLETONS = f"{__package__}.module_singletons"
 _UNREAD: Any = object()  # stands for a type whose library's singletons were not asked for yet
+
+
+# How many modules were loaded when the singleton index last took the new ones.
+_modules_taken = -1
+
+
+def take_imported() -> None:
+    """Take the globals of the modules imported since the last call, for the singleton index.
+
+    Called as each cell is committed: the cell that imported a library pays for the copy (a few
+    milliseconds next to the import's hundreds), not the first later cell that pickles one of its
+    objects (a cell of numbers right after a cell of imports).
+    """
+    global _modules_taken
+    if len(sys.modules) == _modules_taken:
+        return
+    module_singletons = sys.modules.get(_SINGLETONS) or importlib.import_module(_SINGLETONS)
+    module_singletons.refresh()
+    _modules_taken = len(sys.modules)
 
 
 def _singleton_ids(kind: type) -> Container[int] | None:
