@@ -186,3 +186,47 @@ def test_a_librarys_own_dict_subclass_held_as_a_global_restores_as_its_object() 
     with restoring_into({}):
         copy = unpickle(pickled.stream, [b.raw() for b in pickled.buffers])
     assert copy[0][1] is results.results_ra and copy[1][1] is results.results_ipw
+
+
+@pytest.fixture
+def fresh_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The singleton index as in a kernel that has pickled nothing yet."""
+    for name, value in (("_indexes", {}), ("_unread", {}), ("_seen", {}), ("_count", -1)):
+        monkeypatch.setattr(module_singletons, name, value)
+
+
+@pytest.mark.usefixtures("fresh_index")
+def test_a_cell_of_imports_reads_no_librarys_globals() -> None:
+    """Modules, classes and functions are pickled by name: no library's thousands of globals are read for them."""
+    pickle_values([np, scipy.stats, scipy.stats.norm.__class__, np.linspace, sm.OLS], {})
+    assert module_singletons._indexes == {} and module_singletons._unread == {}
+
+
+@pytest.mark.usefixtures("fresh_index")
+def test_a_value_reads_the_globals_of_its_own_libraries_only() -> None:
+    """An array reads numpy's globals when first pickled; a prediction also scipy's (its distribution)."""
+    pickle_values([np.arange(3)], {})
+    assert "numpy" in module_singletons._indexes and "numpy" not in module_singletons._unread
+    assert "scipy" in module_singletons._unread
+    x = np.linspace(0, 10, 50)
+    pred = sm.OLS(2 * x, sm.add_constant(x)).fit().get_prediction()
+    pickled = pickle_values([pred], {})
+    assert "scipy" in module_singletons._indexes
+    with restoring_into({}):
+        assert unpickle(pickled.stream, [b.raw() for b in pickled.buffers]).dist is scipy.stats.t
+
+
+def test_the_modules_a_cell_imports_are_taken_as_it_is_committed(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cell of imports takes its modules' globals when it is committed (a copy, paid where the import
+    is paid), not the first later cell that pickles one of their objects."""
+    (tmp_path / "nb_taken.py").write_text("limit = 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    shell = Shell(store_url, "taken")
+    try:
+        shell.ok("%%durable imports\nimport nb_taken")
+        assert module_singletons._seen.get("nb_taken") is sys.modules["nb_taken"]
+    finally:
+        shell.close()
+        sys.modules.pop("nb_taken", None)

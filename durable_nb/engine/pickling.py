@@ -43,9 +43,9 @@ import cloudpickle
 import xxhash
 
 from ..store.codec import refuse_open_file
-from .cells.pickle_reach import reached
+from .cells.pickle_reach import importable, reached
 
-__all__ = ["Pickled", "buffer_digest", "in_reach", "pickle_values", "restoring_into", "unpickle"]
+__all__ = ["Pickled", "buffer_digest", "in_reach", "pickle_values", "restoring_into", "take_imported", "unpickle"]
 
 _target: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("durable_nb_restore_into", default=None)
 
@@ -184,14 +184,42 @@ def unpickle(stream: Any, buffers: list[Any]) -> Any:
 
 
 _SINGLETONS = f"{__package__}.module_singletons"
+_UNREAD: Any = object()  # stands for a type whose library's singletons were not asked for yet
 
 
-def _singleton_ids() -> Container[int]:
+# How many modules were loaded when the singleton index last took the new ones.
+_modules_taken = -1
+
+
+def take_imported() -> None:
+    """Take the globals of the modules imported since the last call, for the singleton index.
+
+    Called as each cell is committed: the cell that imported a library pays for the copy (a few
+    milliseconds next to the import's hundreds), not the first later cell that pickles one of its
+    objects (a cell of numbers right after a cell of imports).
+    """
+    global _modules_taken
+    if len(sys.modules) == _modules_taken:
+        return
+    module_singletons = sys.modules.get(_SINGLETONS) or importlib.import_module(_SINGLETONS)
+    module_singletons.refresh()
+    _modules_taken = len(sys.modules)
+
+
+def _singleton_ids(kind: type) -> Container[int] | None:
     # Imported here: attaching a kernel, and a cell of plain numbers, load no module for it.
     from . import module_singletons
 
-    module_singletons.refresh()
-    return module_singletons.candidates()
+    return module_singletons.index_for(kind)
+
+
+def _by_name(kind: type, obj: Any) -> bool:
+    """True if ``obj`` is a library's object pickled by its name, told without running code of its own."""
+    try:
+        # A proxy's __getattr__ would be asked for the names: such an object is looked up as any other.
+        return not hasattr(kind, "__getattr__") and importable(obj)
+    except Exception:  # noqa: BLE001 - an object that refuses to be asked is looked up as any other
+        return False
 
 
 def _module_global(module: str, name: str) -> Any:
@@ -273,7 +301,8 @@ class _NamespacePickler(cloudpickle.Pickler):
         self.figures: set[int] = set()
         self.extra_reach: list[Any] = []
         self.by_name: set[int] = set()  # library singletons pickled by their module and name
-        self._singletons: Container[int] | None = None  # read when the first object that is no atom is met
+        # Per type met: the ids of its library's singletons (None: no object of that type can be one).
+        self._singletons: dict[type, Container[int] | None] = {}
         self._closure_cells: set[int] = set()
         numpy = sys.modules.get("numpy")
         self._ndarray: type | None = numpy.ndarray if numpy is not None else None
@@ -304,9 +333,14 @@ class _NamespacePickler(cloudpickle.Pickler):
             return _seal(obj)
         if kind is self._callbacks:
             return _reduce_callbacks(obj)
-        if self._singletons is None:
-            self._singletons = _singleton_ids()
-        if id(obj) in self._singletons:
+        singletons = self._singletons.get(kind, _UNREAD)
+        if singletons is _UNREAD:
+            # A library's function-like object (numpy's ufuncs and dispatchers) is pickled by name:
+            # a cell of imports has no library's globals read for it.
+            if _by_name(kind, obj):
+                return super().reducer_override(obj)
+            singletons = self._singletons[kind] = _singleton_ids(kind)
+        if singletons is not None and id(obj) in singletons:
             held = sys.modules[_SINGLETONS].module_name_of(obj)
             if held is not None:
                 self.by_name.add(id(obj))

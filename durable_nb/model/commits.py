@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .._lazy import lazy_names
-from .records import Blob, CheckpointDraft, CheckpointRecord, NewEvent, RunRecord, quick_init
+from .records import Blob, CheckpointDraft, CheckpointRecord, NewEvent, Record, RunRecord, quick_init
 from .status import RunKind, RunStatus
 
 if TYPE_CHECKING:
@@ -32,8 +32,8 @@ UNCHANGED: Any = _Unchanged()
 
 
 @quick_init
-@dataclass(frozen=True, slots=True, init=False)
-class NewRun:
+@dataclass(repr=False, eq=False, slots=True, init=False)
+class NewRun(Record):
     """A run about to be created, with the blobs of its input."""
 
     run_id: str
@@ -67,8 +67,8 @@ class WriteRow(NamedTuple):
 
 
 @quick_init
-@dataclass(frozen=True, slots=True, init=False)
-class RunUpdate:
+@dataclass(repr=False, eq=False, slots=True, init=False)
+class RunUpdate(Record):
     """Changes to a run row that ride in a commit; UNCHANGED fields stay."""
 
     status: Any = UNCHANGED
@@ -79,8 +79,8 @@ class RunUpdate:
 
 
 @quick_init
-@dataclass(frozen=True, slots=True, init=False)
-class Commit:
+@dataclass(repr=False, eq=False, slots=True, init=False)
+class Commit(Record):
     """Everything one transaction writes for a run.
 
     The checks run first inside the transaction: when one fails, nothing is written.
@@ -115,8 +115,8 @@ class Commit:
 
 
 @quick_init
-@dataclass(frozen=True, slots=True, init=False)
-class CommitResult:
+@dataclass(repr=False, eq=False, slots=True, init=False)
+class CommitResult(Record):
     """What a commit wrote: its checkpoints with their seqs (a sequence, perhaps built as it is
     read), and any claimed interrupt."""
 

@@ -8,7 +8,8 @@ The records' annotations are evaluated, not kept as text: dataclasses parses a t
 twice per field (is it a ClassVar, an InitVar?), a tenth of what defining them cost a kernel.
 """
 
-from dataclasses import MISSING, dataclass, field, fields
+import reprlib
+from dataclasses import MISSING, FrozenInstanceError, dataclass, field, fields
 from operator import attrgetter
 from types import MemberDescriptorType
 from typing import Any, TypeVar
@@ -23,6 +24,7 @@ __all__ = [
     "CheckpointState",
     "NewEvent",
     "RunRecord",
+    "Record",
     "evolve",
     "quick_init",
 ]
@@ -39,6 +41,55 @@ __getattr__, __dir__ = lazy_names(
 
 T = TypeVar("T", bound=type)
 R = TypeVar("R")
+
+
+class Record:
+    """What dataclasses writes for a frozen record class (comparison, hash, repr, no assignment),
+    written once for every record class: dataclasses compiles each of them anew for each class,
+    over half of what defining the records costs a kernel attaching to a run."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        compared = _compared(type(self))
+        return bool(compared(self) == compared(other))
+
+    def __hash__(self) -> int:
+        return hash(_compared(type(self))(self))
+
+    @reprlib.recursive_repr()
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)  # type: ignore[arg-type]
+        return f"{type(self).__qualname__}({shown})"
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    # Pickled and copied as dataclasses does a frozen slotted class: the values of the fields in order.
+    def __getstate__(self) -> list[Any]:
+        return [getattr(self, f.name) for f in fields(self)]  # type: ignore[arg-type]
+
+    def __setstate__(self, state: list[Any]) -> None:
+        for f, value in zip(fields(self), state, strict=False):  # type: ignore[arg-type]
+            object.__setattr__(self, f.name, value)
+
+
+# Per record class: a getter of the values it is compared and hashed by, as one tuple.
+_comparisons: dict[type, "attrgetter[Any]"] = {}
+
+
+def _compared(cls: type) -> "attrgetter[Any]":
+    getter = _comparisons.get(cls)
+    if getter is None:
+        # A last name that is no field's: the getter gives a tuple however many fields are compared.
+        names = [f.name for f in fields(cls) if f.compare]
+        getter = _comparisons[cls] = attrgetter(*names, "__class__")
+    return getter
 
 
 class _Factory:
@@ -92,8 +143,8 @@ def quick_init(cls: T) -> T:
 
 
 @quick_init
-@dataclass(frozen=True, slots=True, init=False)
-class Blob:
+@dataclass(repr=False, eq=False, slots=True, init=False)
+class Blob(Record):
     """A serialized value stored once under its content address."""
 
     hash: str
@@ -115,8 +166,8 @@ class Blob:
 
 
 @quick_init
-@dataclass(frozen=True, slots=True, init=False)
-class RunRecord:
+@dataclass(repr=False, eq=False, slots=True, init=False)
+class RunRecord(Record):
     """One row of the runs table."""
 
     run_id: str
@@ -139,8 +190,8 @@ class RunRecord:
 
 
 @quick_init
-@dataclass(frozen=True, slots=True, init=False)
-class CheckpointState:
+@dataclass(repr=False, eq=False, slots=True, init=False)
+class CheckpointState(Record):
     """The state of a run at a checkpoint: its values (name to address) and completed nodes.
 
     ``since_snapshot`` counts the checkpoints since the last one that stored the whole state.
@@ -152,8 +203,8 @@ class CheckpointState:
 
 
 @quick_init
-@dataclass(frozen=True, slots=True, init=False)
-class CheckpointDraft:
+@dataclass(repr=False, eq=False, slots=True, init=False)
+class CheckpointDraft(Record):
     """A checkpoint about to be written; the store assigns its seq and time.
 
     A checkpoint stores what it changed: ``changes`` (name to address, None for a name
@@ -193,7 +244,7 @@ class CheckpointDraft:
 
 
 @quick_init
-@dataclass(frozen=True, slots=True, init=False, kw_only=True)
+@dataclass(repr=False, eq=False, slots=True, init=False, kw_only=True)
 class CheckpointRecord(CheckpointDraft):
     """One immutable row of the checkpoints table: a written draft with its run, seq and time."""
 
@@ -203,8 +254,8 @@ class CheckpointRecord(CheckpointDraft):
 
 
 @quick_init
-@dataclass(frozen=True, slots=True, init=False)
-class NewEvent:
+@dataclass(repr=False, eq=False, slots=True, init=False)
+class NewEvent(Record):
     """An event about to be appended to a run's log."""
 
     type: EventType

@@ -18,7 +18,7 @@ from ..model import CheckpointRecord
 from .capture import Capture, is_quiet
 from .cellcode import CellCode
 from .definitions import Definitions, unstored_advice
-from .execute import run_code
+from .execute import cache_cell, run_code
 from .map_progress import MapProgress
 from .notes import Notes
 from .outcome import cell_outcome, ids_of
@@ -99,7 +99,7 @@ class CellExecutor:
         Return the checkpoint written (None when ``only_if_changed`` found nothing changed)."""
         __tracebackhide__ = True
         # Numbered as the cell running it, so a traceback reads 'Cell In[n]' as for a plain cell.
-        filename = self.shell.compile.cache(source, max(self.shell.execution_count - 1, 0))
+        filename = cache_cell(self.shell, source, max(self.shell.execution_count - 1, 0))
         flags = getattr(self.shell.compile, "flags", 0)
         started = time.perf_counter()
         attempts = Attempts(AttemptPolicy(options.retries, options.timeout), node)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ..errors import StoreError, StoreFailed, TamperedValueError
 from ..model import Blob
+from ..model.records import quick_init
 from .codec import address_hasher
 
 __all__ = ["FILE_BYTES", "BlobFolder", "FileBlob", "FileVanished", "read_hashed"]
@@ -58,7 +59,8 @@ class FileVanished(StoreError):
         )
 
 
-@dataclass(frozen=True, slots=True)
+@quick_init
+@dataclass(repr=False, eq=False, slots=True, init=False)  # frozen, compared and shown as Blob is
 class FileBlob(Blob):
     """A blob whose bytes are in the blob folder: its row keeps the size and empty data."""
 

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 from ...model import Blob
 from ...store import codec
-from ..pickling import Pickled, in_reach, pickle_values
+from ..pickling import Pickled, in_reach, pickle_values, take_imported
 from .last_units import with_last_units
 from .reach_index import ReachIndex
 from .reference_walk import DisjointSets, likely_units, reaches_any
@@ -235,6 +235,7 @@ class NamespaceTracker:
         ``stored`` is the run's manifest: a value counts as unchanged only if that is where the
         run already holds it (after a fork or a switch the kernel may hold another run's value).
         """
+        take_imported()
         todo = {name for name in touched if name in namespace and storable(name)}
         for name, entry in self.known.items():
             if name in namespace and (entry.reach is None or entry.figures & open_figures) and storable(name):
