@@ -42,7 +42,7 @@ from typing import Any
 import cloudpickle
 import xxhash
 
-from ..store.codec import refuse_open_file
+from ..store.codec import is_file_type, refuse_open_file
 from .cells.pickle_reach import reached
 
 __all__ = ["Pickled", "buffer_digest", "in_reach", "pickle_values", "restoring_into", "unpickle"]
@@ -275,6 +275,7 @@ class _NamespacePickler(cloudpickle.Pickler):
         self.by_name: set[int] = set()  # library singletons pickled by their module and name
         self._singletons: Container[int] | None = None  # read when the first object that is no atom is met
         self._closure_cells: set[int] = set()
+        self._file_types: dict[type, bool] = {}
         numpy = sys.modules.get("numpy")
         self._ndarray: type | None = numpy.ndarray if numpy is not None else None
         figure_module = sys.modules.get("matplotlib.figure")
@@ -284,8 +285,13 @@ class _NamespacePickler(cloudpickle.Pickler):
         self._callbacks: type | None = getattr(sys.modules.get("matplotlib.cbook"), "CallbackRegistry", None)
 
     def reducer_override(self, obj: Any) -> Any:
-        refuse_open_file(obj)
         kind = type(obj)
+        # Asked once per type: io.IOBase is an ABC, whose isinstance runs Python for every object pickled.
+        is_file = self._file_types.get(kind)
+        if is_file is None:
+            is_file = self._file_types[kind] = is_file_type(kind)
+        if is_file or obj.__class__ is not kind:
+            refuse_open_file(obj)
         if kind is types.FunctionType:
             if obj.__globals__ is self.namespace:
                 return self._reduce_function(obj)
