@@ -178,9 +178,17 @@ def unpickle(stream: Any, buffers: list[Any]) -> Any:
     """
     load = functools.partial(pickle.loads, stream, buffers=buffers)
     namespace = _target.get()
-    if namespace is None:
-        return load()
-    return eval(_LOAD_IN_NAMESPACE, namespace, {"_durable_nb_load": load})
+    # Loading a figure makes tens of thousands of objects, all kept: left on, the collector walks
+    # them (and the notebook's heap) again and again meanwhile, as when pickling.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        if namespace is None:
+            return load()
+        return eval(_LOAD_IN_NAMESPACE, namespace, {"_durable_nb_load": load})
+    finally:
+        if collecting:
+            gc.enable()
 
 
 _SINGLETONS = f"{__package__}.module_singletons"
