@@ -28,7 +28,6 @@ import bisect
 import builtins
 import contextvars
 import functools
-import gc
 import importlib
 import io
 import pickle
@@ -42,6 +41,7 @@ from typing import Any
 import cloudpickle
 import xxhash
 
+from .._collector import collector_paused
 from ..store.codec import is_file_type, refuse_open_file
 from .cells.pickle_reach import reached
 
@@ -180,15 +180,10 @@ def unpickle(stream: Any, buffers: list[Any]) -> Any:
     namespace = _target.get()
     # Loading a figure makes tens of thousands of objects, all kept: left on, the collector walks
     # them (and the notebook's heap) again and again meanwhile, as when pickling.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_paused():
         if namespace is None:
             return load()
         return eval(_LOAD_IN_NAMESPACE, namespace, {"_durable_nb_load": load})
-    finally:
-        if collecting:
-            gc.enable()
 
 
 _SINGLETONS = f"{__package__}.module_singletons"
@@ -384,15 +379,10 @@ def pickle_values(values: list[Any], namespace: Mapping[str, Any]) -> Pickled:
     pickler = _NamespacePickler(file, namespace, frozenset(id(a) for a in arrays), shared)
     # Pickling a figure allocates tens of thousands of objects: left on, the collector walks the
     # whole notebook's heap again and again meanwhile (several times the pickle's own cost).
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_paused():
         pickler.dump(values[0] if len(values) == 1 else tuple(values))
         memo = pickler.memo.copy()
         ids = reached(memo, namespace, pickler.buffers, pickler.by_name)
-    finally:
-        if collecting:
-            gc.enable()
     held = [memo[key][1] for key in ids]
     held.extend(pickler.extra_reach)
     ids.extend(id(bottom) for bottom in pickler.extra_reach)
