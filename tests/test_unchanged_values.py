@@ -279,6 +279,27 @@ def test_artists_kept_in_variables_are_not_pickled_again_until_changed(shell: Sh
     assert {"fig", "lines"} <= set(shell.changed("recolour"))
 
 
+def test_witnesses_are_taken_and_checked_with_the_collector_paused(
+    shell: Shell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A witness's walk digests thousands of objects, as a pickle meets them: no cycle collection runs
+    meanwhile, and the collector runs again once the commit's plan is made."""
+    import gc
+
+    collecting: list[bool] = []
+    for name in ("witness", "holds"):
+        real = getattr(namespace, name)
+
+        def recording(*args: Any, real: Any = real) -> Any:
+            collecting.append(gc.isenabled())
+            return real(*args)
+
+        monkeypatch.setattr(namespace, name, recording)
+    shell.cell("%%durable read\nsize = fig.get_size_inches()\nscore = model.score(X, y)")
+    assert collecting and not any(collecting)
+    assert gc.isenabled()
+
+
 LINES = (
     "%%durable lines\nplt.figure()\np1 = plt.plot([1, 2])\np2 = plt.plot([2, 1])\np3 = plt.plot([1, 1])\n"
     "p4 = plt.plot([2, 2], linestyle='dotted')"

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
+from ..._collector import collector_paused
 from ...model import Blob
 from ...store import codec
 from ..pickling import Pickled, in_reach, pickle_values
@@ -222,6 +223,8 @@ class NamespaceTracker:
         for name in names:
             self._pop(name)
 
+    # The pickles and the witnesses' walks make many objects, kept until the plan is made.
+    @collector_paused()
     def plan(
         self,
         namespace: Mapping[str, Any],
