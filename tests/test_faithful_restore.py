@@ -194,6 +194,29 @@ def test_figures_restore_as_they_were_drawn(start: Callable[[], Kernel]) -> None
     assert probe(restorer, "[ax.figure is fig, ax.get_title(), ax2.figure is fig2]") == [True, "kept", True]
 
 
+def test_a_value_of_many_objects_restores_with_no_collection_meanwhile(start: Callable[[], Kernel]) -> None:
+    """Loading a value made of many objects (a figure's artists) runs no garbage collection meanwhile: every
+    one of them is kept, and the collector would walk them, and the notebook's heap, again and again. The
+    value comes back whole, and collecting works again after it."""
+    cells = ["%%durable many\nrows = {i: {'i': i, 'tags': [i]} for i in range(60_000)}\nrows['all'] = rows"]
+    first = start()
+    run_all(first, cells)
+    first.kill()
+    second = start()
+    counting = (
+        "import gc as _gc, sys as _sys\n_sys._collections = []\n"
+        "_gc.callbacks.append(lambda phase, info: phase == 'start' and _sys._collections.append(info['generation']))"
+    )
+    assert second.run(SETUP).status == "ok"
+    assert second.run(counting).status == "ok"
+    result = second.run(cells[0])
+    assert result.status == "ok" and restored([result]) == [True], result.text
+    # 120,000 containers made with the collector on would run it about 170 times.
+    assert len(probe(second, "__import__('sys')._collections")) < 10
+    assert probe(second, "[len(rows), rows['all'] is rows, rows[59_999]['tags']]") == [60_001, True, [59_999]]
+    assert probe(second, "__import__('gc').isenabled()") is True
+
+
 def test_the_cell_value_is_out_n_and_underscore(start: Callable[[], Kernel]) -> None:
     """Outputs: a cell's value is shown as execute_result, with Out[n] and _ set, after a restore too."""
     cells = ["%%durable value\nnumbers = [3, 1, 2]\nsorted(numbers)", "%%durable name\nnumbers"]

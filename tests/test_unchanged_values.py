@@ -279,6 +279,52 @@ def test_artists_kept_in_variables_are_not_pickled_again_until_changed(shell: Sh
     assert {"fig", "lines"} <= set(shell.changed("recolour"))
 
 
+def test_witnesses_are_taken_and_checked_with_the_collector_paused(
+    shell: Shell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A witness's walk digests thousands of objects, as a pickle meets them: no cycle collection runs
+    meanwhile, and the collector runs again once the commit's plan is made."""
+    import gc
+
+    collecting: list[bool] = []
+    for name in ("witness", "holds"):
+        real = getattr(namespace, name)
+
+        def recording(*args: Any, real: Any = real) -> Any:
+            collecting.append(gc.isenabled())
+            return real(*args)
+
+        monkeypatch.setattr(namespace, name, recording)
+    shell.cell("%%durable read\nsize = fig.get_size_inches()\nscore = model.score(X, y)")
+    assert collecting and not any(collecting)
+    assert gc.isenabled()
+
+
+LINES = (
+    "%%durable lines\nplt.figure()\np1 = plt.plot([1, 2])\np2 = plt.plot([2, 1])\np3 = plt.plot([1, 1])\n"
+    "p4 = plt.plot([2, 2], linestyle='dotted')"
+)
+
+
+def test_lines_drawn_on_one_axes_are_pickled_together_not_one_by_one(shell: Shell) -> None:
+    """Lines that pyplot draws on one new figure, each kept in a variable of its own, are found reaching the
+    figure the first was pickled with: the figure is pickled twice in that commit, not once per line; a
+    restore gives them back on one axes."""
+    ns = shell.shell.user_ns
+    shell.cell(LINES)
+    lines = [ns[f"p{i}"] for i in range(1, 5)]
+    assert len([values for values in shell.pickled if held(values, *lines)]) <= 2
+    assert shell.changed("lines") == ["p1", "p2", "p3", "p4"]
+    shell.release()
+    again = Shell(shell.store_url, shell.pickled)
+    for cell in (SETUP, FIGURE, MODELS, LINES):
+        again.ok(cell)
+    restored = again.shell.user_ns
+    assert len({id(restored[f"p{i}"][0].axes) for i in range(1, 5)}) == 1
+    assert restored["p4"][0].get_linestyle() == ":"
+    again.release()
+
+
 SECOND = (
     "%%durable second\nfig2, ax2 = plt.subplots()\nax2.plot([1, 2, 3], 'o-')\nax2.scatter([1, 2], [2, 1], marker='h')\n"
     "fig2.colorbar(ax2.imshow(np.eye(3)))\nfig2.canvas.draw()"

@@ -28,7 +28,6 @@ import bisect
 import builtins
 import contextvars
 import functools
-import gc
 import importlib
 import io
 import pickle
@@ -42,7 +41,8 @@ from typing import Any
 import cloudpickle
 import xxhash
 
-from ..store.codec import refuse_open_file
+from .._collector import collector_paused
+from ..store.codec import is_file_type, refuse_open_file
 from .cells.pickle_reach import importable, reached
 
 __all__ = ["Pickled", "buffer_digest", "in_reach", "pickle_values", "restoring_into", "take_imported", "unpickle"]
@@ -178,9 +178,12 @@ def unpickle(stream: Any, buffers: list[Any]) -> Any:
     """
     load = functools.partial(pickle.loads, stream, buffers=buffers)
     namespace = _target.get()
-    if namespace is None:
-        return load()
-    return eval(_LOAD_IN_NAMESPACE, namespace, {"_durable_nb_load": load})
+    # Loading a figure makes tens of thousands of objects, all kept: left on, the collector walks
+    # them (and the notebook's heap) again and again meanwhile, as when pickling.
+    with collector_paused():
+        if namespace is None:
+            return load()
+        return eval(_LOAD_IN_NAMESPACE, namespace, {"_durable_nb_load": load})
 
 
 _SINGLETONS = f"{__package__}.module_singletons"
@@ -304,6 +307,7 @@ class _NamespacePickler(cloudpickle.Pickler):
         # Per type met: the ids of its library's singletons (None: no object of that type can be one).
         self._singletons: dict[type, Container[int] | None] = {}
         self._closure_cells: set[int] = set()
+        self._file_types: dict[type, bool] = {}
         numpy = sys.modules.get("numpy")
         self._ndarray: type | None = numpy.ndarray if numpy is not None else None
         figure_module = sys.modules.get("matplotlib.figure")
@@ -313,8 +317,13 @@ class _NamespacePickler(cloudpickle.Pickler):
         self._callbacks: type | None = getattr(sys.modules.get("matplotlib.cbook"), "CallbackRegistry", None)
 
     def reducer_override(self, obj: Any) -> Any:
-        refuse_open_file(obj)
         kind = type(obj)
+        # Asked once per type: io.IOBase is an ABC, whose isinstance runs Python for every object pickled.
+        is_file = self._file_types.get(kind)
+        if is_file is None:
+            is_file = self._file_types[kind] = is_file_type(kind)
+        if is_file or obj.__class__ is not kind:
+            refuse_open_file(obj)
         if kind is types.FunctionType:
             if obj.__globals__ is self.namespace:
                 return self._reduce_function(obj)
@@ -404,15 +413,10 @@ def pickle_values(values: list[Any], namespace: Mapping[str, Any]) -> Pickled:
     pickler = _NamespacePickler(file, namespace, frozenset(id(a) for a in arrays), shared)
     # Pickling a figure allocates tens of thousands of objects: left on, the collector walks the
     # whole notebook's heap again and again meanwhile (several times the pickle's own cost).
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_paused():
         pickler.dump(values[0] if len(values) == 1 else tuple(values))
         memo = pickler.memo.copy()
         ids = reached(memo, namespace, pickler.buffers, pickler.by_name)
-    finally:
-        if collecting:
-            gc.enable()
     held = [memo[key][1] for key in ids]
     held.extend(pickler.extra_reach)
     ids.extend(id(bottom) for bottom in pickler.extra_reach)

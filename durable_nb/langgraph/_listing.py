@@ -8,9 +8,7 @@ values in one more, whatever the page's length.
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +16,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from .._collector import collector_paused
 from ..errors import InvalidInput
 from ..model import CheckpointRecord, RunRecord
 from ..store.protocol import Store
@@ -108,7 +107,7 @@ class Listing:
 
     async def page(self, serde: SerializerProtocol, plan: Plan, start: int) -> Page:
         """Load the page of a listing from ``start``; return its checkpoints and where the next starts (None: done)."""
-        with _collector_paused():
+        with collector_paused():
             return await self._page(serde, plan, start)
 
     async def _page(self, serde: SerializerProtocol, plan: Plan, start: int) -> Page:
@@ -138,22 +137,3 @@ class Listing:
         found = [loaded[run.run_id, seq] for _, seq, run in part if (run.run_id, seq) in loaded]
         following = start + PAGE
         return found, following if following < len(plan.chosen) else None
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause Python's cycle collector while a page is read and decoded, if it runs.
-
-    A page makes tens of thousands of small containers (rows, records, dicts) and no cycles:
-    the collections they set off, each walking every object the process holds, took about a
-    third of a long listing's time. They are freed by reference counting all the same, and
-    the collector runs again once the page is made (one the caller turned off stays off).
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()

@@ -122,6 +122,11 @@ def encode_json(value: Any) -> bytes:
     return _JSON_ENCODER.encode(value).encode()
 
 
+def is_file_type(kind: type) -> bool:
+    """Whether instances of ``kind`` are open files ``refuse_open_file`` refuses (a pickler asks once per type)."""
+    return issubclass(kind, io.IOBase) and not issubclass(kind, (io.StringIO, io.BytesIO))
+
+
 def refuse_open_file(obj: Any) -> None:
     """Raise PicklingError for an open file: pickled, it would come back as a copy of its text."""
     if isinstance(obj, io.IOBase) and not isinstance(obj, (io.StringIO, io.BytesIO)):

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
+from ..._collector import collector_paused
 from ...model import Blob
 from ...store import codec
 from ..pickling import Pickled, in_reach, pickle_values, take_imported
@@ -222,6 +223,8 @@ class NamespaceTracker:
         for name in names:
             self._pop(name)
 
+    # The pickles and the witnesses' walks make many objects, kept until the plan is made.
+    @collector_paused()
     def plan(
         self,
         namespace: Mapping[str, Any],
@@ -254,6 +257,19 @@ class NamespaceTracker:
                 if other in namespace and other not in seen and storable(other):
                     queue.append(other)
 
+        def join_holder(names: list[str]) -> bool:
+            # Values a short walk finds reaching a unit already pickled in this commit (lines drawn on
+            # the axes of a figure pickled just before) join it: pickled with it once, at the end,
+            # rather than alone first to find the sharing from their own pickle.
+            for name in names:
+                found = reaches_any(namespace[name], covered, namespace) if covered else None
+                if found is not None:
+                    holder = next(u for u in units if u.holds(found))
+                    holder.names.extend(names)
+                    holder.dirty = True
+                    return True
+            return False
+
         def keep_unchanged(names: list[str]) -> bool:
             # A group known unchanged is kept as it was stored, without pickling it again.
             kept = self._unchanged(names, namespace, stored, storable, refused)
@@ -277,6 +293,8 @@ class NamespaceTracker:
             if not names:
                 continue
             seen.update(names)
+            if join_holder(names):
+                continue
             try:
                 result = pickle_values([namespace[n] for n in names], namespace)
             except Exception:  # noqa: BLE001 - one of them cannot be pickled: each is tried alone below
@@ -292,14 +310,7 @@ class NamespaceTracker:
                 if name in seen:
                     continue
                 seen.add(name)
-                value = namespace[name]
-                found = reaches_any(value, covered, namespace) if covered else None
-                holder = None if found is None else next(u for u in units if u.holds(found))
-                if holder is not None:
-                    holder.names.append(name)
-                    holder.dirty = True
-                    continue
-                if keep_unchanged([name]):
+                if join_holder([name]) or keep_unchanged([name]):
                     continue
                 try:
                     result = pickle_values([namespace[name]], namespace)

@@ -12,11 +12,13 @@ from __future__ import annotations
 import enum
 import gc
 import io
+import operator
 import pickle
 import sys
 import types
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
+from itertools import compress
 from typing import Any
 
 __all__ = ["importable", "reached"]
@@ -105,16 +107,16 @@ def _made_while_pickling(memo: dict[int, tuple[int, Any]], buffers: Sequence[Any
     pickle reached alive (so that its ids stay its own): a large array a reducer copied into its
     state must not be kept with it, so those are looked for too (smaller ones cost little to keep).
     """
-    exported = Counter(map(id, gc.get_referents(*buffers))).get  # dict.get: a Counter's [] runs Python
-    extra = {key: sys.getrefcount(entry[1]) - _MEMO_ONLY - exported(key, 0) for key, entry in memo.items()}
-    made = {key for key, count in extra.items() if count <= 0}
+    counts = _reference_counts(memo)
+    for key, held in Counter(map(id, gc.get_referents(*buffers))).items():
+        if key in counts:
+            counts[key] -= held
+    # Picked in C (compress): a figure's memo holds tens of thousands of objects.
+    made = set(compress(counts, map(_MEMO_ONLY.__ge__, counts.values())))
     numpy = sys.modules.get("numpy")
     ndarray = numpy.ndarray if numpy is not None else None
-    large = {
-        key
-        for key, count in extra.items()
-        if count == 1 and type(memo[key][1]) is ndarray and _large_array(memo[key][1])
-    }
+    once = compress(counts, map((_MEMO_ONLY + 1).__eq__, counts.values()))
+    large = {key for key in once if type(memo[key][1]) is ndarray and _large_array(memo[key][1])}
     if large and made:
         for referent in gc.get_referents(*(memo[key][1] for key in made)):
             if id(referent) in large:
@@ -156,12 +158,18 @@ def reached(
     return found
 
 
+def _reference_counts(memo: dict[int, tuple[int, Any]]) -> dict[int, int]:
+    """Each memo object's reference count by its key, counted in C (one call per object costs more)."""
+    objects = list(map(_SECOND, memo.values()))
+    return dict(zip(memo, map(sys.getrefcount, objects), strict=True))
+
+
 def _memo_only_references() -> int:
     file = io.BytesIO()
     pickler = pickle.Pickler(file, protocol=5)
     pickler.dump([{}])  # the list and the dict are held by nothing but the memo once dumped
-    counts = [sys.getrefcount(entry[1]) for entry in pickler.memo.copy().values()]
-    return max(counts) - 1  # the dict is also held by the list
+    return max(_reference_counts(pickler.memo.copy()).values()) - 1  # the dict is also held by the list
 
 
+_SECOND = operator.itemgetter(1)
 _MEMO_ONLY = _memo_only_references()
