@@ -122,14 +122,18 @@ def encode_json(value: Any) -> bytes:
     return _JSON_ENCODER.encode(value).encode()
 
 
+# Files in memory pickle as what they hold, which is what they are.
+_IN_MEMORY = (io.StringIO, io.BytesIO)
+
+
 def is_file_type(kind: type) -> bool:
     """Whether instances of ``kind`` are open files ``refuse_open_file`` refuses (a pickler asks once per type)."""
-    return issubclass(kind, io.IOBase) and not issubclass(kind, (io.StringIO, io.BytesIO))
+    return issubclass(kind, io.IOBase) and not issubclass(kind, _IN_MEMORY)
 
 
 def refuse_open_file(obj: Any) -> None:
     """Raise PicklingError for an open file: pickled, it would come back as a copy of its text."""
-    if isinstance(obj, io.IOBase) and not isinstance(obj, (io.StringIO, io.BytesIO)):
+    if isinstance(obj, io.IOBase) and not isinstance(obj, _IN_MEMORY):
         raise pickle.PicklingError(
             f"{type(obj).__name__} {getattr(obj, 'name', '')!r} is an open file; a restore could not reopen "
             "it (it would come back as a copy of what it held). Store its path or its contents instead"
