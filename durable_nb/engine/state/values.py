@@ -173,8 +173,8 @@ class ValueCodec:
         for address, value in plain.items():
             self.lists.remember_whole(address, value, found[address].size)
         plain.update(lists)
-        # The groups see the names loaded before them: a formula model evaluates its formula again
-        # while unpickled, and it may name a function or number the same cell made.
+        # The values a group that fails to load is tried again beside (see _load_groups): a formula
+        # model evaluates its formula again while unpickled, and it may name what its cell made.
         scope = {name: plain[h] for m in manifests.values() for name, h in m.items() if h in plain}
         groups = await self._load_groups([found[h] for h in found if codec.is_group(h)], namespace, scope)
         loaded = {
