@@ -230,3 +230,26 @@ def test_the_modules_a_cell_imports_are_taken_as_it_is_committed(
     finally:
         shell.close()
         sys.modules.pop("nb_taken", None)
+
+
+def test_formula_models_restore_with_the_functions_they_were_fitted_with(store_url: str) -> None:
+    """A later cell defines the formula's function again and fits a second model on the same data:
+    each model, restored in one group, predicts with the function it was fitted with."""
+    cells = [
+        "%%durable first\nimport numpy as np, pandas as pd, statsmodels.formula.api as smf\n"
+        "def shift(v):\n    return v\n\n"
+        "df = pd.DataFrame({'y': np.arange(1, 21.0), 'x': np.arange(1, 21.0) ** 1.5})\n"
+        "before = smf.ols('y ~ shift(x)', df).fit()",
+        "%%durable again\ndef shift(v):\n    return np.log(v)\n\nafter = smf.ols('y ~ shift(x)', df).fit()",
+    ]
+    first = Shell(store_url, "shift")
+    first.run_all(*cells)
+    fitted = {name: first.ns[name].predict(first.ns["df"].head(3)).tolist() for name in ("before", "after")}
+    first.close()
+    assert fitted["before"] != fitted["after"]
+    second = Shell(store_url, "shift")
+    for cell in cells:
+        assert "restored" in _notes(second, cell), cell
+    for name, predicted in fitted.items():
+        assert second.ns[name].predict(second.ns["df"].head(3)).tolist() == predicted, name
+    second.close()

@@ -44,6 +44,7 @@ import xxhash
 from .._collector import collector_paused
 from ..store.codec import is_file_type, refuse_open_file
 from .cells.pickle_reach import importable, reached
+from .formula_models import data_class, reduce_formula_data
 
 __all__ = ["Pickled", "buffer_digest", "in_reach", "pickle_values", "restoring_into", "take_imported", "unpickle"]
 
@@ -106,6 +107,11 @@ def _namespace() -> dict[str, Any]:
     target = _target.get()
     # Outside a restore (a view loading values in a script) a function gets globals of its own.
     return target if target is not None else {"__builtins__": builtins}
+
+
+def restore_target() -> dict[str, Any] | None:
+    """The namespace values are being restored into, inside ``restoring_into``."""
+    return _target.get()
 
 
 def _make_function(code: types.CodeType, name: str, cells: tuple[Any, ...]) -> types.FunctionType:
@@ -315,6 +321,7 @@ class _NamespacePickler(cloudpickle.Pickler):
         pandas = sys.modules.get("pandas")
         self._sealed: tuple[type, ...] = (pandas.Index,) if pandas is not None else ()
         self._callbacks: type | None = getattr(sys.modules.get("matplotlib.cbook"), "CallbackRegistry", None)
+        self._model_data = data_class()
 
     def reducer_override(self, obj: Any) -> Any:
         kind = type(obj)
@@ -342,6 +349,10 @@ class _NamespacePickler(cloudpickle.Pickler):
             return _seal(obj)
         if kind is self._callbacks:
             return _reduce_callbacks(obj)
+        if self._model_data is not None and issubclass(kind, self._model_data):
+            reduced = reduce_formula_data(obj)
+            if reduced is not None:
+                return reduced
         singletons = self._singletons.get(kind, _UNREAD)
         if singletons is _UNREAD:
             # A library's function-like object (numpy's ufuncs and dispatchers) is pickled by name:
