@@ -325,6 +325,30 @@ def test_lines_drawn_on_one_axes_are_pickled_together_not_one_by_one(shell: Shel
     again.release()
 
 
+def test_a_value_joined_to_a_figures_unit_that_cannot_be_pickled_is_left_out_not_the_cell(shell: Shell) -> None:
+    """A value holding a line of a figure pickled in the same commit joins the figure's unit; when it
+    cannot be pickled, the cell still commits: the figure and the line without it, the value named unstored."""
+    ns = shell.shell.user_ns
+    shell.ok(SETUP)
+    shell.ok(
+        "%%durable held\nimport threading, types\nfig, ax = plt.subplots()\nline, = ax.plot([1, 2])\n"
+        "holder = types.SimpleNamespace(line=line, lock=threading.Lock())"
+    )
+    changed = shell.changed("held")
+    assert {"ax", "fig", "line"} <= set(changed) and "holder" not in changed
+    assert "holder" in ns
+    shell.release()
+    again = Shell(shell.store_url, shell.pickled)
+    again.ok(SETUP)
+    again.ok(
+        "%%durable held\nimport threading, types\nfig, ax = plt.subplots()\nline, = ax.plot([1, 2])\n"
+        "holder = types.SimpleNamespace(line=line, lock=threading.Lock())"
+    )
+    restored = again.shell.user_ns
+    assert restored["line"].axes is restored["ax"] and "holder" not in restored
+    again.release()
+
+
 SECOND = (
     "%%durable second\nfig2, ax2 = plt.subplots()\nax2.plot([1, 2, 3], 'o-')\nax2.scatter([1, 2], [2, 1], marker='h')\n"
     "fig2.colorbar(ax2.imshow(np.eye(3)))\nfig2.canvas.draw()"

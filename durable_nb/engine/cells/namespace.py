@@ -112,6 +112,12 @@ class _Covered:
         if len(unit.pickled.reach) < self._LARGE:
             self.small.update(unit.pickled.reach.tolist())
 
+    def rebuild(self) -> None:
+        """Forget the ids of units taken out of the plan."""
+        self.small.clear()
+        for unit in self.units:
+            self.add(unit)
+
     def __contains__(self, object_id: object) -> bool:
         if object_id in self.small:
             return True
@@ -248,6 +254,7 @@ class NamespaceTracker:
         covered = _Covered(units)
         seen: set[str] = set()
         queue: list[str] = []
+        alone: set[str] = set()  # names pickled on their own, never joined to another unit
         # Witnesses found not to hold in this commit: a unit of many names is reached once per
         # name, and nothing changes while the commit runs, so each is checked once.
         refused: set[int] = set()
@@ -310,7 +317,7 @@ class NamespaceTracker:
                 if name in seen:
                     continue
                 seen.add(name)
-                if join_holder([name]) or keep_unchanged([name]):
+                if (name not in alone and join_holder([name])) or keep_unchanged([name]):
                     continue
                 try:
                     result = pickle_values([namespace[name]], namespace)
@@ -327,7 +334,21 @@ class NamespaceTracker:
                 break
             for unit in dirty:
                 unit.names.sort()
-                unit.pickled = pickle_values([namespace[n] for n in unit.names], namespace)
+                try:
+                    unit.pickled = pickle_values([namespace[n] for n in unit.names], namespace)
+                except Exception as error:  # noqa: BLE001 - a value joined to the unit cannot be pickled
+                    units.remove(unit)
+                    covered.rebuild()
+                    if alone.issuperset(unit.names):  # each was pickled alone: together they cannot be
+                        for name in unit.names:
+                            plan.unstored[name] = _type_name(namespace[name])
+                            plan.reasons[name] = str(error) or type(error).__name__
+                        continue
+                    # A value joined to a unit was never pickled alone: each is, as any other is.
+                    alone.update(unit.names)
+                    seen.difference_update(unit.names)
+                    queue.extend(reversed(unit.names))
+                    continue
                 unit.dirty = False
                 unit.witness = None
                 covered.add(unit)
