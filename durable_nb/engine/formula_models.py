@@ -55,6 +55,8 @@ def formula_names(data: Any) -> dict[str, Any] | None:
 
 def reduce_formula_data(data: Any) -> tuple[Any, ...] | None:
     """How to pickle a formula model's data so that it unpickles with its formula's own names."""
+    if getattr(type(data), "__setstate__", None) is None:
+        return None  # statsmodels rebuilds nothing on unpickling: pickled as it pickles itself
     names = formula_names(data)
     if not names:
         return None
