@@ -9,6 +9,8 @@ SqliteSaver and DurableSaver (SQLite, ``synchronous=FULL``), on the benchmark's 
 - Python calls per ``put`` and per ``put_writes``: cProfile's count of function calls, built-ins
   included, in the thread that made the call;
 - SQL statements per call (BEGIN and COMMIT included), counted in the thread that ran them;
+- SQLite opcodes per call: the length of each statement's program (``EXPLAIN``), summed: what
+  SQLite runs for the call, loops aside (these statements have none);
 - WAL frames written per step or checkpoint (both calls together: LangGraph makes them from two
   threads at once): the -wal file's growth over a page and its header, checkpoints held off;
 - Python calls per checkpoint listed by ``list(saver.list(config))``.
@@ -43,15 +45,18 @@ class Counts:
 
     def __init__(self) -> None:
         self.rows: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+        self.statements: dict[str, list[str]] = defaultdict(list)
+        self.opcodes: dict[str, int] = {}
         self.frames = 0
         self._active: dict[int, str] = {}
         self._lock = threading.Lock()
 
-    def _statement(self, _sql: str) -> None:
+    def _statement(self, sql: str) -> None:
         name = self._active.get(threading.get_ident())
         if name is not None:
             with self._lock:
                 self.rows[name][2] += 1
+                self.statements[name].append(sql)
 
     @contextmanager
     def counting(self, saver: Any) -> Iterator[None]:
@@ -73,6 +78,7 @@ class Counts:
                 setattr(owner, name, original)
             conn.set_trace_callback(None)
             self.frames += ((wal.stat().st_size if wal.exists() else 0) - before) // frame
+            self.opcodes = {name: _opcodes(path, texts) for name, texts in self.statements.items()}
 
     def _wrapped(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         # LangGraph reads put_writes' signature (does it take task_path?): kept by wraps().
@@ -100,8 +106,21 @@ class Counts:
             calls, python, statements = self.rows[name]
             found[f"{name} Python calls"] = round(python / max(calls, 1), 1)
             found[f"{name} statements"] = round(statements / max(calls, 1), 2)
+            found[f"{name} SQLite opcodes"] = round(self.opcodes.get(name, 0) / max(calls, 1), 1)
         found["WAL frames"] = round(self.frames / units, 2)
         return found
+
+
+def _opcodes(path: str, statements: list[str]) -> int:
+    """The opcodes of the programs SQLite compiles the statements (as traced: values written in) to."""
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    conn.text_factory = bytes  # a program's operands hold values as stored: not always text
+    try:
+        return sum(len(conn.execute(f"EXPLAIN {sql}").fetchall()) for sql in statements)
+    finally:
+        conn.close()
 
 
 def _connection(saver: Any) -> tuple[Any, str]:

@@ -18,8 +18,9 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .._loop import loop_running
 from ..errors import InvalidInput, RunNotFound, StoreError
-from ..model import Blob, CheckpointDraft, CheckpointState, CheckpointStatus, Commit, CommitResult, RunStatus, step_name
+from ..model import Blob, CheckpointDraft, CheckpointState, CheckpointStatus, Commit, RunRecord, RunStatus, step_name
 from ..store.protocol import Conflict, Store
+from ..store.rows import addresses_json, dumps, snapshot_json
 from ..store.state import snapshot_due
 from ._runs import ThreadRuns
 from ._shape import META, Head, address, check_metadata, checkpoint_id_of, metadata_json, node_of, our_id
@@ -31,6 +32,42 @@ __all__ = ["CheckpointWriter"]
 # A commit refused because the thread moved on meanwhile (another process wrote to it) is
 # computed again from what is stored now, a bounded number of times.
 _ATTEMPTS = 8
+
+
+class _Step:
+    """What a put's checkpoint stores after the thread's head: its values' addresses and the
+    values to store, what it changed and output, its snapshot (if due) and its node."""
+
+    __slots__ = ("blobs", "changes", "kind", "manifest", "node", "output", "put", "since", "snapshot")
+
+    def __init__(
+        self,
+        put: _Put,
+        manifest: dict[str, str],
+        blobs: list[Blob],
+        changes: dict[str, str | None],
+        output: dict[str, str | None],
+        snapshot: CheckpointState | None,
+        since: int,
+        kind: str,
+        node: str | None,
+    ) -> None:
+        self.put = put
+        self.manifest = manifest
+        self.blobs = blobs
+        self.changes = changes
+        self.output = output
+        self.snapshot = snapshot
+        self.since = since
+        self.kind = kind
+        self.node = node
+
+    def head_after(self, head: Head) -> Head:
+        """Return the head the checkpoint leaves but for its seq (the commit's)."""
+        info = self.put.info
+        return Head(
+            head.seq, info["id"], info["versions"], self.manifest, self.since, head.status, info["seen"], info["ts"]
+        )
 
 
 class _Put:
@@ -104,12 +141,12 @@ class CheckpointWriter:
                 # Remembered, as a rule: the thread's last checkpoint is the one this saver wrote.
                 head = self._runs.remembered(run_id) or await self._runs.head(run_id)
                 base = self._runs.base_at_head(head, parent_id) or await self._runs.base(run_id, head, parent_id)
-                commit, head_after = self._commit(serde, put, run_id, head, base)
-                result = await self.store.commit(commit)
+                step = self._step(serde, put, head, base)
+                result = await self.store.commit(self._commit(put, run_id, head, base, step))
             except (Conflict, RunNotFound, TypeError, ValueError) as error:
                 self._refused(put, run_id, error)
                 continue
-            return self._stored(put, run_id, result, head_after)
+            return self._stored(put, run_id, result.run, step.head_after(head))
         raise StoreError(
             f"Thread {thread_id!r} kept changing while checkpoint {put.checkpoint_id} was written ({_ATTEMPTS} "
             "tries): other processes write to it at the same time. Give each concurrent run its own thread_id."
@@ -137,20 +174,31 @@ class CheckpointWriter:
         base = self._runs.base_at_head(head, parent_id)
         if base is None or (parent_id is not None and claim_pending((put.thread_id, put.ns, parent_id))):
             return None
-        commit, head_after = self._commit(serde, put, run_id, head, base)
+        step = self._step(serde, put, head, base)
+        seen = self._runs.row(run_id)
+        put_step = getattr(self.store, "put_step", None)
+        # The saver's own path, nearly every step's: the thread's status stays (the run row moves
+        # its head only), so the checkpoint's row is built here and written as it is.
+        own = put_step is not None and seen is not None and seen.head_seq == head.seq
+        if own and not self._moves(run_id, head, put):
+            try:
+                run = put_step(seen, self._row(put, run_id, base, step), step.blobs)
+            except (TypeError, ValueError) as error:  # the metadata is not JSON: named, nothing written
+                self._refused(put, run_id, error)
+                raise  # not reached: _refused raises what it does not retry
+            if run is not None:
+                return self._stored(put, run_id, run, step.head_after(head))
+        commit = self._commit(put, run_id, head, base, step)
         try:
             result = commit_now(commit)
         except (Conflict, RunNotFound, TypeError, ValueError) as error:
             self._refused(put, run_id, error)
             return None
-        return None if result is None else self._stored(put, run_id, result, head_after)
+        return None if result is None else self._stored(put, run_id, result.run, step.head_after(head))
 
-    def _commit(
-        self, serde: SerializerProtocol, put: _Put, run_id: str, head: Head, base: tuple[Any, ...]
-    ) -> tuple[Commit, Head]:
-        """Return the commit storing the checkpoint after ``head`` (following ``base``), and the
-        head it leaves but for its seq (the commit's)."""
-        info, checkpoint_id, parent_id = put.info, put.checkpoint_id, put.parent_id
+    def _step(self, serde: SerializerProtocol, put: _Put, head: Head, base: tuple[Any, ...]) -> _Step:
+        """Return what the checkpoint stores after ``head`` (following ``base``)."""
+        info = put.info
         manifest, blobs = self._values.manifest(serde, put.checkpoint, put.new_versions, base, put.encoded)
         old = head.manifest
         changes: dict[str, str | None] = {k: a for k, a in manifest.items() if old.get(k) != a}
@@ -164,6 +212,38 @@ class CheckpointWriter:
         if snapshot_due(since, len(manifest)):
             snapshot, since = CheckpointState(dict(manifest), []), 0
         kind, node = node_of(info["metadata"], info["seen"], base[2])
+        return _Step(put, manifest, blobs, changes, output, snapshot, since, kind, node)
+
+    def _moves(self, run_id: str, head: Head, put: _Put) -> bool:
+        """Tell whether storing the checkpoint changes the thread's status (see ThreadRuns.status_after)."""
+        stop = self._runs.stopped_at(run_id)
+        if stop is not None:
+            return stop < put.checkpoint_id
+        return head.status in (RunStatus.PAUSED, RunStatus.FAILED, RunStatus.PENDING)
+
+    @staticmethod
+    def _row(put: _Put, run_id: str, base: tuple[Any, ...], step: _Step) -> tuple[Any, ...]:
+        """Return the checkpoint's row as the general commit writes it (its STEP_COLUMNS after
+        run_id, seq and created_at; the other columns keep their defaults)."""
+        changes, output, parent_id = step.changes, step.output, put.parent_id
+        changes_json = addresses_json(changes) if changes else "{}"
+        return (
+            our_id(put.checkpoint_id, run_id),
+            step_name(step.kind, step.node),
+            step.node,
+            (CheckpointStatus.FORK if step.kind == "fork" else CheckpointStatus.OK)._value_,
+            changes_json,
+            None if step.snapshot is None else snapshot_json(step.snapshot),
+            our_id(parent_id, run_id) if parent_id else None,
+            changes_json if output == changes else dumps(output),
+            _seconds_between(base[3], put.info["ts"]),
+            dumps({META: put.info}),
+        )
+
+    def _commit(self, put: _Put, run_id: str, head: Head, base: tuple[Any, ...], step: _Step) -> Commit:
+        """Return the commit storing the checkpoint after ``head`` (following ``base``)."""
+        info, checkpoint_id, parent_id = put.info, put.checkpoint_id, put.parent_id
+        changes, output, snapshot, kind, node = step.changes, step.output, step.snapshot, step.kind, step.node
         draft = CheckpointDraft(
             checkpoint_id=our_id(checkpoint_id, run_id),
             step=step_name(kind, node),
@@ -177,18 +257,16 @@ class CheckpointWriter:
             extra={META: info},
         )
         moved_on = self._runs.status_after(run_id, head, checkpoint_id)
-        commit = Commit(
+        return Commit(
             run_id,
             checkpoints=[draft],
-            blobs=blobs,
+            blobs=step.blobs,
             run=moved_on,
             # A step stored past the thread's stop answered the gates it waited at.
             release_interrupts=moved_on is not None and head.status is RunStatus.PAUSED,
             expect_head_seq=head.seq,
             seen=self._runs.row(run_id),
         )
-        after = Head(head.seq, checkpoint_id, info["versions"], manifest, since, head.status, info["seen"], info["ts"])
-        return commit, after
 
     def _refused(self, put: _Put, run_id: str, error: Exception) -> None:
         """Forget what a refused commit shows is stale (it is tried again), or raise its error."""
@@ -201,9 +279,8 @@ class CheckpointWriter:
             check_metadata(put.info["metadata"])
             raise error
 
-    def _stored(self, put: _Put, run_id: str, result: CommitResult, head: Head) -> RunnableConfig:
+    def _stored(self, put: _Put, run_id: str, run: RunRecord, head: Head) -> RunnableConfig:
         """Remember the run as the commit left it; return the stored checkpoint's config."""
-        run = result.run
         self._runs.committed(run)
         head.seq, head.status = run.head_seq, run.status
         self._runs.moved(run_id, head)

@@ -133,6 +133,10 @@ class ThreadRuns:
         """Note that the thread stopped at a checkpoint (an interrupt, a failed task)."""
         self._stops[run_id] = max(checkpoint_id, self._stops.get(run_id, ""))
 
+    def stopped_at(self, run_id: str) -> str | None:
+        """Return the checkpoint at which this saver saw the thread stop, if it did (see status_after)."""
+        return self._stops.get(run_id)
+
     def status_after(self, run_id: str, head: Head, checkpoint_id: str) -> RunUpdate | None:
         """The run's status once a checkpoint is stored: a thread rests at a checkpoint it can go on
         from (completed), unless it stopped at that checkpoint or a later one (paused, failed).

@@ -37,6 +37,8 @@ _ADVICE = (
 WRITES = frozenset(
     {
         "_commit",
+        "_put_step",
+        "_store_writes",
         "_create_run",
         "_prune",
         "_delete_unreferenced",
@@ -47,6 +49,8 @@ WRITES = frozenset(
 )
 _NAMES = {
     "_commit": "write a commit",
+    "_put_step": "write a checkpoint",
+    "_store_writes": "write pending writes",
     "_create_run": "create a run",
     "_prune": "prune old history",
     "_delete_unreferenced": "delete unreferenced value files",

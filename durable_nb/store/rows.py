@@ -38,6 +38,7 @@ __all__ = [
     "UPDATE_RUN_SAME_STATUS",
     "INSERT_WRITE",
     "insert_writes",
+    "blobs_held",
     "WRITE_COLUMNS",
     "WRITE_CONFLICT",
     "write_values",
@@ -261,16 +262,30 @@ INSERT_WRITE = (
 )
 
 
-def insert_writes(count: int, placeholder: str) -> str:
+def insert_writes(count: int, placeholder: str, held: int = 0) -> str:
     """Return the INSERT of ``count`` pending writes of one run, stored only while it exists; its
-    values are the run id, the time, each write's in WRITE_COLUMNS order, then the run id again."""
+    values are the run id, the time, each write's in WRITE_COLUMNS order, then the run id again.
+
+    ``held``: the addresses of that many values follow, and the writes are stored only if the
+    store holds each of them (else none is)."""
     row = f"({', '.join([placeholder] * 8)})"
     return (
         f"INSERT INTO pending_writes (run_id, {WRITE_COLUMNS}, created_at) "
         f"SELECT {placeholder}, column1, column2, column3, column4, column5, column6, column7, column8, "
         f"{placeholder} FROM (VALUES {', '.join([row] * count)}) "
-        f"WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = {placeholder}) {WRITE_CONFLICT}"
+        f"WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = {placeholder}){blobs_held(held, placeholder)} "
+        f"{WRITE_CONFLICT}"
     )
+
+
+def blobs_held(count: int, placeholder: str) -> str:
+    """Return the condition (after AND, or nothing for none) that the store holds the values at
+    ``count`` addresses, bound in that order, each distinct."""
+    if not count:
+        return ""
+    if count == 1:
+        return f" AND EXISTS (SELECT 1 FROM blobs WHERE hash = {placeholder})"
+    return f" AND (SELECT COUNT(*) FROM blobs WHERE hash IN ({', '.join([placeholder] * count)})) = {count}"
 
 
 def write_values(run_id: str, write: tuple[Any, ...], now: float) -> tuple[Any, ...]:

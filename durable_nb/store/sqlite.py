@@ -30,6 +30,7 @@ from ..model import (
     CommitResult,
     NewRun,
     RunRecord,
+    WriteRow,
 )
 from . import bulk_ops, sqlite_ops
 from .blob_files import FILE_BYTES, BlobFolder, FileVanished
@@ -46,6 +47,8 @@ __all__ = ["SQLiteStore"]
 T = TypeVar("T")
 BUSY_TIMEOUT_MS = 60_000
 _DURABILITY = {"full": "FULL", "process": "NORMAL"}
+# How many value addresses a store remembers having stored (see SQLiteStore._held).
+_HELD_VALUES = 4096
 _open_stores: weakref.WeakSet[SQLiteStore] = weakref.WeakSet()
 
 
@@ -67,6 +70,10 @@ class SQLiteStore(SQLStore):
         # Set once an operation failed: closing then could write to files that can no longer be written.
         self._failed = False
         self.blob_folder = None if path == ":memory:" else BlobFolder(Path(f"{path}-blobs"), durability == "full")
+        # Addresses of the small values this process's blocking commits stored: a commit holding
+        # one again (a step's checkpoint holds the values its tasks just wrote) checks that the
+        # store still holds it, in the statement that writes the commit, instead of writing it.
+        self._held: dict[str, None] = {}
 
     _sql = sqlite_ops
     _dialect = bulk_ops.SQLITE
@@ -135,11 +142,45 @@ class SQLiteStore(SQLStore):
         (nothing would wait meanwhile); None for a commit holding values kept as files, which
         only ``commit`` writes."""
         # A LangGraph step's put and put_writes, from the graph's worker threads: no coroutine.
-        if self._has_large(commit.blobs):
+        blobs = commit.blobs
+        if self._has_large(blobs):
             return None
-        result = self._call(sqlite_ops._commit, commit, time.time(), self.url)
+        result = self._call(sqlite_ops._commit, commit, time.time(), self.url, self._held)
+        if blobs:
+            self._stored(blobs)
         tally.committed(commit)
         return result
+
+    def put_step(self, seen: RunRecord, row: tuple[Any, ...], blobs: list[Blob]) -> RunRecord | None:
+        """Write a LangGraph step's checkpoint row (its ``sqlite_ops.STEP_COLUMNS`` after run_id, seq
+        and created_at) as the next of the run whose row is ``seen``, with its values, blocking this
+        thread; return the run row after, or None (nothing written: ``commit_now`` writes it)."""
+        # The saver's own path: the row as it builds it, no Commit to lay out and read back. A
+        # server's tally counts commits: its steps take commit_now.
+        if self._has_large(blobs) or tally.current.get() is not None:
+            return None
+        run = self._call(sqlite_ops._put_step, seen, row, blobs, time.time(), self._held)
+        if run is not None and blobs:
+            self._stored(blobs)
+        return run
+
+    def store_writes_now(self, run_id: str, writes: list[WriteRow], blobs: list[Blob]) -> bool:
+        """Store pending writes of a run (and their values) alone, blocking this thread; tell whether
+        it did (False: ``commit_now`` stores them). Raise RunNotFound when the run is gone."""
+        if self._has_large(blobs) or tally.current.get() is not None:
+            return False
+        self._call(sqlite_ops._store_writes, run_id, writes, blobs, time.time(), self.url, self._held)
+        if blobs:
+            self._stored(blobs)
+        return True
+
+    def _stored(self, blobs: list[Blob]) -> None:
+        """Remember the addresses of values a commit stored (see ``_held``)."""
+        held = self._held
+        if len(held) >= _HELD_VALUES:
+            held.clear()  # a bound seldom reached: a thread's step stores the values its tasks wrote
+        for blob in blobs:
+            held[blob.hash] = None
 
     # -- values kept as files ---------------------------------------------------------
 

@@ -24,7 +24,9 @@ from ..model import (
     NewRun,
     RunRecord,
     RunStatus,
+    WriteRow,
 )
+from ..model.records import evolve
 from . import rows
 from .blob_files import BlobFolder, FileBlob, FileVanished
 from .ddl import live_blobs
@@ -51,6 +53,8 @@ from .sqlite_reads import (
 from .state import keep_rebuildable
 
 if TYPE_CHECKING:
+    from collections.abc import Container
+
     from ..model import PruneReport
 
 # What the SQLite store calls through this module (SQLStore's ``_sql``): the writes, then the reads.
@@ -59,6 +63,8 @@ __all__ = [
     "STALE_WRITE_SECONDS",
     "_create_run",
     "_commit",
+    "_put_step",
+    "_store_writes",
     "_delete_unreferenced",
     "_prune",
     "_checkpoint_by_id",
@@ -223,21 +229,49 @@ def _create_run(conn: sqlite3.Connection, new: NewRun, now: float) -> tuple[RunR
 # Indexed by whether the UPDATE sets the status (see rows.run_update).
 _UPDATE_RUN = {True: rows.UPDATE_RUN.format(p="?"), False: rows.UPDATE_RUN_SAME_STATUS.format(p="?")}
 _SEEN = rows.SEEN_CONDITION.format(p="?", same="IS")
-_UPDATE_SEEN_RUN = {sets: f"{sql} AND {_SEEN}" for sets, sql in _UPDATE_RUN.items()}
+# By whether it sets the status and how many values it checks the store holds.
+_UPDATE_SEEN_RUN = {(sets, 0): f"{sql} AND {_SEEN}" for sets, sql in _UPDATE_RUN.items()}
 
 
-def _commit(conn: sqlite3.Connection, commit: Commit, now: float, url: str) -> CommitResult:
+def _held(blobs: list[Blob], held: Container[str]) -> tuple[list[Blob], list[str]]:
+    """Split a commit's values into those to write and the addresses of those this process
+    stored before (``held``), which the commit checks the store still holds instead of writing."""
+    if not held:
+        return blobs, []
+    written: list[Blob] = []
+    checked: list[str] = []
+    for blob in blobs:  # a loop, not two comprehensions: a commit holds a value or two
+        if blob.hash in held:
+            checked.append(blob.hash)
+        else:
+            written.append(blob)
+    return written, checked
+
+
+def _update_seen_run(sets: bool, checked: int) -> str:
+    sql = _UPDATE_SEEN_RUN.get((sets, checked))
+    if sql is None:
+        sql = _UPDATE_SEEN_RUN[sets, checked] = _UPDATE_SEEN_RUN[sets, 0] + rows.blobs_held(checked, "?")
+    return sql
+
+
+def _commit(conn: sqlite3.Connection, commit: Commit, now: float, url: str, held: Container[str] = ()) -> CommitResult:
+    """Write a commit in one transaction; a value whose address is in ``held`` (values this
+    process stored before) is checked to be in the store rather than written again."""
     seen = writes_only(commit)
     if seen is not None:
-        return _commit_writes(conn, seen, commit, now, url)
+        return _commit_writes(conn, seen, commit, now, url, held)
     with _Transaction(conn):
         seen = trusted_seen(commit)
         if seen is not None:
-            # A running node's commit: one conditional UPDATE checks the row and writes it.
+            # A running node's commit: one conditional UPDATE checks the row (and that the store
+            # still holds the values stored before: a prune may have deleted one) and writes it.
             after = updated_run(seen, commit, now, len(commit.checkpoints), len(commit.events))
             sets, values = rows.run_update(seen, after)
-            if _execute(conn, _UPDATE_SEEN_RUN[sets], values + rows.seen_values(seen)).rowcount:
-                return CommitResult(after, _write_rest(conn, seen, commit, now))
+            blobs, checked = _held(commit.blobs, held)
+            update = _update_seen_run(sets, len(checked))
+            if _execute(conn, update, (*values, *rows.seen_values(seen), *checked)).rowcount:
+                return CommitResult(after, _write_rest(conn, seen, commit, now, blobs))
         run = _get_run(conn, commit.run_id)
         if run is None:
             raise RunNotFound(commit.run_id, url)
@@ -252,47 +286,111 @@ def _commit(conn: sqlite3.Connection, commit: Commit, now: float, url: str) -> C
                 "DELETE FROM pending_interrupts WHERE run_id = ? AND node_id = ?",
                 (run.run_id, claimed.node_id),
             )
-        checkpoints = _write_rest(conn, run, commit, now)
+        checkpoints = _write_rest(conn, run, commit, now, commit.blobs)
         after = updated_run(run, commit, now, len(commit.checkpoints), len(commit.events), still_pending)
         sets, values = rows.run_update(run, after)
         _execute(conn, _UPDATE_RUN[sets], values)
         return CommitResult(after, checkpoints, claimed)
 
 
-def _commit_writes(conn: sqlite3.Connection, seen: RunRecord, commit: Commit, now: float, url: str) -> CommitResult:
-    # Pending writes alone: their values and rows, stored while the run exists (the run row is
-    # neither read nor written unless nothing was stored, when a missing run is told apart).
-    with _Transaction(conn):
-        if commit.blobs:
-            _insert_blobs(conn, commit.blobs, now)
-        before = conn.total_changes
-        _insert_writes(conn, seen.run_id, commit, now)
-        if conn.total_changes == before and _get_run(conn, seen.run_id) is None:
-            raise RunNotFound(seen.run_id, url)
+def _commit_writes(
+    conn: sqlite3.Connection, seen: RunRecord, commit: Commit, now: float, url: str, held: Container[str]
+) -> CommitResult:
+    _store_writes(conn, seen.run_id, commit.writes, commit.blobs, now, url, held)
     return CommitResult(seen, [])
 
 
-_INSERT_WRITES: dict[int, str] = {}
+def _store_writes(
+    conn: sqlite3.Connection,
+    run_id: str,
+    writes: list[WriteRow],
+    blobs: list[Blob],
+    now: float,
+    url: str,
+    held: Container[str] = (),
+) -> None:
+    """Store pending writes alone: their values and rows, while the run exists (the run row is
+    neither read nor written unless nothing was stored, when a missing run is told apart)."""
+    if held and len(writes) <= _ROWS_PER_INSERT:
+        written, checked = _held(blobs, held)
+        if not written:
+            # Values this process stored before: one INSERT (a transaction of its own) stores the
+            # rows if the run exists and the store still holds each value. Nothing stored (a value
+            # pruned meanwhile, the run gone, the writes stored before) is told apart below.
+            before = conn.total_changes
+            _insert_writes(conn, run_id, writes, now, checked)
+            if conn.total_changes != before:
+                return
+    with _Transaction(conn):
+        if blobs:
+            _insert_blobs(conn, blobs, now)
+        before = conn.total_changes
+        _insert_writes(conn, run_id, writes, now)
+        if conn.total_changes == before and _get_run(conn, run_id) is None:
+            raise RunNotFound(run_id, url)
 
 
-def _insert_writes(conn: sqlite3.Connection, run_id: str, commit: Commit, now: float) -> None:
-    writes = commit.writes
+# A LangGraph step's checkpoint as its saver builds the row: the columns such a row fills (the
+# others keep their defaults, as the general INSERT writes them), then the run row's head moved
+# on by a conditional UPDATE of the two columns that change.
+STEP_COLUMNS = (
+    "run_id, seq, created_at, checkpoint_id, step, node_id, status, changes, snapshot, "
+    "parent_checkpoint_id, node_output, duration, extra"
+)
+_INSERT_STEP = f"INSERT INTO checkpoints ({STEP_COLUMNS}, queue) VALUES ({', '.join('?' * 13)}, '[]')"
+_STEP_RUN = [f"UPDATE runs SET head_seq = ?, updated_at = ? WHERE run_id = ? AND {_SEEN}"]
+
+
+def _put_step(
+    conn: sqlite3.Connection, seen: RunRecord, row: tuple[Any, ...], blobs: list[Blob], now: float, held: Container[str]
+) -> RunRecord | None:
+    """Write a step's checkpoint (``row``: its STEP_COLUMNS after run_id, seq and created_at) as the
+    next of the run whose row is ``seen``, with its values; return the run row after, or None
+    (nothing written) when the row is not ``seen`` any more or a value stored before is gone."""
+    written, checked = _held(blobs, held)
+    while len(_STEP_RUN) <= len(checked):
+        _STEP_RUN.append(_STEP_RUN[0] + rows.blobs_held(len(_STEP_RUN), "?"))
+    run_id, seq = seen.run_id, seen.head_seq + 1
+    with _Transaction(conn):
+        update = (seq, now, run_id, *rows.seen_values(seen), *checked)
+        if not _execute(conn, _STEP_RUN[len(checked)], update).rowcount:
+            return None
+        if written:
+            _insert_blobs(conn, written, now)
+        _execute(conn, _INSERT_STEP, (run_id, seq, now, *row))
+    return evolve(seen, head_seq=seq, updated_at=now)
+
+
+# By the number of rows and of values whose addresses are checked.
+_INSERT_WRITES: dict[tuple[int, int], str] = {}
+
+
+def _insert_writes(
+    conn: sqlite3.Connection, run_id: str, writes: list[WriteRow], now: float, checked: list[str] | None = None
+) -> None:
+    """Insert pending writes (if ``checked``, at most one statement's: stored only if the store
+    holds the values at those addresses)."""
+    held = len(checked) if checked else 0
     for start in range(0, len(writes), _ROWS_PER_INSERT):
         chunk = writes[start : start + _ROWS_PER_INSERT]
-        sql = _INSERT_WRITES.get(len(chunk))
+        sql = _INSERT_WRITES.get((len(chunk), held))
         if sql is None:
-            sql = _INSERT_WRITES[len(chunk)] = rows.insert_writes(len(chunk), "?")
+            sql = _INSERT_WRITES[len(chunk), held] = rows.insert_writes(len(chunk), "?", held)
         values: list[Any] = [run_id, now]
         for write in chunk:
             values += write
         values.append(run_id)
+        if checked:
+            values += checked
         conn.execute(sql, values)
 
 
-def _write_rest(conn: sqlite3.Connection, run: RunRecord, commit: Commit, now: float) -> rows.Written:
+def _write_rest(
+    conn: sqlite3.Connection, run: RunRecord, commit: Commit, now: float, blobs: list[Blob]
+) -> rows.Written:
     if commit.release_interrupts:
         conn.execute("DELETE FROM pending_interrupts WHERE run_id = ?", (run.run_id,))
-    checkpoints = _write_children(conn, run, commit, commit.blobs, now)
+    checkpoints = _write_children(conn, run, commit, blobs, now)
     if commit.open_interrupts:
         conn.executemany(_INSERT_INTERRUPT, [rows.interrupt_values(p) for p in commit.open_interrupts])
     if commit.idempotent:
@@ -301,7 +399,7 @@ def _write_rest(conn: sqlite3.Connection, run: RunRecord, commit: Commit, now: f
             [(run.run_id, key, value_hash, now) for key, value_hash in commit.idempotent],
         )
     if commit.writes:
-        _insert_writes(conn, run.run_id, commit, now)
+        _insert_writes(conn, run.run_id, commit.writes, now)
     return checkpoints
 
 

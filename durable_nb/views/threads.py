@@ -54,6 +54,11 @@ def thread_address(config: Any) -> tuple[str, str]:
     """Return (thread id, namespace) of a LangGraph config; raise InvalidInput saying how to call."""
     # A dict, as a rule (every step's calls pass one): told apart without the Mapping ABC's check.
     configurable = config.get("configurable") if type(config) is dict or isinstance(config, Mapping) else None
+    if type(configurable) is dict:
+        # As every step's calls name a thread: a dict of a text id and namespace, taken as they are.
+        thread_id, ns = configurable.get("thread_id"), configurable.get("checkpoint_ns") or ""
+        if type(thread_id) is str and thread_id and type(ns) is str:
+            return thread_id, ns
     if not (type(configurable) is dict or isinstance(configurable, Mapping)) or configurable.get("thread_id") is None:
         raise InvalidInput(f"A LangGraph thread needs its thread id: {_USAGE}. Got config={config!r}.")
     thread_id = configurable["thread_id"]
