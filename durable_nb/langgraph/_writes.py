@@ -178,7 +178,8 @@ class PendingWrites:
         seen = self._runs.row(run_id)
         try:
             # The saver's own path: writes alone leave the run row as it is (nothing to remember).
-            if seen is not None and self.store.store_writes_now(run_id, rows, blobs):  # type: ignore[attr-defined]
+            store_writes_now = getattr(self.store, "store_writes_now", None)
+            if seen is not None and store_writes_now is not None and store_writes_now(run_id, rows, blobs):
                 return True
             result = commit_now(Commit(run_id, blobs=blobs, writes=rows, seen=seen))
         except RunNotFound:
