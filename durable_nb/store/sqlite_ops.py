@@ -268,8 +268,9 @@ def _commit(conn: sqlite3.Connection, commit: Commit, now: float, url: str, held
             # still holds the values stored before: a prune may have deleted one) and writes it.
             after = updated_run(seen, commit, now, len(commit.checkpoints), len(commit.events))
             sets, values = rows.run_update(seen, after)
-            blobs, checked = _held(commit.blobs, held)
-            update = _update_seen_run(sets, len(checked))
+            # A cell's or a node's commit holds no value stored before: no split, no other statement.
+            blobs, checked = _held(commit.blobs, held) if held else (commit.blobs, [])
+            update = _update_seen_run(sets, len(checked)) if checked else _UPDATE_SEEN_RUN[sets, 0]
             if _execute(conn, update, (*values, *rows.seen_values(seen), *checked)).rowcount:
                 return CommitResult(after, _write_rest(conn, seen, commit, now, blobs))
         run = _get_run(conn, commit.run_id)
