@@ -126,6 +126,30 @@ def test_identity_and_in_place_changes_over_many_shapes(start: Callable[[], Kern
     assert probe(second, "[globals().__setitem__('late', 5), twice()][1]") == 10
 
 
+GENERATORS = [
+    "%%durable make\nimport numpy as np\nrng = np.random.RandomState(0)\ngen = np.random.default_rng(1)\n"
+    "models = {'a': {'random_state': rng}, 'b': [gen]}",
+    "%%durable draw\nfirst = rng.rand(3).tolist() + gen.random(2).tolist()",
+]
+GENERATOR_CHECKS = (
+    "{'one': models['a']['random_state'] is rng and models['b'][0] is gen,"
+    " 'next': rng.rand(2).tolist() + gen.random(2).tolist()}"
+)
+
+
+def test_random_generators_held_by_other_values_come_back_as_one_object(start: Callable[[], Kernel]) -> None:
+    """numpy generators passed to other values (scikit-learn's ``random_state=rng``) and advanced by a
+    later cell come back as the one object they were, in the state the later cell left."""
+    first = start()
+    run_all(first, GENERATORS)
+    expected = probe(first, GENERATOR_CHECKS)
+    assert expected["one"] is True
+    first.kill()
+    second = start()
+    assert restored(run_all(second, GENERATORS)) == [True, True]
+    assert probe(second, GENERATOR_CHECKS) == expected
+
+
 SETTINGS = [
     "%%durable imports\nimport os, sys, warnings\nimport numpy as np, pandas as pd, sklearn\n"
     "import matplotlib, matplotlib.pyplot as plt",

@@ -51,7 +51,7 @@ def _type_verdict(kind: type, immutable: tuple[type, ...]) -> bool | None:
     if kind is types.FunctionType:
         return None
     if not (kind.__hash__ is None or kind.__dictoffset__ != 0 or kind is types.CellType):
-        return False
+        return kind in _STATEFUL
     # Objects pickled by name (a compiled library function, say) come back as themselves.
     named = any("__qualname__" in vars(base) for base in kind.__mro__ if base is not object)
     return None if named else True
@@ -86,12 +86,30 @@ def importable(obj: Any) -> bool:
     return found is obj
 
 
+# Library objects that change in place yet hash by identity and keep no __dict__, which the type
+# test reads as unchangeable: numpy's random generators. One passed to two estimators (scikit-learn's
+# ``random_state=rng``) and advanced by a later cell must come back as one object.
+_STATEFUL: set[type] = set()
+
+
+def _note_stateful(random: Any) -> None:
+    """Take numpy.random's generator types (every bit generator too) as ones whose sharing matters."""
+    pending = [random.BitGenerator]
+    while pending:
+        kind = pending.pop()
+        _STATEFUL.add(kind)
+        pending.extend(kind.__subclasses__())
+    _STATEFUL.update((random.RandomState, random.Generator, random.SeedSequence))
+
+
 def _immutable_types() -> tuple[type, ...]:
     # Library types whose instances never change: sharing one between two variables needs no care.
     extra: list[type] = [enum.Enum]
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         extra += [numpy.dtype, numpy.generic]
+        if not _STATEFUL:
+            _note_stateful(numpy.random)
     pandas = sys.modules.get("pandas")
     if pandas is not None:
         extra += [pandas.api.extensions.ExtensionDtype, pandas.Index]
