@@ -17,6 +17,7 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -322,3 +323,34 @@ def test_a_cell_that_changed_nothing_makes_few_python_calls(tmp_path: Path, figu
     )
     extra = json.loads(result.stdout.strip().splitlines()[-1])
     assert extra <= budget, extra
+
+
+# Counts the hand-offs to ipykernel's IO thread (each a thread switch and a wait) made from now on.
+_COUNT_TRIPS = """
+import sys
+_trips = []
+_schedule = sys.stdout.pub_thread.schedule
+sys.stdout.pub_thread.schedule = lambda call: (_trips.append(call), _schedule(call))[1]
+"""
+
+
+def test_a_cell_that_wrote_nothing_makes_no_trip_to_the_io_thread(kernels: Any) -> None:
+    """In a real kernel, a no-change %%durable cell that printed nothing hands ipykernel's IO thread
+    no more work than the same cell plain: its streams are recorded without a trip there."""
+    kernel = kernels()
+    cells = [
+        "%load_ext durable_nb\n%durable run trips",
+        "%%durable first\nprint('recorded')",  # the streams' hooks are registered here, once
+        _COUNT_TRIPS,
+        "n0 = len(_trips)",
+        "pass",
+        "n1 = len(_trips)",
+        "%%durable nothing\npass",
+        "n2 = len(_trips)",
+        "print('TRIPS', n1 - n0, n2 - n1)",
+    ]
+    results = kernel.run_all(cells)
+    assert all(r.status == "ok" for r in results), [(r.status, r.text) for r in results]
+    assert results[1].text == "recorded\n"
+    plain, durable = map(int, results[-1].text.split()[1:])
+    assert durable == plain, (plain, durable)

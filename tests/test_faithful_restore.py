@@ -323,6 +323,9 @@ STREAMS = [
     "%%durable lots\nfor i in range(20_000):\n    print('line', i)",
     "%%durable progress\nfor i in range(0, 101, 5):\n    sys.stderr.write(f'\\r{i:3d}%|' + '#' * (i // 5))\n"
     "    sys.stderr.flush()\nsys.stderr.write('\\n')\nsys.stderr.flush()\nwritten = sys.stdout.write('done\\n')",
+    "%%durable silent\nquiet = 1",
+    "%%durable threaded\nimport threading\nthread = threading.Thread(target=print, args=('from a thread',))\n"
+    "thread.start()\nthread.join()",
 ]
 
 
@@ -340,6 +343,8 @@ def test_streams_restore_as_the_kernel_sent_them(start: Callable[[], Kernel]) ->
     assert [o["type"] for o in joined(live[2])] == ["stream", "display_data", "stream", "display_data", "stream"]
     assert "".join(o["text"] for o in live[3]).count("\n") == 20_000
     assert [o["name"] for o in live[4]] == ["stderr"] * 22 + ["stdout"]
+    assert live[5] == []  # a cell that wrote nothing: no trip to the IO thread, nothing recorded
+    assert [o["text"] for o in live[6]] == ["from a thread\n"]  # written on another thread of the cell
     first.kill()
     second = start()
     again = run_all(second, STREAMS)
