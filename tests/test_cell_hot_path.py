@@ -17,8 +17,8 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import env_with_repo
@@ -275,6 +275,51 @@ def test_a_setting_changed_between_two_cells_is_restored_with_the_second(store_u
     finally:
         second.close()
         pd.reset_option("display.max_rows")
+
+
+# numpy's legacy random state, with a normal deviate cached (one randn draws two), taken from the
+# cache without moving the generator's words, set back (the same words), then drawn from.
+NUMPY_RANDOM = [
+    "%%durable seeded\nimport numpy as np\nnp.random.seed(0)\nfirst = np.random.randn()",
+    "%%durable saved\nsaved = np.random.get_state()",
+    "%%durable cached\nsecond = np.random.randn()",
+    "%%durable again\nnp.random.set_state(saved)",
+    "%%durable drawn\nx = np.random.rand()",
+    "%%durable quiet\npass",
+]
+
+
+def _numpy_random() -> tuple[object, ...]:
+    import numpy as np
+
+    kind, keys, position, has_gauss, gauss = np.random.get_state(legacy=True)
+    return (kind, keys.tobytes(), position, has_gauss, gauss)
+
+
+def test_numpy_random_state_restores_where_its_words_did_not_move(store_url: str) -> None:
+    """A reading of the same generator words stands for a full one only when no normal deviate was
+    cached: taking the cached one, or setting it back, is recorded and restored."""
+    import numpy as np
+
+    first = Shell(store_url, "numpy-random")
+    states = []
+    try:
+        for cell in NUMPY_RANDOM:
+            first.ok(cell)
+            states.append(_numpy_random())
+        run_id = first.run_id
+    finally:
+        first.close()
+    assert states[1][3] == 1 and states[2][3] == 0 and states[3][3] == 1  # the cases above
+    assert states[2][1:3] == states[3][1:3]  # the same words and position
+    np.random.seed(99)
+    second = Shell(store_url, "numpy-random", run_id)
+    try:
+        for cell, state in zip(NUMPY_RANDOM, states, strict=True):
+            second.ok(cell)
+            assert _numpy_random() == state, cell.splitlines()[0]
+    finally:
+        second.close()
 
 
 # The Python calls a %%durable cell that changed nothing makes beyond the same cell run plain, in a

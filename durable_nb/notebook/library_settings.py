@@ -49,14 +49,57 @@ def _read_numpy_random() -> Any:
     random = _module("numpy.random")
     if random is None:
         return None if _module("numpy") is None else NUMPY_RANDOM_NOT_LOADED
+    raw = _raw_numpy_random(random)
+    last = _last_numpy_random
+    # get_state copies the 624 words one by one (half a million instructions, every cell): the
+    # reading of the same words is the last one. Not when a normal deviate was cached with it: the
+    # next draw takes that one, changing the state without moving the words.
+    if raw is not None and last is not None and last[0] == raw and not last[1][3]:
+        return last[1]
     kind, keys, position, has_gauss, gauss = random.get_state(legacy=True)
-    return (kind, keys.tobytes(), position, has_gauss, gauss)
+    reading = (kind, keys.tobytes(), position, has_gauss, gauss)
+    if raw is not None and raw == reading[1] + position.to_bytes(4, sys.byteorder, signed=True):
+        _remember_numpy_random(raw, reading)
+    return reading
+
+
+# The last reading of numpy's legacy random state, with the generator's words it was taken from.
+_last_numpy_random: tuple[bytes, Any] | None = None
+# Bytes of the MT19937 state numpy's C API lays out: 624 32-bit words, then the position (an int).
+_MT19937_STATE = 624 * 4 + 4
+
+
+def _remember_numpy_random(raw: bytes, reading: Any) -> None:
+    global _last_numpy_random
+    _last_numpy_random = (raw, reading)
+
+
+def forget_numpy_random() -> None:
+    """Read numpy's random state in full next time (a cell called ``set_state``: it may have set
+    the same words with a normal deviate cached)."""
+    global _last_numpy_random
+    _last_numpy_random = None
+
+
+def _raw_numpy_random(random: Any) -> bytes | None:
+    """The words of the legacy generator's state as in memory (a copy of 2.5 KB, in C), or None
+    where numpy does not offer them (before 1.25, or another bit generator than MT19937)."""
+    try:
+        generator = random.get_bit_generator()
+        if type(generator).__name__ != "MT19937":
+            return None
+        import ctypes
+
+        return ctypes.string_at(generator.ctypes.state_address, _MT19937_STATE)
+    except Exception:  # noqa: BLE001 - read in full, as without this copy
+        return None
 
 
 def _apply_numpy_random(state: Any) -> None:
     import numpy
 
     kind, keys, position, has_gauss, gauss = state
+    forget_numpy_random()
     numpy.random.set_state((kind, numpy.frombuffer(keys, dtype=numpy.uint32), position, has_gauss, gauss))
 
 
