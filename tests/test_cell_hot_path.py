@@ -326,10 +326,10 @@ def test_numpy_random_state_restores_where_its_words_did_not_move(store_url: str
 # fresh shell (cProfile's count, IPython's own work for the magic line included): its code parsed
 # and hashed, the settings read around it, its outputs captured, its one commit. With a 3x3
 # figure open, its check that the figure is unchanged (not a pickle) comes on top. Measured at
-# 945 and 1503 calls (the figure check and the commit plan pause the collector);
+# 921 and 1464 calls (the figure check and the commit plan pause the collector);
 # raise these only for work a cell cannot do without.
-NO_CHANGE_CALLS = 960
-NO_CHANGE_CALLS_WITH_FIGURE = 1520
+NO_CHANGE_CALLS = 935
+NO_CHANGE_CALLS_WITH_FIGURE = 1480
 
 _COUNT_CELLS = """
 import cProfile, json, os, pstats, sys
