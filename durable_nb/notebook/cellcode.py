@@ -169,7 +169,8 @@ def _dump(node: Any) -> str:
 
 
 # How ast.dump shows a Name node (without attributes): its id is an identifier, shown by repr.
-_NAME_IN_DUMP = re.compile(r"Name\(id='([^']*)', ctx=")
+# Compiled at the first cell (by re's own cache), not when a kernel attaches.
+_NAME_IN_DUMP = r"Name\(id='([^']*)', ctx="
 
 
 _BRANCHES = ast.If | ast.For | ast.AsyncFor | ast.While | ast.Match
@@ -275,7 +276,7 @@ def _analyze(source: str) -> CellCode:
     source_hash = hashlib.sha256(dump.encode()).hexdigest()
     # Every Name node's id, read from the dump in C (a walk of the tree in Python cost as much as
     # the dump). A string constant holding such text adds a name that is only checked for nothing.
-    names = frozenset(_NAME_IN_DUMP.findall(dump))
+    names = frozenset(re.findall(_NAME_IN_DUMP, dump))
     magics: list[tuple[str, str]] = []
     module_attributes: list[str] = []
     setting_calls: list[SetupCall] = []
