@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -130,3 +131,12 @@ def test_saver_counts_print_calls_statements_and_frames_per_step_and_checkpoint(
     # A put of DurableSaver is one transaction: BEGIN, the run's row, values, the checkpoint, COMMIT.
     line = next(line for line in result.stdout.splitlines() if line.startswith("| put statements |"))
     assert float(line.rstrip(" |").rsplit("|", 1)[1]) <= 6.5, line
+
+
+@pytest.mark.skipif(shutil.which("callgrind_control") is None, reason="valgrind is not installed")
+def test_cell_counts_print_what_attaching_and_a_no_change_cell_add() -> None:
+    """`python -m benchmarks.cell_counts`: instructions counted in real kernels under callgrind."""
+    result = _run("benchmarks.cell_counts", "--cells", "1", "--imports", "")
+    assert result.returncode == 0, result.stderr
+    line = next(line for line in result.stdout.splitlines() if line.startswith("durable: attaching adds"))
+    assert line.endswith("M") and "a no-change cell" in line, line

@@ -347,6 +347,9 @@ STREAMS = [
     "%%durable lots\nfor i in range(20_000):\n    print('line', i)",
     "%%durable progress\nfor i in range(0, 101, 5):\n    sys.stderr.write(f'\\r{i:3d}%|' + '#' * (i // 5))\n"
     "    sys.stderr.flush()\nsys.stderr.write('\\n')\nsys.stderr.flush()\nwritten = sys.stdout.write('done\\n')",
+    "%%durable silent\nquiet = 1",
+    "%%durable threaded\nimport threading\nthread = threading.Thread(target=print, args=('from a thread',))\n"
+    "thread.start()\nthread.join()",
 ]
 
 
@@ -364,6 +367,8 @@ def test_streams_restore_as_the_kernel_sent_them(start: Callable[[], Kernel]) ->
     assert [o["type"] for o in joined(live[2])] == ["stream", "display_data", "stream", "display_data", "stream"]
     assert "".join(o["text"] for o in live[3]).count("\n") == 20_000
     assert [o["name"] for o in live[4]] == ["stderr"] * 22 + ["stdout"]
+    assert live[5] == []  # a cell that wrote nothing: no trip to the IO thread, nothing recorded
+    assert [o["text"] for o in live[6]] == ["from a thread\n"]  # written on another thread of the cell
     first.kill()
     second = start()
     again = run_all(second, STREAMS)
@@ -416,26 +421,31 @@ REGISTRIES = [
     "import matplotlib.units as munits\nimport pandas as pd\nfrom matplotlib.colors import ListedColormap",
     "%%durable register\nmatplotlib.colormaps.register(ListedColormap(['red', 'blue'], name='dnb-red-blue'))\n"
     "pd.plotting.register_matplotlib_converters()\nmunits.registry[fractions.Fraction] = mdates.DateConverter()",
+    "%%durable replace\nmatplotlib.colormaps.register(ListedColormap(['green', 'white'], name='dnb-red-blue'), "
+    "force=True)\nmatplotlib.rcParams['lines.linewidth'] = 3.25",
 ]
 REGISTRY_CHECKS = (
     "{'colors': matplotlib.colormaps['dnb-red-blue'].colors if 'dnb-red-blue' in matplotlib.colormaps else None,"
+    " 'width': matplotlib.rcParams['lines.linewidth'],"
     " 'converters': {k.__name__: type(munits.registry[k]).__module__ for k in"
     " (pd.Timestamp, datetime.datetime, fractions.Fraction) if k in munits.registry}}"
 )
 
 
 def test_registered_colormaps_and_unit_converters_come_back(start: Callable[[], Kernel]) -> None:
-    """Library state outside rcParams: a colormap registered with matplotlib.colormaps.register,
-    pandas' converters registered with register_matplotlib_converters and a converter put in
-    matplotlib.units.registry are registered again when their cell is restored after a SIGKILL."""
+    """Library state outside rcParams: a colormap registered with matplotlib.colormaps.register (and
+    replaced by another of its name), pandas' converters registered with register_matplotlib_converters
+    and a converter put in matplotlib.units.registry are registered again when their cell is restored
+    after a SIGKILL; so is an rcParam set beside them."""
     first = start()
     run_all(first, REGISTRIES)
     expected = probe(first, REGISTRY_CHECKS)
-    assert expected["colors"] == ["red", "blue"] and expected["converters"]["Timestamp"].startswith("pandas")
+    assert expected["colors"] == ["green", "white"] and expected["converters"]["Timestamp"].startswith("pandas")
+    assert expected["width"] == 3.25
     first.kill()
     second = start()
     results = run_all(second, REGISTRIES)
-    assert restored(results) == [True, True] and "cannot restore" not in results[1].text
+    assert restored(results) == [True, True, True] and "cannot restore" not in results[1].text
     assert probe(second, REGISTRY_CHECKS) == expected
 
 

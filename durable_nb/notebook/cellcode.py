@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import ast
 import hashlib
-from typing import NamedTuple
+import re
+from typing import Any, NamedTuple
 
 __all__ = ["SETTING_MAGICS", "CellCode", "Definition", "SetupCall", "analyze"]
 
@@ -129,6 +130,49 @@ def _line_magic(node: ast.stmt) -> tuple[str, str] | None:
     return None
 
 
+# What _dump does with a value of each type met so far: for a node class, its name and fields (each
+# with whether a None there is left out: its class default is None); _LIST or _REPR otherwise.
+_KINDS: dict[type, Any] = {}
+_LIST = "list"
+_REPR = "repr"
+
+
+def _kind(cls: type) -> Any:
+    if issubclass(cls, ast.AST):
+        fields = tuple((name, getattr(cls, name, ...) is None) for name in cls._fields)
+        kind: Any = (cls.__name__, fields)
+    else:
+        kind = _LIST if issubclass(cls, list) else _REPR
+    _KINDS[cls] = kind
+    return kind
+
+
+def _dump(node: Any) -> str:
+    """``ast.dump(node)`` (fields named, no attributes, on one line), the same text with less work:
+    it names the code, at every cell, and ast.dump cost more than parsing it."""
+    kind = _KINDS.get(type(node)) or _kind(type(node))
+    if kind is _REPR:
+        return repr(node)
+    if kind is _LIST:
+        return "[" + ", ".join(map(_dump, node)) + "]"
+    name, fields = kind
+    parts = []
+    for field, optional in fields:
+        try:
+            value = getattr(node, field)
+        except AttributeError:
+            continue
+        if value is None and optional:
+            continue
+        parts.append(field + "=" + _dump(value))
+    return name + "(" + ", ".join(parts) + ")"
+
+
+# How ast.dump shows a Name node (without attributes): its id is an identifier, shown by repr.
+# Compiled at the first cell (by re's own cache), not when a kernel attaches.
+_NAME_IN_DUMP = r"Name\(id='([^']*)', ctx="
+
+
 _BRANCHES = ast.If | ast.For | ast.AsyncFor | ast.While | ast.Match
 
 
@@ -179,12 +223,26 @@ def _bound(node: ast.AST) -> set[str]:
     return found
 
 
+# Line breaks of str.splitlines that the parser does not count (ASCII ones: others fail isascii).
+_OTHER_LINE_BREAKS = ("\x0b", "\x0c", "\x1c", "\x1d", "\x1e")
+
+
+def _holds_any(lines: list[str], statement: ast.stmt, names: dict[str, Definition]) -> bool:
+    """Whether the statement's text holds one of ``names`` (walking its tree costs a hundred times more)."""
+    text = "".join(lines[statement.lineno - 1 : statement.end_lineno])
+    return any(name in text for name in names)
+
+
 def _definitions(tree: ast.Module, source: str) -> dict[str, Definition]:
     """The cell's top-level definitions whose names nothing after them in the cell binds again."""
     lines = source.splitlines(keepends=True)
+    # Lines as the parser counts them, with only identifiers of ASCII: a statement can then bind a
+    # name only if its text holds it.
+    plain = source.isascii() and not any(separator in source for separator in _OTHER_LINE_BREAKS)
     found: dict[str, Definition] = {}
     for statement in tree.body:
-        if found:  # what a statement binds is only looked for once a definition above it may lose its name
+        # What a statement binds is only looked for once a definition above it may lose its name.
+        if found and (not plain or _holds_any(lines, statement, found)):
             for name in _bound(statement):
                 found.pop(name, None)
         if isinstance(statement, _DEFINITIONS) and statement.end_lineno is not None:
@@ -214,8 +272,11 @@ def analyze(source: str) -> CellCode:
 def _analyze(source: str) -> CellCode:
     tree = ast.parse(source)
     # Comments and formatting do not change the tree: its dump names the code.
-    source_hash = hashlib.sha256(ast.dump(tree, include_attributes=False).encode()).hexdigest()
-    names = frozenset(node.id for node in ast.walk(tree) if isinstance(node, ast.Name))
+    dump = _dump(tree)
+    source_hash = hashlib.sha256(dump.encode()).hexdigest()
+    # Every Name node's id, read from the dump in C (a walk of the tree in Python cost as much as
+    # the dump). A string constant holding such text adds a name that is only checked for nothing.
+    names = frozenset(re.findall(_NAME_IN_DUMP, dump))
     magics: list[tuple[str, str]] = []
     module_attributes: list[str] = []
     setting_calls: list[SetupCall] = []

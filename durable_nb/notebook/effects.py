@@ -51,7 +51,8 @@ def set_attributes(namespace: dict[str, Any], attributes: dict[str, Any]) -> lis
 
 def unrecorded_calls(namespace: dict[str, Any], calls: list[SetupCall]) -> tuple[list[str], set[str]]:
     """Sort a cell's set-up calls into libraries: the calls whose effect no setting reads (to name
-    in a warning), and the settings read only after their call was made (to read now).
+    in a warning), and the settings they go into (those read only after their call was made are
+    read now; the others are read in full).
 
     Every call is judged on its own: one library's setting being read says nothing of another
     call into the same library (``matplotlib.use`` changes the backend, which is not restored).
@@ -69,7 +70,9 @@ def unrecorded_calls(namespace: dict[str, Any], calls: list[SetupCall]) -> tuple
         except Exception:  # noqa: BLE001 - a call that cannot be looked up cannot be said to be read
             target = None
         setting = None if target is None else setting_for_call(target)
-        if setting is not None and setting.on_call and not call.conditional:
+        # A setting always read is then read in full (no shortcut from its last reading); one read
+        # only after its call, if the call surely ran.
+        if setting is not None and not (setting.on_call and call.conditional):
             called.add(setting.name)
         elif setting is None or setting.on_call:
             unrecorded.append(call.text if len(call.text) <= 80 else call.text[:79] + "…")

@@ -49,14 +49,57 @@ def _read_numpy_random() -> Any:
     random = _module("numpy.random")
     if random is None:
         return None if _module("numpy") is None else NUMPY_RANDOM_NOT_LOADED
+    raw = _raw_numpy_random(random)
+    last = _last_numpy_random
+    # get_state copies the 624 words one by one (half a million instructions, every cell): the
+    # reading of the same words is the last one. Not when a normal deviate was cached with it: the
+    # next draw takes that one, changing the state without moving the words.
+    if raw is not None and last is not None and last[0] == raw and not last[1][3]:
+        return last[1]
     kind, keys, position, has_gauss, gauss = random.get_state(legacy=True)
-    return (kind, keys.tobytes(), position, has_gauss, gauss)
+    reading = (kind, keys.tobytes(), position, has_gauss, gauss)
+    if raw is not None and raw == reading[1] + position.to_bytes(4, sys.byteorder, signed=True):
+        _remember_numpy_random(raw, reading)
+    return reading
+
+
+# The last reading of numpy's legacy random state, with the generator's words it was taken from.
+_last_numpy_random: tuple[bytes, Any] | None = None
+# Bytes of the MT19937 state numpy's C API lays out: 624 32-bit words, then the position (an int).
+_MT19937_STATE = 624 * 4 + 4
+
+
+def _remember_numpy_random(raw: bytes, reading: Any) -> None:
+    global _last_numpy_random
+    _last_numpy_random = (raw, reading)
+
+
+def forget_numpy_random() -> None:
+    """Read numpy's random state in full next time (a cell called ``set_state``: it may have set
+    the same words with a normal deviate cached)."""
+    global _last_numpy_random
+    _last_numpy_random = None
+
+
+def _raw_numpy_random(random: Any) -> bytes | None:
+    """The words of the legacy generator's state as in memory (a copy of 2.5 KB, in C), or None
+    where numpy does not offer them (before 1.25, or another bit generator than MT19937)."""
+    try:
+        generator = random.get_bit_generator()
+        if type(generator).__name__ != "MT19937":
+            return None
+        import ctypes
+
+        return ctypes.string_at(generator.ctypes.state_address, _MT19937_STATE)
+    except Exception:  # noqa: BLE001 - read in full, as without this copy
+        return None
 
 
 def _apply_numpy_random(state: Any) -> None:
     import numpy
 
     kind, keys, position, has_gauss, gauss = state
+    forget_numpy_random()
     numpy.random.set_state((kind, numpy.frombuffer(keys, dtype=numpy.uint32), position, has_gauss, gauss))
 
 
@@ -152,10 +195,26 @@ def _read_rc() -> Any:
     matplotlib = _module("matplotlib")
     if matplotlib is None:
         return None
-    # The backend is the kernel's business: a restore must not switch it.
-    # dict.items: the stored values (RcParams' own lookup would resolve the backend), copied in C.
-    found = dict(dict.items(matplotlib.rcParams))
-    found.pop("backend", None)
+    # dict.keys and dict.values: the stored values (RcParams' own lookup would resolve the backend),
+    # as two tuples made in C. A dict of them costs ten times as much, at every cell: it is made
+    # only for a cell that changed them.
+    params = matplotlib.rcParams
+    return tuple(dict.keys(params)), tuple(dict.values(params))
+
+
+def _diff_rc(before: tuple[tuple[str, ...], tuple[Any, ...]], after: tuple[tuple[str, ...], tuple[Any, ...]]) -> Any:
+    try:
+        # Most cells: the same keys holding the very same values, told in C (each is itself at once).
+        if before == after:
+            return None
+    except Exception:  # noqa: BLE001 - a value that does not compare: key by key below
+        pass
+    return changed_keys(_rc_params(before), _rc_params(after))
+
+
+def _rc_params(reading: tuple[tuple[str, ...], tuple[Any, ...]]) -> dict[str, Any]:
+    found = dict(zip(*reading, strict=True))
+    found.pop("backend", None)  # the kernel's business: a restore must not switch it
     return found
 
 
@@ -187,17 +246,28 @@ def _read_colormaps() -> Any:
     if matplotlib is None:
         return None
     registry = matplotlib.colormaps
+    names = tuple(registry)
     if not _library_colormaps:
         # The colormaps there when matplotlib is first read are the library's: an import registers
         # them again, so only their names are compared (a copy of each would cost every cell).
-        _library_colormaps.update(registry)
-    found: dict[str, Any] = dict.fromkeys(registry)  # the library's own stand as None
-    for name in found.keys() - _library_colormaps:
-        found[name] = registry[name]
-    return found
+        _library_colormaps.update(names)
+        _library_names.append(names)
+    if names == _library_names[0]:
+        return names, {}  # most cells: the library's own names, in order, compared in C
+    return names, {name: registry[name] for name in set(names) - _library_colormaps}
+
+
+def _diff_colormaps(
+    before: tuple[tuple[str, ...], dict[str, Any]], after: tuple[tuple[str, ...], dict[str, Any]]
+) -> Any:
+    # Each name's colormap, the library's own standing as None.
+    if before[0] == after[0] and not before[1] and not after[1]:
+        return None
+    return changed_keys({**dict.fromkeys(before[0]), **before[1]}, {**dict.fromkeys(after[0]), **after[1]})
 
 
 _library_colormaps: set[str] = set()
+_library_names: list[tuple[str, ...]] = []  # the library's names, in the order first read
 
 
 def _apply_colormaps(changed: dict[str, Any]) -> None:
@@ -293,12 +363,12 @@ LIBRARY_SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("pandas", _read_pandas, changed_keys, _apply_pandas, ("pandas.set_option", "pandas.reset_option")),
     Setting("sklearn", _read_sklearn, changed_keys, _apply_sklearn, ("sklearn.set_config",)),
-    Setting("matplotlib.rcParams", _read_rc, changed_keys, _apply_rc, _RC_CALLS),
+    Setting("matplotlib.rcParams", _read_rc, _diff_rc, _apply_rc, _RC_CALLS),
     Setting("matplotlib.style", _read_styles, _diff_styles, _apply_styles),
     Setting(
         "matplotlib.colormaps",
         _read_colormaps,
-        changed_keys,
+        _diff_colormaps,
         _apply_colormaps,
         ("matplotlib.colormaps.register", "matplotlib.colormaps.unregister"),
     ),

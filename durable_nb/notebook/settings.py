@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from types import ModuleType
 from typing import Any, NamedTuple
 
-from .library_settings import LIBRARY_SETTINGS
+from .library_settings import LIBRARY_SETTINGS, forget_numpy_random
 from .process_settings import PROCESS_SETTINGS
 from .setting_changes import Setting
 
@@ -125,10 +125,12 @@ class SettingsWatch:
                     self._before[setting.name] = reading
 
     def changes(self, called: Iterable[str] = ()) -> dict[str, Any]:
-        """Return what the cell changed, per setting; ``called`` names the settings read only after
-        a call the cell made (recorded whole)."""
+        """Return what the cell changed, per setting; ``called`` names the settings the cell's
+        set-up calls went into (those read only after such a call are recorded whole)."""
         found = {}
         readings = {}
+        if "numpy.random" in called:
+            forget_numpy_random()
         for setting in SETTINGS:
             if setting.on_call:
                 reading = _read(setting) if setting.name in called else None
