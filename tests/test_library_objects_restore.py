@@ -253,3 +253,25 @@ def test_formula_models_restore_with_the_functions_they_were_fitted_with(store_u
     for name, predicted in fitted.items():
         assert second.ns[name].predict(second.ns["df"].head(3)).tolist() == predicted, name
     second.close()
+
+
+def test_a_formula_model_stored_as_a_value_loads_with_its_formulas_names() -> None:
+    """A node's output or a saver's state is pickled without a notebook namespace: the model loads
+    from the names its formula read when fitted, though the function is gone from the process."""
+    import pandas as pd
+    import statsmodels.formula.api as smf
+
+    from durable_nb.store import codec
+
+    namespace: dict[str, object] = {"__name__": "__main__", "np": np, "pd": pd, "smf": smf}
+    exec(
+        "def shift(v):\n    return np.log(v)\n\n"
+        "df = pd.DataFrame({'y': np.arange(1, 21.0), 'x': np.arange(1, 21.0) ** 1.5})\n"
+        "res = smf.ols('y ~ shift(x) + np.sqrt(x)', df).fit()",
+        namespace,
+    )
+    res, df = namespace["res"], namespace["df"]
+    blob = codec.encode(res, b"k" * 32, "res")
+    del namespace["shift"]
+    loaded = codec.decode(blob, b"k" * 32)
+    assert loaded.predict(df.head(3)).tolist() == res.predict(df.head(3)).tolist()  # type: ignore[attr-defined]

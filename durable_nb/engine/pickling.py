@@ -26,7 +26,6 @@ from __future__ import annotations
 import array
 import bisect
 import builtins
-import contextvars
 import functools
 import importlib
 import io
@@ -42,13 +41,12 @@ import cloudpickle
 import xxhash
 
 from .._collector import collector_paused
+from .._formulas import data_class, reduce_formula_data
+from .._formulas import restore_target as _target
 from ..store.codec import is_file_type, refuse_open_file
 from .cells.pickle_reach import importable, reached
-from .formula_models import data_class, reduce_formula_data
 
 __all__ = ["Pickled", "buffer_digest", "in_reach", "pickle_values", "restoring_into", "take_imported", "unpickle"]
-
-_target: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("durable_nb_restore_into", default=None)
 
 
 class Pickled:
@@ -107,11 +105,6 @@ def _namespace() -> dict[str, Any]:
     target = _target.get()
     # Outside a restore (a view loading values in a script) a function gets globals of its own.
     return target if target is not None else {"__builtins__": builtins}
-
-
-def restore_target() -> dict[str, Any] | None:
-    """The namespace values are being restored into, inside ``restoring_into``."""
-    return _target.get()
 
 
 def _make_function(code: types.CodeType, name: str, cells: tuple[Any, ...]) -> types.FunctionType:

@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 
 import cloudpickle
 
+from .._formulas import data_class, reduce_formula_data
 from ..errors import SerializationError, TamperedValueError
 from ..model import Blob
 
@@ -141,10 +142,18 @@ def refuse_open_file(obj: Any) -> None:
 
 
 class _Pickler(cloudpickle.Pickler):
-    """cloudpickle, refusing open files."""
+    """cloudpickle, refusing open files; a statsmodels formula model keeps its formula's names."""
+
+    def __init__(self, file: io.BytesIO, protocol: int) -> None:
+        super().__init__(file, protocol=protocol)
+        self._model_data = data_class()
 
     def reducer_override(self, obj: Any) -> Any:
         refuse_open_file(obj)
+        if self._model_data is not None and issubclass(type(obj), self._model_data):
+            reduced = reduce_formula_data(obj)
+            if reduced is not None:
+                return reduced
         return super().reducer_override(obj)
 
 

@@ -11,12 +11,19 @@ pickled with the model's data and put in front of the namespace while statsmodel
 from __future__ import annotations
 
 import builtins
+import contextvars
 import functools
 import sys
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["data_class", "reduce_formula_data"]
+__all__ = ["data_class", "reduce_formula_data", "restore_target"]
+
+# The notebook namespace values are being restored into, if any (set by the engine's restore): a
+# model's formula finds there the names it did not store.
+restore_target: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "durable_nb_restore_into", default=None
+)
 
 # The caller's frames as statsmodels expects them when it unpickles (it looks two frames up
 # first), over the names given; compiled on its own so that it carries no ``__future__`` flags.
@@ -69,9 +76,7 @@ def _new_data(kind: type) -> Any:
 
 def _set_state(data: Any, state: tuple[dict[str, Any], dict[str, Any]]) -> Any:
     fields, names = state
-    from .pickling import restore_target  # imported here: pickling imports this module
-
-    namespace = restore_target()
+    namespace = restore_target.get()
     scope = {**(namespace if namespace is not None else {"__builtins__": builtins}), **names}
     eval(_SET_STATE_IN_SCOPE, scope, {"_durable_nb_set": functools.partial(data.__setstate__, fields)})
     return data
