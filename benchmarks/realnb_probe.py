@@ -20,7 +20,7 @@ _IPYTHON_NAMES = re.compile(r"^(_{1,3}|_i{1,3}|_i\d+|_\d+|_ih|_oh|_dh|In|Out|get
 _MAX_DEPTH = 40
 _MAX_PARTS = 200
 # Libraries whose objects are compared attribute by attribute rather than by their pickle.
-_BY_ATTRIBUTE = frozenset({"sklearn", "statsmodels", "patsy"})
+_BY_ATTRIBUTE = frozenset({"sklearn", "statsmodels", "patsy", "scipy"})
 
 
 def _sha(*chunks: bytes | str) -> str:
@@ -122,7 +122,8 @@ class _Hasher:
         # pickle by the same memo, and the restored class is another object than the one pickled.
         by_attribute = home.split(".")[0] in _BY_ATTRIBUTE or home == "__main__" or type(value) is types.SimpleNamespace
         if by_attribute and getattr(value, "__dict__", None):
-            # A scikit-learn display, a statsmodels model or result, a namespace of frames (a state space
+            # A scikit-learn display, a statsmodels model or result, a scipy interpolator (an isotonic fit
+            # builds one again on unpickling), a namespace of frames (a state space
             # result's ``_states``): attribute by attribute, since plain pickle does not give the same bytes
             # after a round trip. Its memo writes an object met twice once: equal strings or dtypes shared
             # by two parts read apart from equal ones that are not, which no program can tell from a value.

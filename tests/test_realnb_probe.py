@@ -93,3 +93,17 @@ def test_a_colormap_reads_by_its_colours_whether_or_not_it_was_used() -> None:
     fresh = pickle.loads(pickle.dumps(colors.ListedColormap(["red", "green", "blue"])))
     assert _Hasher().describe(used)["hash"] == _Hasher().describe(fresh)["hash"]
     assert _Hasher().describe(used)["hash"] != _Hasher().describe(colors.ListedColormap(["red", "blue"]))["hash"]
+
+
+def test_a_scipy_interpolator_reads_alike_whichever_equal_dtypes_its_arrays_share() -> None:
+    """scikit-learn rebuilds an isotonic fit's interpolator on unpickling: the same arrays, with
+    dtypes equal to but other objects than the ones they had, which a plain pickle writes apart."""
+    from scipy.interpolate import interp1d
+
+    x, y = np.arange(5.0), np.arange(5.0) ** 2
+    other = np.dtype("float64").newbyteorder("=")
+    assert other == x.dtype and other is not x.dtype
+    first, second = interp1d(x, y), interp1d(x.astype(other), y.astype(other))
+    assert pickle.dumps(first) != pickle.dumps(second)
+    assert _Hasher().digest(first) == _Hasher().digest(second)
+    assert _Hasher().digest(first) != _Hasher().digest(interp1d(x, y * 2))
