@@ -122,9 +122,9 @@ class _Hasher:
         # pickle by the same memo, and the restored class is another object than the one pickled.
         by_attribute = home.split(".")[0] in _BY_ATTRIBUTE or home == "__main__" or type(value) is types.SimpleNamespace
         if by_attribute and getattr(value, "__dict__", None):
-            # A scikit-learn display, a statsmodels model or result, a scipy interpolator (an isotonic fit
-            # builds one again on unpickling), a namespace of frames (a state space
-            # result's ``_states``): attribute by attribute, since plain pickle does not give the same bytes
+            # A scikit-learn display, a statsmodels model or result, a scipy interpolator (an isotonic
+            # fit builds one again on unpickling), a namespace of frames (a state space result's
+            # ``_states``): attribute by attribute, since plain pickle does not give the same bytes
             # after a round trip. Its memo writes an object met twice once: equal strings or dtypes shared
             # by two parts read apart from equal ones that are not, which no program can tell from a value.
             return _sha(name, *[f"{k}={self.digest(v, depth + 1)}" for k, v in sorted(vars(value).items())])
