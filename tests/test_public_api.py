@@ -234,3 +234,13 @@ def test_attaching_and_a_first_cell_load_few_modules(tmp_path: Path) -> None:
     )
     found = loaded(setup, ("durable_nb",), str(tmp_path))
     assert len(found) <= MODULES_AT_ATTACH, found
+
+
+def test_a_first_cell_leaves_numpy_random_unloaded(tmp_path: Path) -> None:
+    """A notebook that imported numpy but never used numpy.random: a first cell does not load it."""
+    setup = (
+        f"import sys\nimport numpy\n{SHELL}shell.run_line_magic('load_ext', 'durable_nb')\n"
+        "assert shell.run_cell(f'%durable run light --store sqlite:///{sys.argv[1]}/runs.db').success\n"
+        "assert shell.run_cell('%%durable first\\nx = [1]').success"
+    )
+    assert loaded(setup, ("numpy.random",), str(tmp_path)) == []
