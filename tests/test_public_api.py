@@ -222,7 +222,7 @@ def test_records_loaded_on_first_use_keep_their_old_paths() -> None:
 # (a gate's decision, a cancel, a failed commit) is imported in that path instead. The first
 # cell's commit loads the library-singleton index, to take the modules a cell imported as it ends,
 # and the collector's pause, which pickling and loading values hold.
-MODULES_AT_ATTACH = 94
+MODULES_AT_ATTACH = 93
 
 
 def test_attaching_and_a_first_cell_load_few_modules(tmp_path: Path) -> None:
