@@ -4,7 +4,7 @@ Its own module: a store names its dialect when it is defined (attaching a kernel
 operations that use it on many rows at once are imported on first use.
 """
 
-from __future__ import annotations
+# Annotations evaluated, not strings: typing.NamedTuple compiles a string one at every attach.
 
 import json
 from collections.abc import Sequence
