@@ -552,3 +552,12 @@ def test_lines_read_without_argparse_read_as_argparse_reads_them(line: str) -> N
         assert simple == parser_of(stub).parse_argstring(line), (stub.__name__, line)
     assert _simple(DurableMagics._run_args, "demo --all") is not None
     assert _simple(DurableMagics.durable, "train --rerun") is not None
+
+
+def test_the_run_help_names_the_handover_variable() -> None:
+    """`%durable run --from-env`'s help names the variable run-notebook hands the run over in."""
+    from durable_nb.notebook.handover import ATTACH_VARIABLE
+    from durable_nb.notebook.magic_arguments import parser_of
+    from durable_nb.notebook.magics import DurableMagics
+
+    assert re.search(re.escape(f"${ATTACH_VARIABLE}") + r"\b", parser_of(DurableMagics._run_args).format_help())

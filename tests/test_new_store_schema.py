@@ -24,11 +24,11 @@ from durable_nb.store.migrations import run_migrations
 
 
 def _migrated_sqlite(path: Path) -> str:
-    from durable_nb.store.sqlite_schema import _MIGRATIONS
+    from durable_nb.store.sqlite_schema import migrations
 
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
-    run_migrations(conn.execute, _MIGRATIONS, 0, "?")
+    run_migrations(conn.execute, migrations(), 0, "?")
     conn.close()
     return f"sqlite:///{path}"
 
@@ -93,3 +93,12 @@ def test_a_new_store_has_the_schema_the_migrations_build(store_url: str, migrate
     assert new == stepwise
     versions = [row[0] for row in execute_sql(store_url, "SELECT version FROM schema_version ORDER BY version")]
     assert versions == [row[0] for row in execute_sql(migrated, "SELECT version FROM schema_version ORDER BY version")]
+
+
+def test_the_schema_version_counts_the_migrations_of_both_backends() -> None:
+    """SCHEMA_VERSION, which every open compares with, is how many steps each backend migrates by."""
+    from durable_nb.store import postgres_schema, sqlite_schema
+    from durable_nb.store.ddl import SCHEMA_VERSION
+
+    assert len(sqlite_schema.migrations()) == SCHEMA_VERSION == postgres_schema.SCHEMA_VERSION
+    assert sqlite_schema.SCHEMA_VERSION == SCHEMA_VERSION

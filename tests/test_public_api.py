@@ -223,7 +223,7 @@ def test_records_loaded_on_first_use_keep_their_old_paths() -> None:
 # cell's commit loads the library-singleton index, to take the modules a cell imported as it ends,
 # and the collector's pause, which pickling and loading values hold; pickling a value asks whether
 # statsmodels' model data is among what it meets (its formula's names are stored with it).
-MODULES_AT_ATTACH = 97
+MODULES_AT_ATTACH = 93
 
 
 def test_attaching_and_a_first_cell_load_few_modules(tmp_path: Path) -> None:
@@ -235,3 +235,47 @@ def test_attaching_and_a_first_cell_load_few_modules(tmp_path: Path) -> None:
     )
     found = loaded(setup, ("durable_nb",), str(tmp_path))
     assert len(found) <= MODULES_AT_ATTACH, found
+
+
+def test_a_first_cell_leaves_numpy_random_unloaded(tmp_path: Path) -> None:
+    """A notebook that imported numpy but never used numpy.random: a first cell does not load it."""
+    setup = (
+        f"import sys\nimport numpy\n{SHELL}shell.run_line_magic('load_ext', 'durable_nb')\n"
+        "assert shell.run_cell(f'%durable run light --store sqlite:///{sys.argv[1]}/runs.db').success\n"
+        "assert shell.run_cell('%%durable first\\nx = [1]').success"
+    )
+    assert loaded(setup, ("numpy.random",), str(tmp_path)) == []
+
+
+def attached(prelude: str, report: str) -> str:
+    """Code that runs ``prelude``, attaches a shell, runs a first cell, then prints ``report`` as JSON."""
+    return (
+        f"import json, sys\n{prelude}\nshell.run_line_magic('load_ext', 'durable_nb')\n"
+        "assert shell.run_cell(f'%durable run light --store sqlite:///{sys.argv[1]}/runs.db').success\n"
+        f"assert shell.run_cell('%%durable first\\nx = 1').success\nprint(json.dumps({report}))"
+    )
+
+
+# How many string annotations typing compiles (about 0.25M instructions each, on Python 3.11) while
+# attaching and running a first cell: a NamedTuple's fields in a module that keeps annotations as
+# strings are compiled one by one, so the modules attaching loads evaluate theirs.
+ANNOTATIONS_COMPILED_AT_ATTACH = 1
+
+
+def test_attaching_and_a_first_cell_compile_few_annotations(tmp_path: Path) -> None:
+    """At most ANNOTATIONS_COMPILED_AT_ATTACH string annotations are compiled by typing."""
+    # typing compiles a string annotation from a class statement: only durable_nb's are counted.
+    counter = (
+        "made = []\nreal = builtins.compile\n"
+        "def counted(source, *args, **kwargs):\n"
+        "    frame = caller = sys._getframe(1)\n"
+        "    while frame.f_globals.get('__name__') == 'typing':\n"
+        "        frame = frame.f_back\n"
+        "    if frame is not caller and frame.f_globals.get('__name__', '').startswith('durable_nb'):\n"
+        "        made.append(source)\n"
+        "    return real(source, *args, **kwargs)\n"
+        "builtins.compile = counted"
+    )
+    code = attached(f"import builtins\n{SHELL}{counter}", "made")
+    made = printed(code, str(tmp_path))
+    assert len(made) <= ANNOTATIONS_COMPILED_AT_ATTACH, made

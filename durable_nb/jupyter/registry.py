@@ -8,7 +8,7 @@ its own kernel manager runs, and no other: a file naming another kernel, or writ
 process that is not the kernel's, is ignored.
 """
 
-from __future__ import annotations
+# Annotations evaluated, not strings: typing.NamedTuple compiles a string one at every attach.
 
 import contextlib
 import json

@@ -6,7 +6,7 @@ statements act on the process rather than on variables: configuration magics, as
 to a module's attributes, and calls that look like they set something up.
 """
 
-from __future__ import annotations
+# Annotations evaluated, not strings: typing.NamedTuple compiles a string one at every attach.
 
 import ast
 import hashlib

@@ -26,7 +26,6 @@ from typing import Any
 
 from .cellcode import CellCode, analyze
 from .execute import run_code
-from .shape import shape_of
 
 __all__ = ["Definitions", "Remade", "unstored_advice"]
 
@@ -117,12 +116,15 @@ class Definitions:
         def recipe(name: str) -> dict[str, Any] | None:
             value = namespace.get(name)
             definition = cell.definitions.get(name)
+            if definition is None and not (name in self._made and self._made[name][0] is value):
+                return None
+            # Imported here: attaching, and cells that keep no definition, never describe a value.
+            from .shape import shape_of
+
             if definition is not None:
                 return {"source": definition.source, "line": definition.line, "flags": flags, "shape": shape_of(value)}
-            if name in self._made and self._made[name][0] is value:
-                # Made by an earlier cell's definition: what this cell left is compared on restore.
-                return {"shape": shape_of(value)}
-            return None
+            # Made by an earlier cell's definition: what this cell left is compared on restore.
+            return {"shape": shape_of(value)}
 
         return recipe
 
@@ -149,6 +151,8 @@ class Definitions:
         each object with what the cell left."""
         done = Remade()
         wanted = {name: recipe for name, recipe in remade.items() if name not in exclude}
+        from .shape import shape_of  # a restore is rarer than attaching, which does not load it
+
         shapes: dict[str, str] = {}
         for name, recipe in sorted(wanted.items(), key=lambda item: item[1].get("line", 0)):
             if "source" not in recipe:

@@ -11,7 +11,6 @@ from IPython.core.magic_arguments import argument
 
 from ..errors import DurableError, GatePending
 from .cell_names import is_node_name
-from .handover import ATTACH_VARIABLE, Handover, run_key
 from .magic_arguments import cell_arguments, lazy_arguments, names_in, subcommand_arguments, unquoted
 from .notebook_tags import notebook_path
 
@@ -151,7 +150,8 @@ class DurableMagics(Magics):
     @argument(
         "--from-env",
         action="store_true",
-        help=f"Take the name, key and store from ${ATTACH_VARIABLE} (set by run-notebook for its kernels).",
+        # The handover's variable, spelled out: its module loads only for --from-env (a test keeps them equal).
+        help="Take the name, key and store from $DURABLE_NB_ATTACH (set by run-notebook for its kernels).",
     )
     def _run_args(self, line: str) -> None:
         """%durable run NAME: attach to the latest unfinished run of NAME, or start one.
@@ -167,6 +167,8 @@ class DurableMagics(Magics):
                 raise UsageError("%durable run --from-env takes the name, key and store from the environment only.")
             if args.all_cells:
                 raise UsageError("%durable run --from-env runs cells that carry their own %%durable lines; drop --all.")
+            from .handover import Handover  # a kernel run-notebook started: not every attach
+
             handover = Handover.take()
             session = session_for(self.shell)
             session.attach(handover.name, key=handover.key, store=handover.store, claim=handover.claim)
@@ -209,6 +211,8 @@ class DurableMagics(Magics):
     def _notebook_key(self) -> str | None:
         """The key run-notebook finds this kernel's notebook file by (no parameters), so that it continues the run."""
         path = notebook_path(self.shell.user_ns)
+        from .handover import run_key
+
         return run_key(path.resolve(), {}) if path is not None else None
 
     def _off(self, rest: str) -> None:

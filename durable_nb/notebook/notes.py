@@ -8,7 +8,7 @@ lines are added. Informational notes can be silenced; warnings (a value not stor
 not re-applied) always show, since hiding them would let a restore be wrong silently.
 """
 
-from __future__ import annotations
+# Annotations evaluated, not strings: typing.NamedTuple compiles a string one at every attach.
 
 import html
 import uuid

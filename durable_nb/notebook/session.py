@@ -13,7 +13,6 @@ from .._loop import run_in_place, run_sync
 from ..engine import tracing
 from ..engine.cells.cell_run import CellRun
 from ..engine.cells.namespace import NamespaceTracker
-from ..engine.gates.decisions import decide, make_decision
 from ..errors import GatePending, StoreError
 from ..model import CommitResult, RunStatus
 from ..store import Store, connect
@@ -350,6 +349,8 @@ class KernelSession:
         """Decide the gate a run waits at (atomically, once) and return what was written; a run this
         kernel is attached to is handed to it in the decision's own commit."""
         assert self.store is not None
+        from ..engine.gates.decisions import decide, make_decision  # deciding is rarer than attaching
+
         decision = make_decision(approved, None, comment, by)
         return run_sync(decide(self.store, run_id, decision, node, gate=gate, continue_as=self.owner_for(run_id)))
 

@@ -1,7 +1,7 @@
 """What a process-wide setting is (how it is read, compared and set again), and the comparisons
 the settings share: a reading taken whole, the keys that changed, the entries replaced."""
 
-from __future__ import annotations
+# Annotations evaluated, not strings: typing.NamedTuple compiles a string one at every attach.
 
 import operator
 from collections.abc import Callable

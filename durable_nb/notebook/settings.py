@@ -19,7 +19,7 @@ goes into. A setting that cannot be read without changing it (matplotlib's date 
 by the first reading) is read only after a cell that called one of its calls.
 """
 
-from __future__ import annotations
+# Annotations evaluated, not strings: typing.NamedTuple compiles a string one at every attach.
 
 import sys
 from collections.abc import Iterable

@@ -12,10 +12,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..model import CheckpointRecord, CheckpointState, RunRecord, WriteRow
 from . import rows
+from .dialect import POSTGRES, SQLITE, Dialect
 from .state import keep_rebuildable
 
 __all__ = [
@@ -37,30 +38,6 @@ __all__ = [
 ]
 
 StateAt = Callable[[Any, str, int], CheckpointState]
-
-
-class Dialect(NamedTuple):
-    """How one backend spells what differs: placeholders, a JSON path in ``extra``, transactions."""
-
-    p: str
-    sqlite: bool
-
-    def extra_at(self) -> str:
-        """The SQL text of a value inside a checkpoint's ``extra`` JSON, as text; its path is
-        the parameter ``path_parameter`` gives."""
-        if self.sqlite:
-            return f"json_extract(extra, {self.p})"
-        return f"(extra::json #>> CAST({self.p} AS text[]))"
-
-    def path_parameter(self, path: Sequence[str]) -> str:
-        """The parameter that names ``path`` for ``extra_at``."""
-        if self.sqlite:
-            return "$." + ".".join(json.dumps(key) for key in path)
-        return "{" + ",".join(path) + "}"
-
-
-SQLITE = Dialect("?", True)
-POSTGRES = Dialect("%s", False)
 
 
 @contextmanager

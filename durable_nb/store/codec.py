@@ -17,7 +17,7 @@ unchanged array is never written twice). A group blob lists its buffers' address
 HMAC, so a buffer edited in the store is refused like a tampered pickle.
 """
 
-from __future__ import annotations
+# Annotations evaluated, not strings: typing.NamedTuple compiles a string one at every attach.
 
 import hashlib
 import hmac

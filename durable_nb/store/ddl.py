@@ -6,6 +6,7 @@ __all__ = [
     "BLOB_PARTS_V2",
     "BLOB_SEALS_V4",
     "CHECKPOINTS_BY_TIME_V5",
+    "SCHEMA_VERSION",
     "current_schema",
     "live_blobs",
     "pending_writes_v7",
@@ -13,6 +14,10 @@ __all__ = [
     "schema_v1",
     "state_changes_v3",
 ]
+
+# The version ``current_schema`` is at: how many steps ``migrations`` lists (a test keeps them
+# equal). Every open compares a store's version with it, without importing the migrations.
+SCHEMA_VERSION = 7
 
 # Version 1, in parts a new store's schema (``current_schema``) shares: only the checkpoints and
 # blobs tables changed since.

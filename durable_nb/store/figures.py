@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from .bulk_ops import Dialect
+from .dialect import Dialect
 
 __all__ = ["DURATIONS_SINCE", "Figures", "read_figures"]
 

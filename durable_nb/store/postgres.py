@@ -24,7 +24,8 @@ from ..model import (
     Commit,
     CommitResult,
 )
-from . import bulk_ops, postgres_ops
+from . import postgres_ops
+from .dialect import POSTGRES
 from .failures import WRITES, operation_name, store_failed
 from .offload import offload
 from .postgres_schema import MIGRATION_LOCK, ensure_schema, stored_version
@@ -119,7 +120,7 @@ class PostgresStore(SQLStore):
         self.application_name = f"durable-nb:{self.schema or 'public'}"
 
     _sql = postgres_ops
-    _dialect = bulk_ops.POSTGRES
+    _dialect = POSTGRES
 
     def __repr__(self) -> str:
         return f"PostgresStore({_shown(self.url)!r}, durability={self.durability!r})"

@@ -22,10 +22,10 @@ from ..model import (
     RunStatus,
     WriteRow,
 )
-from .figures import Figures
 
 if TYPE_CHECKING:  # the service's schedules are read on first use, not when a kernel attaches
     from ..model import EventRecord, PendingInterrupt, PruneReport, StatusRows
+    from .figures import Figures
     from .schedules import ScheduleRecord
 
 __all__ = ["HISTORY_COLUMNS", "Conflict", "Store"]

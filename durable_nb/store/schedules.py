@@ -13,7 +13,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .bulk_ops import Dialect, transaction
+from .bulk_ops import transaction
+from .dialect import Dialect
 
 __all__ = [
     "SCHEDULE_COLUMNS",

@@ -25,17 +25,24 @@ from ..model import (
     RunStatus,
     WriteRow,
 )
-from . import bulk_ops
-from .figures import Figures, read_figures
+from .dialect import Dialect
 from .rules import check_event_seq, check_run_id
 
 if TYPE_CHECKING:  # the service's schedules are read on first use, not when a kernel attaches
     from ..model import EventRecord, PendingInterrupt, PruneReport, StatusRows
+    from .figures import Figures
     from .schedules import ScheduleRecord
 
 __all__ = ["SQLStore"]
 
 T = TypeVar("T")
+
+
+def _bulk_ops() -> ModuleType:
+    """The operations on many rows at once, imported on first use: attaching a kernel needs none."""
+    from . import bulk_ops
+
+    return bulk_ops
 
 
 def _schedules() -> ModuleType:
@@ -55,7 +62,7 @@ class SQLStore:
     # The backend's module of operations (``_get_run``, ``_commit``, …).
     _sql: ModuleType
     # How the backend spells the SQL that the bulk operations share.
-    _dialect: bulk_ops.Dialect
+    _dialect: Dialect
 
     def _run(self, fn: Callable[..., T], *args: Any) -> Awaitable[T]:
         """Return the awaitable of one operation on a connection (where it runs is the driver's choice)."""
@@ -122,7 +129,7 @@ class SQLStore:
 
     async def unfinished_steps(self, run_id: str, node_id: str, agent_path: str) -> list[CheckpointRecord]:
         """Return an agent's checkpoints in a node since the node last finished, in seq order (indexed)."""
-        return await self._run(bulk_ops.unfinished_steps, self._dialect, run_id, node_id, agent_path)
+        return await self._run(_bulk_ops().unfinished_steps, self._dialect, run_id, node_id, agent_path)
 
     async def get_checkpoint(self, run_id: str, checkpoint_id: str) -> CheckpointRecord:
         """Return one checkpoint of a run; raise CheckpointNotFound."""
@@ -187,53 +194,55 @@ class SQLStore:
 
     async def keyed_results(self, run_id: str, prefix: str) -> list[tuple[str, str]]:
         """Return (key, value address) of a run's keyed results whose key starts with ``prefix``."""
-        return await self._run(bulk_ops.keyed_results, self._dialect, run_id, prefix)
+        return await self._run(_bulk_ops().keyed_results, self._dialect, run_id, prefix)
 
     async def keyed_results_of(self, run_id: str, prefixes: Sequence[str]) -> list[tuple[str, str]]:
         """Return (key, value address) of a run's keyed results whose key starts with one of ``prefixes``."""
-        return await self._run(bulk_ops.keyed_results_of, self._dialect, run_id, list(prefixes))
+        return await self._run(_bulk_ops().keyed_results_of, self._dialect, run_id, list(prefixes))
 
     async def pending_writes_of(self, run_id: str, checkpoint_ids: Sequence[str]) -> list[WriteRow]:
         """Return a run's pending writes stored under any of ``checkpoint_ids`` (one read)."""
-        return await self._run(bulk_ops.pending_writes_of, self._dialect, run_id, list(checkpoint_ids))
+        return await self._run(_bulk_ops().pending_writes_of, self._dialect, run_id, list(checkpoint_ids))
 
     async def copy_pending_writes(self, source_run_id: str, target_run_id: str) -> None:
         """Copy every pending write of a run to another run (one statement)."""
-        await self._run(bulk_ops.copy_pending_writes, self._dialect, source_run_id, target_run_id)
+        await self._run(_bulk_ops().copy_pending_writes, self._dialect, source_run_id, target_run_id)
 
     async def checkpoint_index(self, run_id: str) -> list[tuple[int, str]]:
         """Return (seq, checkpoint id) of a run's checkpoints in seq order (one narrow read)."""
-        return await self._run(bulk_ops.checkpoint_index, self._dialect, run_id)
+        return await self._run(_bulk_ops().checkpoint_index, self._dialect, run_id)
 
     async def checkpoint_extras(
         self, run_id: str, seqs: Iterable[int]
     ) -> dict[int, tuple[dict[str, Any], dict[str, str]]]:
         """Return the ``extra`` and state manifest of a run's checkpoints by seq, reading each row once."""
-        return await self._run(bulk_ops.checkpoint_extras, self._dialect, self._sql._state_at, run_id, list(seqs))
+        return await self._run(_bulk_ops().checkpoint_extras, self._dialect, self._sql._state_at, run_id, list(seqs))
 
     async def runs_by_id_prefix(self, prefix: str, limit: int) -> list[RunRecord]:
         """Return up to ``limit`` runs whose id starts with ``prefix``, in id order."""
-        return await self._run(bulk_ops.runs_by_id_prefix, self._dialect, prefix, limit)
+        return await self._run(_bulk_ops().runs_by_id_prefix, self._dialect, prefix, limit)
 
     async def ping(self) -> None:
         """Read the store once; raise a StoreError when it cannot answer."""
-        await self._run(bulk_ops.ping)
+        await self._run(_bulk_ops().ping)
 
     async def checkpoints_by_extra(self, path: Sequence[str], values: Sequence[str]) -> list[CheckpointRecord]:
         """Return the checkpoints, in any run, whose ``extra`` holds one of ``values`` at ``path``."""
-        return await self._run(bulk_ops.checkpoints_by_extra, self._dialect, list(path), list(values))
+        return await self._run(_bulk_ops().checkpoints_by_extra, self._dialect, list(path), list(values))
 
     async def delete_runs(self, run_ids: Sequence[str]) -> None:
         """Delete runs with all they hold, in one transaction (values go at the next collection)."""
-        await self._run(bulk_ops.delete_runs, self._dialect, list(run_ids))
+        await self._run(_bulk_ops().delete_runs, self._dialect, list(run_ids))
 
     async def forget_checkpoints(self, doomed: Mapping[str, Sequence[tuple[int, str]]]) -> list[str]:
         """Delete checkpoints (run -> [(seq, id their pending writes are stored under, or "")]) and those
         writes, keeping the rest rebuildable; delete and return the runs left empty."""
-        return await self._run(bulk_ops.forget_checkpoints, self._dialect, self._sql._state_at, doomed)
+        return await self._run(_bulk_ops().forget_checkpoints, self._dialect, self._sql._state_at, doomed)
 
     async def figures(self, since: float) -> Figures:
         """Return runs by status, the open gates, and node durations written after ``since`` (bounded cost)."""
+        from .figures import read_figures  # a server's scrape, never a kernel's
+
         return await self._run(read_figures, self._dialect, since)
 
     async def put_schedule(self, schedule: ScheduleRecord) -> tuple[ScheduleRecord, bool]:

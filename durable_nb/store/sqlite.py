@@ -32,8 +32,9 @@ from ..model import (
     RunRecord,
     WriteRow,
 )
-from . import bulk_ops, sqlite_ops
+from . import sqlite_ops
 from .blob_files import FILE_BYTES, BlobFolder, FileVanished
+from .dialect import SQLITE
 from .failures import operation_name, store_failed
 from .offload import offload
 from .sql_store import SQLStore
@@ -76,7 +77,7 @@ class SQLiteStore(SQLStore):
         self._held: dict[str, None] = {}
 
     _sql = sqlite_ops
-    _dialect = bulk_ops.SQLITE
+    _dialect = SQLITE
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.url!r}, durability={self.durability!r})"

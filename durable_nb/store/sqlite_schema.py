@@ -3,22 +3,16 @@
 from __future__ import annotations
 
 import sqlite3
+from typing import TYPE_CHECKING
 
 from ..errors import SchemaMismatch, StoreUnavailable
-from .ddl import current_schema
-from .migrations import create_schema, migrations, newer_schema, run_migrations
+from .ddl import SCHEMA_VERSION, current_schema
+
+if TYPE_CHECKING:
+    from .migrations import Step
 
 __all__ = ["SCHEMA_VERSION", "check_schema", "ensure_schema"]
 
-_MIGRATIONS = migrations(
-    real="REAL",
-    blob="BLOB",
-    bigint="INTEGER",
-    snapshot_json="json_object('manifest', json(manifest), 'completed', json(completed))",
-    table_options=" WITHOUT ROWID",
-)
-SCHEMA_VERSION = len(_MIGRATIONS)
-_CURRENT = current_schema(real="REAL", blob="BLOB", bigint="INTEGER", options=" WITHOUT ROWID")
 _OUR_TABLES = {"runs", "checkpoints", "pending_interrupts", "idempotency", "blobs", "events", "pending_writes"}
 
 
@@ -73,11 +67,15 @@ def ensure_schema(conn: sqlite3.Connection, where: str, version: int | None = No
         version = _current_version(conn, where)
         if version > SCHEMA_VERSION:
             raise _newer(where, version)
+        # Imported here: opening a store that is up to date (most opens) neither creates nor migrates.
+        from .migrations import create_schema, run_migrations
+
         if version == 0:
             conn.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
-            create_schema(conn.execute, _CURRENT, SCHEMA_VERSION, "?")
+            schema = current_schema(real="REAL", blob="BLOB", bigint="INTEGER", options=" WITHOUT ROWID")
+            create_schema(conn.execute, schema, SCHEMA_VERSION, "?")
         else:
-            run_migrations(conn.execute, _MIGRATIONS, version, "?")
+            run_migrations(conn.execute, migrations(), version, "?")
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -85,5 +83,20 @@ def ensure_schema(conn: sqlite3.Connection, where: str, version: int | None = No
     return SCHEMA_VERSION
 
 
+def migrations() -> list[Step]:
+    """The SQLite store's migration steps in order (index i takes version i to i + 1)."""
+    from .migrations import migrations as steps
+
+    return steps(
+        real="REAL",
+        blob="BLOB",
+        bigint="INTEGER",
+        snapshot_json="json_object('manifest', json(manifest), 'completed', json(completed))",
+        table_options=" WITHOUT ROWID",
+    )
+
+
 def _newer(where: str, version: int) -> SchemaMismatch:
+    from .migrations import newer_schema
+
     return newer_schema(where, version, SCHEMA_VERSION)

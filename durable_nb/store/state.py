@@ -12,7 +12,7 @@ entries, whatever the length of the run, and snapshots add a bounded number of b
 checkpoint on average.
 """
 
-from __future__ import annotations
+# Annotations evaluated, not strings: typing.NamedTuple compiles a string one at every attach.
 
 import json
 from collections.abc import Callable, Iterable

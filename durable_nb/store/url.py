@@ -1,6 +1,6 @@
 """Store URLs: which backend, and where its data lives."""
 
-from __future__ import annotations
+# Annotations evaluated, not strings: typing.NamedTuple compiles a string one at every attach.
 
 import os
 import string

@@ -17,7 +17,7 @@ give the bytes of the first pickle (strings shared by identity before may not be
 what counts as unchanged is what this kernel holds right after the restore.
 """
 
-from __future__ import annotations
+# Annotations evaluated, not strings: typing.NamedTuple compiles a string one at every attach.
 
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple

@@ -108,8 +108,10 @@ def _immutable_types() -> tuple[type, ...]:
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         extra += [numpy.dtype, numpy.generic]
-        if not _STATEFUL:
-            _note_stateful(numpy.random)
+        # numpy loads numpy.random on first use: until a cell has, no generator exists to note.
+        random = sys.modules.get("numpy.random")
+        if random is not None and not _STATEFUL:
+            _note_stateful(random)
     pandas = sys.modules.get("pandas")
     if pandas is not None:
         extra += [pandas.api.extensions.ExtensionDtype, pandas.Index]

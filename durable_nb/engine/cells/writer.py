@@ -26,7 +26,6 @@ from ...model import (
     step_name,
 )
 from ...store.protocol import Conflict, Store
-from ..gates.decisions import current_run, decisions_of
 from ..gates.gate import Suspend
 from ..runs.ownership import gave_up_on, owner_alive, taken_back, taking_over, this_owner
 from ..state.statelog import StateLog
@@ -37,6 +36,16 @@ if TYPE_CHECKING:
 __all__ = ["CellWriter"]
 
 
+def _resumes(head: CheckpointRecord | None) -> dict[str, list[Decision]]:
+    """The decisions ``head`` carries for nodes not finished yet: most carry none, and the gates'
+    module is imported only for one that does."""
+    if head is None or not head.resumes:
+        return {}
+    from ..gates.decisions import decisions_of
+
+    return decisions_of(head)
+
+
 class CellWriter:
     """The run a kernel writes to: its row as last seen, its owner token, its state log and head."""
 
@@ -45,7 +54,7 @@ class CellWriter:
         self.run = run
         self.owner = this_owner()
         self.log = StateLog(at)
-        self.resumes: dict[str, list[Decision]] = decisions_of(head)
+        self.resumes: dict[str, list[Decision]] = _resumes(head)
         self.head_id = head.checkpoint_id if head else None
 
     @property
@@ -54,7 +63,13 @@ class CellWriter:
 
     async def refresh(self) -> RunRecord:
         """Re-read the run row (and apply gate deadlines that have passed)."""
-        self.run = await current_run(self.store, self.run_id)
+        run = await self.store.get_run(self.run_id)
+        if run.status is RunStatus.PAUSED:
+            # Gates and their deadlines: imported for a paused run only, not by every attach.
+            from ..gates.decisions import current_run
+
+            run = await current_run(self.store, self.run_id, run)
+        self.run = run
         return self.run
 
     def holds(self) -> bool:
@@ -72,7 +87,7 @@ class CellWriter:
         """Move to ``head``, a checkpoint just written on the run; read the head again if it is not on ours."""
         if head is not None and head.parent_checkpoint_id == self.head_id:
             # Built on the checkpoint this kernel wrote last: the state is the one it holds.
-            self.resumes = decisions_of(head)
+            self.resumes = _resumes(head)
             self.head_id = head.checkpoint_id
         else:
             await self.reload_head()
@@ -127,7 +142,7 @@ class CellWriter:
         """Read the run's head and state again (someone else wrote to it since this kernel did)."""
         head = await self.store.resume_point(self.run_id)
         self.log = StateLog(await self.store.state_at(self.run_id))
-        self.resumes = decisions_of(head)
+        self.resumes = _resumes(head)
         self.head_id = head.checkpoint_id if head else None
 
     def draft(self, kind: str, node_id: str | None, status: CheckpointStatus, **fields: Any) -> CheckpointDraft:

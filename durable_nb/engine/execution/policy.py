@@ -2,7 +2,7 @@
 what each failed attempt reports. Workflow nodes and ``%%durable`` cells share this code; only
 how an attempt runs (a worker thread, or the kernel's main thread) differs."""
 
-from __future__ import annotations
+# Annotations evaluated, not strings: typing.NamedTuple compiles a string one at every attach.
 
 from collections.abc import Iterator
 from typing import NamedTuple

@@ -8,7 +8,6 @@ wrote, so that nobody reads the decision back.
 
 from __future__ import annotations
 
-import getpass
 import json
 import time
 from typing import TYPE_CHECKING, Any
@@ -61,6 +60,8 @@ MAX_DECISION_VALUE_BYTES = 1 << 20
 
 def default_by() -> str | None:
     """Return who decides when nobody says: the user this process runs as (None if unknown)."""
+    import getpass  # only a decision asks (it loads termios): attaching does not
+
     try:
         return getpass.getuser()
     except Exception:  # noqa: BLE001 - no user name is not worth failing an approval for

@@ -1,0 +1,37 @@
+"""How each SQL backend spells what differs: placeholders, a JSON path in ``extra``, transactions.
+
+Its own module: a store names its dialect when it is defined (attaching a kernel), while the
+operations that use it on many rows at once are imported on first use.
+"""
+
+# Annotations evaluated, not strings: typing.NamedTuple compiles a string one at every attach.
+
+import json
+from collections.abc import Sequence
+from typing import NamedTuple
+
+__all__ = ["POSTGRES", "SQLITE", "Dialect"]
+
+
+class Dialect(NamedTuple):
+    """How one backend spells what differs: placeholders, a JSON path in ``extra``, transactions."""
+
+    p: str
+    sqlite: bool
+
+    def extra_at(self) -> str:
+        """The SQL text of a value inside a checkpoint's ``extra`` JSON, as text; its path is
+        the parameter ``path_parameter`` gives."""
+        if self.sqlite:
+            return f"json_extract(extra, {self.p})"
+        return f"(extra::json #>> CAST({self.p} AS text[]))"
+
+    def path_parameter(self, path: Sequence[str]) -> str:
+        """The parameter that names ``path`` for ``extra_at``."""
+        if self.sqlite:
+            return "$." + ".".join(json.dumps(key) for key in path)
+        return "{" + ",".join(path) + "}"
+
+
+SQLITE = Dialect("?", True)
+POSTGRES = Dialect("%s", False)
