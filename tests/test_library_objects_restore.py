@@ -275,3 +275,16 @@ def test_a_formula_model_stored_as_a_value_loads_with_its_formulas_names() -> No
     del namespace["shift"]
     loaded = codec.decode(blob, b"k" * 32)
     assert loaded.predict(df.head(3)).tolist() == res.predict(df.head(3)).tolist()  # type: ignore[attr-defined]
+
+
+def test_an_array_over_memory_no_array_owns_is_stored_and_restored(store_url: str) -> None:
+    """An array whose memory is a buffer's, not an array's (``np.frombuffer``; scikit-learn's arrays
+    made from Cython memoryviews, as a pruning path's ``ccp_alphas``), is stored as an array."""
+    cells = [
+        "%%durable buffer\nimport numpy as np\nraw = bytearray(np.arange(4.0).tobytes())\n"
+        "over = np.frombuffer(raw)\nalphas, same = over[1:], over"
+    ]
+    shell = restored_shell(store_url, "buffer", cells)
+    assert shell.ns["over"].tolist() == [0.0, 1.0, 2.0, 3.0] and shell.ns["alphas"].tolist() == [1.0, 2.0, 3.0]
+    assert shell.ns["same"] is shell.ns["over"]
+    shell.close()

@@ -377,6 +377,10 @@ class _NamespacePickler(cloudpickle.Pickler):
 
     def _reduce_view(self, array: Any) -> Any:
         bottom = _bottom(array, self._ndarray)  # type: ignore[arg-type]
+        if bottom is array:
+            # Its memory is another object's, not an array's (a Cython memoryview scikit-learn
+            # returns as an array): no array to view, so it is pickled as an array of its own.
+            return None
         # Two values viewing the same memory share it: they must be stored together.
         self.extra_reach.append(bottom)
         # Rebuilt as a view when the memory is a variable's, or when two variables view it.
