@@ -57,7 +57,7 @@ nitpick_ignore_regex = [
     # The store protocol's records and the engine's internal types appear in signatures but are not
     # public names: they are shown, not linked.
     (r"py:.*", r"durable_nb\.(model|engine|store)\..*"),
-    (r"py:.*", r"(PendingInterrupt|RunRecord|CheckpointRecord|ScheduleRecord|StatusRows|EventRecord|Sleep|F|GraphDefinition)"),
+    (r"py:.*", r"(PendingInterrupt|RunRecord|CheckpointRecord|ScheduleRecord|StatusRows|EventRecord|Figures|Sleep|F|GraphDefinition)"),
     (r"py:.*", r"(os|json|sqlite3|psycopg|psycopg_pool)(\..*)?"),
 ]
 intersphinx_mapping: dict[str, tuple[str, str | None]] = {}
