@@ -14,10 +14,12 @@ import builtins
 import contextvars
 import functools
 import sys
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
-__all__ = ["data_class", "reduce_formula_data", "restore_target"]
+__all__ = ["call_in_namespace", "data_class", "reduce_formula_data", "restore_target"]
+
+T = TypeVar("T")
 
 # The notebook namespace values are being restored into, if any (set by the engine's restore): a
 # model's formula finds there the names it did not store.
@@ -25,11 +27,17 @@ restore_target: contextvars.ContextVar[dict[str, Any] | None] = contextvars.Cont
     "durable_nb_restore_into", default=None
 )
 
-# The caller's frames as statsmodels expects them when it unpickles (it looks two frames up
-# first), over the names given; compiled on its own so that it carries no ``__future__`` flags.
-_SET_STATE_IN_SCOPE = compile(
-    "(lambda _durable_nb_set: _durable_nb_set())(_durable_nb_set)", "<durable_nb restore>", "eval", dont_inherit=True
+# Two frames over a namespace, as a cell calling a function that unpickles would give (statsmodels
+# looks two frames up first), compiled on their own: a frame of a module carries its ``__future__`` flags.
+_CALL_IN_NAMESPACE = compile(
+    "(lambda _durable_nb_call: _durable_nb_call())(_durable_nb_call)", "<durable_nb restore>", "eval", dont_inherit=True
 )
+
+
+def call_in_namespace(namespace: dict[str, Any], call: Callable[[], T]) -> T:
+    """Return ``call()``, made from frames whose globals are ``namespace`` (a library reading its
+    callers' frames while unpickling finds the notebook's names there, not durable_nb's)."""
+    return eval(_CALL_IN_NAMESPACE, namespace, {"_durable_nb_call": call})  # type: ignore[no-any-return]
 
 
 def data_class() -> type | None:
@@ -78,5 +86,5 @@ def _set_state(data: Any, state: tuple[dict[str, Any], dict[str, Any]]) -> Any:
     fields, names = state
     namespace = restore_target.get()
     scope = {**(namespace if namespace is not None else {"__builtins__": builtins}), **names}
-    eval(_SET_STATE_IN_SCOPE, scope, {"_durable_nb_set": functools.partial(data.__setstate__, fields)})
+    call_in_namespace(scope, functools.partial(data.__setstate__, fields))
     return data

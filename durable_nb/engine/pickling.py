@@ -41,7 +41,7 @@ import cloudpickle
 import xxhash
 
 from .._collector import collector_paused
-from .._formulas import data_class, reduce_formula_data
+from .._formulas import call_in_namespace, data_class, reduce_formula_data
 from .._formulas import restore_target as _target
 from ..store.codec import is_file_type, refuse_open_file
 from .cells.pickle_reach import importable, reached
@@ -160,13 +160,6 @@ def restoring_into(namespace: dict[str, Any] | None) -> Iterator[None]:
         _target.reset(token)
 
 
-# Two frames over the namespace, as a cell calling a function that unpickles would give (statsmodels
-# looks two frames up first), compiled on their own: a frame of this module carries its ``__future__`` flags.
-_LOAD_IN_NAMESPACE = compile(
-    "(lambda _durable_nb_load: _durable_nb_load())(_durable_nb_load)", "<durable_nb restore>", "eval", dont_inherit=True
-)
-
-
 def unpickle(stream: Any, buffers: list[Any]) -> Any:
     """Load a stream written by ``pickle_values`` with its out-of-band buffers.
 
@@ -182,7 +175,7 @@ def unpickle(stream: Any, buffers: list[Any]) -> Any:
     with collector_paused():
         if namespace is None:
             return load()
-        return eval(_LOAD_IN_NAMESPACE, namespace, {"_durable_nb_load": load})
+        return call_in_namespace(namespace, load)
 
 
 _SINGLETONS = f"{__package__}.module_singletons"
