@@ -9,10 +9,14 @@ faults of the thread, not timed: every newly mapped chunk is faulted in when fir
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Iterator
 
 import pytest
 from shellkit import Shell
+
+from durable_nb._frame_room import call_with_room
+from durable_nb.engine.pickling import unpickle
 
 pytestmark = pytest.mark.backends("sqlite")
 
@@ -45,15 +49,35 @@ def shell(store_url: str) -> Iterator[Shell]:
     made.close()
 
 
-def _plain_worst() -> int:
+def worst_faults() -> int:
+    """Run the probe here and return its worst count of page faults."""
     namespace: dict[str, object] = {}
     exec(compile(PROBE, "<probe>", "exec"), namespace)
     return int(namespace["worst_faults"])  # type: ignore[call-overload]
 
 
-def test_a_durable_cells_loop_never_maps_a_chunk_per_call(shell: Shell) -> None:
-    if _plain_worst() < 1000:
+class _Probed:
+    """Unpickles to the probe's worst count, measured while unpickling."""
+
+    def __reduce__(self) -> tuple[object, tuple[()]]:
+        return worst_faults, ()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _python_maps_chunks_per_call() -> None:
+    if worst_faults() < 1000:
         pytest.skip("this Python does not map a frame-stack chunk per call at a chunk's end")
+
+
+def test_a_call_with_room_never_maps_a_chunk_per_call() -> None:
+    assert call_with_room(worst_faults) < 50
+
+
+def test_unpickling_values_never_maps_a_chunk_per_call() -> None:
+    assert unpickle(pickle.dumps(_Probed()), []) < 50
+
+
+def test_a_durable_cells_loop_never_maps_a_chunk_per_call(shell: Shell) -> None:
     shell.ok("%%durable probe\n" + PROBE)
     assert shell.ns["worst_faults"] < 50
 
@@ -67,6 +91,7 @@ def test_recursion_in_a_durable_cell_is_as_deep_as_plain(shell: Shell) -> None:
         "depth = down(sys.getrecursionlimit() - 200)\n"
     )
     assert shell.ns["depth"] == shell.ns["sys"].getrecursionlimit() - 200
+    assert call_with_room(sum, range(5)) == 10
     result = shell.run("%%durable endless\ndef forever(n):\n    return forever(n + 1)\nforever(0)\n")
     assert isinstance(result.error_in_exec, RecursionError)
     shell.ok("%%durable after\nafter = depth + 1")

@@ -43,6 +43,7 @@ import xxhash
 from .._collector import collector_paused
 from .._formulas import call_in_namespace, data_class, reduce_formula_data
 from .._formulas import restore_target as _target
+from .._frame_room import call_with_room
 from ..store.codec import is_file_type, refuse_open_file
 from .cells.pickle_reach import importable, reached
 
@@ -172,10 +173,12 @@ def unpickle(stream: Any, buffers: list[Any]) -> Any:
     namespace = _target.get()
     # Loading a figure makes tens of thousands of objects, all kept: left on, the collector walks
     # them (and the notebook's heap) again and again meanwhile, as when pickling.
+    # Unpickling imports the modules values need, in frames below durable_nb's own: given room on
+    # the frame stack, its loops do not map memory call after call (see call_with_room).
     with collector_paused():
         if namespace is None:
-            return load()
-        return call_in_namespace(namespace, load)
+            return call_with_room(load)
+        return call_with_room(call_in_namespace, namespace, load)
 
 
 _SINGLETONS = f"{__package__}.module_singletons"

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from .._frame_room import call_with_room
 from .._loop import run_sync
 from ..engine.execution.policy import AttemptPolicy
 from .cellcode import CellCode
@@ -60,18 +61,6 @@ def _run(code: Any, namespace: dict[str, Any]) -> Any:
     return result
 
 
-# CPython (3.11 on) keeps a thread's frames on a stack made of chunks: a call that finds no room
-# left in the current chunk maps a new one, and its return unmaps it. A loop whose calls land
-# just past a chunk's end maps and unmaps memory at every call; where that happens is luck, set
-# by how deep the cell's code starts. Importing scikit-learn in a cell did it 12,000 times more
-# durable than plain (24,000 more page faults, 0.2 s), because durable_nb's frames stand below
-# the cell's. Room reserved in the frame that runs the statements (its unused stack slots are
-# never written, so never touched) makes the interpreter give that frame a chunk twice its size:
-# the cell's calls run in the other half, half a megabyte, where no loop reaches a chunk's end.
-# The chunk is mapped once a cell, and only the pages the cell's calls reach are touched.
-RESERVED_STACK_SLOTS = 1 << 16
-
-
 def _run_statements(codes: list[Any], last: Any, namespace: dict[str, Any], after: Callable[[], None] | None) -> Any:
     __tracebackhide__ = True
     for code in codes:
@@ -79,11 +68,6 @@ def _run_statements(codes: list[Any], last: Any, namespace: dict[str, Any], afte
         if after is not None:
             after()
     return _run(last, namespace) if last is not None else None
-
-
-_run_statements.__code__ = _run_statements.__code__.replace(
-    co_stacksize=_run_statements.__code__.co_stacksize + RESERVED_STACK_SLOTS
-)
 
 
 def run_code(
@@ -107,7 +91,8 @@ def run_code(
     if cell.last_expr is not None:
         last = compile(cell.last_expr, filename, "eval", flags=flags, dont_inherit=True)
     with _deadline(timeout, node):
-        return _run_statements(codes, last, namespace, after_statement)
+        # A durable cell's code starts deeper than plain: see call_with_room for what that costs.
+        return call_with_room(_run_statements, codes, last, namespace, after_statement)
 
 
 # -- the cell's file name -------------------------------------------------------------------------
