@@ -222,8 +222,9 @@ def test_records_loaded_on_first_use_keep_their_old_paths() -> None:
 # (a gate's decision, a cancel, a failed commit) is imported in that path instead. The first
 # cell's commit loads the library-singleton index, to take the modules a cell imported as it ends,
 # and the collector's pause, which pickling and loading values hold; pickling a value asks whether
-# statsmodels' model data is among what it meets (its formula's names are stored with it).
-MODULES_AT_ATTACH = 93
+# statsmodels' model data is among what it meets (its formula's names are stored with it). A
+# cell's code and a restore's unpickling run with room on the frame stack (``_frame_room``).
+MODULES_AT_ATTACH = 94
 
 
 def test_attaching_and_a_first_cell_load_few_modules(tmp_path: Path) -> None:
