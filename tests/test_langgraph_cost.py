@@ -170,6 +170,30 @@ def test_a_step_is_two_transactions_and_only_put_updates_the_run_row(store_url: 
     assert all("FROM blobs WHERE hash" in s for s in inserted)
 
 
+@pytest.mark.sqlite_only
+def test_a_graph_steps_statements_build_no_temporary_table(store_url: str) -> None:
+    saver = DurableSaver(store_url)
+    store = saver.store
+    assert isinstance(store, SQLiteStore)
+    app = chain(saver)
+    app.invoke({"step": -1}, {"configurable": {"thread_id": "warm"}}, durability="sync")
+    statements: list[str] = []
+    run_sync(store._run(lambda conn: conn.set_trace_callback(statements.append)))
+    # Each node writes two values this process stored before (the chain's first run did): a
+    # put_writes and a put each check that the store still holds both.
+    app.invoke({"step": -1}, {"configurable": {"thread_id": "traced"}}, durability="sync")
+    run_sync(store._run(lambda conn: conn.set_trace_callback(None)))
+    checked = [s for s in statements if s.count("FROM blobs WHERE hash") >= 2]
+    assert len(checked) >= NODES
+    # A temporary table (an IN list's) is built and dropped each time the statement runs.
+    reader = sqlite3.connect(store.path)
+    try:
+        ephemeral = [s for s in checked if any(row[1] == "OpenEphemeral" for row in reader.execute(f"EXPLAIN {s}"))]
+    finally:
+        reader.close()
+    assert ephemeral == []
+
+
 def test_a_graph_step_turns_no_event_loop(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     saver = DurableSaver(store_url)
     app = chain(saver)

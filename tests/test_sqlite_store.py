@@ -260,3 +260,20 @@ def test_a_store_another_process_creates_between_two_reads_opens(tmp_path: Path)
         assert sqlite_schema._unversioned(conn, str(path)) == SCHEMA_VERSION
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("count", [1, 2, 8, 9, 40])
+def test_the_condition_that_values_are_held_holds_only_when_each_is(count: int) -> None:
+    """A commit's check that the store still holds values stored before: each is looked up (a
+    few) or counted in one list (many), and one missing fails it either way."""
+    from durable_nb.store.rows import blobs_held
+
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE blobs (hash TEXT PRIMARY KEY)")
+    addresses = [f"p-{i:064x}" for i in range(count)]
+    conn.executemany("INSERT INTO blobs VALUES (?)", [(a,) for a in addresses])
+    held = f"SELECT 1 WHERE 1{blobs_held(count, '?')}"
+    assert conn.execute(held, addresses).fetchone() == (1,)
+    conn.execute("DELETE FROM blobs WHERE hash = ?", (addresses[count // 2],))
+    assert conn.execute(held, addresses).fetchone() is None
+    assert blobs_held(0, "?") == ""

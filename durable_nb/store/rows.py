@@ -278,13 +278,18 @@ def insert_writes(count: int, placeholder: str, held: int = 0) -> str:
     )
 
 
+# Up to this many values a commit holds are looked up one by one (a LangGraph step holds one to
+# three); more, in one IN list, which keeps the condition's depth within SQLite's limit.
+_HELD_LOOKUPS = 8
+
+
 def blobs_held(count: int, placeholder: str) -> str:
     """Return the condition (after AND, or nothing for none) that the store holds the values at
     ``count`` addresses, bound in that order, each distinct."""
-    if not count:
-        return ""
-    if count == 1:
-        return f" AND EXISTS (SELECT 1 FROM blobs WHERE hash = {placeholder})"
+    if count <= _HELD_LOOKUPS:
+        # One lookup per address, not ``COUNT(*) … hash IN (…)``: SQLite builds a temporary
+        # table for such a list on every run, which cost a step's commit more than the lookups.
+        return f" AND EXISTS (SELECT 1 FROM blobs WHERE hash = {placeholder})" * count
     return f" AND (SELECT COUNT(*) FROM blobs WHERE hash IN ({', '.join([placeholder] * count)})) = {count}"
 
 
