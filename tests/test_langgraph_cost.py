@@ -38,7 +38,7 @@ from durable_nb.store.sqlite import SQLiteStore
 
 NODES = 5
 # Python calls (functions and built-ins) per put and per put_writes of a thread the saver wrote to.
-PUT_CALLS = 145  # 136 today
+PUT_CALLS = 145  # 134 today
 PUT_WRITES_CALLS = 85  # 78 today
 
 
@@ -584,7 +584,8 @@ def test_the_savers_own_step_row_is_the_row_a_general_commit_writes(
 # Python bytecodes (as sys.settrace counts them, every frame) per step of a thread the saver wrote
 # to: a put_writes and a put, each of a value stored before. What the interpreter runs (callgrind
 # counts its instructions) moves with it; a call count misses what a call does.
-STEP_BYTECODES = 2900  # 2719 today (3681 before the saver wrote its own rows)
+STEP_BYTECODES = 2800  # 2716 today (2719 before values held were looked up one by one, 3681
+# before the saver wrote its own rows)
 
 
 @pytest.mark.sqlite_only
