@@ -55,6 +55,7 @@ __all__ = [
     "encode_raw",
     "encode_typed",
     "encode_list",
+    "flat_dispatch_table",
     "write_mac",
     "write_macs",
     "is_group",
@@ -141,10 +142,26 @@ def refuse_open_file(obj: Any) -> None:
         )
 
 
+def flat_dispatch_table() -> dict[type, Any]:
+    """cloudpickle's table of reducers by type, as one dict, the way it resolves a type (its own first).
+
+    cloudpickle keeps it as a ChainMap over copyreg's, which the C pickler asks through Python for
+    every object it pickles by reducing it, most often to miss (a KeyError raised and caught): a
+    figure's thousands of artists paid about a tenth of their pickle for it. Made for each pickler,
+    so that what a library registers with copyreg later counts, as it does in the ChainMap.
+    """
+    table = cloudpickle.Pickler.dispatch_table
+    flat: dict[type, Any] = {}
+    for layer in reversed(getattr(table, "maps", [table])):
+        flat.update(layer)
+    return flat
+
+
 class _Pickler(cloudpickle.Pickler):
     """cloudpickle, refusing open files; a statsmodels formula model keeps its formula's names."""
 
     def __init__(self, file: io.BytesIO, protocol: int) -> None:
+        self.dispatch_table = flat_dispatch_table()  # read by the C pickler as it is made
         super().__init__(file, protocol=protocol)
         self._model_data = data_class()
 
