@@ -223,10 +223,10 @@ def test_records_loaded_on_first_use_keep_their_old_paths() -> None:
 # cell's commit loads the library-singleton index, to take the modules a cell imported as it ends,
 # and the collector's pause, which pickling and loading values hold; pickling a value asks whether
 # statsmodels' model data is among what it meets (its formula's names are stored with it). A
-# cell's code and a restore's unpickling run with room on the frame stack (``_frame_room``). The
-# named tuples' base (_tuples) is one module that saves fourteen named tuples a third of their making
-# each, ten times what loading it costs.
-MODULES_AT_ATTACH = 95
+# cell's code and a restore's unpickling run with room on the frame stack (``_frame_room``). Two
+# modules save far more than their loading: the named tuples' base (_tuples), a third of making
+# each of fourteen, and the records' compiled __init__ (model._inits), parsing eleven at import.
+MODULES_AT_ATTACH = 96
 
 
 def test_attaching_and_a_first_cell_load_few_modules(tmp_path: Path) -> None:
