@@ -161,6 +161,22 @@ def test_attaching_loads_nothing_of_running_a_cell(tmp_path: Path) -> None:
     assert loaded(setup, cell, str(tmp_path)) == []
 
 
+def test_attaching_and_a_first_cell_load_no_magic_argument_parser(tmp_path: Path) -> None:
+    """`%load_ext durable_nb`, `%durable run NAME --all` (its store from the environment, as in a
+    kernel) and cells named by a word build no argument parser: IPython's magic_arguments module is
+    not even loaded (a magic line with a value loads it)."""
+    setup = (
+        "import os, sys\nos.environ['DURABLE_NB_STORE'] = f'sqlite:///{sys.argv[1]}/runs.db'\n"
+        f"{SHELL}shell.run_line_magic('load_ext', 'durable_nb')\n"
+        "assert shell.run_cell('%durable run light --all').success\n"
+        "assert shell.run_cell('%%durable first\\nx = 1').success\n"
+        "assert shell.run_cell('x = 2').success"
+    )
+    assert loaded(setup, ("IPython.core.magic_arguments",), str(tmp_path)) == []
+    retried = f"{setup}\nassert shell.run_cell('%%durable again --retries 1\\nx = 3').success"
+    assert loaded(retried, ("IPython.core.magic_arguments",), str(tmp_path)) == ["IPython.core.magic_arguments"]
+
+
 def test_typed_marker_ships() -> None:
     """Style: the package ships py.typed."""
     assert (PACKAGE / "py.typed").exists()
