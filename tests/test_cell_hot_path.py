@@ -326,11 +326,11 @@ def test_numpy_random_state_restores_where_its_words_did_not_move(store_url: str
 # fresh shell (cProfile's count, IPython's own work for the magic line included): its code parsed
 # and hashed (not tokenized again when it holds no IPython syntax), the settings read around it,
 # its outputs captured, its one commit. With a 3x3 figure open, its check that the figure is
-# unchanged (not a pickle) comes on top. Measured at 827 and 1370 calls (the figure check and the
+# unchanged (not a pickle) comes on top. Measured at 819 and 1362 calls (the figure check and the
 # commit plan pause the collector);
 # raise these only for work a cell cannot do without.
-NO_CHANGE_CALLS = 841
-NO_CHANGE_CALLS_WITH_FIGURE = 1384
+NO_CHANGE_CALLS = 833
+NO_CHANGE_CALLS_WITH_FIGURE = 1376
 
 _COUNT_CELLS = """
 import cProfile, json, os, pstats, sys

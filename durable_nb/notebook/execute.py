@@ -101,8 +101,8 @@ def run_code(
 # -- the cell's IPython syntax ------------------------------------------------------------------
 
 # What IPython's token transformers look for: ``x = %magic``, ``x = !cmd``, ``obj?`` and lines that
-# start with ``%``, ``!``, ``?``, ``,``, ``;`` or ``/``. Each needs a character of one of these.
-_ESCAPES = ("%", "!", "?")
+# start with ``%``, ``!``, ``?``, ``,``, ``;`` or ``/``. Each needs one of ``%!?`` anywhere, or a line
+# that starts with one of these.
 _LINE_ESCAPES = (",", ";", "/")
 
 
@@ -112,9 +112,12 @@ def _no_ipython_syntax(lines: list[str]) -> bool:
     The tokenizer reads the same lines, and a line's first token is its first non-blank character.
     """
     text = "".join(lines)
-    if any(escape in text for escape in _ESCAPES):
+    if "%" in text or "!" in text or "?" in text:
         return False
-    return not any(line.lstrip().startswith(_LINE_ESCAPES) for line in lines)
+    for line in lines:
+        if line.lstrip().startswith(_LINE_ESCAPES):
+            return False
+    return True
 
 
 _TOKEN_TRANSFORMERS = [
