@@ -326,7 +326,7 @@ def test_numpy_random_state_restores_where_its_words_did_not_move(store_url: str
 # fresh shell (cProfile's count, IPython's own work for the magic line included): its code parsed
 # and hashed (not tokenized again when it holds no IPython syntax), the settings read around it,
 # its outputs captured, its one commit. With a 3x3 figure open, its check that the figure is
-# unchanged (not a pickle) comes on top. Measured at 819 and 1362 calls (the figure check and the
+# unchanged (not a pickle) comes on top. Measured at 821 and 1364 calls (the figure check and the
 # commit plan pause the collector);
 # raise these only for work a cell cannot do without.
 NO_CHANGE_CALLS = 833
