@@ -324,12 +324,13 @@ def test_numpy_random_state_restores_where_its_words_did_not_move(store_url: str
 
 # The Python calls a %%durable cell that changed nothing makes beyond the same cell run plain, in a
 # fresh shell (cProfile's count, IPython's own work for the magic line included): its code parsed
-# and hashed, the settings read around it, its outputs captured, its one commit. With a 3x3
-# figure open, its check that the figure is unchanged (not a pickle) comes on top. Measured at
-# 921 and 1464 calls (the figure check and the commit plan pause the collector);
+# and hashed (not tokenized again when it holds no IPython syntax), the settings read around it,
+# its outputs captured, its one commit. With a 3x3 figure open, its check that the figure is
+# unchanged (not a pickle) comes on top. Measured at 821 and 1364 calls (the figure check and the
+# commit plan pause the collector);
 # raise these only for work a cell cannot do without.
-NO_CHANGE_CALLS = 935
-NO_CHANGE_CALLS_WITH_FIGURE = 1480
+NO_CHANGE_CALLS = 833
+NO_CHANGE_CALLS_WITH_FIGURE = 1376
 
 _COUNT_CELLS = """
 import cProfile, json, os, pstats, sys
@@ -368,6 +369,68 @@ def test_a_cell_that_changed_nothing_makes_few_python_calls(tmp_path: Path, figu
     )
     extra = json.loads(result.stdout.strip().splitlines()[-1])
     assert extra <= budget, extra
+
+
+# Cells a %%durable body may be: plain Python, IPython's syntax of every kind, and text near it.
+BODIES = [
+    "x = 1",
+    "pass  # 3",
+    "x = 1\ny = x + 2\nprint(x, y)",
+    "\n\n   x = 1\n   y = 2\n",
+    "x = 1\n   \ny = '''a\n  \nb'''",
+    ">>> x = 1\n... y = 2",
+    "In [1]: x = 1\n   ...: y = 2",
+    "%time x = 1",
+    "files = !ls\nn = %pwd",
+    "x?",
+    "len??",
+    "!echo hi",
+    ",print a b",
+    ";print a b",
+    "/print 1",
+    "x = (1\n     , 2)",
+    "x = 1 % 2\ny = x != 3",
+    "pwd",
+    "ls",
+    "x = 'a?'",
+    "%%time\nx = 1",
+    "def f():\n    return 1\n\nclass A:\n    pass",
+    "x = 1 \\\n    + 2",
+    "s = '''\n,not a quote\n'''",
+    "",
+    "\n",
+    "x = 1\r\ny = 2",
+    "x = 1\x0c\ny = 2",
+]
+
+
+@pytest.mark.parametrize("body", BODIES)
+def test_a_cell_body_is_transformed_as_ipython_transforms_it(body: str) -> None:
+    """The body of a %%durable cell reads as IPython's own transform_cell makes it, with or
+    without IPython syntax in it (only text without that syntax skips IPython's tokenizing)."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from durable_nb.notebook.execute import transform_cell
+
+    shell = InteractiveShell.instance()
+    assert transform_cell(shell, body) == shell.transform_cell(body)
+
+
+def test_a_cell_body_without_ipython_syntax_is_not_tokenized(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plain Python in a %%durable cell is not tokenized again to look for magics; a magic is."""
+    from IPython.core import inputtransformer2
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from durable_nb.notebook.execute import transform_cell
+
+    shell = InteractiveShell.instance()
+    tokenized: list[list[str]] = []
+    real = inputtransformer2.make_tokens_by_line
+    monkeypatch.setattr(inputtransformer2, "make_tokens_by_line", lambda lines: tokenized.append(lines) or real(lines))
+    assert transform_cell(shell, "x = 1\ny = [x,\n     2]") == "x = 1\ny = [x,\n     2]\n"
+    assert tokenized == []
+    assert transform_cell(shell, "x = 1\n%time y = 2") == "x = 1\nget_ipython().run_line_magic('time', 'y = 2')\n"
+    assert tokenized
 
 
 # Counts the hand-offs to ipykernel's IO thread (each a thread switch and a wait) made from now on.

@@ -64,3 +64,47 @@ def test_what_orjson_writes_otherwise_is_written_by_the_standard_encoder(encoder
 def test_empty_columns_take_no_encoder(encoder: CountingEncoder) -> None:
     assert (rows.dumps({}), rows.dumps([])) == ("{}", "[]")
     assert encoder.values == []
+
+
+# Column text the decoder reads, some of which orjson reads otherwise or refuses.
+DECODED = [
+    '{"kernel":"k1","notebook":"sales.ipynb"}',
+    '{"a":NaN,"b":Infinity,"c":-Infinity}',
+    "[1e400]",
+    "[123456789012345678901234567890,-99999999999999999999]",
+    "[18446744073709551615,-9223372036854775808]",
+    '["\\ud800","\\ud83d\\ude00","\\u0000","é"]',
+    '{"a":1,"a":2}',
+    "[-0,-0.0,0.1,1e-7,5e-324,1.7976931348623157e308,0.1000000000000000055511151231257827]",
+    " [ true , false , null ] ",
+    "[" * 2000 + "]" * 2000,
+]
+
+
+@pytest.mark.parametrize("text", DECODED)
+def test_a_json_column_reads_as_the_standard_library_reads_it(text: str) -> None:
+    """Read by orjson when it reads the same; integers past 64 bits, NaN and infinities, lone
+    surrogates and depths orjson refuses are read by the standard library, as they were written."""
+    try:
+        expected: Any = json.loads(text)
+    except RecursionError:
+        with pytest.raises(RecursionError):
+            rows._loads(text)
+        return
+    found = rows._loads(text)
+    assert repr(found) == repr(expected) and type(found) is type(expected)  # an int stays an int
+
+
+def test_a_run_row_is_read_without_the_standard_librarys_decoder(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run row's JSON columns (read at every cell) are parsed by orjson, not json.loads."""
+    from durable_nb.model import RunKind, RunStatus
+
+    monkeypatch.setattr(json, "loads", lambda text, **kwargs: pytest.fail(f"json.loads({text!r})"))
+    row = ("r1", "nb", "notebook", "running", 1.0, 2.0, '{"x":"h1"}', None, None, None, None, None, "me", 3.0, 4, 5)
+    run = rows.run_from_row((*row, '{"kernel":"k1"}'))
+    assert (run.kind, run.status, run.input_manifest, run.meta) == (
+        RunKind.NOTEBOOK,
+        RunStatus.RUNNING,
+        {"x": "h1"},
+        {"kernel": "k1"},
+    )

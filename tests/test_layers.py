@@ -44,7 +44,8 @@ def layer_of(module: str) -> str | None:
     if parts[0] != "durable_nb" or len(parts) == 1:
         return None
     head = parts[1]
-    if head in ("errors", "model", "_ids", "_tally", "_lazy", "_collector", "_formulas", "_frame_room"):
+    base = ("errors", "model", "_ids", "_tally", "_lazy", "_collector", "_formulas", "_frame_room", "_tuples")
+    if head in base:
         return "base"
     if head == "_loop":
         return "driver"

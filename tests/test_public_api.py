@@ -161,6 +161,22 @@ def test_attaching_loads_nothing_of_running_a_cell(tmp_path: Path) -> None:
     assert loaded(setup, cell, str(tmp_path)) == []
 
 
+def test_attaching_and_a_first_cell_load_no_magic_argument_parser(tmp_path: Path) -> None:
+    """`%load_ext durable_nb`, `%durable run NAME --all` (its store from the environment, as in a
+    kernel) and cells named by a word build no argument parser: IPython's magic_arguments module is
+    not even loaded (a magic line with a value loads it)."""
+    setup = (
+        "import os, sys\nos.environ['DURABLE_NB_STORE'] = f'sqlite:///{sys.argv[1]}/runs.db'\n"
+        f"{SHELL}shell.run_line_magic('load_ext', 'durable_nb')\n"
+        "assert shell.run_cell('%durable run light --all').success\n"
+        "assert shell.run_cell('%%durable first\\nx = 1').success\n"
+        "assert shell.run_cell('x = 2').success"
+    )
+    assert loaded(setup, ("IPython.core.magic_arguments",), str(tmp_path)) == []
+    retried = f"{setup}\nassert shell.run_cell('%%durable again --retries 1\\nx = 3').success"
+    assert loaded(retried, ("IPython.core.magic_arguments",), str(tmp_path)) == ["IPython.core.magic_arguments"]
+
+
 def test_typed_marker_ships() -> None:
     """Style: the package ships py.typed."""
     assert (PACKAGE / "py.typed").exists()
@@ -223,8 +239,10 @@ def test_records_loaded_on_first_use_keep_their_old_paths() -> None:
 # cell's commit loads the library-singleton index, to take the modules a cell imported as it ends,
 # and the collector's pause, which pickling and loading values hold; pickling a value asks whether
 # statsmodels' model data is among what it meets (its formula's names are stored with it). A
-# cell's code and a restore's unpickling run with room on the frame stack (``_frame_room``).
-MODULES_AT_ATTACH = 94
+# cell's code and a restore's unpickling run with room on the frame stack (``_frame_room``). Two
+# modules save far more than their loading: the named tuples' base (_tuples), a third of making
+# each of fourteen, and the records' compiled __init__ (model._inits), parsing eleven at import.
+MODULES_AT_ATTACH = 96
 
 
 def test_attaching_and_a_first_cell_load_few_modules(tmp_path: Path) -> None:
@@ -246,6 +264,11 @@ def test_a_first_cell_leaves_numpy_random_unloaded(tmp_path: Path) -> None:
         "assert shell.run_cell('%%durable first\\nx = [1]').success"
     )
     assert loaded(setup, ("numpy.random",), str(tmp_path)) == []
+
+
+def made_at_attach(prelude: str, tmp_path: Path) -> list[str]:
+    """The list ``made`` that ``prelude`` fills, once a shell attached and ran a first cell."""
+    return list(printed(attached(prelude, "made"), str(tmp_path)))
 
 
 def attached(prelude: str, report: str) -> str:
@@ -277,6 +300,22 @@ def test_attaching_and_a_first_cell_compile_few_annotations(tmp_path: Path) -> N
         "    return real(source, *args, **kwargs)\n"
         "builtins.compile = counted"
     )
-    code = attached(f"import builtins\n{SHELL}{counter}", "made")
-    made = printed(code, str(tmp_path))
+    made = made_at_attach(f"import builtins\n{SHELL}{counter}", tmp_path)
     assert len(made) <= ANNOTATIONS_COMPILED_AT_ATTACH, made
+
+
+# How many classes typing's NamedTuple makes while attaching and running a first cell: about 0.6M
+# instructions each on Python 3.11, a third of it typing's own; durable_nb's named tuples are
+# made by _tuples.Typed (collections.namedtuple's class, without that third).
+TYPING_NAMEDTUPLES_AT_ATTACH = 0
+
+
+def test_attaching_and_a_first_cell_make_no_typing_named_tuples(tmp_path: Path) -> None:
+    """At most TYPING_NAMEDTUPLES_AT_ATTACH of durable_nb's classes are made by typing.NamedTuple."""
+    counter = (
+        "import typing\nmade = []\nreal = typing.NamedTupleMeta.__new__\n"
+        "typing.NamedTupleMeta.__new__ = lambda cls, name, bases, ns: (\n"
+        "    ns.get('__module__', '').startswith('durable_nb') and made.append(f\"{ns['__module__']}.{name}\")\n"
+        ") or real(cls, name, bases, ns)"
+    )
+    assert len(made := made_at_attach(f"{counter}\n{SHELL}", tmp_path)) <= TYPING_NAMEDTUPLES_AT_ATTACH, made

@@ -643,3 +643,34 @@ def _compiled_state(result: Any) -> dict[str, Any]:
     """The matrices a state space result's compiled initialization holds (copied out by its reduce)."""
     state = result.model.ssm.initialization._initializations["d"].__reduce__()[2]
     return {name: array.tolist() for name, array in state.items()}
+
+
+def test_the_collector_pause_nests_and_leaves_a_collector_turned_off_off() -> None:
+    """Paused inside the block or call (nested calls too, and through an error), running again
+    after it; a collector the caller turned off stays off."""
+    import gc
+
+    from durable_nb._collector import collector_paused
+
+    seen: list[bool] = []
+
+    @collector_paused()
+    def walk(depth: int) -> int:
+        seen.append(gc.isenabled())
+        if depth == 0:
+            raise ValueError("deepest")
+        return walk(depth - 1)
+
+    assert gc.isenabled()
+    with pytest.raises(ValueError, match="deepest"):
+        walk(2)
+    with collector_paused():
+        seen.append(gc.isenabled())
+    assert seen == [False, False, False, False] and gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            pass
+        assert walk.__name__ == "walk" and not gc.isenabled()
+    finally:
+        gc.enable()

@@ -8,16 +8,16 @@ its own kernel manager runs, and no other: a file naming another kernel, or writ
 process that is not the kernel's, is ignored.
 """
 
-# Annotations evaluated, not strings: typing.NamedTuple compiles a string one at every attach.
+# Annotations evaluated, not strings: the named tuples below keep them as their fields' types.
 
 import contextlib
 import json
 import os
 import sys
 from pathlib import Path
-from typing import NamedTuple
 
 from .._ids import is_short_id
+from .._tuples import Typed
 from .stores import resolved_url
 
 __all__ = ["KernelEntry", "read_kernel_entry", "remove_kernel_entry", "write_kernel_entry"]
@@ -26,8 +26,8 @@ __all__ = ["KernelEntry", "read_kernel_entry", "remove_kernel_entry", "write_ker
 _MAX_ENTRY_BYTES = 64 * 1024
 
 
-# A NamedTuple, not a dataclass: %load_ext defines it, where a dataclass's generated methods cost a millisecond.
-class KernelEntry(NamedTuple):
+# A named tuple, not a dataclass: %load_ext defines it, where a dataclass's generated methods cost a millisecond.
+class KernelEntry(Typed):
     """A kernel's registry entry: the run and the store it is attached to, and its process."""
 
     kernel_id: str

@@ -7,9 +7,10 @@ twice per field (is it a ClassVar, an InitVar?), a tenth of what defining them c
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from .._lazy import lazy_names
+from .._tuples import Typed
 from .records import Blob, CheckpointDraft, CheckpointRecord, NewEvent, Record, RunRecord, quick_init
 from .status import RunKind, RunStatus
 
@@ -52,7 +53,7 @@ class NewRun(Record):
     events: list[NewEvent] = field(default_factory=list)
 
 
-class WriteRow(NamedTuple):
+class WriteRow(Typed):
     """A task's pending write as a run stores it: under a checkpoint, its value by address,
     ``mac`` signing the fields; of writes with a negative ``idx`` the latest (``stamp``) is kept."""
 

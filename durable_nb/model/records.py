@@ -15,6 +15,7 @@ from types import MemberDescriptorType
 from typing import Any, TypeVar
 
 from .._lazy import lazy_names
+from ._inits import FACTORIES
 from .status import CheckpointStatus, EventType, RunKind, RunStatus
 
 __all__ = [
@@ -111,6 +112,10 @@ def quick_init(cls: T) -> T:
     The same parameters, defaults and factories as the one dataclasses writes, which sets each
     field through ``object.__setattr__`` (the way past the frozen ``__setattr__``): about twice
     the instructions, paid several times per workflow node for records of up to thirty fields.
+
+    The function is written as text, and compiled with the package (``_inits``, written by
+    ``write_inits``): parsing the records' ``__init__`` at import was an eighth of attaching a
+    kernel. Text that ``_inits`` does not hold (a record changed since) is compiled here.
     """
     if hasattr(cls, "__post_init__"):
         raise TypeError(f"quick_init does not run __post_init__ ({cls.__name__} has one).")
@@ -134,12 +139,66 @@ def quick_init(cls: T) -> T:
         (keywords if f.kw_only else positional).append(name)
         lines.append(f"    _set{index}(self, {value})\n")
     signature = ", ".join(["self", *positional, *(["*", *keywords] if keywords else [])])
-    exec(f"def __init__({signature}) -> None:\n{''.join(lines) or '    pass'}", scope)  # made from field names
-    init = scope["__init__"]
+    source = f"def __init__({signature}) -> None:\n{''.join(lines) or '    pass'}\n"
+    _written[f"{cls.__module__}.{cls.__qualname__}"] = (source, tuple(sorted(scope)))
+    made = FACTORIES.get(source)
+    if made is not None:
+        init = made(**scope)  # the same text, compiled with the package: its names are the scope's
+    else:
+        exec(source, scope)  # made from field names
+        init = scope["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__module__ = cls.__module__
     cls.__init__ = init  # type: ignore[misc]
     return cls
+
+
+# Each quick_init record's __init__ text and the names it uses, by the record's dotted name.
+_written: dict[str, tuple[str, tuple[str, ...]]] = {}
+
+# The modules whose records quick_init makes (all of them are imported to write _inits).
+QUICK_INIT_MODULES = ("durable_nb.model.records", "durable_nb.model.commits", "durable_nb.store.blob_files")
+
+
+def inits_source() -> str:
+    """The text of ``_inits``: each quick_init record's ``__init__`` text, as a function compiled
+    with the package that makes it from the names the text uses."""
+    from importlib import import_module
+
+    for module in QUICK_INIT_MODULES:
+        import_module(module)
+    parts = [_INITS_HEAD]
+    table = []
+    for index, (record, (source, names)) in enumerate(sorted(_written.items())):
+        body = "".join(f"    {line}" if line.strip() else line for line in source.splitlines(keepends=True))
+        parts.append(f"\n\n# {record}\ndef _{index}({', '.join(names)}):\n{body}    return __init__\n")
+        table.append(f"    {source!r}: _{index},\n")
+    parts.append("\n\nFACTORIES = {\n" + "".join(table) + "}\n")
+    return "".join(parts)
+
+
+def write_inits() -> None:
+    """Write ``_inits`` again (after a quick_init record changed: a test says when)."""
+    from pathlib import Path
+
+    Path(__file__).with_name("_inits.py").write_text(inits_source())
+
+
+_INITS_HEAD = '''# fmt: off
+# ruff: noqa: E501
+"""The ``__init__`` of each record quick_init makes, compiled with the package rather than at import.
+
+Written by ``durable_nb.model.records.write_inits()``; not edited by hand (a test holds it equal to
+what the records make). Each function takes the names its text uses and returns the ``__init__``.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["FACTORIES"]
+
+FACTORIES: dict[str, Callable[..., Any]]
+'''
 
 
 @quick_init

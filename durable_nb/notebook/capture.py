@@ -103,8 +103,10 @@ class Capture:
 
     def finish(self, value: Any) -> None:
         """Show the cell's value as ``Out[n]``, then the figures the inline backend would draw after it."""
-        with self._untapped():
-            shown = None if self.quiet else _show_result(self.shell, value, None, {})
+        shown = None
+        if value is not None and not self.quiet:  # most cells show nothing: nothing to untap for
+            with self._untapped():
+                shown = _show_result(self.shell, value, None, {})
         if shown is not None:
             data, metadata = shown
             self.outputs.append({"type": "result", "data": _jsonable(data), "metadata": _jsonable(metadata)})

@@ -6,12 +6,14 @@ statements act on the process rather than on variables: configuration magics, as
 to a module's attributes, and calls that look like they set something up.
 """
 
-# Annotations evaluated, not strings: typing.NamedTuple compiles a string one at every attach.
+# Annotations evaluated, not strings: the named tuples below keep them as their fields' types.
 
 import ast
 import hashlib
 import re
-from typing import Any, NamedTuple
+from typing import Any
+
+from .._tuples import Typed
 
 __all__ = ["SETTING_MAGICS", "CellCode", "Definition", "SetupCall", "analyze"]
 
@@ -40,7 +42,7 @@ def _sets_up(name: str) -> bool:
     )
 
 
-class SetupCall(NamedTuple):
+class SetupCall(Typed):
     """A top-level call that looks like set-up: the dotted name called, its text, and whether it
     sits in a branch or loop (so may not have run)."""
 
@@ -49,7 +51,7 @@ class SetupCall(NamedTuple):
     conditional: bool
 
 
-class Definition(NamedTuple):
+class Definition(Typed):
     """A top-level ``def`` or ``class`` statement of a cell, decorators included, as the cell ran it."""
 
     source: str

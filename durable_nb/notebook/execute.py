@@ -25,12 +25,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from IPython.core import inputtransformer2
+from IPython.core.interactiveshell import InteractiveShell
+
 from .._frame_room import call_with_room
 from .._loop import run_sync
 from ..engine.execution.policy import AttemptPolicy
 from .cellcode import CellCode
 
-__all__ = ["cache_cell", "murmur2_x86", "run_code"]
+__all__ = ["cache_cell", "murmur2_x86", "run_code", "transform_cell"]
 
 _FLAGS = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
 
@@ -93,6 +96,74 @@ def run_code(
     with _deadline(timeout, node):
         # A durable cell's code starts deeper than plain: see call_with_room for what that costs.
         return call_with_room(_run_statements, codes, last, namespace, after_statement)
+
+
+# -- the cell's IPython syntax ------------------------------------------------------------------
+
+# What IPython's token transformers look for: ``x = %magic``, ``x = !cmd``, ``obj?`` and lines that
+# start with ``%``, ``!``, ``?``, ``,``, ``;`` or ``/``. Each needs one of ``%!?`` anywhere, or a line
+# that starts with one of these.
+_LINE_ESCAPES = (",", ";", "/")
+
+
+def _no_ipython_syntax(lines: list[str]) -> bool:
+    """Whether no token transformer of IPython's can find anything in ``lines`` (False when unsure).
+
+    The tokenizer reads the same lines, and a line's first token is its first non-blank character.
+    """
+    text = "".join(lines)
+    if "%" in text or "!" in text or "?" in text:
+        return False
+    for line in lines:
+        if line.lstrip().startswith(_LINE_ESCAPES):
+            return False
+    return True
+
+
+_TOKEN_TRANSFORMERS = [
+    inputtransformer2.MagicAssign,
+    inputtransformer2.SystemAssign,
+    inputtransformer2.EscapedCommand,
+    inputtransformer2.HelpEnd,
+]
+
+
+def _standard(shell: Any) -> bool:
+    """Whether the shell transforms cells as IPython's own shell and transformers do."""
+    manager = getattr(shell, "input_transformer_manager", None)
+    return (
+        getattr(type(shell), "transform_cell", None) is InteractiveShell.transform_cell
+        and type(manager) is inputtransformer2.TransformerManager
+        and manager.token_transformers == _TOKEN_TRANSFORMERS
+    )
+
+
+def transform_cell(shell: Any, raw: str) -> str:
+    """Return ``shell.transform_cell(raw)``, without tokenizing a cell that holds no IPython syntax.
+
+    IPython tokenizes every cell to find its ``%magic``, ``!cmd`` and ``obj?`` lines, a tenth of
+    what a %%durable cell added to a plain one; text without their characters has none. This is
+    IPython's ``transform_cell`` step by step (a test holds them equal), the tokenizing left out
+    only then; a shell of another kind transforms as it does.
+    """
+    if not _standard(shell):
+        return str(shell.transform_cell(raw))
+    manager = shell.input_transformer_manager
+    cell = raw if raw.endswith("\n") else raw + "\n"
+    lines = cell.splitlines(keepends=True)
+    for transform in manager.cleanup_transforms + manager.line_transforms:
+        lines = transform(lines)
+    if not _no_ipython_syntax(lines):
+        lines = manager.do_token_transforms(lines)
+    cell = "".join(lines)
+    if len(cell.splitlines()) == 1:
+        # Magics without their %, and autocall: these depend on the namespace, so IPython's own step.
+        with shell.builtin_trap:
+            cell = shell.prefilter_manager.prefilter_lines(cell) + "\n"
+    lines = cell.splitlines(keepends=True)
+    for transform in shell.input_transformers_post:
+        lines = transform(lines)
+    return "".join(lines)
 
 
 # -- the cell's file name -------------------------------------------------------------------------

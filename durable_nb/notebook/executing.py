@@ -200,8 +200,10 @@ class CellExecutor:
             )
 
     def _say_committed(self, node: str, checkpoint: CheckpointRecord) -> None:
-        namespace = self.shell.user_ns
         extra = checkpoint.extra
+        if not extra.get("remade") and not extra.get("unstored"):
+            return  # most cells: no definition to remember, nothing left unstored to tell of
+        namespace = self.shell.user_ns
         changed = self.definitions.committed(namespace, extra.get("remade", {}))
         if changed:
             self.notes.warn(

@@ -13,8 +13,9 @@ import json
 import os
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
+from .._tuples import Typed
 from ..errors import InvalidInput
 
 __all__ = ["ATTACH_CODE", "ATTACH_VARIABLE", "Handover", "run_key"]
@@ -24,8 +25,8 @@ ATTACH_VARIABLE = "DURABLE_NB_ATTACH"
 ATTACH_CODE = "%load_ext durable_nb\n%durable run --from-env"
 
 
-# A NamedTuple, not a dataclass: %load_ext defines it, where a dataclass's generated methods cost a millisecond.
-class Handover(NamedTuple):
+# A named tuple, not a dataclass: %load_ext defines it, where a dataclass's generated methods cost a millisecond.
+class Handover(Typed):
     """The run a headless kernel attaches to: its name, its key, the store it lives in, and the
     owner token of the process that claimed the run for this kernel (if one did)."""
 

@@ -3,14 +3,46 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from IPython.core.magic_arguments import ArgDecorator, MagicArgumentParser, argument, real_name
+if TYPE_CHECKING:
+    from IPython.core.magic_arguments import MagicArgumentParser
 
-__all__ = ["cell_arguments", "lazy_arguments", "names_in", "parser_of", "subcommand_arguments", "unquoted"]
+__all__ = ["argument", "cell_arguments", "lazy_arguments", "names_in", "parser_of", "subcommand_arguments", "unquoted"]
 
 
-class lazy_arguments(ArgDecorator):
+# IPython's ArgDecorator and argument (IPython.core.magic_arguments), as they mark a magic and keep
+# its arguments: that module loads where a parser is built, which most kernels never need (a node's
+# name, a run's name and flags are read without one), not at %load_ext.
+class _ArgDecorator:
+    """Marks a magic as taking arguments (``has_arguments``) and joins its list of decorators."""
+
+    def __call__(self, func: Any) -> Any:
+        if not getattr(func, "has_arguments", False):
+            func.has_arguments = True
+            func.decorators = []
+        func.decorators.append(self)
+        return func
+
+    def add_to_parser(self, parser: Any, group: Any) -> Any:
+        """Add nothing (the mark alone)."""
+        return None
+
+
+class argument(_ArgDecorator):
+    """``@argument(...)``: the arguments and keywords of one ``add_argument`` call of the magic's parser."""
+
+    def __init__(self, *args: Any, **kwds: Any) -> None:
+        self.args = args
+        self.kwds = kwds
+
+    def add_to_parser(self, parser: Any, group: Any) -> Any:
+        """Add the argument (to ``group`` when one is given)."""
+        (parser if group is None else group).add_argument(*self.args, **self.kwds)
+        return None
+
+
+class lazy_arguments(_ArgDecorator):
     """``@magic_arguments()`` whose parser is built the first time it is used.
 
     IPython builds a parser (and formats its help) when the class is defined; for %durable's
@@ -38,6 +70,8 @@ def _construct(func: Any) -> MagicArgumentParser:
     # IPython's construct_parser without its last step, formatting the whole help into the stub's
     # docstring: nothing shows a subcommand stub's docstring, and formatting was half of the parser's
     # cost at a kernel's first %durable run (-h formats the help when asked).
+    from IPython.core.magic_arguments import MagicArgumentParser, real_name
+
     kwds = dict(getattr(func, "argcmd_kwds", {}))
     kwds.setdefault("description", func.__doc__)
     parser = MagicArgumentParser(real_name(func), **kwds)

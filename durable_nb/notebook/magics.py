@@ -7,11 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument
 
 from ..errors import DurableError, GatePending
 from .cell_names import is_node_name
-from .magic_arguments import cell_arguments, lazy_arguments, names_in, subcommand_arguments, unquoted
+from .magic_arguments import argument, cell_arguments, lazy_arguments, names_in, subcommand_arguments, unquoted
 from .notebook_tags import notebook_path
 
 if TYPE_CHECKING:

@@ -8,11 +8,13 @@ lines are added. Informational notes can be silenced; warnings (a value not stor
 not re-applied) always show, since hiding them would let a restore be wrong silently.
 """
 
-# Annotations evaluated, not strings: typing.NamedTuple compiles a string one at every attach.
+# Annotations evaluated, not strings: the named tuples below keep them as their fields' types.
 
 import html
 import uuid
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
+
+from .._tuples import Typed
 
 __all__ = ["NOTE_KEY", "Note", "Notes", "is_note", "note_kinds"]
 
@@ -30,7 +32,7 @@ _BOX_STYLE = (
 _LABEL_STYLE = "font-weight:600;margin-right:6px"
 
 
-class Note(NamedTuple):
+class Note(Typed):
     """One line durable_nb says about a cell: what it is about (``kind``) and how loud it is."""
 
     text: str

@@ -186,10 +186,11 @@ class KernelSession:
         from ..engine.cells.plan import CellAction, open_cell
         from .capture import is_quiet, open_figure_ids
         from .cellcode import analyze
+        from .execute import transform_cell
         from .restored import say_held, show_restored
 
         cell_run = self.require()
-        source = self.shell.transform_cell(raw_source)
+        source = transform_cell(self.shell, raw_source)
         self.all_cells.transformed(node, source)
         cell = analyze(source)
         figures = open_figure_ids()

@@ -1,11 +1,13 @@
 """What a process-wide setting is (how it is read, compared and set again), and the comparisons
 the settings share: a reading taken whole, the keys that changed, the entries replaced."""
 
-# Annotations evaluated, not strings: typing.NamedTuple compiles a string one at every attach.
+# Annotations evaluated, not strings: the named tuples below keep them as their fields' types.
 
 import operator
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
+
+from .._tuples import Typed
 
 __all__ = ["MISSING", "Setting", "changed_keys", "put_changes", "replaced_entries", "same", "whole_reading"]
 
@@ -24,7 +26,7 @@ class _Missing:
 MISSING = _Missing()
 
 
-class Setting(NamedTuple):
+class Setting(Typed):
     """One kind of process-wide state: how to read it, what changed, and how to set it again."""
 
     name: str

@@ -19,13 +19,14 @@ goes into. A setting that cannot be read without changing it (matplotlib's date 
 by the first reading) is read only after a cell that called one of its calls.
 """
 
-# Annotations evaluated, not strings: typing.NamedTuple compiles a string one at every attach.
+# Annotations evaluated, not strings: the named tuples below keep them as their fields' types.
 
 import sys
 from collections.abc import Iterable
 from types import ModuleType
-from typing import Any, NamedTuple
+from typing import Any
 
+from .._tuples import Typed
 from .library_settings import LIBRARY_SETTINGS, forget_numpy_random
 from .process_settings import PROCESS_SETTINGS
 from .setting_changes import Setting
@@ -82,7 +83,7 @@ def _read(setting: Setting) -> Any:
 _applied = 0
 
 
-class SettingsReading(NamedTuple):
+class SettingsReading(Typed):
     """Every setting as a cell left it: the readings, how many modules were loaded, and ``_applied``."""
 
     values: dict[str, Any]

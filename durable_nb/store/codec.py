@@ -17,7 +17,7 @@ unchanged array is never written twice). A group blob lists its buffers' address
 HMAC, so a buffer edited in the store is refused like a tampered pickle.
 """
 
-# Annotations evaluated, not strings: typing.NamedTuple compiles a string one at every attach.
+# Annotations evaluated, not strings: the named tuples below keep them as their fields' types.
 
 import hashlib
 import hmac
@@ -26,11 +26,12 @@ import json
 import math
 import pickle
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import Any
 
 import cloudpickle
 
 from .._formulas import data_class, reduce_formula_data
+from .._tuples import Typed
 from ..errors import SerializationError, TamperedValueError
 from ..model import Blob
 
@@ -317,14 +318,14 @@ def _compressor() -> Any:
     return zstandard.ZstdCompressor(level=1)
 
 
-class GroupPart(NamedTuple):
+class GroupPart(Typed):
     """One out-of-band buffer of a group: its address and whether the array was read-only."""
 
     address: str
     readonly: bool
 
 
-class OpenGroup(NamedTuple):
+class OpenGroup(Typed):
     """A verified group blob: the names it holds, its buffers in order, and its pickle stream."""
 
     names: list[str]
@@ -392,7 +393,7 @@ def open_raw(blob: Blob) -> Any:
     return data
 
 
-class ListChunk(NamedTuple):
+class ListChunk(Typed):
     """A run of a stored list: a stored list of ``count`` items, or (``single``) one stored item."""
 
     address: str

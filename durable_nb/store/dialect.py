@@ -4,16 +4,17 @@ Its own module: a store names its dialect when it is defined (attaching a kernel
 operations that use it on many rows at once are imported on first use.
 """
 
-# Annotations evaluated, not strings: typing.NamedTuple compiles a string one at every attach.
+# Annotations evaluated, not strings: the named tuples below keep them as their fields' types.
 
 import json
 from collections.abc import Sequence
-from typing import NamedTuple
+
+from .._tuples import Typed
 
 __all__ = ["POSTGRES", "SQLITE", "Dialect"]
 
 
-class Dialect(NamedTuple):
+class Dialect(Typed):
     """How one backend spells what differs: placeholders, a JSON path in ``extra``, transactions."""
 
     p: str

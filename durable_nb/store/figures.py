@@ -9,8 +9,9 @@ durations are read only for checkpoints written since a time, through the partia
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
+from .._tuples import Typed
 from .dialect import Dialect
 
 __all__ = ["DURATIONS_SINCE", "Figures", "read_figures"]
@@ -21,7 +22,7 @@ DURATIONS_SINCE = (
 )
 
 
-class Figures(NamedTuple):
+class Figures(Typed):
     """The store's figures at one moment."""
 
     runs: dict[str, int]

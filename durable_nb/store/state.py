@@ -12,12 +12,13 @@ entries, whatever the length of the run, and snapshots add a bounded number of b
 checkpoint on average.
 """
 
-# Annotations evaluated, not strings: typing.NamedTuple compiles a string one at every attach.
+# Annotations evaluated, not strings: the named tuples below keep them as their fields' types.
 
 import json
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple
+from typing import Any
 
+from .._tuples import Typed
 from ..model import CheckpointState, RunRecord
 
 __all__ = [
@@ -34,7 +35,7 @@ __all__ = [
 SNAPSHOT_MIN = 256
 
 
-class StateRow(NamedTuple):
+class StateRow(Typed):
     """What one checkpoint row says about the state."""
 
     seq: int

@@ -1,12 +1,12 @@
 """Store URLs: which backend, and where its data lives."""
 
-# Annotations evaluated, not strings: typing.NamedTuple compiles a string one at every attach.
+# Annotations evaluated, not strings: the named tuples below keep them as their fields' types.
 
 import os
 import string
 from pathlib import Path
-from typing import NamedTuple
 
+from .._tuples import Typed
 from ..errors import InvalidInput, StoreUnavailable
 
 __all__ = ["DEFAULT_URL", "ENV_VAR", "StoreURL", "parse_url", "resolve_url", "url_for_other_processes"]
@@ -26,7 +26,7 @@ def _has_scheme(url: str) -> bool:
 DEFAULT_URL = "sqlite:///.durable_nb/runs.db"
 
 
-class StoreURL(NamedTuple):
+class StoreURL(Typed):
     """A parsed store URL."""
 
     scheme: str

@@ -17,12 +17,13 @@ give the bytes of the first pickle (strings shared by identity before may not be
 what counts as unchanged is what this kernel holds right after the restore.
 """
 
-# Annotations evaluated, not strings: typing.NamedTuple compiles a string one at every attach.
+# Annotations evaluated, not strings: the named tuples below keep them as their fields' types.
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..._collector import collector_paused
+from ..._tuples import Typed
 from ...model import Blob
 from ...store import codec
 from ..pickling import Pickled, in_reach, pickle_values, take_imported
@@ -34,7 +35,7 @@ from .unchanged import Witness, holds, witness
 __all__ = ["Known", "NamespaceTracker", "StorePlan"]
 
 
-class Known(NamedTuple):
+class Known(Typed):
     """What the store holds for one variable, and what its value reached when last pickled."""
 
     address: str

@@ -2,11 +2,11 @@
 what each failed attempt reports. Workflow nodes and ``%%durable`` cells share this code; only
 how an attempt runs (a worker thread, or the kernel's main thread) differs."""
 
-# Annotations evaluated, not strings: typing.NamedTuple compiles a string one at every attach.
+# Annotations evaluated, not strings: the named tuples below keep them as their fields' types.
 
 from collections.abc import Iterator
-from typing import NamedTuple
 
+from ..._tuples import Typed
 from ...errors import NodeTimeout
 from ...model import EventType, NewEvent, format_seconds
 
@@ -18,7 +18,7 @@ def backoff_seconds(retry: int) -> float:
     return float(min(2 ** (retry - 1), 30))
 
 
-class AttemptPolicy(NamedTuple):
+class AttemptPolicy(Typed):
     """Up to ``retries`` more attempts after a failure, each limited to ``timeout_seconds``."""
 
     retries: int = 0

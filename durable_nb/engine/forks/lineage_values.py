@@ -10,14 +10,15 @@ values, as it would live.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
+from ..._tuples import Typed
 from ...store.protocol import Store
 
 __all__ = ["ForkOverrides", "same_value", "shared_with"]
 
 
-class ForkOverrides(NamedTuple):
+class ForkOverrides(Typed):
     """The overrides (name to address) of each fork along a run's lineage, nearest fork first.
 
     ``levels[i]`` is ``(ancestor, overrides)``: the i-th run up the lineage, and what the fork
