@@ -120,7 +120,14 @@ class _Hasher:
         home = type(value).__module__
         # A class the notebook defined (a custom estimator or likelihood model) too: its instances
         # pickle by the same memo, and the restored class is another object than the one pickled.
-        by_attribute = home.split(".")[0] in _BY_ATTRIBUTE or home == "__main__" or type(value) is types.SimpleNamespace
+        by_attribute = (
+            home.split(".")[0] in _BY_ATTRIBUTE
+            or home == "__main__"
+            or type(value) is types.SimpleNamespace
+            # A vectorized method (scipy's distributions hold several): its pickle holds the instance
+            # its function is bound to, and with it numpy's global random state, which is not its own.
+            or (numpy is not None and isinstance(value, numpy.vectorize))
+        )
         if by_attribute and getattr(value, "__dict__", None):
             # A scikit-learn display, a statsmodels model or result, a scipy interpolator (an isotonic
             # fit builds one again on unpickling), a namespace of frames (a state space result's

@@ -107,3 +107,11 @@ def test_a_scipy_interpolator_reads_alike_whichever_equal_dtypes_its_arrays_shar
     assert pickle.dumps(first) != pickle.dumps(second)
     assert _Hasher().digest(first) == _Hasher().digest(second)
     assert _Hasher().digest(first) != _Hasher().digest(interp1d(x, y * 2))
+
+
+def test_a_frozen_distribution_reads_alike_whatever_numpy_global_random_state() -> None:
+    stats = pytest.importorskip("scipy.stats")
+    frozen = stats.gamma(2)
+    before = _Hasher().digest(frozen)
+    np.random.random()  # the global state its vectorized methods' instance holds as a library global
+    assert _Hasher().digest(frozen) == before
