@@ -19,8 +19,9 @@ MARKER = "REALNB-FINGERPRINT "
 _IPYTHON_NAMES = re.compile(r"^(_{1,3}|_i{1,3}|_i\d+|_\d+|_ih|_oh|_dh|In|Out|get_ipython|exit|quit)$")
 _MAX_DEPTH = 40
 _MAX_PARTS = 200
-# Libraries whose objects are compared attribute by attribute rather than by their pickle.
-_BY_ATTRIBUTE = frozenset({"sklearn", "statsmodels", "patsy", "scipy"})
+# Libraries whose objects are compared attribute by attribute rather than by their pickle (a
+# seaborn grid holds a figure, whose pickle differs from run to run; its parts do not).
+_BY_ATTRIBUTE = frozenset({"sklearn", "statsmodels", "patsy", "scipy", "seaborn"})
 
 
 def _sha(*chunks: bytes | str) -> str:

@@ -115,3 +115,11 @@ def test_a_frozen_distribution_reads_alike_whatever_numpy_global_random_state() 
     before = _Hasher().digest(frozen)
     np.random.random()  # the global state its vectorized methods' instance holds as a library global
     assert _Hasher().digest(frozen) == before
+
+
+def test_a_seaborn_grid_and_its_pickled_copy_read_alike() -> None:
+    pytest.importorskip("matplotlib").use("agg")
+    sns = pytest.importorskip("seaborn")
+    rng = np.random.default_rng(0)
+    grid = sns.jointplot(x=rng.normal(size=50), y=rng.normal(size=50), kind="scatter")
+    assert _Hasher().digest(pickle.loads(pickle.dumps(grid))) == _Hasher().digest(grid)
