@@ -136,6 +136,10 @@ class _Hasher:
             # after a round trip. Its memo writes an object met twice once: equal strings or dtypes shared
             # by two parts read apart from equal ones that are not, which no program can tell from a value.
             return _sha(name, *[f"{k}={self.digest(v, depth + 1)}" for k, v in sorted(vars(value).items())])
+        if by_attribute:
+            # A compiled class of the library (a KDTree and its distance metric): what it pickles to,
+            # part by part, for the same reason: its arrays' equal dtypes are shared or not by chance.
+            return _sha(name, self.digest(_reduced(value), depth + 1))
         return _sha(name, _pickled(value))
 
     def module_global(self, value: Any) -> str | None:
@@ -297,6 +301,14 @@ def _rendered(figure: Any) -> bytes:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="rgba")
     return buffer.getvalue()
+
+
+def _reduced(value: Any) -> Any:
+    """What pickling a value writes: its constructor, arguments and state (its pickle if it has none)."""
+    try:
+        return value.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+    except Exception:  # noqa: BLE001 - some values cannot be pickled; read as their pickle reads them
+        return _pickled(value)
 
 
 def _pickled(value: Any) -> bytes:

@@ -123,3 +123,17 @@ def test_a_seaborn_grid_and_its_pickled_copy_read_alike() -> None:
     rng = np.random.default_rng(0)
     grid = sns.jointplot(x=rng.normal(size=50), y=rng.normal(size=50), kind="scatter")
     assert _Hasher().digest(pickle.loads(pickle.dumps(grid))) == _Hasher().digest(grid)
+
+
+def test_a_kd_tree_and_its_pickled_copy_read_alike() -> None:
+    neighbors = pytest.importorskip("sklearn.neighbors")
+    tree = neighbors.KernelDensity().fit(np.random.default_rng(0).normal(size=(20, 1))).tree_
+    assert _Hasher().digest(pickle.loads(pickle.dumps(tree))) == _Hasher().digest(tree)
+
+
+def test_a_kd_tree_on_other_data_reads_apart() -> None:
+    neighbors = pytest.importorskip("sklearn.neighbors")
+    rng = np.random.default_rng(0)
+    first = neighbors.KernelDensity().fit(rng.normal(size=(20, 1))).tree_
+    second = neighbors.KernelDensity().fit(rng.normal(size=(20, 1))).tree_
+    assert _Hasher().digest(first) != _Hasher().digest(second)
