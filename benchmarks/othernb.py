@@ -36,6 +36,10 @@ NOTEBOOKS = (
 )
 
 
+# Cell magics whose body is Python still; any other (``%%javascript``, ``%%bash``) leaves its cell out.
+_PYTHON_CELL_MAGICS = frozenset({"%%time", "%%timeit", "%%capture"})
+
+
 def read_notebooks(archive: Path, names: list[str]) -> dict[str, str]:
     """Each ``examples/notebooks/<name>.ipynb`` of a source archive as a percent-format script."""
     found: dict[str, str] = {}
@@ -53,12 +57,15 @@ def read_notebooks(archive: Path, names: list[str]) -> dict[str, str]:
 
 
 def as_script(notebook: dict[str, Any]) -> str:
-    """The code cells of a notebook, ``# %%`` between them, without IPython magics or shell lines."""
+    """The code cells of a notebook, ``# %%`` between them, without IPython magics, shell lines or non-Python cells."""
     cells = []
     for cell in notebook.get("cells", []):
         if cell.get("cell_type") != "code":
             continue
         source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+        magic = source.lstrip().split(None, 1)[0] if source.strip() else ""
+        if magic.startswith("%%") and magic not in _PYTHON_CELL_MAGICS:
+            continue  # a cell of JavaScript, HTML or shell: not Python, and not the notebook's values
         lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
         if any(line.strip() for line in lines):
             cells.append("\n".join(lines))

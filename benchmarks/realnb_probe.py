@@ -19,8 +19,9 @@ MARKER = "REALNB-FINGERPRINT "
 _IPYTHON_NAMES = re.compile(r"^(_{1,3}|_i{1,3}|_i\d+|_\d+|_ih|_oh|_dh|In|Out|get_ipython|exit|quit)$")
 _MAX_DEPTH = 40
 _MAX_PARTS = 200
-# Libraries whose objects are compared attribute by attribute rather than by their pickle.
-_BY_ATTRIBUTE = frozenset({"sklearn", "statsmodels", "patsy", "scipy"})
+# Libraries whose objects are compared attribute by attribute rather than by their pickle (a
+# seaborn grid holds a figure, whose pickle differs from run to run; its parts do not).
+_BY_ATTRIBUTE = frozenset({"sklearn", "statsmodels", "patsy", "scipy", "seaborn"})
 
 
 def _sha(*chunks: bytes | str) -> str:
@@ -120,7 +121,14 @@ class _Hasher:
         home = type(value).__module__
         # A class the notebook defined (a custom estimator or likelihood model) too: its instances
         # pickle by the same memo, and the restored class is another object than the one pickled.
-        by_attribute = home.split(".")[0] in _BY_ATTRIBUTE or home == "__main__" or type(value) is types.SimpleNamespace
+        by_attribute = (
+            home.split(".")[0] in _BY_ATTRIBUTE
+            or home == "__main__"
+            or type(value) is types.SimpleNamespace
+            # A vectorized method (scipy's distributions hold several): its pickle holds the instance
+            # its function is bound to, and with it numpy's global random state, which is not its own.
+            or (numpy is not None and isinstance(value, numpy.vectorize))
+        )
         if by_attribute and getattr(value, "__dict__", None):
             # A scikit-learn display, a statsmodels model or result, a scipy interpolator (an isotonic
             # fit builds one again on unpickling), a namespace of frames (a state space result's
@@ -128,6 +136,10 @@ class _Hasher:
             # after a round trip. Its memo writes an object met twice once: equal strings or dtypes shared
             # by two parts read apart from equal ones that are not, which no program can tell from a value.
             return _sha(name, *[f"{k}={self.digest(v, depth + 1)}" for k, v in sorted(vars(value).items())])
+        if by_attribute:
+            # A compiled class of the library (a KDTree and its distance metric): what it pickles to,
+            # part by part, for the same reason: its arrays' equal dtypes are shared or not by chance.
+            return _sha(name, self.digest(_reduced(value), depth + 1))
         return _sha(name, _pickled(value))
 
     def module_global(self, value: Any) -> str | None:
@@ -289,6 +301,14 @@ def _rendered(figure: Any) -> bytes:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="rgba")
     return buffer.getvalue()
+
+
+def _reduced(value: Any) -> Any:
+    """What pickling a value writes: its constructor, arguments and state (its pickle if it has none)."""
+    try:
+        return value.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+    except Exception:  # noqa: BLE001 - some values cannot be pickled; read as their pickle reads them
+        return _pickled(value)
 
 
 def _pickled(value: Any) -> bytes:

@@ -107,3 +107,33 @@ def test_a_scipy_interpolator_reads_alike_whichever_equal_dtypes_its_arrays_shar
     assert pickle.dumps(first) != pickle.dumps(second)
     assert _Hasher().digest(first) == _Hasher().digest(second)
     assert _Hasher().digest(first) != _Hasher().digest(interp1d(x, y * 2))
+
+
+def test_a_frozen_distribution_reads_alike_whatever_numpy_global_random_state() -> None:
+    stats = pytest.importorskip("scipy.stats")
+    frozen = stats.gamma(2)
+    before = _Hasher().digest(frozen)
+    np.random.random()  # the global state its vectorized methods' instance holds as a library global
+    assert _Hasher().digest(frozen) == before
+
+
+def test_a_seaborn_grid_and_its_pickled_copy_read_alike() -> None:
+    pytest.importorskip("matplotlib").use("agg")
+    sns = pytest.importorskip("seaborn")
+    rng = np.random.default_rng(0)
+    grid = sns.jointplot(x=rng.normal(size=50), y=rng.normal(size=50), kind="scatter")
+    assert _Hasher().digest(pickle.loads(pickle.dumps(grid))) == _Hasher().digest(grid)
+
+
+def test_a_kd_tree_and_its_pickled_copy_read_alike() -> None:
+    neighbors = pytest.importorskip("sklearn.neighbors")
+    tree = neighbors.KernelDensity().fit(np.random.default_rng(0).normal(size=(20, 1))).tree_
+    assert _Hasher().digest(pickle.loads(pickle.dumps(tree))) == _Hasher().digest(tree)
+
+
+def test_a_kd_tree_on_other_data_reads_apart() -> None:
+    neighbors = pytest.importorskip("sklearn.neighbors")
+    rng = np.random.default_rng(0)
+    first = neighbors.KernelDensity().fit(rng.normal(size=(20, 1))).tree_
+    second = neighbors.KernelDensity().fit(rng.normal(size=(20, 1))).tree_
+    assert _Hasher().digest(first) != _Hasher().digest(second)
