@@ -312,13 +312,9 @@ class _NamespacePickler(cloudpickle.Pickler):
         self._sealed: tuple[type, ...] = (pandas.Index,) if pandas is not None else ()
         self._callbacks: type | None = getattr(sys.modules.get("matplotlib.cbook"), "CallbackRegistry", None)
         self._model_data = data_class()
-        # Types whose objects take none of the ways below: most objects of a figure or a model.
-        self._ordinary: set[type] = set()
 
     def reducer_override(self, obj: Any) -> Any:
         kind = type(obj)
-        if kind in self._ordinary and obj.__class__ is kind:
-            return NotImplemented  # pickled as pickle does (a figure's thousands of artists)
         # Asked once per type: io.IOBase is an ABC, whose isinstance runs Python for every object pickled.
         is_file = self._file_types.get(kind)
         if is_file is None:
@@ -359,20 +355,7 @@ class _NamespacePickler(cloudpickle.Pickler):
             if held is not None:
                 self.by_name.add(id(obj))
                 return (_module_global, held)
-        if singletons is None and self._is_ordinary(kind, is_file):
-            self._ordinary.add(kind)
         return super().reducer_override(obj)
-
-    def _is_ordinary(self, kind: type, is_file: bool) -> bool:
-        """True if no object of ``kind`` (its own class) takes any of the ways above, nor cloudpickle's
-        own (classes and functions by value): from then on its objects are left to pickle at once."""
-        special = (self._figure, self._callbacks, self._model_data, *self._sealed)
-        return not (
-            is_file
-            or kind in (types.FunctionType, types.CellType, self._ndarray)
-            or issubclass(kind, (type, types.FunctionType))
-            or any(base is not None and issubclass(kind, base) for base in special)
-        )
 
     def _reduce_function(self, function: types.FunctionType) -> Any:
         self.uses |= _names_read(function.__code__)
