@@ -21,13 +21,14 @@ from typing import Any
 
 import pytest
 from conftest import on_the_kernel_lease_thread
+from test_node_cost import wal_frames
 
 pytest.importorskip("langgraph")
 
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.base.id import uuid6
 
-from benchmarks.saver import chain_graph
+from benchmarks.saver import chain_graph, counter_graph
 from durable_nb import _loop
 from durable_nb._loop import run_sync
 from durable_nb.errors import SerializationError
@@ -129,6 +130,32 @@ def test_put_and_put_writes_commit_without_reading_the_run_row(store_url: str, m
     assert counted.count("read run row") == 0
     stored = saver.get_tuple(config)
     assert stored is not None and stored.checkpoint["channel_values"]["step"] == NODES - 1
+
+
+# WAL frames per step (its put and put_writes together) of the benchmark's graphs over 50 steps:
+# one node looping (9.4 today) and a chain of 50 nodes (10.6: its checkpoints hold LangGraph's
+# channel versions, a kilobyte or two, two rows a page). A page more per step shows.
+STEP_FRAMES = {"counter": 9.8, "chain": 11.0}
+
+
+@pytest.mark.sqlite_only
+@pytest.mark.parametrize("graph", ["counter", "chain"])
+def test_a_graph_step_writes_a_bounded_number_of_wal_pages(store_url: str, graph: str) -> None:
+    """Pages written (and synced) per step, counted in the WAL: a put's run row and checkpoint with
+    its four indexes, a put_writes' rows, now and then a page more where a b-tree splits or the
+    file grows (its first page holds its size)."""
+    saver = DurableSaver(store_url)
+    assert isinstance(saver.store, SQLiteStore)
+    steps = 50
+    app = counter_graph(saver, steps) if graph == "counter" else chain_graph(saver, steps)
+    first = {"count": 0} if graph == "counter" else {"step": -1}
+    app.invoke(first, {"configurable": {"thread_id": "warm"}}, durability="sync")  # values stored
+
+    def thread() -> None:
+        app.invoke(first, {"configurable": {"thread_id": "counted"}}, durability="sync")
+
+    per_step = wal_frames(saver.store, thread) / steps
+    assert per_step <= STEP_FRAMES[graph], per_step
 
 
 @pytest.mark.sqlite_only

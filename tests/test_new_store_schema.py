@@ -61,7 +61,8 @@ def migrated(store_url: str, tmp_path: Path) -> Iterator[str]:
 
 
 def schema_of(url: str) -> dict[str, Any]:
-    """The tables' columns in order (name, type, not null, default, key) and the indexes of a store."""
+    """The tables' columns in order (name, type, not null, default, key) and the indexes of a store
+    (and on SQLite, which tables have no rowid)."""
     if is_postgres(url):
         columns = execute_sql(
             url,
@@ -75,14 +76,17 @@ def schema_of(url: str) -> dict[str, Any]:
             "indexes": sorted((name, re.sub(r" ON \S+\.", " ON ", text)) for name, text in indexes),
         }
     with sqlite3.connect(db_path(url)) as conn:
-        tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+        found = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table' ORDER BY name").fetchall()
+        tables = [name for name, _ in found]
         columns = {table: conn.execute(f"PRAGMA table_xinfo({table})").fetchall() for table in tables}
+        # Keyed by the primary key only or by a rowid: the columns are the same either way.
+        without_rowid = sorted(name for name, sql in found if sql.rstrip().upper().endswith("WITHOUT ROWID"))
         indexes = sorted(
             (name, table, " ".join((sql or "").split()))
             for name, table, sql in conn.execute("SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'index'")
         )
     conn.close()
-    return {"columns": columns, "indexes": indexes}
+    return {"columns": columns, "indexes": indexes, "without_rowid": without_rowid}
 
 
 def test_a_new_store_has_the_schema_the_migrations_build(store_url: str, migrated: str) -> None:

@@ -624,7 +624,7 @@ def test_a_schema_5_store_gets_the_schedules_table_and_keeps_its_runs(flows: Any
 
     record, schedules = asyncio.run(upgraded())
     assert record.status.value == "paused" and schedules == []
-    assert execute_sql(store_url, "SELECT MAX(version) FROM schema_version") == [(SCHEMA_VERSION,)] == [(7,)]
+    assert execute_sql(store_url, "SELECT MAX(version) FROM schema_version") == [(SCHEMA_VERSION,)] == [(8,)]
     found = "SELECT COUNT(*) FROM " + (
         "pg_indexes WHERE indexname = 'schedules_by_next_run' AND schemaname = current_schema()"
         if is_postgres(store_url)

@@ -14,6 +14,10 @@ form afterwards is refused.
 ``tests/fixtures/schema6`` is the same for schema 6, the last that stored LangGraph's pending
 writes as signed JSON records: the upgrade moves them into rows of their own, signed, and every
 thread lists as it did, its writes included.
+
+``tests/fixtures/schema7`` is the same for schema 7, the last whose events table was a rowid
+table: the upgrade copies it into a table keyed by its primary key only (on SQLite), and every
+run and thread reads as before, through every view.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import shutil
 import sqlite3
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import db_path, execute_sql, is_postgres, new_store
@@ -47,10 +52,12 @@ import schema3_flows as flows3  # noqa: E402
 
 ANSWERS_3 = json.loads((FIXTURE_3 / "answers.json").read_text())
 sys.path.insert(0, str(FIXTURE.parent))
-from readback import answers, plain, thread_answers, thread_listing  # noqa: E402 - what the builders read back
+from readback import answers, plain, run_views, thread_answers, thread_listing  # noqa: E402 - what the builders read back
 
 THREAD = {"configurable": {"thread_id": "fixture-ticket"}}
 TABLES = ("runs", "checkpoints", "pending_interrupts", "idempotency", "blobs", "events", "schema_version")
+# Tables a fixture holds rows of from the version that added them.
+LATER_TABLES = {7: ("pending_writes",)}
 
 
 def _load_into_postgres(url: str, fixture: Path = FIXTURE, version: int = 1) -> None:
@@ -73,7 +80,8 @@ def _load_into_postgres(url: str, fixture: Path = FIXTURE, version: int = 1) -> 
             for statement in step.split(";"):
                 if statement.strip():
                     conn.execute(statement)
-        for table in TABLES:
+        later = [table for since, names in LATER_TABLES.items() if version >= since for table in names]
+        for table in (*TABLES, *later):
             cursor = source.execute(f"SELECT * FROM {table}")
             columns = [d[0] for d in cursor.description]
             for row in cursor.fetchall():
@@ -286,7 +294,7 @@ def test_pending_writes_stored_as_records_list_the_same_after_the_upgrade(upgrad
     assert 0 < len(rows) < records
     key = load_secret()
     assert all(mac == codec.write_mac(key, *fields) for *fields, mac in rows)
-    assert execute_sql(upgraded_6, "SELECT MAX(version) FROM schema_version") == [(SCHEMA_VERSION,)] == [(7,)]
+    assert execute_sql(upgraded_6, "SELECT MAX(version) FROM schema_version") == [(SCHEMA_VERSION,)] == [(8,)]
 
 
 def test_threads_stored_before_the_upgrade_go_on_and_keep_their_values(upgraded_6: str) -> None:
@@ -318,3 +326,120 @@ def test_the_upgrade_of_pending_writes_refuses_another_key(upgraded_6: str, monk
     finally:
         run_sync(store.close())
     assert _records(upgraded_6) == 0
+
+
+# -- a store written while events were a rowid table ------------------------------------------------
+
+FIXTURE_7 = FIXTURE.parent / "schema7"
+sys.path.insert(0, str(FIXTURE_7))
+import schema7_flows as flows7  # noqa: E402
+
+ANSWERS_7 = json.loads((FIXTURE_7 / "answers.json").read_text())
+THREADS_7 = {"tally": "fixture-tally", "copy": "fixture-tally-copy"}
+
+
+@pytest.fixture
+def upgraded_7(store_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    return _fixture_store(store_url, monkeypatch, FIXTURE_7, 7)
+
+
+def _counts(url: str) -> dict[str, int]:
+    return {table: execute_sql(url, f"SELECT COUNT(*) FROM {table}")[0][0] for table in (*TABLES, "pending_writes")}
+
+
+def _events_table(url: str) -> str:
+    """The events table's CREATE TABLE text, white space folded."""
+    return " ".join(execute_sql(url, "SELECT sql FROM sqlite_master WHERE name = 'events'")[0][0].split())
+
+
+def test_a_schema_7_store_reads_the_same_through_every_view_after_the_upgrade(upgraded_7: str) -> None:
+    """Every run (history, status, state at every checkpoint, the history view, each checkpoint by
+    id, its events and forks) and every LangGraph checkpoint (values, writes, metadata, parent) read
+    as schema 7's code read them; every row is kept; on SQLite the events table is keyed by its
+    primary key only."""
+    from durable_nb.langgraph import DurableSaver
+
+    before = _counts(upgraded_7)
+    if not is_postgres(upgraded_7):
+        assert not _events_table(upgraded_7).endswith("WITHOUT ROWID")
+    store = dnb.connect(upgraded_7)
+    for key, run_id in ANSWERS_7["runs"].items():
+        assert answers(store, run_id) == ANSWERS_7["answers"][key], key
+        assert run_views(store, run_id) == ANSWERS_7["views"][key], key
+    saver = DurableSaver(store)
+    graph = flows7.tally_graph(saver)
+    for name, thread in THREADS_7.items():
+        config = {"configurable": {"thread_id": thread}}
+        listed = thread_listing(saver, config, with_metadata=True)
+        assert listed == ANSWERS_7["threads"][name]["listed"], name
+        assert thread_answers(graph, config) == ANSWERS_7["threads"][name]["state"], name
+    after = _counts(upgraded_7)
+    assert after == {**before, "schema_version": before["schema_version"] + 1}
+    assert execute_sql(upgraded_7, "SELECT MAX(version) FROM schema_version") == [(SCHEMA_VERSION,)] == [(8,)]
+    if not is_postgres(upgraded_7):
+        assert _events_table(upgraded_7).endswith(") WITHOUT ROWID")
+        assert execute_sql(upgraded_7, "SELECT name FROM sqlite_master WHERE tbl_name = 'events_v7'") == []
+
+
+def test_schema_7_runs_and_threads_go_on_after_the_upgrade(upgraded_7: str) -> None:
+    """After the upgrade the waiting gate is approved, a run forks, the paused thread resumes, and
+    each run's events go on from the number they had reached."""
+    from langgraph.types import Command
+
+    from durable_nb.langgraph import DurableSaver
+
+    store = dnb.connect(upgraded_7)
+    runs = ANSWERS_7["runs"]
+    events_before = len(ANSWERS_7["views"]["counting"]["events"])
+    approved = flows7.counting(store).approve(runs["counting"], comment="after the upgrade")
+    assert approved.status == "completed" and approved.state["approved"] is True
+    events = dnb.events(runs["counting"], store=store)
+    assert list(events["seq"]) == list(range(1, len(events) + 1)) and len(events) > events_before
+    history = dnb.history(runs["chain"], store=store)
+    at_n2 = history[history["step"] == "after:n2"]["checkpoint_id"].iloc[0]
+    forked = flows7.chain(store).fork(runs["chain"], at_n2, state={"v1": -1})
+    assert forked.status == "completed" and forked.state["v1"] == -1 and forked.state["v3"] == 30
+    assert set(dnb.forks(runs["chain"], store=store)["run_id"]) == {runs["chain"], runs["fork"], forked.id}
+    graph = flows7.tally_graph(DurableSaver(store))
+    result = graph.invoke(Command(resume="yes"), {"configurable": {"thread_id": "fixture-tally"}})
+    assert result["count"] == 3 and result["log"][-1] == "yes"
+
+
+@pytest.mark.sqlite_only
+def test_an_upgrade_to_schema_8_that_fails_leaves_the_store_as_it_was(
+    upgraded_7: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The events table is copied in the upgrade's one transaction: a failure once the rows are
+    copied (a full disk) leaves the store at schema 7 with its events table and every row; the
+    next open upgrades it."""
+    from durable_nb.store import migrations
+
+    before = _counts(upgraded_7)
+    events = execute_sql(upgraded_7, "SELECT * FROM events ORDER BY run_id, seq")
+    table = _events_table(upgraded_7)
+    rebuild = migrations.key_events_by_their_key
+
+    def failing(create: str) -> migrations.Step:
+        step = rebuild(create)
+
+        def copy_then_fail(execute: Any, placeholder: str) -> None:
+            step(execute, placeholder)  # type: ignore[operator]
+            raise sqlite3.OperationalError("database or disk is full")
+
+        return copy_then_fail
+
+    monkeypatch.setattr(migrations, "key_events_by_their_key", failing)
+    refused = new_store(upgraded_7)
+    with pytest.raises(dnb.StoreUnavailable, match="disk is full"):
+        dnb.runs(store=refused)
+    run_sync(refused.close())
+    assert execute_sql(upgraded_7, "SELECT MAX(version) FROM schema_version") == [(7,)]
+    assert _counts(upgraded_7) == before and _events_table(upgraded_7) == table
+    assert execute_sql(upgraded_7, "SELECT * FROM events ORDER BY run_id, seq") == events
+    monkeypatch.setattr(migrations, "key_events_by_their_key", rebuild)
+    store = new_store(upgraded_7)
+    try:
+        assert len(dnb.runs(store=store)) == len(ANSWERS_7["runs"]) + len(THREADS_7)
+    finally:
+        run_sync(store.close())
+    assert execute_sql(upgraded_7, "SELECT * FROM events ORDER BY run_id, seq") == events

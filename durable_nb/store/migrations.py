@@ -19,6 +19,7 @@ from .ddl import (
     BLOB_PARTS_V2,
     BLOB_SEALS_V4,
     CHECKPOINTS_BY_TIME_V5,
+    events_v8,
     pending_writes_v7,
     schedules_v6,
     schema_v1,
@@ -29,6 +30,7 @@ from .secret import ENV_SECRET, key_file_path, load_secret
 __all__ = [
     "Step",
     "create_schema",
+    "key_events_by_their_key",
     "migrations",
     "move_pending_writes",
     "newer_schema",
@@ -58,6 +60,8 @@ def migrations(*, real: str, blob: str, bigint: str, snapshot_json: str, table_o
         CHECKPOINTS_BY_TIME_V5,
         schedules_v6(real),
         move_pending_writes(pending_writes_v7(real, bigint, table_options)),
+        # PostgreSQL has no rowid: its version 8 changes nothing.
+        key_events_by_their_key(events_v8(real, table_options)) if table_options else "",
     ]
 
 
@@ -131,6 +135,25 @@ def move_pending_writes(table: str) -> Step:
             f"DELETE FROM idempotency WHERE substr(key, 1, {len(_OLD_WRITES)}) = '{_OLD_WRITES}' "
             "AND hash IN (SELECT hash FROM blobs)"
         )
+
+    return step
+
+
+def key_events_by_their_key(table: str) -> Step:
+    """Return version 8 on SQLite: rebuild the events table as ``table`` creates it (keyed by its
+    primary key only), every row copied in the one transaction."""
+
+    def step(execute: Callable[..., Any], placeholder: str) -> None:
+        # The old table is renamed first so that the new one is created under its own name with
+        # the text a new store's has (renamed, it would be quoted). No view, trigger or foreign
+        # key names the table for the rename to redirect.
+        execute("ALTER TABLE events RENAME TO events_v7")
+        execute(table)
+        # By name, the old table's columns (the new table has the same, a test keeps the schemas
+        # equal), in key order: each row is appended to the new key's b-tree.
+        columns = ", ".join(row[1] for row in execute("PRAGMA table_xinfo(events_v7)").fetchall())
+        execute(f"INSERT INTO events ({columns}) SELECT {columns} FROM events_v7 ORDER BY run_id, seq")
+        execute("DROP TABLE events_v7")
 
     return step
 
