@@ -281,9 +281,7 @@ class CheckpointWriter:
 
     def _stored(self, put: _Put, run_id: str, run: RunRecord, head: Head) -> RunnableConfig:
         """Remember the run as the commit left it; return the stored checkpoint's config."""
-        self._runs.committed(run)
-        head.seq, head.status = run.head_seq, run.status
-        self._runs.moved(run_id, head)
+        self._runs.advanced(run, head)
         return {
             "configurable": {"thread_id": put.thread_id, "checkpoint_ns": put.ns, "checkpoint_id": put.checkpoint_id}
         }

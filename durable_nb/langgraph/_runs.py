@@ -129,6 +129,15 @@ class ThreadRuns:
         if known is None or known.head_seq <= run.head_seq:
             self._rows[run.run_id] = run
 
+    def advanced(self, run: RunRecord, head: Head) -> None:
+        """Remember the run's row and head as this saver's commit of its next checkpoint left them
+        (the row as ``committed`` keeps it, written out here: every put of a step remembers)."""
+        head.seq, head.status = run.head_seq, run.status
+        self._heads[run.run_id] = head
+        known = self._rows.get(run.run_id)
+        if known is None or known.head_seq <= run.head_seq:
+            self._rows[run.run_id] = run
+
     def stopped(self, run_id: str, checkpoint_id: str) -> None:
         """Note that the thread stopped at a checkpoint (an interrupt, a failed task)."""
         self._stops[run_id] = max(checkpoint_id, self._stops.get(run_id, ""))
