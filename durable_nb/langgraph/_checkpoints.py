@@ -166,21 +166,20 @@ class CheckpointWriter:
         if commit_now is None or loop_running():
             return None
         put = _Put(config, checkpoint, metadata, new_versions)
-        run_id = self._runs.known(put.thread_id, put.ns)
-        head = None if run_id is None else self._runs.remembered(run_id)
-        if head is None or run_id is None:
+        remembered = self._runs.remembered_step(put.thread_id, put.ns)
+        if remembered is None:
             return None
+        run_id, head, seen = remembered
         parent_id = put.parent_id
         base = self._runs.base_at_head(head, parent_id)
         if base is None or (parent_id is not None and claim_pending((put.thread_id, put.ns, parent_id))):
             return None
         step = self._step(serde, put, head, base)
-        seen = self._runs.row(run_id)
         put_step = getattr(self.store, "put_step", None)
         # The saver's own path, nearly every step's: the thread's status stays (the run row moves
         # its head only), so the checkpoint's row is built here and written as it is.
         own = put_step is not None and seen is not None and seen.head_seq == head.seq
-        if own and not self._moves(run_id, head, put):
+        if own and not self._runs.moves(run_id, head, put.checkpoint_id):
             try:
                 run = put_step(seen, self._row(put, run_id, base, step), step.blobs)
             except (TypeError, ValueError) as error:  # the metadata is not JSON: named, nothing written
@@ -213,13 +212,6 @@ class CheckpointWriter:
             snapshot, since = CheckpointState(dict(manifest), []), 0
         kind, node = node_of(info["metadata"], info["seen"], base[2])
         return _Step(put, manifest, blobs, changes, output, snapshot, since, kind, node)
-
-    def _moves(self, run_id: str, head: Head, put: _Put) -> bool:
-        """Tell whether storing the checkpoint changes the thread's status (see ThreadRuns.status_after)."""
-        stop = self._runs.stopped_at(run_id)
-        if stop is not None:
-            return stop < put.checkpoint_id
-        return head.status in (RunStatus.PAUSED, RunStatus.FAILED, RunStatus.PENDING)
 
     @staticmethod
     def _row(put: _Put, run_id: str, base: tuple[Any, ...], step: _Step) -> tuple[Any, ...]:
