@@ -157,15 +157,16 @@ def test_a_step_is_two_transactions_and_only_put_updates_the_run_row(store_url: 
     written = statements
     # Each value of these steps was stored before by this process: a put_writes is one INSERT
     # (a transaction of its own), stored only while the run exists and holds its values; a
-    # put is BEGIN, the run row's conditional UPDATE (which checks its values are held too),
-    # its checkpoint, COMMIT. No value is written again.
+    # put is BEGIN, the run row's conditional UPDATE (which checks its values are held too, but
+    # for those the head's state holds), its checkpoint, COMMIT. No value is written again.
     assert written.count("BEGIN IMMEDIATE") == written.count("COMMIT") == NODES
     assert len(written) == NODES * (4 + 1)
     updates = [s for s in written if s.startswith("UPDATE runs")]
     assert len(updates) == NODES
     # The status stays: the UPDATE sets the head and the time only (the status index is left alone).
     assert all(s.startswith("UPDATE runs SET head_seq = ") for s in updates)
-    assert all("FROM blobs WHERE hash" in s for s in updates)
+    # The first step writes 0, the value the head holds (its one step wrote 0): nothing to check.
+    assert ["FROM blobs WHERE hash" in s for s in updates] == [False] + [True] * (NODES - 1)
     assert not [s for s in written if s.startswith("SELECT")]
     assert {s.split(" (")[0] for s in written if s.startswith("INSERT")} == {
         "INSERT INTO checkpoints",
@@ -257,8 +258,9 @@ def test_on_postgresql_each_put_and_put_writes_is_one_round_trip(
     assert isinstance(store, PostgresStore)
     config = {"configurable": {"thread_id": "traced"}}
     chain(saver).invoke({"step": -1}, config, durability="sync")
-    # psycopg prepares a statement at its 5th run (one round trip more, once): done before the trace.
-    steps(saver, saver.get_tuple(config), 6)
+    # psycopg prepares a statement at its 5th run on a connection (one round trip more, once),
+    # and the pool holds up to 4 connections, handed out in turn: done before the trace.
+    steps(saver, saver.get_tuple(config), 24)
     latest = saver.get_tuple(config)
     trace = tmp_path / "libpq.trace"
     original = PostgresStore._call_once
@@ -589,6 +591,28 @@ def test_a_value_stored_before_and_pruned_since_is_stored_again(store_url: str) 
     at = saver.put(at, checkpoint, {"source": "loop", "step": 91}, versions)
     stored = saver.get_tuple(at)
     assert stored is not None and stored.checkpoint["channel_values"]["step"] == 1
+
+
+def test_a_value_the_head_holds_is_neither_written_nor_checked_and_outlives_a_prune(store_url: str) -> None:
+    """A step whose channel gets the value the thread's head holds (its version moved, its value
+    did not) refers to the head's value: a prune keeps each run's head and the values of its
+    state, and the commit checks that the head is still that one."""
+    saver = DurableSaver(store_url)
+    config = {"configurable": {"thread_id": "held by the head"}}
+    chain(saver).invoke({"step": -1}, config, durability="sync")  # the head holds NODES - 1
+    latest = saver.get_tuple(config)
+    assert latest is not None
+    report = run_sync(saver.store.prune(time.time() + 60))
+    assert report.blobs > 0  # the values before the head's
+    at = latest.config
+    for clock in (1, 2):  # the same value again, twice
+        checkpoint, versions = _step_after(latest, NODES - 1, clock)
+        at = saver.put(at, checkpoint, {"source": "loop", "step": 90 + clock}, versions)
+        latest = saver.get_tuple(at)
+        assert latest is not None and latest.checkpoint["channel_values"]["step"] == NODES - 1
+    run_sync(saver.store.prune(time.time() + 60))
+    stored = saver.get_tuple(config)
+    assert stored is not None and stored.checkpoint["channel_values"]["step"] == NODES - 1
 
 
 @pytest.mark.sqlite_only
