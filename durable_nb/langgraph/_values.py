@@ -201,8 +201,8 @@ class ChannelValues:
         secret = self._secret
         # Each checkpoint's writes, each checked against its signature, in LangGraph's order.
         writes_of: dict[str, list[WriteRow]] = {}
+        codec.check_writes(secret, stored)
         for write in stored:
-            codec.check_write(secret, write.mac, *write[:6])
             writes_of.setdefault(write.checkpoint_id, []).append(write)
         # A write's value is the blob a channel holding it names too (a node's output is the next
         # checkpoint's value): each address is read and checked once.

@@ -262,15 +262,17 @@ _WRITE_CONTEXT = "durable_nb pending write\0"
 
 def write_mac(key: bytes, checkpoint_id: str, task_id: str, idx: int, channel: str, task_path: str, value: str) -> str:
     """Return the signature of a pending write's fields (its value's address among them) under ``key``."""
-    return _sign(key, _write_layout(checkpoint_id, task_id, idx, channel, task_path, value))
+    return write_macs(key, checkpoint_id, task_id, task_path, ((idx, channel, value),))[0]
 
 
-def _write_layout(checkpoint_id: str, task_id: str, idx: int, channel: str, task_path: str, value: str) -> bytes:
+def _task_layout(checkpoint_id: str, task_id: str, task_path: str) -> tuple[str, str]:
+    """Return the fields a task's writes at a checkpoint share, laid out: what goes before a write's
+    own (idx, channel) and what goes between those and its value's address."""
     # Each text field after its length: no two different rows sign the same bytes.
     return (
-        f"{_WRITE_CONTEXT}{len(checkpoint_id)}:{checkpoint_id}{len(task_id)}:{task_id}"
-        f"{idx}:{len(channel)}:{channel}{len(task_path)}:{task_path}{value}"
-    ).encode("utf-8", "surrogatepass")
+        f"{_WRITE_CONTEXT}{len(checkpoint_id)}:{checkpoint_id}{len(task_id)}:{task_id}",
+        f"{len(task_path)}:{task_path}",
+    )
 
 
 def write_macs(
@@ -278,9 +280,7 @@ def write_macs(
 ) -> list[str]:
     """Return ``write_mac`` of each (idx, channel, value address) of a task's writes at a checkpoint:
     the fields they share are laid out once (a step's writes are signed on its path)."""
-    # As _write_layout lays each out.
-    head = f"{_WRITE_CONTEXT}{len(checkpoint_id)}:{checkpoint_id}{len(task_id)}:{task_id}"
-    path = f"{len(task_path)}:{task_path}"
+    head, path = _task_layout(checkpoint_id, task_id, task_path)
     return [
         _sign(key, f"{head}{idx}:{len(channel)}:{channel}{path}{value}".encode("utf-8", "surrogatepass"))
         for idx, channel, value in writes
@@ -291,15 +291,28 @@ def check_write(
     key: bytes, mac: str, checkpoint_id: str, task_id: str, idx: int, channel: str, task_path: str, value: str
 ) -> None:
     """Raise TamperedValueError unless ``mac`` signs the pending write's fields under ``key``."""
-    # Laid out and signed here, not through write_mac: a listing checks every write it loads.
-    expected = _sign(key, _write_layout(checkpoint_id, task_id, idx, channel, task_path, value))
-    if not hmac.compare_digest(expected, mac):
-        raise TamperedValueError(
-            f"A stored pending write of task {task_id!r} at checkpoint {checkpoint_id} failed its "
-            "signature check, so it was not loaded: either the store was modified outside durable_nb, "
-            "or it was written with a different secret key. Use the key it was written with "
-            "(DURABLE_NB_SECRET or the key file), or go on from another checkpoint."
-        )
+    check_writes(key, ((checkpoint_id, task_id, idx, channel, task_path, value, 0, mac),))
+
+
+def check_writes(key: bytes, writes: Iterable[tuple[str, str, int, str, str, str, int, str]]) -> None:
+    """Raise TamperedValueError unless each stored write (a WriteRow: checkpoint id, task id, idx,
+    channel, task path, value address, stamp, mac) is signed by its mac under ``key``."""
+    # A task's writes follow each other as stored: the fields they share are laid out once (a
+    # listing checks every write it loads).
+    shared: tuple[str, str, str] | None = None
+    head = path = ""
+    for checkpoint_id, task_id, idx, channel, task_path, value, _, mac in writes:
+        if shared != (checkpoint_id, task_id, task_path):
+            shared = (checkpoint_id, task_id, task_path)
+            head, path = _task_layout(checkpoint_id, task_id, task_path)
+        expected = _sign(key, f"{head}{idx}:{len(channel)}:{channel}{path}{value}".encode("utf-8", "surrogatepass"))
+        if not hmac.compare_digest(expected, mac):
+            raise TamperedValueError(
+                f"A stored pending write of task {task_id!r} at checkpoint {checkpoint_id} failed its "
+                "signature check, so it was not loaded: either the store was modified outside durable_nb, "
+                "or it was written with a different secret key. Use the key it was written with "
+                "(DURABLE_NB_SECRET or the key file), or go on from another checkpoint."
+            )
 
 
 def raw_address(data: Any) -> str:
