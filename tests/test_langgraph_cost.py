@@ -663,7 +663,7 @@ def test_the_savers_own_step_row_is_the_row_a_general_commit_writes(
 # Python bytecodes (as sys.settrace counts them, every frame) per step of a thread the saver wrote
 # to: a put_writes and a put, each of a value stored before. What the interpreter runs (callgrind
 # counts its instructions) moves with it; a call count misses what a call does.
-STEP_BYTECODES = 2700  # 2605 today (2733 before values were signed over hashlib and a put looked
+STEP_BYTECODES = 2700  # 2625 today (2733 before values were signed over hashlib and a put looked
 # its thread up at once, 2719 before values held were looked up one by one, 3681 before the saver
 # wrote its own rows)
 

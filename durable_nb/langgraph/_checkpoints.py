@@ -198,10 +198,11 @@ class CheckpointWriter:
     def _step(self, serde: SerializerProtocol, put: _Put, head: Head, base: tuple[Any, ...]) -> _Step:
         """Return what the checkpoint stores after ``head`` (following ``base``)."""
         info = put.info
-        manifest, blobs = self._values.manifest(serde, put.checkpoint, put.new_versions, base, put.encoded)
         old = head.manifest
-        if blobs:
-            blobs = _beyond(blobs, old)
+        # The values the head's state holds are neither written again nor checked to be stored:
+        # every commit of a checkpoint checks, in its transaction, that the run's head is still
+        # that one, and a prune keeps each run's head checkpoint and the values of its state.
+        manifest, blobs = self._values.manifest(serde, put.checkpoint, put.new_versions, base, put.encoded, old)
         changes: dict[str, str | None] = {k: a for k, a in manifest.items() if old.get(k) != a}
         # The channels this step changed: what history shows and counts the bytes of.
         output = dict(changes)
@@ -279,15 +280,6 @@ class CheckpointWriter:
         return {
             "configurable": {"thread_id": put.thread_id, "checkpoint_ns": put.ns, "checkpoint_id": put.checkpoint_id}
         }
-
-
-def _beyond(blobs: list[Blob], held: dict[str, str]) -> list[Blob]:
-    """Return the blobs of a checkpoint after a head whose state is ``held``, but for the values
-    that state holds: those are neither written again nor checked to be stored. Every commit of
-    a checkpoint checks, in its transaction, that the run's head is still that one, and a prune
-    keeps each run's head checkpoint and the values of its state."""
-    addresses = held.values()  # a state of a few channels, as a rule: looked through in C
-    return [blob for blob in blobs if blob.hash not in addresses]
 
 
 def _seconds_between(start: str | None, end: str | None) -> float | None:

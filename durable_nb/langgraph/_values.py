@@ -79,14 +79,17 @@ class ChannelValues:
         new_versions: ChannelVersions,
         base: tuple[Any, ...],
         encoded: dict[str, Blob],
+        held: Mapping[str, str],
     ) -> tuple[dict[str, str], list[Blob]]:
         """Return the new checkpoint's channel -> address and the blobs to store.
 
         A channel whose version is the one the parent checkpoint stored keeps its address: its
-        value is neither serialized nor written again. ``encoded`` keeps what was encoded for a
-        commit tried again.
+        value is neither serialized nor written again. A value the state ``held`` (the run's
+        head's) holds is not among the blobs to store: the commit checks the head is still that
+        one, whose values a prune keeps. ``encoded`` keeps what was encoded for a commit tried again.
         """
         base_versions, base_manifest = base[0], base[1]
+        held_addresses = held.values()  # a state of a few channels, as a rule: looked through in C
         values = checkpoint.get("channel_values") or {}
         versions = checkpoint.get("channel_versions") or {}
         manifest: dict[str, str] = {}
@@ -111,7 +114,8 @@ class ChannelValues:
                     raise _unserializable(serde, channel, value, error) from error
                 blob = encoded[channel] = self._blob(channel, typed)
             manifest[channel] = blob.hash
-            blobs[blob.hash] = blob
+            if blob.hash not in held_addresses:
+                blobs[blob.hash] = blob
         return manifest, list(blobs.values())
 
     def writes(
