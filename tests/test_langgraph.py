@@ -22,7 +22,7 @@ import pytest
 pytest.importorskip("langgraph")
 
 from conftest import execute_sql
-from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.base import empty_checkpoint, writes_sort_key
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
@@ -273,3 +273,23 @@ def test_a_tasks_writes_are_signed_as_each_write_alone_is_checked() -> None:
             codec.check_write(key, mac, checkpoint_id, task_id, idx, channel, task_path, value)
         with pytest.raises(TamperedValueError):
             codec.check_write(key, macs[0], checkpoint_id, task_id, 0, "step", task_path, "p-2")
+
+
+def test_a_checkpoints_pending_writes_come_back_in_langgraphs_order(tmp_path: Path) -> None:
+    """Writes stored in any order come back sorted as writes_sort_key sorts a super-step's writes
+    (task path, then task id, then index), which an order-sensitive reducer replays them in."""
+    saver = DurableSaver(f"sqlite:///{tmp_path / 'runs.db'}")
+    config = {"configurable": {"thread_id": "order", "checkpoint_ns": ""}}
+    stored = saver.put(config, empty_checkpoint(), {"source": "input", "step": -1}, {})
+    tasks = [("task-b", "~__pregel_pull, b"), ("task-a", "~__pregel_pull, b"), ("task-c", "~__pregel_pull, a")]
+    for task_id, task_path in tasks:
+        saver.put_writes(stored, [("x", f"{task_id}-0"), ("y", f"{task_id}-1")], task_id, task_path)
+    loaded = saver.get_tuple(stored)
+    assert loaded is not None
+    expected = sorted(
+        (writes_sort_key(path, task, idx), (task, channel, f"{task}-{idx}"))
+        for task, path in tasks
+        for idx, channel in enumerate(("x", "y"))
+    )
+    assert loaded.pending_writes == [write for _, write in expected]
+    assert [task for task, _, _ in loaded.pending_writes[::2]] == ["task-c", "task-a", "task-b"]

@@ -166,21 +166,20 @@ class CheckpointWriter:
         if commit_now is None or loop_running():
             return None
         put = _Put(config, checkpoint, metadata, new_versions)
-        run_id = self._runs.known(put.thread_id, put.ns)
-        head = None if run_id is None else self._runs.remembered(run_id)
-        if head is None or run_id is None:
+        remembered = self._runs.remembered_step(put.thread_id, put.ns)
+        if remembered is None:
             return None
+        run_id, head, seen = remembered
         parent_id = put.parent_id
         base = self._runs.base_at_head(head, parent_id)
         if base is None or (parent_id is not None and claim_pending((put.thread_id, put.ns, parent_id))):
             return None
         step = self._step(serde, put, head, base)
-        seen = self._runs.row(run_id)
         put_step = getattr(self.store, "put_step", None)
         # The saver's own path, nearly every step's: the thread's status stays (the run row moves
         # its head only), so the checkpoint's row is built here and written as it is.
         own = put_step is not None and seen is not None and seen.head_seq == head.seq
-        if own and not self._moves(run_id, head, put):
+        if own and not self._runs.moves(run_id, head, put.checkpoint_id):
             try:
                 run = put_step(seen, self._row(put, run_id, base, step), step.blobs)
             except (TypeError, ValueError) as error:  # the metadata is not JSON: named, nothing written
@@ -199,8 +198,11 @@ class CheckpointWriter:
     def _step(self, serde: SerializerProtocol, put: _Put, head: Head, base: tuple[Any, ...]) -> _Step:
         """Return what the checkpoint stores after ``head`` (following ``base``)."""
         info = put.info
-        manifest, blobs = self._values.manifest(serde, put.checkpoint, put.new_versions, base, put.encoded)
         old = head.manifest
+        # The values the head's state holds are neither written again nor checked to be stored:
+        # every commit of a checkpoint checks, in its transaction, that the run's head is still
+        # that one, and a prune keeps each run's head checkpoint and the values of its state.
+        manifest, blobs = self._values.manifest(serde, put.checkpoint, put.new_versions, base, put.encoded, old)
         changes: dict[str, str | None] = {k: a for k, a in manifest.items() if old.get(k) != a}
         # The channels this step changed: what history shows and counts the bytes of.
         output = dict(changes)
@@ -213,13 +215,6 @@ class CheckpointWriter:
             snapshot, since = CheckpointState(dict(manifest), []), 0
         kind, node = node_of(info["metadata"], info["seen"], base[2])
         return _Step(put, manifest, blobs, changes, output, snapshot, since, kind, node)
-
-    def _moves(self, run_id: str, head: Head, put: _Put) -> bool:
-        """Tell whether storing the checkpoint changes the thread's status (see ThreadRuns.status_after)."""
-        stop = self._runs.stopped_at(run_id)
-        if stop is not None:
-            return stop < put.checkpoint_id
-        return head.status in (RunStatus.PAUSED, RunStatus.FAILED, RunStatus.PENDING)
 
     @staticmethod
     def _row(put: _Put, run_id: str, base: tuple[Any, ...], step: _Step) -> tuple[Any, ...]:
@@ -281,9 +276,7 @@ class CheckpointWriter:
 
     def _stored(self, put: _Put, run_id: str, run: RunRecord, head: Head) -> RunnableConfig:
         """Remember the run as the commit left it; return the stored checkpoint's config."""
-        self._runs.committed(run)
-        head.seq, head.status = run.head_seq, run.status
-        self._runs.moved(run_id, head)
+        self._runs.advanced(run, head)
         return {
             "configurable": {"thread_id": put.thread_id, "checkpoint_ns": put.ns, "checkpoint_id": put.checkpoint_id}
         }

@@ -129,13 +129,25 @@ class ThreadRuns:
         if known is None or known.head_seq <= run.head_seq:
             self._rows[run.run_id] = run
 
+    def advanced(self, run: RunRecord, head: Head) -> None:
+        """Remember the run's row and head as this saver's commit of its next checkpoint left them
+        (the row as ``committed`` keeps it, written out here: every put of a step remembers)."""
+        head.seq, head.status = run.head_seq, run.status
+        self._heads[run.run_id] = head
+        known = self._rows.get(run.run_id)
+        if known is None or known.head_seq <= run.head_seq:
+            self._rows[run.run_id] = run
+
     def stopped(self, run_id: str, checkpoint_id: str) -> None:
         """Note that the thread stopped at a checkpoint (an interrupt, a failed task)."""
         self._stops[run_id] = max(checkpoint_id, self._stops.get(run_id, ""))
 
-    def stopped_at(self, run_id: str) -> str | None:
-        """Return the checkpoint at which this saver saw the thread stop, if it did (see status_after)."""
-        return self._stops.get(run_id)
+    def moves(self, run_id: str, head: Head, checkpoint_id: str) -> bool:
+        """Tell whether storing a checkpoint changes the thread's status (see status_after)."""
+        stop = self._stops.get(run_id)
+        if stop is not None:
+            return stop < checkpoint_id
+        return head.status in (RunStatus.PAUSED, RunStatus.FAILED, RunStatus.PENDING)
 
     def status_after(self, run_id: str, head: Head, checkpoint_id: str) -> RunUpdate | None:
         """The run's status once a checkpoint is stored: a thread rests at a checkpoint it can go on
@@ -172,6 +184,15 @@ class ThreadRuns:
     def remembered(self, run_id: str) -> Head | None:
         """Return the run's head if remembered (no store call)."""
         return self._heads.get(run_id)
+
+    def remembered_step(self, thread_id: str, ns: str) -> tuple[str, Head, RunRecord | None] | None:
+        """Return the run of a thread's namespace, its head and its row if the head is remembered
+        (no store call): what a step's put goes on from, looked up at once."""
+        run_id = self._runs.get((thread_id, ns))
+        head = None if run_id is None else self._heads.get(run_id)
+        if run_id is None or head is None:
+            return None
+        return run_id, head, self._rows.get(run_id)
 
     @staticmethod
     def base_at_head(head: Head, parent_id: str | None) -> tuple[Any, ...] | None:

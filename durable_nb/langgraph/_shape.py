@@ -112,7 +112,9 @@ def node_of(metadata: Mapping[str, Any], seen: Mapping[str, Any], parent_seen: M
     # The nodes whose seen versions differ from the parent's, compared without a Python call per
     # node: a long graph's checkpoint has seen every node that ever ran.
     ran = sorted(compress(seen, map(ne, seen.values(), map(parent_seen.get, seen))))
-    names = "+".join(["start" if node == "__start__" else node for node in ran if node != "__interrupt__"])
+    if "__start__" in ran or "__interrupt__" in ran:  # seldom: a step's nodes are the graph's own
+        ran = ["start" if node == "__start__" else node for node in ran if node != "__interrupt__"]
+    names = "+".join(ran)
     if source == "update":
         return "update", names or f"step {step}"
     if names:

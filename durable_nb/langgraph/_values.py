@@ -11,9 +11,10 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
-from langgraph.checkpoint.base import WRITES_IDX_MAP, ChannelVersions, Checkpoint, CheckpointTuple, writes_sort_key
+from langgraph.checkpoint.base import WRITES_IDX_MAP, ChannelVersions, Checkpoint, CheckpointTuple
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import RESUME
 
@@ -55,8 +56,9 @@ _RECENT_VALUES = 64
 _RECENT_BYTES = 1024
 
 
-def _write_order(write: WriteRow) -> tuple[Any, ...]:
-    return writes_sort_key(write.task_path, write.task_id, write.idx)
+# A stored write's place in LangGraph's order, writes_sort_key(task_path, task_id, idx), read
+# off the row in C: a listing sorts every write it loads.
+_write_order = itemgetter(4, 1, 2)
 
 
 class ChannelValues:
@@ -77,14 +79,17 @@ class ChannelValues:
         new_versions: ChannelVersions,
         base: tuple[Any, ...],
         encoded: dict[str, Blob],
+        held: Mapping[str, str],
     ) -> tuple[dict[str, str], list[Blob]]:
         """Return the new checkpoint's channel -> address and the blobs to store.
 
         A channel whose version is the one the parent checkpoint stored keeps its address: its
-        value is neither serialized nor written again. ``encoded`` keeps what was encoded for a
-        commit tried again.
+        value is neither serialized nor written again. A value the state ``held`` (the run's
+        head's) holds is not among the blobs to store: the commit checks the head is still that
+        one, whose values a prune keeps. ``encoded`` keeps what was encoded for a commit tried again.
         """
         base_versions, base_manifest = base[0], base[1]
+        held_addresses = held.values()  # a state of a few channels, as a rule: looked through in C
         values = checkpoint.get("channel_values") or {}
         versions = checkpoint.get("channel_versions") or {}
         manifest: dict[str, str] = {}
@@ -109,7 +114,8 @@ class ChannelValues:
                     raise _unserializable(serde, channel, value, error) from error
                 blob = encoded[channel] = self._blob(channel, typed)
             manifest[channel] = blob.hash
-            blobs[blob.hash] = blob
+            if blob.hash not in held_addresses:
+                blobs[blob.hash] = blob
         return manifest, list(blobs.values())
 
     def writes(
@@ -121,25 +127,27 @@ class ChannelValues:
         task_path: str,
     ) -> tuple[list[WriteRow], list[Blob]]:
         """Return a task's writes as rows of their checkpoint, signed, and the blobs to store."""
-        typed: dict[int, tuple[str, tuple[str, bytes]]] = {}
-        for i, (channel, value) in enumerate(writes):
-            try:
-                typed[WRITES_IDX_MAP.get(channel, i)] = (channel, serde.dumps_typed(value))
-            except Exception as error:  # a serializer may raise anything: name the value
-                raise _unserializable(serde, channel, value, error) from error
-        if not typed:
-            return [], []
         # The value is stored as a channel holding it would be (the node's output is the next
         # checkpoint's channel value: one blob for both); the row names it. Special writes
-        # (errors, interrupts) replace earlier ones of their task; the stamp says when.
-        stamp = time.time_ns()
-        fields = []
+        # (errors, interrupts) replace earlier ones of their task.
+        kept: dict[int, tuple[int, str, Blob]] = {}
+        for i, (channel, value) in enumerate(writes):
+            try:
+                typed = serde.dumps_typed(value)
+            except Exception as error:  # a serializer may raise anything: name the value
+                raise _unserializable(serde, channel, value, error) from error
+            idx = WRITES_IDX_MAP.get(channel, i)
+            kept[idx] = (idx, channel, self._blob(channel, typed))
+        if not kept:
+            return [], []
+        fields: list[tuple[int, str, str]] = []
         blobs: dict[str, Blob] = {}
-        for idx, (channel, value) in typed.items():
-            blob = self._blob(channel, value)
-            blobs[blob.hash] = blob
+        for idx, channel, blob in kept.values():
             fields.append((idx, channel, blob.hash))
+            blobs[blob.hash] = blob
         macs = codec.write_macs(self._secret, checkpoint_id, task_id, task_path, fields)
+        # A special write's stamp says when, so that the latest is kept (a plain one's is 0).
+        stamp = time.time_ns()
         rows = [
             WriteRow(checkpoint_id, task_id, idx, channel, task_path, address, stamp if idx < 0 else 0, mac)
             for (idx, channel, address), mac in zip(fields, macs, strict=True)
@@ -148,15 +156,22 @@ class ChannelValues:
 
     def _blob(self, name: str, typed: Any) -> Blob:
         """Return the signed blob of a value as the serializer made it: (type name, bytes), as a rule."""
+        # Looked up first: a step's checkpoint holds the values its tasks just wrote. Only a
+        # checked pair is ever kept, so a hit needs no check.
+        if type(typed) is tuple:
+            try:
+                blob = self._recent.get(typed)
+            except TypeError:  # a pair holding what cannot be hashed: not a serializer's bytes
+                blob = None
+            if blob is not None:
+                return blob
         if type(typed) is not tuple or len(typed) != 2 or type(typed[0]) is not str or type(typed[1]) is not bytes:
             return codec.encode(typed, self._secret, name)
-        if len(typed[1]) > _RECENT_BYTES:
-            return codec.encode_typed(typed, self._secret)
-        blob = self._recent.get(typed)
-        if blob is None:
+        blob = codec.encode_typed(typed, self._secret)
+        if len(typed[1]) <= _RECENT_BYTES:
             if len(self._recent) >= _RECENT_VALUES:
                 self._recent.clear()
-            blob = self._recent[typed] = codec.encode_typed(typed, self._secret)
+            self._recent[typed] = blob
         return blob
 
     async def _load(self, addresses: set[str]) -> dict[str, Any]:
@@ -190,8 +205,8 @@ class ChannelValues:
         secret = self._secret
         # Each checkpoint's writes, each checked against its signature, in LangGraph's order.
         writes_of: dict[str, list[WriteRow]] = {}
+        codec.check_writes(secret, stored)
         for write in stored:
-            codec.check_write(secret, write.mac, *write[:6])
             writes_of.setdefault(write.checkpoint_id, []).append(write)
         # A write's value is the blob a channel holding it names too (a node's output is the next
         # checkpoint's value): each address is read and checked once.

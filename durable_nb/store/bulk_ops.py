@@ -9,7 +9,6 @@ backends (placeholders, JSON paths, how a transaction starts) is a ``Dialect``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -136,7 +135,7 @@ def checkpoint_extras(
         f"AND seq <= {d.p} ORDER BY seq"
     )
     found: dict[int, tuple[dict[str, Any], dict[str, str]]] = {}
-    loads = json.loads
+    loads = rows.decode_json  # orjson's one call in C where it reads what json reads
     for seq, changes, snapshot, extra in conn.execute(sql, (run_id, first, last)).fetchall():
         if snapshot is not None:  # the whole state after this row
             manifest = dict(loads(snapshot)["manifest"])

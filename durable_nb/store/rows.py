@@ -157,15 +157,15 @@ def _loads(text: str | None, default: Any = None) -> Any:
     if text is None:
         return default
     empty = _EMPTY.get(text)
-    return empty() if empty is not None else _decoded(text)
+    return empty() if empty is not None else decode_json(text)
 
 
-def _decoded(text: str) -> Any:
+def decode_json(text: str) -> Any:
     """``json.loads(text)``, read by orjson when it reads the same (one call in C, not the decoder's
     eight in Python: a run row's two columns are read at every cell). orjson makes an integer past
     64 bits a float, so text with a run of 19 digits is the decoder's; so is what orjson refuses
     and the decoder reads (NaN and infinities, lone surrogates)."""
-    if orjson is not None and re.search(_LONG_NUMBER, text) is None:
+    if orjson is not None and _long_number(text) is None:
         try:
             return orjson.loads(text)
         except orjson.JSONDecodeError:
@@ -173,8 +173,12 @@ def _decoded(text: str) -> Any:
     return json.loads(text)
 
 
-# Compiled at the first value read (by re's own cache), not when a kernel attaches.
-_LONG_NUMBER = r"\d{19}"
+def _long_number(text: str) -> re.Match[str] | None:
+    """Find a run of 19 digits; the pattern is compiled at the first value read (not when a kernel
+    attaches), then searched for with no Python call around it."""
+    global _long_number
+    _long_number = re.compile(r"\d{19}").search
+    return _long_number(text)
 
 
 def run_from_row(row: Sequence[Any]) -> RunRecord:

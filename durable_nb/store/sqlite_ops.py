@@ -349,12 +349,16 @@ def _put_step(
     next of the run whose row is ``seen``, with its values; return the run row after, or None
     (nothing written) when the row is not ``seen`` any more or a value stored before is gone."""
     written, checked = _held(blobs, held)
-    while len(_STEP_RUN) <= len(checked):
-        _STEP_RUN.append(_STEP_RUN[0] + rows.blobs_held(len(_STEP_RUN), "?"))
+    try:
+        sql = _STEP_RUN[len(checked)]
+    except IndexError:
+        while len(_STEP_RUN) <= len(checked):
+            _STEP_RUN.append(_STEP_RUN[0] + rows.blobs_held(len(_STEP_RUN), "?"))
+        sql = _STEP_RUN[len(checked)]
     run_id, seq = seen.run_id, seen.head_seq + 1
     with _Transaction(conn):
         update = (seq, now, run_id, *rows.seen_values(seen), *checked)
-        if not _execute(conn, _STEP_RUN[len(checked)], update).rowcount:
+        if not _execute(conn, sql, update).rowcount:
             return None
         if written:
             _insert_blobs(conn, written, now)
