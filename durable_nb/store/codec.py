@@ -216,36 +216,29 @@ def encode_typed(typed: tuple[str, bytes], key: bytes) -> Blob:
     return Blob(_PICKLE_PREFIX + _sign(key, data), PICKLE, data)
 
 
-# A key's HMAC-SHA256 laid out as RFC 2104 defines it: the SHA-256 states after the key's inner
-# and outer pads, copied for each value. A copy skips the key's setup, which is most of the cost
-# of a one-shot HMAC over a small value's bytes; hashlib's objects are C types, so a signature
-# is six C calls where hmac.HMAC wraps each of its copy, update and digest in Python (about 1.5
-# against 1.8 µs). The states are never updated, so threads may copy them at once.
-_pads: dict[bytes, tuple[Any, Any]] = {}
+# A keyed HMAC-SHA256 per key, copied for each value: a copy skips the key's setup, which is most
+# of the cost of a one-shot HMAC over the few hundred bytes of a small state's value (about 1.0
+# against 1.35 µs). The standard library's HMAC, not one laid out by hand over hashlib's states:
+# that would save about 0.3 µs a signature, a few a step, for a second implementation of a
+# primitive to keep right. The originals are never updated, so threads may copy them at once.
+_keyed: dict[bytes, hmac.HMAC] = {}
 _KEYS_KEPT = 16
-_BLOCK = 64  # SHA-256's block size
-_INNER = bytes(byte ^ 0x36 for byte in range(256))
-_OUTER = bytes(byte ^ 0x5C for byte in range(256))
 
 
-def _keyed_pads(key: bytes) -> tuple[Any, Any]:
-    pads = _pads.get(key)
-    if pads is None:
-        if len(_pads) >= _KEYS_KEPT:  # a process signs with a key or two; tests with many
-            _pads.clear()
-        block = (hashlib.sha256(key).digest() if len(key) > _BLOCK else key).ljust(_BLOCK, b"\0")
-        pads = _pads[key] = (hashlib.sha256(block.translate(_INNER)), hashlib.sha256(block.translate(_OUTER)))
-    return pads
+def _keyed_hmac(key: bytes) -> hmac.HMAC:
+    keyed = _keyed.get(key)
+    if keyed is None:
+        if len(_keyed) >= _KEYS_KEPT:  # a process signs with a key or two; tests with many
+            _keyed.clear()
+        keyed = _keyed[key] = hmac.new(key, digestmod="sha256")
+    return keyed
 
 
 def _sign(key: bytes, data: Any) -> str:
     # The lookup written out here: every value and every stored write's check signs.
-    inner, outer = _pads.get(key) or _keyed_pads(key)
-    signer = inner.copy()
+    signer = (_keyed.get(key) or _keyed_hmac(key)).copy()
     signer.update(data)
-    final = outer.copy()
-    final.update(signer.digest())
-    return final.hexdigest()  # type: ignore[no-any-return]
+    return signer.hexdigest()
 
 
 def seal(address: str, key: bytes) -> str:
