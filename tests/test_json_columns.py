@@ -78,7 +78,19 @@ DECODED = [
     "[-0,-0.0,0.1,1e-7,5e-324,1.7976931348623157e308,0.1000000000000000055511151231257827]",
     " [ true , false , null ] ",
     "[" * 2000 + "]" * 2000,
+    # Long numbers wherever a number's digits may start: first, after a sign, a point, an exponent.
+    "12345678901234567890",
+    "-12345678901234567890",
+    " 12345678901234567890",
+    '{"a":\n\t12345678901234567890}',
+    "[1.12345678901234567890123,1e+00000000000000000000005,2E00000000000000000000003]",
 ]
+
+
+# LangGraph's channel versions: strings of 32 digits, in every checkpoint's metadata.
+VERSIONS = (
+    '{"versions":{"__start__":"00000000000000000000000000000002.0.1234","x":"00000000000000000000000000000052.0.5"}}'
+)
 
 
 @pytest.mark.parametrize("text", DECODED)
@@ -93,6 +105,17 @@ def test_a_json_column_reads_as_the_standard_library_reads_it(text: str) -> None
         return
     found = rows._loads(text)
     assert repr(found) == repr(expected) and type(found) is type(expected)  # an int stays an int
+
+
+def test_long_runs_of_digits_inside_strings_are_read_without_the_standard_librarys_decoder(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Digits after a quote or a letter are in a string, which orjson reads exactly: a saver's
+    checkpoint metadata (channel versions of 32 digits) is not sent to the slower decoder."""
+    expected = json.loads(VERSIONS)
+    monkeypatch.setattr(json, "loads", lambda text, **kwargs: pytest.fail(f"json.loads({text!r})"))
+    assert rows._loads(VERSIONS) == expected
+    assert rows._loads('{"id":"run_12345678901234567890123"}') == {"id": "run_12345678901234567890123"}
 
 
 def test_a_run_row_is_read_without_the_standard_librarys_decoder(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -163,9 +163,9 @@ def _loads(text: str | None, default: Any = None) -> Any:
 def decode_json(text: str) -> Any:
     """``json.loads(text)``, read by orjson when it reads the same (one call in C, not the decoder's
     eight in Python: a run row's two columns are read at every cell). orjson makes an integer past
-    64 bits a float, so text with a run of 19 digits is the decoder's; so is what orjson refuses
-    and the decoder reads (NaN and infinities, lone surrogates)."""
-    if orjson is not None and _long_number(text) is None:
+    64 bits a float, so text that may hold a number of 19 digits or more is the decoder's; so is
+    what orjson refuses and the decoder reads (NaN and infinities, lone surrogates)."""
+    if orjson is not None and text[:1] not in _NUMBER_FIRST and _long_number(text) is None:
         try:
             return orjson.loads(text)
         except orjson.JSONDecodeError:
@@ -173,11 +173,19 @@ def decode_json(text: str) -> Any:
     return json.loads(text)
 
 
+# A number's digits in JSON text start it, or follow one of "[:,", whitespace, a sign, a point or
+# an exponent's "e". A run of digits after anything else (a quote, another letter) is inside a
+# string, which orjson reads exactly: LangGraph's channel versions are strings of 32 digits, in
+# every checkpoint's metadata, and sent to the decoder they tripled a listing's JSON cost.
+_NUMBER_FIRST = frozenset("-0123456789")
+_LONG_NUMBER = r"[\[:, \t\n\r+.eE-][0-9]{19}"
+
+
 def _long_number(text: str) -> re.Match[str] | None:
-    """Find a run of 19 digits; the pattern is compiled at the first value read (not when a kernel
-    attaches), then searched for with no Python call around it."""
+    """Find where a number of 19 digits or more may start; the pattern is compiled at the first
+    value read (not when a kernel attaches), then searched for with no Python call around it."""
     global _long_number
-    _long_number = re.compile(r"\d{19}").search
+    _long_number = re.compile(_LONG_NUMBER).search
     return _long_number(text)
 
 
