@@ -130,13 +130,10 @@ class ThreadRuns:
             self._rows[run.run_id] = run
 
     def advanced(self, run: RunRecord, head: Head) -> None:
-        """Remember the run's row and head as this saver's commit of its next checkpoint left them
-        (the row as ``committed`` keeps it, written out here: every put of a step remembers)."""
+        """Remember the run's row and head as this saver's commit of its next checkpoint left them."""
         head.seq, head.status = run.head_seq, run.status
         self._heads[run.run_id] = head
-        known = self._rows.get(run.run_id)
-        if known is None or known.head_seq <= run.head_seq:
-            self._rows[run.run_id] = run
+        self.committed(run)
 
     def stopped(self, run_id: str, checkpoint_id: str) -> None:
         """Note that the thread stopped at a checkpoint (an interrupt, a failed task)."""
