@@ -268,16 +268,18 @@ def _task_layout(checkpoint_id: str, task_id: str, task_path: str) -> tuple[str,
     )
 
 
+def _write_layout(head: str, path: str, idx: int, channel: str, value: str) -> bytes:
+    """Return the bytes a write's signature covers, after its task's shared fields (``_task_layout``)."""
+    return f"{head}{idx}:{len(channel)}:{channel}{path}{value}".encode("utf-8", "surrogatepass")
+
+
 def write_macs(
     key: bytes, checkpoint_id: str, task_id: str, task_path: str, writes: Iterable[tuple[int, str, str]]
 ) -> list[str]:
     """Return ``write_mac`` of each (idx, channel, value address) of a task's writes at a checkpoint:
     the fields they share are laid out once (a step's writes are signed on its path)."""
     head, path = _task_layout(checkpoint_id, task_id, task_path)
-    return [
-        _sign(key, f"{head}{idx}:{len(channel)}:{channel}{path}{value}".encode("utf-8", "surrogatepass"))
-        for idx, channel, value in writes
-    ]
+    return [_sign(key, _write_layout(head, path, idx, channel, value)) for idx, channel, value in writes]
 
 
 def check_write(
@@ -298,7 +300,7 @@ def check_writes(key: bytes, writes: Iterable[tuple[str, str, int, str, str, str
         if shared != (checkpoint_id, task_id, task_path):
             shared = (checkpoint_id, task_id, task_path)
             head, path = _task_layout(checkpoint_id, task_id, task_path)
-        expected = _sign(key, f"{head}{idx}:{len(channel)}:{channel}{path}{value}".encode("utf-8", "surrogatepass"))
+        expected = _sign(key, _write_layout(head, path, idx, channel, value))
         if not hmac.compare_digest(expected, mac):
             raise TamperedValueError(
                 f"A stored pending write of task {task_id!r} at checkpoint {checkpoint_id} failed its "
